@@ -1,0 +1,139 @@
+extension JSON {
+    /// The canonical encoding: object keys sorted by their UTF-8 bytes, no
+    /// insignificant whitespace, numbers in their shortest round-trip form
+    /// (ECMAScript `Number#toString` layout), strings escaped minimally.
+    /// Two equal values always produce identical bytes.
+    public var canonicalBytes: [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(256)
+        JSONWriter.write(self, into: &out, pretty: false, indent: 0)
+        return out
+    }
+
+    /// The canonical encoding as a string.
+    public var canonicalString: String { String(decoding: canonicalBytes, as: UTF8.self) }
+
+    /// A human-readable encoding with two-space indentation and sorted keys.
+    public var prettyString: String {
+        var out: [UInt8] = []
+        JSONWriter.write(self, into: &out, pretty: true, indent: 0)
+        return String(decoding: out, as: UTF8.self)
+    }
+}
+
+/// Serialises JSON values, canonically or indented.
+enum JSONWriter {
+    static func write(_ value: JSON, into out: inout [UInt8], pretty: Bool, indent: Int) {
+        switch value {
+        case .null: out.append(contentsOf: "null".utf8)
+        case .bool(let b): out.append(contentsOf: (b ? "true" : "false").utf8)
+        case .int(let i): out.append(contentsOf: String(i).utf8)
+        case .double(let d): out.append(contentsOf: formatDouble(d).utf8)
+        case .string(let s): writeString(s, into: &out)
+        case .array(let elements):
+            out.append(UInt8(ascii: "["))
+            for (i, e) in elements.enumerated() {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                if pretty { newline(&out, indent + 1) }
+                write(e, into: &out, pretty: pretty, indent: indent + 1)
+            }
+            if pretty && !elements.isEmpty { newline(&out, indent) }
+            out.append(UInt8(ascii: "]"))
+        case .object(let fields):
+            out.append(UInt8(ascii: "{"))
+            let keys = fields.keys.sorted(by: utf8Less)
+            for (i, k) in keys.enumerated() {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                if pretty { newline(&out, indent + 1) }
+                writeString(k, into: &out)
+                out.append(UInt8(ascii: ":"))
+                if pretty { out.append(UInt8(ascii: " ")) }
+                write(fields[k]!, into: &out, pretty: pretty, indent: indent + 1)
+            }
+            if pretty && !keys.isEmpty { newline(&out, indent) }
+            out.append(UInt8(ascii: "}"))
+        }
+    }
+
+    /// Orders strings by their UTF-8 bytes (equivalently, by Unicode scalar value).
+    static func utf8Less(_ a: String, _ b: String) -> Bool {
+        a.utf8.lexicographicallyPrecedes(b.utf8)
+    }
+
+    static func newline(_ out: inout [UInt8], _ indent: Int) {
+        out.append(UInt8(ascii: "\n"))
+        out.append(contentsOf: repeatElement(UInt8(ascii: " "), count: indent * 2))
+    }
+
+    static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
+
+    static func writeString(_ s: String, into out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        for b in s.utf8 {
+            switch b {
+            case UInt8(ascii: "\""): out.append(contentsOf: [0x5C, 0x22])
+            case UInt8(ascii: "\\"): out.append(contentsOf: [0x5C, 0x5C])
+            case 0x08: out.append(contentsOf: [0x5C, UInt8(ascii: "b")])
+            case 0x0C: out.append(contentsOf: [0x5C, UInt8(ascii: "f")])
+            case 0x0A: out.append(contentsOf: [0x5C, UInt8(ascii: "n")])
+            case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
+            case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
+            case 0..<0x20:
+                out.append(contentsOf: [0x5C, UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0")])
+                out.append(hexDigits[Int(b >> 4)])
+                out.append(hexDigits[Int(b & 0xF)])
+            default: out.append(b)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
+    }
+
+    /// Formats a finite double like ECMAScript's Number#toString, from Swift's
+    /// shortest round-trip digits. Integral values up to 2^53 print as integers.
+    static func formatDouble(_ d: Double) -> String {
+        if d == 0 { return "0" }
+        if !d.isFinite { return "null" }  // unreachable for parsed values; keeps output valid JSON
+        if d.rounded(.towardZero) == d, abs(d) <= 9_007_199_254_740_992 { return String(Int64(d)) }
+        // Extract digits and exponent from Swift's shortest representation.
+        var text = abs(d).description
+        var exponent = 0
+        if let e = text.firstIndex(where: { $0 == "e" || $0 == "E" }) {
+            exponent = Int(text[text.index(after: e)...])!
+            text = String(text[..<e])
+        }
+        var digits: String
+        var pointPosition: Int
+        if let dot = text.firstIndex(of: ".") {
+            let intPart = text[..<dot]
+            let fracPart = text[text.index(after: dot)...]
+            digits = String(intPart) + String(fracPart)
+            pointPosition = intPart.count
+        } else {
+            digits = text
+            pointPosition = text.count
+        }
+        // Strip leading zeros (adjusting the point) and trailing zeros.
+        while digits.count > 1, digits.first == "0" {
+            digits.removeFirst()
+            pointPosition -= 1
+        }
+        while digits.count > 1, digits.last == "0" { digits.removeLast() }
+        let k = digits.count
+        let n = pointPosition + exponent  // value = 0.digits × 10^n
+        var result = d < 0 ? "-" : ""
+        if k <= n && n <= 21 {
+            result += digits + String(repeating: "0", count: n - k)
+        } else if 0 < n && n <= 21 {
+            let idx = digits.index(digits.startIndex, offsetBy: n)
+            result += digits[..<idx] + "." + digits[idx...]
+        } else if -6 < n && n <= 0 {
+            result += "0." + String(repeating: "0", count: -n) + digits
+        } else {
+            let e = n - 1
+            result += String(digits.first!)
+            if k > 1 { result += "." + digits.dropFirst() }
+            result += "e" + (e >= 0 ? "+" : "-") + String(abs(e))
+        }
+        return result
+    }
+}

@@ -1,0 +1,115 @@
+import Crypto
+
+/// A revision identifier `generation-digest`: the generation counts edits from 1,
+/// and the digest is the lowercase hex SHA-256 of the parent revision ID, the
+/// deleted flag and the canonical body, so identical edits get identical IDs.
+public struct RevisionID: Hashable, Sendable, Comparable, CustomStringConvertible {
+    public let generation: Int
+    /// 64 lowercase hex characters.
+    public let digest: String
+
+    public init(generation: Int, digest: String) throws(RevisionIDError) {
+        guard generation >= 1, generation <= Int(Int32.max) else { throw .invalid("\(generation)-\(digest)") }
+        guard digest.utf8.count == 64, digest.utf8.allSatisfy(RevisionID.isLowerHex) else {
+            throw .invalid("\(generation)-\(digest)")
+        }
+        self.generation = generation
+        self.digest = digest
+    }
+
+    init(uncheckedGeneration generation: Int, digest: String) {
+        self.generation = generation
+        self.digest = digest
+    }
+
+    /// Parses `"3-<64 hex>"`.
+    public init(_ text: String) throws(RevisionIDError) {
+        guard let dash = text.utf8.firstIndex(of: UInt8(ascii: "-")),
+            let generation = Int(Substring(text.utf8[..<dash]))
+        else { throw .invalid(text) }
+        let digest = String(Substring(text.utf8[text.utf8.index(after: dash)...]))
+        try self.init(generation: generation, digest: digest)
+    }
+
+    public var description: String { "\(generation)-\(digest)" }
+
+    /// The winner order: higher generation first, then higher digest.
+    public static func < (a: RevisionID, b: RevisionID) -> Bool {
+        if a.generation != b.generation { return a.generation < b.generation }
+        return a.digest.utf8.lexicographicallyPrecedes(b.digest.utf8)
+    }
+
+    /// Computes the ID of a new revision: generation is the parent's plus one, and the
+    /// digest is SHA-256 over `parent-rev-id-or-empty`, a 0x00 separator, the deleted flag
+    /// byte (0x01 or 0x00), and the canonical body bytes.
+    public static func compute(parent: RevisionID?, deleted: Bool, canonicalBody: [UInt8]) -> RevisionID {
+        var hasher = SHA256()
+        if let parent { hasher.update(data: Array(parent.description.utf8)) }
+        hasher.update(data: [0x00, deleted ? 0x01 : 0x00])
+        hasher.update(data: canonicalBody)
+        let digest = hasher.finalize()
+        return RevisionID(uncheckedGeneration: (parent?.generation ?? 0) + 1, digest: Hex.encode(digest))
+    }
+
+    /// The digest as 32 raw bytes.
+    public var digestBytes: [UInt8] { Hex.decode(digest)! }
+
+    public init(generation: Int, digestBytes: some Collection<UInt8>) {
+        self.init(uncheckedGeneration: generation, digest: Hex.encode(digestBytes))
+    }
+
+    static func isLowerHex(_ b: UInt8) -> Bool {
+        (b >= 0x30 && b <= 0x39) || (b >= 0x61 && b <= 0x66)
+    }
+}
+
+/// A string that is not a revision ID.
+public enum RevisionIDError: FerryError, Equatable {
+    case invalid(String)
+    public var domain: String { "core" }
+    public var code: String { "invalid_revision_id" }
+    public var isTransient: Bool { false }
+    public var description: String {
+        switch self {
+        case .invalid(let s): return "invalid revision ID \"\(s)\": expected GENERATION-<64 lowercase hex digits>"
+        }
+    }
+}
+
+/// Lowercase hexadecimal encoding and decoding.
+public enum Hex {
+    static let digits: [UInt8] = Array("0123456789abcdef".utf8)
+
+    public static func encode(_ bytes: some Sequence<UInt8>) -> String {
+        var out: [UInt8] = []
+        out.reserveCapacity(64)
+        for b in bytes {
+            out.append(digits[Int(b >> 4)])
+            out.append(digits[Int(b & 0xF)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    public static func decode(_ text: String) -> [UInt8]? {
+        let u = Array(text.utf8)
+        guard u.count % 2 == 0 else { return nil }
+        var out = [UInt8]()
+        out.reserveCapacity(u.count / 2)
+        var i = 0
+        while i < u.count {
+            guard let hi = value(u[i]), let lo = value(u[i + 1]) else { return nil }
+            out.append(hi << 4 | lo)
+            i += 2
+        }
+        return out
+    }
+
+    static func value(_ c: UInt8) -> UInt8? {
+        switch c {
+        case 0x30...0x39: return c - 0x30
+        case 0x61...0x66: return c - 0x61 + 10
+        case 0x41...0x46: return c - 0x41 + 10
+        default: return nil
+        }
+    }
+}

@@ -1,0 +1,215 @@
+/// The revision history of one document: a forest of revisions linked to their
+/// parents, with a deterministic winner and the other live leaves as conflicts.
+public struct RevisionTree: Sendable, Equatable {
+    /// One revision in the tree.
+    public struct Revision: Sendable, Equatable {
+        public let id: RevisionID
+        /// Index of the parent in `revisions`, or nil for a root (generation 1, or
+        /// the oldest revision kept after pruning).
+        public internal(set) var parent: Int?
+        public let deleted: Bool
+        /// Canonical JSON body; nil when it was dropped by compaction or never received.
+        public internal(set) var body: [UInt8]?
+        public let hlc: HLCTimestamp
+        public internal(set) var isLeaf: Bool
+    }
+
+    public internal(set) var revisions: [Revision] = []
+
+    public init() {}
+
+    public var isEmpty: Bool { revisions.isEmpty }
+
+    public func index(of id: RevisionID) -> Int? {
+        revisions.firstIndex(where: { $0.id == id })
+    }
+
+    public func revision(_ id: RevisionID) -> Revision? {
+        index(of: id).map { revisions[$0] }
+    }
+
+    public func contains(_ id: RevisionID) -> Bool { index(of: id) != nil }
+
+    public var leaves: [Revision] { revisions.filter(\.isLeaf) }
+
+    /// The winner rule, identical on every peer: a live leaf beats a deleted one,
+    /// then the higher generation wins, then the higher digest.
+    public static func beats(_ a: Revision, _ b: Revision) -> Bool {
+        if a.deleted != b.deleted { return !a.deleted }
+        return b.id < a.id
+    }
+
+    public var winnerIndex: Int? {
+        var best: Int?
+        for (i, r) in revisions.enumerated() where r.isLeaf {
+            if let b = best {
+                if Self.beats(r, revisions[b]) { best = i }
+            } else {
+                best = i
+            }
+        }
+        return best
+    }
+
+    public var winner: Revision? { winnerIndex.map { revisions[$0] } }
+
+    /// Live leaves other than the winner, best first.
+    public var conflicts: [RevisionID] {
+        guard let w = winnerIndex else { return [] }
+        return revisions.enumerated()
+            .filter { $0.offset != w && $0.element.isLeaf && !$0.element.deleted }
+            .map(\.element)
+            .sorted(by: Self.beats)
+            .map(\.id)
+    }
+
+    public var hasConflicts: Bool {
+        revisions.lazy.filter { $0.isLeaf && !$0.deleted }.count > 1
+    }
+
+    /// Appends a new revision created locally as a child of `parent` (nil for a new document).
+    @discardableResult
+    public mutating func addChild(
+        _ id: RevisionID, of parent: RevisionID?, deleted: Bool, body: [UInt8]?, hlc: HLCTimestamp
+    ) throws(RevisionTreeError) -> Int {
+        var parentIndex: Int?
+        if let parent {
+            guard let p = index(of: parent) else { throw .unknownParent(parent) }
+            guard id.generation == parent.generation + 1 else { throw .inconsistentHistory(id) }
+            parentIndex = p
+        } else if id.generation != 1 {
+            throw .inconsistentHistory(id)
+        }
+        if contains(id) { throw .duplicate(id) }
+        if let p = parentIndex { revisions[p].isLeaf = false }
+        revisions.append(Revision(id: id, parent: parentIndex, deleted: deleted, body: body, hlc: hlc, isLeaf: true))
+        return revisions.count - 1
+    }
+
+    /// Inserts an existing revision with its ancestry (`history`, newest first, starting
+    /// with the parent), as replication does. Unknown ancestors are added without bodies;
+    /// a history that does not reach a known revision starts a new branch. Returns false
+    /// when the revision was already present, leaving the tree unchanged.
+    @discardableResult
+    public mutating func insert(
+        _ id: RevisionID, history: [RevisionID], deleted: Bool, body: [UInt8]?, hlc: HLCTimestamp
+    ) throws(RevisionTreeError) -> Bool {
+        for (i, ancestor) in history.enumerated() where ancestor.generation != id.generation - 1 - i {
+            throw .inconsistentHistory(id)
+        }
+        if let existing = index(of: id) {
+            // Fill in a body we had lost, so deltas and merges can use it again.
+            if revisions[existing].body == nil, let body, !revisions[existing].isLeaf {
+                revisions[existing].body = body
+            }
+            return false
+        }
+        // Find the newest ancestor we already hold.
+        var known: Int?
+        var missing = history.count
+        for (i, ancestor) in history.enumerated() {
+            if let k = index(of: ancestor) {
+                known = k
+                missing = i
+                break
+            }
+        }
+        var parent = known
+        if let p = parent { revisions[p].isLeaf = false }
+        for ancestor in history[..<missing].reversed() {
+            revisions.append(
+                Revision(id: ancestor, parent: parent, deleted: false, body: nil, hlc: .zero, isLeaf: false))
+            parent = revisions.count - 1
+        }
+        revisions.append(Revision(id: id, parent: parent, deleted: deleted, body: body, hlc: hlc, isLeaf: true))
+        return true
+    }
+
+    /// Revision IDs from `id` back towards the root, newest first, at most `limit` of them.
+    public func history(of id: RevisionID, limit: Int = .max) -> [RevisionID] {
+        var out: [RevisionID] = []
+        var cursor = index(of: id)
+        while let c = cursor, out.count < limit {
+            out.append(revisions[c].id)
+            cursor = revisions[c].parent
+        }
+        return out
+    }
+
+    /// The nearest revision that is an ancestor of (or equal to) both `a` and `b`.
+    public func commonAncestor(_ a: RevisionID, _ b: RevisionID) -> RevisionID? {
+        let ancestorsOfA = Set(history(of: a))
+        return history(of: b).first(where: { ancestorsOfA.contains($0) })
+    }
+
+    /// For each revision, its distance to the nearest leaf below it (0 for leaves).
+    func distancesToLeaves() -> [Int] {
+        var dist = [Int](repeating: .max, count: revisions.count)
+        for (i, r) in revisions.enumerated() where r.isLeaf {
+            var cursor: Int? = i
+            var d = 0
+            while let c = cursor, d < dist[c] {
+                dist[c] = d
+                d += 1
+                cursor = revisions[c].parent
+            }
+        }
+        return dist
+    }
+
+    /// Removes every revision that is `maxDepth` or more generations above all of its
+    /// leaves. Leaves (and so the winner and conflicts) are always kept.
+    public mutating func prune(maxDepth: Int) {
+        precondition(maxDepth >= 1)
+        let dist = distancesToLeaves()
+        guard dist.contains(where: { $0 >= maxDepth }) else { return }
+        var newIndex = [Int?](repeating: nil, count: revisions.count)
+        var kept: [Revision] = []
+        for (i, r) in revisions.enumerated() where dist[i] < maxDepth {
+            newIndex[i] = kept.count
+            kept.append(r)
+        }
+        for k in kept.indices {
+            kept[k].parent = kept[k].parent.flatMap { newIndex[$0] }
+        }
+        revisions = kept
+    }
+
+    /// Drops the bodies of non-leaf revisions more than `retainedAncestors` generations
+    /// above their nearest leaf; nearer ancestors keep theirs for deltas and merges.
+    public mutating func dropBodies(retainingAncestors retainedAncestors: Int) {
+        let dist = distancesToLeaves()
+        for i in revisions.indices where !revisions[i].isLeaf && dist[i] > retainedAncestors {
+            revisions[i].body = nil
+        }
+    }
+
+    mutating func setBody(_ body: [UInt8]?, at index: Int) { revisions[index].body = body }
+}
+
+/// Why a revision cannot be added to a tree.
+public enum RevisionTreeError: FerryError, Equatable {
+    case unknownParent(RevisionID)
+    case inconsistentHistory(RevisionID)
+    case duplicate(RevisionID)
+    case corruptEncoding(String)
+
+    public var domain: String { "core" }
+    public var code: String {
+        switch self {
+        case .unknownParent: return "unknown_revision"
+        case .inconsistentHistory: return "inconsistent_history"
+        case .duplicate: return "duplicate_revision"
+        case .corruptEncoding: return "corrupt_revision_tree"
+        }
+    }
+    public var isTransient: Bool { false }
+    public var description: String {
+        switch self {
+        case .unknownParent(let r): return "unknown revision \(r)"
+        case .inconsistentHistory(let r): return "history of \(r) has inconsistent generations"
+        case .duplicate(let r): return "revision \(r) already exists"
+        case .corruptEncoding(let why): return "corrupt revision tree encoding: \(why)"
+        }
+    }
+}

@@ -1,0 +1,193 @@
+import FerryCore
+import Foundation
+import Synchronization
+import Crypto
+
+/// Content-addressed blob storage: files named by their SHA-256 under a directory,
+/// written atomically (temp file, fsync, rename), or kept in memory for tests.
+public final class BlobStore: Sendable {
+    /// The blob directory, or nil for an in-memory store.
+    public let directory: String?
+    private let memory = Mutex<[BlobDigest: [UInt8]]>([:])
+
+    /// An in-memory blob store.
+    public init() { directory = nil }
+
+    /// A blob store in `directory`, created if needed.
+    public init(directory: String) throws(StoreError) {
+        self.directory = directory
+        do {
+            try FileManager.default.createDirectory(
+                atPath: (directory as NSString).appendingPathComponent("tmp"), withIntermediateDirectories: true)
+        } catch {
+            throw .io("cannot create blob directory \(directory): \(error.localizedDescription)")
+        }
+    }
+
+    func path(for digest: BlobDigest) -> String? {
+        guard let directory else { return nil }
+        let h = digest.hex
+        return "\(directory)/\(h.prefix(2))/\(h)"
+    }
+
+    /// Stores `content`; storing the same content twice is a no-op. Returns its reference.
+    @discardableResult
+    public func put(_ content: [UInt8], contentType: String? = nil) throws(StoreError) -> BlobReference {
+        let digest = BlobDigest.of(content)
+        let ref = BlobReference(digest: digest, length: Int64(content.count), contentType: contentType)
+        guard let directory, let final = path(for: digest) else {
+            memory.withLock { $0[digest] = content }
+            return ref
+        }
+        if FileManager.default.fileExists(atPath: final) { return ref }
+        let temp = "\(directory)/tmp/\(UUID().uuidString)"
+        try writeDurably(content, to: temp)
+        try moveIntoPlace(temp, final)
+        return ref
+    }
+
+    /// Stores the content of a file, hashing it as it is copied (memory stays flat).
+    @discardableResult
+    public func put(fileAt source: String, contentType: String? = nil) throws(StoreError) -> BlobReference {
+        guard let input = FileHandle(forReadingAtPath: source) else { throw .io("cannot read \(source)") }
+        defer { try? input.close() }
+        guard let directory else {
+            let data = (try? input.readToEnd()) ?? Data()
+            return try put(Array(data), contentType: contentType)
+        }
+        let temp = "\(directory)/tmp/\(UUID().uuidString)"
+        guard FileManager.default.createFile(atPath: temp, contents: nil),
+            let output = FileHandle(forWritingAtPath: temp)
+        else { throw .io("cannot create \(temp)") }
+        var hasher = SHA256()
+        var length: Int64 = 0
+        do {
+            defer { try? output.close() }
+            while let chunk = try input.read(upToCount: 1 << 20), !chunk.isEmpty {
+                hasher.update(data: chunk)
+                try output.write(contentsOf: chunk)
+                length += Int64(chunk.count)
+            }
+            try output.synchronize()
+        } catch {
+            try? FileManager.default.removeItem(atPath: temp)
+            throw .io("copying \(source) into the blob store: \(error.localizedDescription)")
+        }
+        let digest = BlobDigest(uncheckedHex: Hex.encode(hasher.finalize()))
+        let final = path(for: digest)!
+        if FileManager.default.fileExists(atPath: final) {
+            try? FileManager.default.removeItem(atPath: temp)
+        } else {
+            try moveIntoPlace(temp, final)
+        }
+        return BlobReference(digest: digest, length: length, contentType: contentType)
+    }
+
+    /// The content of a blob, verified against its digest; nil if absent.
+    public func get(_ digest: BlobDigest) throws(StoreError) -> [UInt8]? {
+        let content: [UInt8]
+        if let path = path(for: digest) {
+            guard let data = FileManager.default.contents(atPath: path) else { return nil }
+            content = Array(data)
+        } else {
+            guard let c = memory.withLock({ $0[digest] }) else { return nil }
+            content = c
+        }
+        guard BlobDigest.of(content) == digest else { throw .blobCorrupt(digest) }
+        return content
+    }
+
+    public func has(_ digest: BlobDigest) -> Bool { length(digest) != nil }
+
+    /// The length of a stored blob, or nil if absent.
+    public func length(_ digest: BlobDigest) -> Int64? {
+        if let path = path(for: digest) {
+            guard let attrs = try? FileManager.default.attributesOfItem(atPath: path),
+                let size = attrs[.size] as? NSNumber
+            else { return nil }
+            return size.int64Value
+        }
+        return memory.withLock { $0[digest].map { Int64($0.count) } }
+    }
+
+    /// Every stored digest with its size and modification date.
+    func inventory() -> [(digest: BlobDigest, size: Int64, modified: Date)] {
+        guard let directory else {
+            return memory.withLock { m in m.map { ($0.key, Int64($0.value.count), Date.distantPast) } }
+        }
+        var out: [(BlobDigest, Int64, Date)] = []
+        let fm = FileManager.default
+        for prefix in (try? fm.contentsOfDirectory(atPath: directory)) ?? [] where prefix.count == 2 {
+            let dir = "\(directory)/\(prefix)"
+            for name in (try? fm.contentsOfDirectory(atPath: dir)) ?? [] {
+                guard let digest = try? BlobDigest(name),
+                    let attrs = try? fm.attributesOfItem(atPath: "\(dir)/\(name)")
+                else { continue }
+                let size = (attrs[.size] as? NSNumber)?.int64Value ?? 0
+                out.append((digest, size, attrs[.modificationDate] as? Date ?? .distantPast))
+            }
+        }
+        return out
+    }
+
+    func totalSize() -> Int64 { inventory().reduce(0) { $0 + $1.size } }
+
+    /// Removes blobs not in `keep` whose files are older than `minimumAge` seconds.
+    func removeAll(except keep: Set<BlobDigest>, olderThan minimumAge: TimeInterval) throws(StoreError)
+        -> (count: Int, bytes: Int64)
+    {
+        let cutoff = Date().addingTimeInterval(-minimumAge)
+        var count = 0
+        var bytes: Int64 = 0
+        for item in inventory() where !keep.contains(item.digest) && item.modified <= cutoff {
+            if let path = path(for: item.digest) {
+                do { try FileManager.default.removeItem(atPath: path) } catch {
+                    throw .io("cannot remove blob \(item.digest): \(error.localizedDescription)")
+                }
+            } else {
+                memory.withLock { _ = $0.removeValue(forKey: item.digest) }
+            }
+            count += 1
+            bytes += item.size
+        }
+        return (count, bytes)
+    }
+
+    private func writeDurably(_ content: [UInt8], to path: String) throws(StoreError) {
+        let fd = Foundation.open(path, O_WRONLY | O_CREAT | O_EXCL, 0o644)
+        guard fd >= 0 else { throw .io("cannot create \(path): errno \(errno)") }
+        defer { close(fd) }
+        var written = 0
+        while written < content.count {
+            let n = content.withUnsafeBytes { Foundation.write(fd, $0.baseAddress! + written, content.count - written) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                unlink(path)
+                throw .io("writing \(path): errno \(errno)")
+            }
+            written += n
+        }
+        guard fsync(fd) == 0 else {
+            unlink(path)
+            throw .io("fsync \(path): errno \(errno)")
+        }
+    }
+
+    private func moveIntoPlace(_ temp: String, _ final: String) throws(StoreError) {
+        let dir = (final as NSString).deletingLastPathComponent
+        do {
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        } catch {
+            throw .io("cannot create \(dir): \(error.localizedDescription)")
+        }
+        guard rename(temp, final) == 0 else {
+            unlink(temp)
+            throw .io("cannot move blob into place at \(final): errno \(errno)")
+        }
+        let dfd = Foundation.open(dir, O_RDONLY)
+        if dfd >= 0 {
+            fsync(dfd)
+            close(dfd)
+        }
+    }
+}

@@ -1,0 +1,81 @@
+import FerryCore
+
+/// One revision of a document as read from the store.
+public struct Document: Sendable, Equatable {
+    public let id: DocumentID
+    public let revision: RevisionID
+    public let deleted: Bool
+    public let body: JSON
+    /// The sequence of the document's latest change.
+    public let sequence: UInt64
+    /// Other live leaves, best first; empty unless the document is in conflict.
+    public let conflicts: [RevisionID]
+
+    /// The body with `_id`, `_rev`, `_deleted` (when deleted) and, if asked, `_conflicts`.
+    public func json(includeConflicts: Bool = false) -> JSON {
+        var fields = body.objectValue ?? [:]
+        fields["_id"] = .string(id.rawValue)
+        fields["_rev"] = .string(revision.description)
+        if deleted { fields["_deleted"] = .bool(true) }
+        if includeConflicts { fields["_conflicts"] = .array(conflicts.map { .string($0.description) }) }
+        return .object(fields)
+    }
+}
+
+/// One entry of the changes feed: a document's latest change.
+public struct Change: Sendable, Equatable {
+    public let sequence: UInt64
+    public let id: DocumentID
+    public let revision: RevisionID
+    public let deleted: Bool
+    /// Canonical size of the winning body in bytes.
+    public let bodySize: Int
+}
+
+/// An existing revision arriving from elsewhere, inserted as-is (CouchDB's `new_edits=false`).
+public struct IncomingRevision: Sendable {
+    public let id: DocumentID
+    public let revision: RevisionID
+    /// Ancestors, newest first, starting with the parent; empty for generation 1.
+    public let history: [RevisionID]
+    public let deleted: Bool
+    public let body: JSON
+    public let hlc: HLCTimestamp
+
+    public init(
+        id: DocumentID, revision: RevisionID, history: [RevisionID], deleted: Bool, body: JSON,
+        hlc: HLCTimestamp = .zero
+    ) {
+        self.id = id
+        self.revision = revision
+        self.history = history
+        self.deleted = deleted
+        self.body = body
+        self.hlc = hlc
+    }
+}
+
+/// What happened to one incoming revision.
+public enum InsertOutcome: Sendable, Equatable {
+    case inserted(sequence: UInt64)
+    case alreadyPresent
+    case rejected(StoreError)
+}
+
+/// The answer of `revsDiff` for one document.
+public struct RevsDiffEntry: Sendable, Equatable {
+    /// Revisions asked about that the store does not hold.
+    public var missing: [RevisionID]
+    /// Held revisions (with bodies) older than the missing ones: candidates for delta bases.
+    public var possibleAncestors: [RevisionID]
+}
+
+/// Database-wide figures.
+public struct StoreInfo: Sendable, Equatable {
+    public let uuid: String
+    public let documentCount: Int
+    public let deletedCount: Int
+    public let conflictedCount: Int
+    public let lastSequence: UInt64
+    public let sizeOnDisk: Int64
+}

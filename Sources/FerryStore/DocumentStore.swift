@@ -1,0 +1,388 @@
+import FerryCore
+import Foundation
+import GRDB
+import Logging
+import Synchronization
+
+/// A durable JSON document database with revision trees, a changes feed, local
+/// documents and content-addressed blobs, on SQLite through GRDB.
+///
+/// One writer, concurrent readers (WAL). Every operation is one transaction, so an
+/// error leaves the database as it was.
+public final class DocumentStore: Sendable {
+    let writer: any DatabaseWriter
+    public let options: StoreOptions
+    public let uuid: String
+    /// Where the database lives, or nil in memory.
+    public let path: String?
+    public let blobs: BlobStore
+    let clock: Mutex<HybridLogicalClock>
+    let notifier = ChangeNotifier()
+
+    /// The database file name inside a data directory.
+    public static let databaseFileName = "ferry.sqlite"
+
+    /// Opens (creating if needed) the store in `directory`: `ferry.sqlite` and `blobs/`.
+    public static func open(directory: String, options: StoreOptions = StoreOptions()) throws(StoreError)
+        -> DocumentStore
+    {
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        } catch {
+            throw .io("cannot create data directory \(directory): \(error.localizedDescription)")
+        }
+        let dbPath = (directory as NSString).appendingPathComponent(databaseFileName)
+        let blobs = try BlobStore(directory: (directory as NSString).appendingPathComponent("blobs"))
+        return try DocumentStore(path: dbPath, blobs: blobs, options: options)
+    }
+
+    /// Opens an in-memory store with in-memory blobs, for tests and simulations.
+    public static func inMemory(options: StoreOptions = StoreOptions()) throws(StoreError) -> DocumentStore {
+        try DocumentStore(path: nil, blobs: BlobStore(), options: options)
+    }
+
+    init(path: String?, blobs: BlobStore, options: StoreOptions) throws(StoreError) {
+        var config = Configuration()
+        config.busyMode = .timeout(10)
+        config.label = "ferry.store"
+        let durability = options.durability
+        config.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = \(durability == .full ? "FULL" : "NORMAL")")
+        }
+        do {
+            let writer: any DatabaseWriter
+            if let path {
+                writer = try DatabasePool(path: path, configuration: config)
+            } else {
+                writer = try DatabaseQueue(configuration: config)
+            }
+            try Schema.migrator().migrate(writer)
+            let state = try writer.read { db in
+                try Row.fetchOne(db, sql: "SELECT uuid, last_hlc FROM store_state WHERE singleton = 1")
+            }
+            guard let state else { throw StoreError.corrupt("store_state row is missing") }
+            self.writer = writer
+            self.uuid = state["uuid"]
+            self.clock = Mutex(HybridLogicalClock(last: HLCTimestamp(rawValue: UInt64(bitPattern: state["last_hlc"]))))
+        } catch {
+            let wrapped = StoreError.wrap(error)
+            if case .database(let msg) = wrapped, let path {
+                throw .database("cannot open \(path): \(msg)")
+            }
+            throw wrapped
+        }
+        self.path = path
+        self.blobs = blobs
+        self.options = options
+    }
+
+    // MARK: Writing
+
+    /// Runs `body` as one write transaction. If it throws, nothing it did is kept.
+    /// Changes are announced to live change streams after the commit.
+    public func write<T>(_ body: (StoreTransaction) throws -> T) throws(StoreError) -> T {
+        let result: (T, UInt64)
+        do {
+            result = try writer.write { db -> (T, UInt64) in
+                let txn = try StoreTransaction(db: db, store: self)
+                let value = try body(txn)
+                try txn.finish()
+                return (value, txn.lastSequence)
+            }
+        } catch {
+            throw StoreError.wrap(error)
+        }
+        notifier.advance(to: result.1)
+        return result.0
+    }
+
+    /// Saves a new document (`parent` nil) or a new revision of a current leaf. Returns the new revision.
+    @discardableResult
+    public func put(_ id: DocumentID, body: JSON, parent: RevisionID? = nil) throws(StoreError) -> RevisionID {
+        try write { try $0.put(id, body: body, parent: parent) }
+    }
+
+    /// Writes a tombstone on leaf `revision`. With `keepProperties`, the tombstone keeps
+    /// the deleted revision's body (so filters can still route it); otherwise it is `{}`.
+    @discardableResult
+    public func delete(_ id: DocumentID, revision: RevisionID, keepProperties: Bool = false) throws(StoreError)
+        -> RevisionID
+    {
+        try write { try $0.delete(id, revision: revision, keepProperties: keepProperties) }
+    }
+
+    /// Removes a document and all its history, locally only. Returns false if it did not exist.
+    @discardableResult
+    public func purge(_ id: DocumentID) throws(StoreError) -> Bool {
+        try write { try $0.purge(id) }
+    }
+
+    /// Inserts existing revisions with their history in one transaction. Each revision
+    /// is checked (size, digest, history, blobs, validation); a bad one is reported as
+    /// rejected and the rest still go in. Idempotent.
+    public func insertRevisions(_ revisions: [IncomingRevision]) throws(StoreError) -> [InsertOutcome] {
+        try write { txn in revisions.map { txn.insertExisting($0) } }
+    }
+
+    // MARK: Reading
+
+    func read<T>(_ body: (Database) throws -> T) throws(StoreError) -> T {
+        do {
+            return try writer.read(body)
+        } catch {
+            throw StoreError.wrap(error)
+        }
+    }
+
+    /// The current revision (possibly a tombstone), or a named revision while its body is retained.
+    public func document(_ id: DocumentID, revision: RevisionID? = nil) throws(StoreError) -> Document? {
+        try read { db -> Document? in
+            guard let stored = try StoredDocument.fetch(db, id: id) else { return nil }
+            guard let revision, revision != stored.winner else { return try stored.currentDocument() }
+            guard let idx = stored.tree.index(of: revision) else {
+                throw StoreError.revisionNotFound(id, revision)
+            }
+            let r = stored.tree.revisions[idx]
+            guard let body = r.body else { throw StoreError.bodyNotRetained(id, revision) }
+            return Document(
+                id: id, revision: revision, deleted: r.deleted, body: try StoredDocument.decodeBody(body),
+                sequence: stored.sequence, conflicts: stored.tree.conflicts)
+        }
+    }
+
+    /// The full revision tree of a document, with the winner's body restored.
+    public func revisionTree(_ id: DocumentID) throws(StoreError) -> RevisionTree? {
+        try read { db in try StoredDocument.fetch(db, id: id)?.tree }
+    }
+
+    /// Conflicting live leaves of a document (excluding the winner).
+    public func conflicts(of id: DocumentID) throws(StoreError) -> [RevisionID] {
+        try revisionTree(id)?.conflicts ?? []
+    }
+
+    /// IDs of all documents that currently have conflicts, in ID order.
+    public func conflictedDocumentIDs(limit: Int = .max) throws(StoreError) -> [DocumentID] {
+        try read { db in
+            try String.fetchAll(
+                db, sql: "SELECT id FROM documents WHERE conflicted = 1 ORDER BY id LIMIT ?", arguments: [limit]
+            ).map(DocumentID.init(unchecked:))
+        }
+    }
+
+    /// Current revisions in ID order, after `startAfter`, live ones only unless asked.
+    public func allDocuments(after startAfter: DocumentID? = nil, limit: Int = .max, includeDeleted: Bool = false)
+        throws(StoreError) -> [(id: DocumentID, revision: RevisionID, deleted: Bool)]
+    {
+        try read { db in
+            let rows = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT id, rev, deleted FROM documents
+                    WHERE id > ? AND (? OR deleted = 0) ORDER BY id LIMIT ?
+                    """,
+                arguments: [startAfter?.rawValue ?? "", includeDeleted, limit])
+            return try rows.map { row in
+                (DocumentID(unchecked: row["id"]), try Self.parseStoredRev(row["rev"]), row["deleted"] as Bool)
+            }
+        }
+    }
+
+    /// One entry per document changed after `since`, in sequence order, at most `limit`.
+    public func changes(since: UInt64 = 0, limit: Int = 1000) throws(StoreError) -> [Change] {
+        try read { db in
+            let rows = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT sequence, id, rev, deleted, length(body) AS size FROM documents
+                    WHERE sequence > ? ORDER BY sequence LIMIT ?
+                    """,
+                arguments: [Int64(bitPattern: since), limit])
+            return try rows.map { row in
+                Change(
+                    sequence: UInt64(row["sequence"] as Int64), id: DocumentID(unchecked: row["id"]),
+                    revision: try Self.parseStoredRev(row["rev"]), deleted: row["deleted"], bodySize: row["size"])
+            }
+        }
+    }
+
+    /// A live, gap-free stream of changes after `since`: first the stored backlog, page
+    /// by page, then each new change as it is committed through this store. Memory stays
+    /// flat however long the backlog. Ends when the consuming task is cancelled.
+    public func liveChanges(since: UInt64 = 0, pageSize: Int = 500) -> LiveChanges {
+        LiveChanges(store: self, since: since, pageSize: pageSize)
+    }
+
+    public var lastSequence: UInt64 {
+        get throws(StoreError) {
+            try read { db in UInt64(try Int64.fetchOne(db, sql: "SELECT last_sequence FROM store_state")!) }
+        }
+    }
+
+    /// Number of live (not deleted) documents.
+    public var documentCount: Int {
+        get throws(StoreError) {
+            try read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM documents WHERE deleted = 0")! }
+        }
+    }
+
+    public func info() throws(StoreError) -> StoreInfo {
+        let counts = try read { db in
+            try Row.fetchOne(
+                db,
+                sql: """
+                    SELECT (SELECT count(*) FROM documents WHERE deleted = 0) AS live,
+                           (SELECT count(*) FROM documents WHERE deleted = 1) AS dead,
+                           (SELECT count(*) FROM documents WHERE conflicted = 1) AS conflicted,
+                           (SELECT last_sequence FROM store_state) AS seq
+                    """)!
+        }
+        return StoreInfo(
+            uuid: uuid, documentCount: counts["live"], deletedCount: counts["dead"],
+            conflictedCount: counts["conflicted"], lastSequence: UInt64(counts["seq"] as Int64),
+            sizeOnDisk: sizeOnDisk())
+    }
+
+    /// Bytes used by the database files and blobs.
+    public func sizeOnDisk() -> Int64 {
+        var total: Int64 = 0
+        if let path {
+            for suffix in ["", "-wal", "-shm"] {
+                if let attrs = try? FileManager.default.attributesOfItem(atPath: path + suffix),
+                    let size = attrs[.size] as? NSNumber
+                {
+                    total += size.int64Value
+                }
+            }
+        }
+        return total + blobs.totalSize()
+    }
+
+    /// For each document, which of the given revisions are missing, and which held
+    /// revisions (with bodies) are older than them and so may serve as delta bases.
+    public func revsDiff(_ request: [DocumentID: [RevisionID]]) throws(StoreError) -> [DocumentID: RevsDiffEntry] {
+        try read { db in
+            var answer: [DocumentID: RevsDiffEntry] = [:]
+            for (id, revs) in request {
+                guard let stored = try StoredDocument.fetch(db, id: id, withWinnerBody: false) else {
+                    if !revs.isEmpty { answer[id] = RevsDiffEntry(missing: revs, possibleAncestors: []) }
+                    continue
+                }
+                let missing = revs.filter { !stored.tree.contains($0) }
+                guard !missing.isEmpty else { continue }
+                let maxGeneration = missing.map(\.generation).max()!
+                let winnerIndex = stored.tree.winnerIndex
+                let ancestors = stored.tree.revisions.enumerated()
+                    .filter { ($0.element.body != nil || $0.offset == winnerIndex) && $0.element.id.generation < maxGeneration }
+                    .map(\.element.id)
+                    .sorted(by: >)
+                answer[id] = RevsDiffEntry(missing: missing, possibleAncestors: Array(ancestors.prefix(10)))
+            }
+            return answer
+        }
+    }
+
+    // MARK: Local documents
+
+    /// A local document (checkpoint, node state); never replicated.
+    public func localDocument(_ id: String) throws(StoreError) -> JSON? {
+        try read { db in
+            guard let data = try Data.fetchOne(db, sql: "SELECT body FROM local_documents WHERE id = ?", arguments: [id])
+            else { return nil }
+            return try StoredDocument.decodeBody(Array(data))
+        }
+    }
+
+    public func putLocalDocument(_ id: String, body: JSON) throws(StoreError) {
+        guard !id.isEmpty else { throw .invalidBody("local document ID is empty") }
+        try write { txn in
+            try txn.db.execute(
+                sql: "INSERT OR REPLACE INTO local_documents (id, body) VALUES (?, ?)",
+                arguments: [id, Data(body.canonicalBytes)])
+        }
+    }
+
+    @discardableResult
+    public func deleteLocalDocument(_ id: String) throws(StoreError) -> Bool {
+        try write { txn in
+            try txn.db.execute(sql: "DELETE FROM local_documents WHERE id = ?", arguments: [id])
+            return txn.db.changesCount > 0
+        }
+    }
+
+    // MARK: Maintenance
+
+    /// Re-applies history pruning and body retention to every document (after changing
+    /// the options). Returns the number of documents rewritten.
+    @discardableResult
+    public func compact() throws(StoreError) -> Int {
+        var rewritten = 0
+        var after = ""
+        while true {
+            let ids = try read { db in
+                try String.fetchAll(
+                    db, sql: "SELECT id FROM documents WHERE id > ? ORDER BY id LIMIT 500", arguments: [after])
+            }
+            guard let last = ids.last else { break }
+            after = last
+            rewritten += try write { txn in
+                try ids.reduce(0) { n, id in n + (try txn.compact(DocumentID(unchecked: id)) ? 1 : 0) }
+            }
+        }
+        try read { db in try db.execute(sql: "PRAGMA wal_checkpoint(PASSIVE)") }
+        return rewritten
+    }
+
+    /// Deletes blobs that no retained revision refers to and that are older than
+    /// `minimumAge` (so a blob stored just before its document is not lost).
+    @discardableResult
+    public func collectBlobs(minimumAge: TimeInterval = 3600) throws(StoreError) -> (count: Int, bytes: Int64) {
+        let referenced = try read { db -> Set<BlobDigest> in
+            var found = Set<BlobDigest>()
+            let cursor = try Row.fetchCursor(db, sql: "SELECT body, tree FROM documents")
+            while let row = try cursor.next() {
+                let body: Data = row["body"]
+                let tree = try RevisionTree(encoded: row["tree"] as Data)
+                var bodies = [Array(body)]
+                bodies += tree.revisions.compactMap(\.body)
+                for b in bodies where b.count > 20 && Self.mayContainBlob(b) {
+                    for ref in try StoredDocument.decodeBody(b).blobReferences() { found.insert(ref.digest) }
+                }
+            }
+            return found
+        }
+        return try blobs.removeAll(except: referenced, olderThan: minimumAge)
+    }
+
+    static func mayContainBlob(_ body: [UInt8]) -> Bool {
+        // Cheap prefilter: canonical bodies holding a blob reference contain this key.
+        let needle = Array("\"@type\":\"blob\"".utf8)
+        return body.withUnsafeBufferPointer { buf in
+            guard buf.count >= needle.count else { return false }
+            for i in 0...(buf.count - needle.count) where buf[i] == needle[0] {
+                if Array(buf[i..<i + needle.count]) == needle { return true }
+            }
+            return false
+        }
+    }
+
+    /// Runs SQLite's integrity check; returns its findings, `["ok"]` when healthy.
+    public func integrityCheck() throws(StoreError) -> [String] {
+        try read { db in try String.fetchAll(db, sql: "PRAGMA integrity_check") }
+    }
+
+    static func parseStoredRev(_ text: String) throws -> RevisionID {
+        do { return try RevisionID(text) } catch { throw StoreError.corrupt("bad stored revision \(text)") }
+    }
+
+    func nextTimestamp() -> HLCTimestamp {
+        let wall = options.wallClock()
+        return clock.withLock { $0.now(wallMillis: wall) }
+    }
+
+    func observe(_ remote: HLCTimestamp) {
+        let wall = options.wallClock()
+        clock.withLock { $0.observe(remote, wallMillis: wall) }
+    }
+
+    var currentClock: HLCTimestamp { clock.withLock { $0.last } }
+}

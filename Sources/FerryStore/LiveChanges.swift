@@ -1,0 +1,86 @@
+import FerryCore
+import Synchronization
+
+/// Wakes waiting change streams when a commit advances the sequence.
+final class ChangeNotifier: Sendable {
+    private struct State {
+        var sequence: UInt64 = 0
+        var waiters: [Int: CheckedContinuation<Void, Never>] = [:]
+        var nextToken = 0
+    }
+    private let state = Mutex(State())
+
+    func advance(to sequence: UInt64) {
+        let woken = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+            guard sequence > s.sequence else { return [] }
+            s.sequence = sequence
+            let w = Array(s.waiters.values)
+            s.waiters.removeAll()
+            return w
+        }
+        for c in woken { c.resume() }
+    }
+
+    /// Returns once the sequence is past `sequence`, or the task is cancelled.
+    func wait(past sequence: UInt64) async {
+        let token = state.withLock { s -> Int in
+            s.nextToken += 1
+            return s.nextToken
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                let resumeNow = state.withLock { s -> Bool in
+                    if s.sequence > sequence || Task.isCancelled { return true }
+                    s.waiters[token] = c
+                    return false
+                }
+                if resumeNow { c.resume() }
+            }
+        } onCancel: {
+            let c = state.withLock { $0.waiters.removeValue(forKey: token) }
+            c?.resume()
+        }
+    }
+}
+
+/// A gap-free async sequence of changes: the stored backlog page by page, then live
+/// commits. It holds at most one page in memory.
+public struct LiveChanges: AsyncSequence, Sendable {
+    public typealias Element = Change
+    let store: DocumentStore
+    let since: UInt64
+    let pageSize: Int
+
+    public func makeAsyncIterator() -> Iterator {
+        Iterator(store: store, cursor: since, pageSize: pageSize)
+    }
+
+    public struct Iterator: AsyncIteratorProtocol {
+        let store: DocumentStore
+        var cursor: UInt64
+        let pageSize: Int
+        var buffer: [Change] = []
+        var position = 0
+
+        /// The next change, or nil when the task is cancelled. Throws on store errors.
+        public mutating func next() async throws -> Change? {
+            while true {
+                if position < buffer.count {
+                    let c = buffer[position]
+                    position += 1
+                    cursor = c.sequence
+                    return c
+                }
+                if Task.isCancelled { return nil }
+                // Read the last sequence before the page so no commit slips between them.
+                let last = try store.lastSequence
+                store.notifier.advance(to: last)
+                buffer = try store.changes(since: cursor, limit: pageSize)
+                position = 0
+                if buffer.isEmpty {
+                    await store.notifier.wait(past: Swift.max(last, cursor))
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,99 @@
+import FerryCore
+import GRDB
+
+/// Everything that can go wrong in the document store; each case says whether a retry may help.
+public enum StoreError: FerryError, Equatable {
+    /// An update named a revision that is not a current leaf, or a create hit a live document.
+    case conflict(id: DocumentID, given: RevisionID?, current: RevisionID?)
+    case notFound(DocumentID)
+    case revisionNotFound(DocumentID, RevisionID)
+    case bodyNotRetained(DocumentID, RevisionID)
+    case invalidDocumentID(DocumentIDError)
+    case invalidBody(String)
+    case tooLarge(bytes: Int, limit: Int)
+    case digestMismatch(DocumentID, RevisionID)
+    case invalidHistory(DocumentID, String)
+    case rejected(DocumentID, reason: String)
+    case missingBlob(BlobDigest)
+    case blobCorrupt(BlobDigest)
+    case blobLengthMismatch(BlobDigest, declared: Int64, actual: Int64)
+    case corrupt(String)
+    case busy(String)
+    case io(String)
+    case database(String)
+
+    public var domain: String { "store" }
+
+    public var code: String {
+        switch self {
+        case .conflict: return "conflict"
+        case .notFound: return "not_found"
+        case .revisionNotFound: return "revision_not_found"
+        case .bodyNotRetained: return "body_not_retained"
+        case .invalidDocumentID: return "invalid_document_id"
+        case .invalidBody: return "invalid_body"
+        case .tooLarge: return "too_large"
+        case .digestMismatch: return "digest_mismatch"
+        case .invalidHistory: return "invalid_history"
+        case .rejected: return "rejected"
+        case .missingBlob: return "missing_blob"
+        case .blobCorrupt: return "blob_corrupt"
+        case .blobLengthMismatch: return "blob_length_mismatch"
+        case .corrupt: return "corrupt"
+        case .busy: return "busy"
+        case .io: return "io"
+        case .database: return "database"
+        }
+    }
+
+    public var isTransient: Bool {
+        switch self {
+        case .busy, .io: return true
+        default: return false
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .conflict(let id, let given, let current):
+            let g = given.map { "revision \($0)" } ?? "no revision"
+            let c = current.map { "its current revision is \($0)" } ?? "it does not exist"
+            return "conflict: document \"\(id)\" was updated with \(g), but \(c)"
+        case .notFound(let id): return "not found: no document \"\(id)\""
+        case .revisionNotFound(let id, let rev): return "not found: document \"\(id)\" has no revision \(rev)"
+        case .bodyNotRetained(let id, let rev):
+            return "the body of revision \(rev) of \"\(id)\" is no longer retained (compacted)"
+        case .invalidDocumentID(let e): return e.description
+        case .invalidBody(let why): return "invalid document body: \(why)"
+        case .tooLarge(let bytes, let limit): return "document too large: \(bytes) bytes, the limit is \(limit)"
+        case .digestMismatch(let id, let rev):
+            return "revision \(rev) of \"\(id)\" does not match its body (digest mismatch)"
+        case .invalidHistory(let id, let why): return "invalid revision history for \"\(id)\": \(why)"
+        case .rejected(let id, let reason): return "rejected by validation: \"\(id)\": \(reason)"
+        case .missingBlob(let d): return "missing blob \(d): store the blob before the document that refers to it"
+        case .blobCorrupt(let d): return "blob \(d) is corrupt: its content does not match its digest"
+        case .blobLengthMismatch(let d, let declared, let actual):
+            return "blob \(d) has length \(actual), but the document declares \(declared)"
+        case .corrupt(let why): return "database is corrupt: \(why)"
+        case .busy(let why): return "database is busy: \(why)"
+        case .io(let why): return "I/O error: \(why)"
+        case .database(let why): return "database error: \(why)"
+        }
+    }
+
+    /// Maps any error thrown inside the store to a StoreError.
+    static func wrap(_ error: any Error) -> StoreError {
+        if let e = error as? StoreError { return e }
+        if let e = error as? DatabaseError {
+            switch e.resultCode {
+            case .SQLITE_BUSY, .SQLITE_LOCKED: return .busy(e.message ?? "\(e)")
+            case .SQLITE_CORRUPT, .SQLITE_NOTADB: return .corrupt(e.message ?? "\(e)")
+            case .SQLITE_FULL, .SQLITE_IOERR: return .io(e.message ?? "\(e)")
+            default: return .database(e.message ?? "\(e)")
+            }
+        }
+        if let e = error as? RevisionTreeError { return .corrupt(e.description) }
+        if let e = error as? any FerryError { return .database(e.description) }
+        return .database("\(error)")
+    }
+}

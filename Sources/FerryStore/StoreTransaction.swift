@@ -1,0 +1,256 @@
+import FerryCore
+import Foundation
+import GRDB
+
+/// The operations available inside one write transaction of a `DocumentStore`;
+/// everything done through one transaction commits or rolls back together.
+public final class StoreTransaction {
+    let db: Database
+    unowned let store: DocumentStore
+    private(set) var lastSequence: UInt64
+    private let startSequence: UInt64
+    private var latestHLC: HLCTimestamp
+
+    init(db: Database, store: DocumentStore) throws {
+        self.db = db
+        self.store = store
+        let stmt = try db.cachedStatement(sql: "SELECT last_sequence, last_hlc FROM store_state WHERE singleton = 1")
+        guard let row = try Row.fetchOne(stmt) else { throw StoreError.corrupt("store_state row is missing") }
+        lastSequence = UInt64(row["last_sequence"] as Int64)
+        startSequence = lastSequence
+        latestHLC = HLCTimestamp(rawValue: UInt64(bitPattern: row["last_hlc"]))
+        let floor = latestHLC
+        store.clock.withLock { $0.raise(to: floor) }
+    }
+
+    /// Persists the sequence counter and clock; called once before commit.
+    func finish() throws {
+        guard lastSequence != startSequence || store.currentClock > latestHLC else { return }
+        let stmt = try db.cachedStatement(
+            sql: "UPDATE store_state SET last_sequence = ?, last_hlc = ? WHERE singleton = 1")
+        try stmt.execute(arguments: [
+            Int64(bitPattern: lastSequence), Int64(bitPattern: store.currentClock.rawValue),
+        ])
+    }
+
+    // MARK: Local edits
+
+    /// Saves a new document (`parent` nil) or a new revision on the current leaf `parent`.
+    @discardableResult
+    public func put(_ id: DocumentID, body: JSON, parent: RevisionID? = nil) throws(StoreError) -> RevisionID {
+        try checkBody(body)
+        return try edit(id, parent: parent, deleted: false, body: body)
+    }
+
+    /// Writes a tombstone on the live leaf `revision`.
+    @discardableResult
+    public func delete(_ id: DocumentID, revision: RevisionID, keepProperties: Bool = false) throws(StoreError)
+        -> RevisionID
+    {
+        var body: JSON = .object([:])
+        if keepProperties {
+            guard let stored = try fetch(id) else { throw .notFound(id) }
+            guard let idx = stored.tree.index(of: revision), let b = stored.tree.revisions[idx].body else {
+                throw .conflict(id: id, given: revision, current: stored.winner)
+            }
+            body = try wrap { try StoredDocument.decodeBody(b) }
+        }
+        return try edit(id, parent: revision, deleted: true, body: body)
+    }
+
+    /// Removes a document and its whole history. Local only: a purge never replicates.
+    @discardableResult
+    public func purge(_ id: DocumentID) throws(StoreError) -> Bool {
+        try wrap {
+            let stmt = try db.cachedStatement(sql: "DELETE FROM documents WHERE id = ?")
+            try stmt.execute(arguments: [id.rawValue])
+            return db.changesCount > 0
+        }
+    }
+
+    private func edit(_ id: DocumentID, parent: RevisionID?, deleted: Bool, body: JSON) throws(StoreError)
+        -> RevisionID
+    {
+        let canonical = body.canonicalBytes
+        if canonical.count > store.options.maxBodyBytes {
+            throw .tooLarge(bytes: canonical.count, limit: store.options.maxBodyBytes)
+        }
+        var stored = try fetch(id)
+        var tree = stored?.tree ?? RevisionTree()
+        var effectiveParent = parent
+        if let stored {
+            let winner = tree.revisions[tree.winnerIndex!]
+            if let parent {
+                // Any leaf may be extended: this is how a losing conflict branch is tombstoned.
+                guard let p = tree.index(of: parent), tree.revisions[p].isLeaf, !tree.revisions[p].deleted else {
+                    throw .conflict(id: id, given: parent, current: stored.winner)
+                }
+            } else if winner.deleted && !deleted {
+                effectiveParent = winner.id  // re-creating a deleted document continues its history
+            } else {
+                throw .conflict(id: id, given: nil, current: stored.winner)
+            }
+        } else if let parent {
+            throw .conflict(id: id, given: parent, current: nil)
+        }
+        let rev = RevisionID.compute(parent: effectiveParent, deleted: deleted, canonicalBody: canonical)
+        try checkBlobs(body)
+        try validate(ProposedRevision(id: id, revision: rev, deleted: deleted, body: body, origin: .local))
+        let hlc = store.nextTimestamp()
+        do {
+            try tree.addChild(rev, of: effectiveParent, deleted: deleted, body: canonical, hlc: hlc)
+        } catch {
+            // The same edit was already made: identical content yields the identical revision.
+            throw .conflict(id: id, given: parent, current: stored?.winner)
+        }
+        try writeRow(id: id, key: stored?.key, tree: &tree)
+        stored = nil
+        return rev
+    }
+
+    // MARK: Replicated revisions
+
+    /// Inserts one existing revision with history; returns what happened instead of throwing
+    /// for problems with the revision itself, so a batch can go on past a bad one.
+    public func insertExisting(_ incoming: IncomingRevision) -> InsertOutcome {
+        do {
+            return try insertExistingOrThrow(incoming)
+        } catch {
+            return .rejected(error)
+        }
+    }
+
+    private func insertExistingOrThrow(_ incoming: IncomingRevision) throws(StoreError) -> InsertOutcome {
+        let id = incoming.id
+        if incoming.revision.generation == 1 && !incoming.history.isEmpty {
+            throw .invalidHistory(id, "revision \(incoming.revision) is generation 1 but has ancestors")
+        }
+        if incoming.revision.generation > 1 && incoming.history.isEmpty {
+            throw .invalidHistory(id, "revision \(incoming.revision) has no parent in its history")
+        }
+        for (i, a) in incoming.history.enumerated() where a.generation != incoming.revision.generation - 1 - i {
+            throw .invalidHistory(id, "generations are not consecutive at \(a)")
+        }
+        if !incoming.deleted { try checkBody(incoming.body) } else if incoming.body.objectValue == nil {
+            throw .invalidBody("a document body must be a JSON object")
+        }
+        let canonical = incoming.body.canonicalBytes
+        if canonical.count > store.options.maxBodyBytes {
+            throw .tooLarge(bytes: canonical.count, limit: store.options.maxBodyBytes)
+        }
+        let expected = RevisionID.compute(
+            parent: incoming.history.first, deleted: incoming.deleted, canonicalBody: canonical)
+        guard expected == incoming.revision else { throw .digestMismatch(id, incoming.revision) }
+        let stored = try fetch(id)
+        if let stored, stored.tree.contains(incoming.revision) { return .alreadyPresent }
+        try checkBlobs(incoming.body)
+        try validate(
+            ProposedRevision(
+                id: id, revision: incoming.revision, deleted: incoming.deleted, body: incoming.body,
+                origin: .replicated))
+        store.observe(incoming.hlc)
+        var tree = stored?.tree ?? RevisionTree()
+        do {
+            try tree.insert(
+                incoming.revision, history: incoming.history, deleted: incoming.deleted, body: canonical,
+                hlc: incoming.hlc)
+        } catch {
+            throw .invalidHistory(id, error.description)
+        }
+        let seq = try writeRow(id: id, key: stored?.key, tree: &tree)
+        return .inserted(sequence: seq)
+    }
+
+    // MARK: Maintenance
+
+    /// Re-applies pruning and body retention to one document; true if it changed.
+    func compact(_ id: DocumentID) throws(StoreError) -> Bool {
+        guard let stored = try fetch(id) else { return false }
+        var tree = stored.tree
+        applyRetention(&tree)
+        guard tree != stored.tree else { return false }
+        let w = tree.winnerIndex!
+        let encoded = tree.encoded(omittingBodyAt: w)
+        try wrap {
+            let stmt = try db.cachedStatement(sql: "UPDATE documents SET tree = ? WHERE doc_key = ?")
+            try stmt.execute(arguments: [Data(encoded), stored.key])
+        }
+        return true
+    }
+
+    // MARK: Helpers
+
+    private func fetch(_ id: DocumentID) throws(StoreError) -> StoredDocument? {
+        try wrap { try StoredDocument.fetch(db, id: id) }
+    }
+
+    private func applyRetention(_ tree: inout RevisionTree) {
+        tree.prune(maxDepth: store.options.maxRevisionDepth)
+        tree.dropBodies(retainingAncestors: store.options.retainedAncestorBodies)
+    }
+
+    /// Writes the document row for `tree` with a new sequence; returns the sequence.
+    @discardableResult
+    private func writeRow(id: DocumentID, key: Int64?, tree: inout RevisionTree) throws(StoreError) -> UInt64 {
+        applyRetention(&tree)
+        let w = tree.winnerIndex!
+        let winner = tree.revisions[w]
+        let encoded = tree.encoded(omittingBodyAt: w)
+        lastSequence += 1
+        let seq = Int64(bitPattern: lastSequence)
+        let body = Data(winner.body ?? Array("{}".utf8))
+        try wrap {
+            if let key {
+                let stmt = try db.cachedStatement(
+                    sql: """
+                        UPDATE documents SET rev = ?, deleted = ?, conflicted = ?, sequence = ?, body = ?, tree = ?
+                        WHERE doc_key = ?
+                        """)
+                try stmt.execute(arguments: [
+                    winner.id.description, winner.deleted, tree.hasConflicts, seq, body, Data(encoded), key,
+                ])
+            } else {
+                let stmt = try db.cachedStatement(
+                    sql: """
+                        INSERT INTO documents (id, rev, deleted, conflicted, sequence, body, tree)
+                        VALUES (?, ?, ?, ?, ?, ?, ?)
+                        """)
+                try stmt.execute(arguments: [
+                    id.rawValue, winner.id.description, winner.deleted, tree.hasConflicts, seq, body, Data(encoded),
+                ])
+            }
+        }
+        return lastSequence
+    }
+
+    /// Top-level bodies must be objects without reserved `_` properties.
+    private func checkBody(_ body: JSON) throws(StoreError) {
+        guard let fields = body.objectValue else {
+            throw .invalidBody("a document body must be a JSON object, not \(body.typeName)")
+        }
+        if let reserved = fields.keys.first(where: { $0.hasPrefix("_") }) {
+            throw .invalidBody("top-level property \"\(reserved)\" is reserved (names starting with '_')")
+        }
+    }
+
+    private func checkBlobs(_ body: JSON) throws(StoreError) {
+        let refs: [BlobReference]
+        do { refs = try body.blobReferences() } catch { throw .invalidBody(error.description) }
+        for ref in refs {
+            guard let length = store.blobs.length(ref.digest) else { throw .missingBlob(ref.digest) }
+            guard length == ref.length else {
+                throw .blobLengthMismatch(ref.digest, declared: ref.length, actual: length)
+            }
+        }
+    }
+
+    private func validate(_ proposed: ProposedRevision) throws(StoreError) {
+        if let validator = store.options.validator, let reason = validator.check(proposed) {
+            throw .rejected(proposed.id, reason: reason)
+        }
+    }
+
+    private func wrap<T>(_ body: () throws -> T) throws(StoreError) -> T {
+        do { return try body() } catch { throw StoreError.wrap(error) }
+    }
+}
