@@ -208,8 +208,8 @@ public final class DocumentStore: Sendable {
     /// A live, gap-free stream of changes after `since`: first the stored backlog, page
     /// by page, then each new change as it is committed through this store. Memory stays
     /// flat however long the backlog. Ends when the consuming task is cancelled.
-    public func liveChanges(since: UInt64 = 0, pageSize: Int = 500) -> LiveChanges {
-        LiveChanges(store: self, since: since, pageSize: pageSize)
+    public func liveChanges(since: UInt64 = 0, pageSize: Int = 500, poll: LiveChanges.Poll? = nil) -> LiveChanges {
+        LiveChanges(store: self, since: since, pageSize: pageSize, poll: poll)
     }
 
     public var lastSequence: UInt64 {

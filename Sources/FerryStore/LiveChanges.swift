@@ -45,22 +45,52 @@ final class ChangeNotifier: Sendable {
 
 /// A gap-free async sequence of changes: the stored backlog page by page, then live
 /// commits. It holds at most one page in memory.
+///
+/// Commits by this process wake it at once. Commits by other processes on the same
+/// database are seen when `poll` is set: the stream re-reads the feed every `interval`
+/// of the given clock while idle.
 public struct LiveChanges: AsyncSequence, Sendable {
     public typealias Element = Change
     let store: DocumentStore
     let since: UInt64
     let pageSize: Int
+    let poll: Poll?
+
+    /// How often an idle stream re-reads the feed, on which clock.
+    public struct Poll: Sendable {
+        public let interval: Duration
+        public let clock: any Clock<Duration>
+        public init(interval: Duration, clock: any Clock<Duration> = ContinuousClock()) {
+            self.interval = interval
+            self.clock = clock
+        }
+    }
 
     public func makeAsyncIterator() -> Iterator {
-        Iterator(store: store, cursor: since, pageSize: pageSize)
+        Iterator(store: store, cursor: since, pageSize: pageSize, poll: poll)
     }
 
     public struct Iterator: AsyncIteratorProtocol {
         let store: DocumentStore
         var cursor: UInt64
         let pageSize: Int
+        let poll: Poll?
         var buffer: [Change] = []
         var position = 0
+
+        func idle(past sequence: UInt64) async {
+            guard let poll else {
+                await store.notifier.wait(past: sequence)
+                return
+            }
+            let notifier = store.notifier
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await notifier.wait(past: sequence) }
+                group.addTask { try? await poll.clock.sleep(for: poll.interval) }
+                await group.next()
+                group.cancelAll()
+            }
+        }
 
         /// The next change, or nil when the task is cancelled. Throws on store errors.
         public mutating func next() async throws -> Change? {
@@ -78,7 +108,7 @@ public struct LiveChanges: AsyncSequence, Sendable {
                 buffer = try store.changes(since: cursor, limit: pageSize)
                 position = 0
                 if buffer.isEmpty {
-                    await store.notifier.wait(past: Swift.max(last, cursor))
+                    await idle(past: Swift.max(last, cursor))
                 }
             }
         }

@@ -1,0 +1,196 @@
+import ArgumentParser
+import FerryCore
+import FerryStore
+import Foundation
+
+struct Put: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Create a document, or update it with --rev. Prints the new revision.",
+        discussion: "BODY is JSON text, '-' for stdin (the default), or @FILE.")
+
+    @OptionGroup var global: GlobalOptions
+    @Argument(help: "Document ID.") var id: String
+    @Argument(help: "JSON object, '-' for stdin, or @FILE.") var body: String?
+    @Option(help: "The current revision being updated (required to update an existing document).")
+    var rev: String?
+
+    func run() async throws {
+        let docID = try Input.documentID(id)
+        let parsed = try Input.splitMeta(try Input.parseJSON(try Input.readAll(body)))
+        if let bodyID = parsed.id, bodyID != id {
+            throw CLIError(message: "_id \"\(bodyID)\" in the body does not match the document ID \"\(id)\"")
+        }
+        if parsed.deleted { throw CLIError(message: "use 'ferry rm' to delete a document") }
+        if let r = rev, let b = parsed.rev, r != b {
+            throw CLIError(message: "--rev \(r) and _rev \(b) in the body disagree")
+        }
+        let parent = try (rev ?? parsed.rev).map(Input.revision)
+        let store = try global.openStore()
+        let newRev = try store.put(docID, body: parsed.body, parent: parent)
+        if global.json {
+            Output.json(["id": .string(id), "rev": .string(newRev.description)])
+        } else {
+            Output.line(newRev.description)
+        }
+    }
+}
+
+struct Get: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Print a document (its current revision, or --rev).")
+
+    @OptionGroup var global: GlobalOptions
+    @Argument var id: String
+    @Option(help: "A specific revision, while its body is retained.") var rev: String?
+    @Flag(help: "Include _conflicts, the other live leaves.") var conflicts = false
+
+    func run() async throws {
+        let docID = try DocumentID(id, allowReserved: true)
+        let revision = try rev.map(Input.revision)
+        let store = try global.openStore()
+        guard let doc = try store.document(docID, revision: revision) else { throw StoreError.notFound(docID) }
+        let value = doc.json(includeConflicts: conflicts)
+        if global.json { Output.json(value) } else { Output.line(value.prettyString) }
+    }
+}
+
+struct Remove: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "rm", abstract: "Delete a document: writes a tombstone revision that replicates.")
+
+    @OptionGroup var global: GlobalOptions
+    @Argument var id: String
+    @Option(help: "The leaf revision being deleted.") var rev: String
+    @Flag(help: "Keep the deleted revision's properties in the tombstone (filters can still route it).")
+    var keepProperties = false
+
+    func run() async throws {
+        let docID = try Input.documentID(id)
+        let revision = try Input.revision(rev)
+        let store = try global.openStore()
+        let newRev = try store.delete(docID, revision: revision, keepProperties: keepProperties)
+        if global.json {
+            Output.json(["id": .string(id), "rev": .string(newRev.description)])
+        } else {
+            Output.line(newRev.description)
+        }
+    }
+}
+
+struct List: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "ls", abstract: "List documents in ID order.")
+
+    @OptionGroup var global: GlobalOptions
+    @Option(help: "At most this many.") var limit: Int?
+    @Flag(help: "Include deleted documents.") var deleted = false
+
+    func validate() throws {
+        if let limit, limit < 0 { throw ValidationError("--limit must not be negative") }
+    }
+
+    func run() async throws {
+        let store = try global.openStore()
+        let docs = try store.allDocuments(limit: limit ?? .max, includeDeleted: deleted)
+        if global.json {
+            Output.json(.array(docs.map { d in
+                var o: [String: JSON] = ["id": .string(d.id.rawValue), "rev": .string(d.revision.description)]
+                if d.deleted { o["deleted"] = true }
+                return .object(o)
+            }))
+        } else {
+            for d in docs { Output.line("\(d.id)\t\(d.revision)\(d.deleted ? "\tdeleted" : "")") }
+        }
+    }
+}
+
+struct Changes: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "The changes feed: one entry per document changed after --since, in sequence order.")
+
+    @OptionGroup var global: GlobalOptions
+    @Option(help: "Only changes after this sequence.") var since: UInt64 = 0
+    @Option(help: "At most this many.") var limit: Int = 10_000
+
+    func validate() throws {
+        if limit < 1 { throw ValidationError("--limit must be at least 1") }
+    }
+
+    func run() async throws {
+        let store = try global.openStore()
+        let changes = try store.changes(since: since, limit: limit)
+        let last = changes.last?.sequence ?? since
+        if global.json {
+            Output.json(["results": .array(changes.map(Output.change)), "last_seq": .int(Int64(last))])
+        } else {
+            for c in changes { Output.line("\(c.sequence)\t\(c.id)\t\(c.revision)\(c.deleted ? "\tdeleted" : "")") }
+            Output.line("last_seq \(last)")
+        }
+    }
+}
+
+struct Conflicts: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "List documents that have conflicting revisions.")
+
+    @OptionGroup var global: GlobalOptions
+
+    func run() async throws {
+        let store = try global.openStore()
+        var entries: [(DocumentID, RevisionID, [RevisionID])] = []
+        for id in try store.conflictedDocumentIDs() {
+            guard let doc = try store.document(id) else { continue }
+            entries.append((id, doc.revision, doc.conflicts))
+        }
+        if global.json {
+            Output.json(.array(entries.map { e in
+                ["id": .string(e.0.rawValue), "rev": .string(e.1.description),
+                 "conflicts": .array(e.2.map { .string($0.description) })]
+            }))
+        } else {
+            if entries.isEmpty { Output.line("no conflicts") }
+            for e in entries {
+                Output.line("\(e.0)\twinner \(e.1)\tconflicts \(e.2.map(\.description).joined(separator: " "))")
+            }
+        }
+    }
+}
+
+struct Purge: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Remove a document and all its history, on this node only (never replicated).")
+
+    @OptionGroup var global: GlobalOptions
+    @Argument var id: String
+
+    func run() async throws {
+        let docID = try DocumentID(id, allowReserved: true)
+        let store = try global.openStore()
+        guard try store.purge(docID) else { throw StoreError.notFound(docID) }
+        if global.json { Output.json(["id": .string(id), "purged": true]) } else { Output.line("purged \(id)") }
+    }
+}
+
+struct Info: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Database UUID, counts, last sequence, size on disk.")
+
+    @OptionGroup var global: GlobalOptions
+
+    func run() async throws {
+        let store = try global.openStore()
+        let i = try store.info()
+        if global.json {
+            Output.json([
+                "uuid": .string(i.uuid), "docCount": .int(Int64(i.documentCount)),
+                "deletedCount": .int(Int64(i.deletedCount)), "conflictCount": .int(Int64(i.conflictedCount)),
+                "lastSequence": .int(Int64(i.lastSequence)), "sizeOnDisk": .int(i.sizeOnDisk),
+                "path": .string(global.dataDirectory),
+            ])
+        } else {
+            Output.line("""
+                data directory  \(global.dataDirectory)
+                database uuid   \(i.uuid)
+                documents       \(i.documentCount) live, \(i.deletedCount) deleted, \(i.conflictedCount) in conflict
+                last sequence   \(i.lastSequence)
+                size on disk    \(i.sizeOnDisk) bytes
+                """)
+        }
+    }
+}
