@@ -74,6 +74,11 @@ extension RevisionTree {
                     body: body, hlc: HLCTimestamp(rawValue: raw), isLeaf: flags & 4 != 0))
         }
         guard pos == b.count else { throw .corruptEncoding("trailing bytes") }
+        var hasChild = [Bool](repeating: false, count: revs.count)
+        for r in revs { if let p = r.parent { hasChild[p] = true } }
+        for (i, r) in revs.enumerated() where r.isLeaf == hasChild[i] {
+            throw .corruptEncoding("leaf flag of \(r.id) disagrees with the tree")
+        }
         self.init()
         self.revisions = revs
     }

@@ -1,0 +1,112 @@
+import Testing
+@testable import FerryCore
+
+@Suite struct JSONTests {
+    @Test func canonicalEncodingSortsKeysAndDropsWhitespace() throws {
+        let v = try JSON.parse(#"{ "b" : [1, 2, {"z":null,"a":true}], "a": "x" }"#)
+        #expect(v.canonicalString == #"{"a":"x","b":[1,2,{"a":true,"z":null}]}"#)
+    }
+
+    @Test func equalNumbersInDifferentSpellingsEncodeIdentically() throws {
+        for text in ["1", "1.0", "1e0", "10e-1", "0.1e1"] {
+            #expect(try JSON.parse(text).canonicalString == "1", "\(text)")
+        }
+        #expect(try JSON.parse("-0").canonicalString == "0")
+        #expect(try JSON.parse("-0.0").canonicalString == "0")
+        #expect(try JSON.parse("1e2").canonicalString == "100")
+    }
+
+    @Test func doublesUseShortestRoundTripInECMAScriptLayout() throws {
+        let cases: [(String, String)] = [
+            ("0.1", "0.1"), ("123.456", "123.456"), ("1e21", "1e+21"), ("1.5e21", "1.5e+21"),
+            ("1e-7", "1e-7"), ("0.000001", "0.000001"), ("1.25e-7", "1.25e-7"), ("-2.5", "-2.5"),
+            ("5e-324", "5e-324"), ("1.7976931348623157e308", "1.7976931348623157e+308"),
+            ("123456789012345680000", "123456789012345680000"), ("0.30000000000000004", "0.30000000000000004"),
+        ]
+        for (input, expected) in cases {
+            #expect(try JSON.parse(input).canonicalString == expected, "\(input)")
+        }
+    }
+
+    @Test func largeIntegersKeepFullPrecision() throws {
+        #expect(try JSON.parse("9223372036854775807").canonicalString == "9223372036854775807")
+        #expect(try JSON.parse("-9223372036854775808") == .int(Int64.min))
+    }
+
+    @Test func stringsAreEscapedMinimally() throws {
+        let v = try JSON.parse(#""a\"b\\c\/d\n\t\u0001\u00e9\ud83d\ude00""#)
+        #expect(v == .string("a\"b\\c/d\n\t\u{01}é😀"))
+        #expect(v.canonicalString == #""a\"b\\c/d\n\t\u0001é😀""#)
+    }
+
+    @Test func parseErrorsNameLineAndColumn() {
+        #expect(throws: JSONParseError.self) { try JSON.parse("{\n  \"a\": 1,\n}") }
+        do {
+            _ = try JSON.parse("{\n  \"a\": 1,\n}")
+        } catch {
+            #expect(error.line == 3)
+            #expect(error.column == 1)
+            #expect(error.description.contains("line 3, column 1"))
+        }
+    }
+
+    @Test(arguments: [
+        "", "{", "[1,]", "{\"a\" 1}", "01", "1.", "-", "tru", "\"abc", "\"\\x\"", "[1] 2",
+        "\"\\ud800\"", "\"\\udc00x\"", "{\"a\":1,\"a\":2}", "1e999", "nul", "\"a\u{01}\"",
+    ])
+    func invalidJSONIsRejected(_ text: String) {
+        #expect(throws: JSONParseError.self) { try JSON.parse(text) }
+    }
+
+    @Test func invalidUTF8IsRejected() {
+        #expect(throws: JSONParseError.self) { try JSON.parse([0x22, 0xFF, 0xFE, 0x22]) }
+    }
+
+    @Test func nestingBeyondTheLimitIsRejected() {
+        let deep = String(repeating: "[", count: 300) + String(repeating: "]", count: 300)
+        #expect(throws: JSONParseError.self) { try JSON.parse(deep) }
+        let ok = String(repeating: "[", count: 200) + String(repeating: "]", count: 200)
+        #expect(throws: Never.self) { try JSON.parse(ok) }
+    }
+
+    @Test func randomValuesRoundTripThroughCanonicalEncoding() throws {
+        var rng = SplitMix64(seed: 42)
+        for _ in 0..<500 {
+            let v = randomJSON(&rng, depth: 0)
+            let bytes = v.canonicalBytes
+            let back = try JSON.parse(bytes)
+            #expect(back.canonicalBytes == bytes)
+        }
+    }
+}
+
+/// A small seeded generator so property tests are reproducible.
+struct SplitMix64: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+func randomJSON(_ rng: inout SplitMix64, depth: Int) -> JSON {
+    let pick = Int.random(in: 0..<(depth > 3 ? 5 : 7), using: &rng)
+    switch pick {
+    case 0: return .null
+    case 1: return .bool(Bool.random(using: &rng))
+    case 2: return .int(Int64.random(in: -1_000_000...1_000_000, using: &rng))
+    case 3: return .number(Double.random(in: -1e6...1e6, using: &rng))
+    case 4:
+        let chars = Array("aé😀\"\\\n\u{01}z ")
+        return .string(String((0..<Int.random(in: 0..<8, using: &rng)).map { _ in chars.randomElement(using: &rng)! }))
+    case 5: return .array((0..<Int.random(in: 0..<4, using: &rng)).map { _ in randomJSON(&rng, depth: depth + 1) })
+    default:
+        var o: [String: JSON] = [:]
+        for i in 0..<Int.random(in: 0..<4, using: &rng) { o["k\(i)\(Int.random(in: 0..<9, using: &rng))"] = randomJSON(&rng, depth: depth + 1) }
+        return .object(o)
+    }
+}

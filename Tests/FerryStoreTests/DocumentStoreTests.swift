@@ -1,0 +1,323 @@
+import FerryCore
+import Foundation
+import Testing
+@testable import FerryStore
+
+@Suite struct DocumentStoreTests {
+    @Test func revisionIDsAreDeterministicAcrossDatabases() throws {
+        let a = try DocumentStore.inMemory()
+        let b = try DocumentStore.inMemory()
+        #expect(a.uuid != b.uuid)
+        let r1a = try a.put(docID("d"), body: ["x": 1, "y": "two"])
+        let r1b = try b.put(docID("d"), body: ["y": "two", "x": 1.0])
+        #expect(r1a == r1b)
+        let r2a = try a.put(docID("d"), body: ["x": 2], parent: r1a)
+        let r2b = try b.put(docID("d"), body: ["x": 2], parent: r1b)
+        #expect(r2a == r2b)
+        let da = try a.delete(docID("d"), revision: r2a)
+        let db = try b.delete(docID("d"), revision: r2b)
+        #expect(da == db)
+    }
+
+    @Test func readReturnsCurrentRevisionWithMetadata() throws {
+        let store = try DocumentStore.inMemory()
+        let rev = try store.put(docID("doc"), body: ["name": "Ada"])
+        let doc = try #require(try store.document(docID("doc")))
+        #expect(doc.revision == rev)
+        #expect(doc.body == ["name": "Ada"])
+        #expect(doc.json() == ["_id": "doc", "_rev": .string(rev.description), "name": "Ada"])
+        #expect(try store.document(docID("missing")) == nil)
+    }
+
+    @Test func staleOrMissingRevisionIsAConflictThatChangesNothing() throws {
+        let store = try DocumentStore.inMemory()
+        let r1 = try store.put(docID("d"), body: ["v": 1])
+        let r2 = try store.put(docID("d"), body: ["v": 2], parent: r1)
+        let before = try snapshot(store)
+        #expect(throws: StoreError.conflict(id: docID("d"), given: r1, current: r2)) {
+            try store.put(docID("d"), body: ["v": 3], parent: r1)
+        }
+        #expect(throws: StoreError.conflict(id: docID("d"), given: nil, current: r2)) {
+            try store.put(docID("d"), body: ["v": 3])
+        }
+        #expect(throws: StoreError.self) { try store.delete(docID("d"), revision: r1) }
+        #expect(throws: StoreError.conflict(id: docID("new"), given: r1, current: nil)) {
+            try store.put(docID("new"), body: ["v": 3], parent: r1)
+        }
+        #expect(try snapshot(store) == before)
+    }
+
+    @Test func aFailedTransactionWritesNothing() throws {
+        let store = try DocumentStore.inMemory()
+        _ = try store.put(docID("keep"), body: ["v": 1])
+        let before = try snapshot(store)
+        #expect(throws: StoreError.self) {
+            try store.write { txn in
+                try txn.put(docID("a"), body: ["v": 1])
+                try txn.put(docID("b"), body: ["v": 1])
+                try txn.put(docID("keep"), body: ["v": 2])  // conflict: rolls back a and b too
+            }
+        }
+        #expect(try snapshot(store) == before)
+    }
+
+    @Test func insertWithHistoryCreatesConflictsWithTheSameWinnerOnBothDatabases() throws {
+        let a = try DocumentStore.inMemory()
+        let b = try DocumentStore.inMemory()
+        let base = try a.put(docID("d"), body: ["v": 0])
+        #expect(try b.insertRevisions([try incoming(a, docID("d"), base)]) == [.inserted(sequence: 1)])
+        let ra = try a.put(docID("d"), body: ["v": "a"], parent: base)
+        let rb = try b.put(docID("d"), body: ["v": "b"], parent: base)
+        // Exchange both ways.
+        let toB = try incoming(a, docID("d"), ra)
+        let toA = try incoming(b, docID("d"), rb)
+        #expect(try b.insertRevisions([toB]).count == 1)
+        #expect(try a.insertRevisions([toA]).count == 1)
+        // Idempotent.
+        #expect(try a.insertRevisions([toA]) == [.alreadyPresent])
+        let docA = try #require(try a.document(docID("d")))
+        let docB = try #require(try b.document(docID("d")))
+        #expect(docA.revision == docB.revision)
+        #expect(docA.conflicts == docB.conflicts)
+        #expect(docA.conflicts.count == 1)
+        #expect(try a.conflictedDocumentIDs() == [docID("d")])
+        // Resolve by tombstoning the loser.
+        _ = try a.delete(docID("d"), revision: docA.conflicts[0])
+        #expect(try a.conflicts(of: docID("d")).isEmpty)
+        #expect(try a.conflictedDocumentIDs().isEmpty)
+        let leaves = try a.revisionTree(docID("d"))!.leaves.filter { !$0.deleted }
+        #expect(leaves.count == 1)
+        #expect(leaves[0].id == docA.revision)
+    }
+
+    @Test func incomingRevisionsAreVerifiedAndABadOneDoesNotStopTheBatch() throws {
+        let source = try DocumentStore.inMemory()
+        let target = try DocumentStore.inMemory()
+        let good = try source.put(docID("good"), body: ["v": 1])
+        let other = try source.put(docID("other"), body: ["v": 1])
+        let forged = IncomingRevision(
+            id: docID("other"), revision: other, history: [], deleted: false, body: ["v": "tampered"])
+        let orphan = IncomingRevision(
+            id: docID("orphan"), revision: try RevisionID("3-" + String(repeating: "a", count: 64)), history: [],
+            deleted: false, body: ["v": 1])
+        let outcomes = try target.insertRevisions([forged, try incoming(source, docID("good"), good), orphan])
+        #expect(outcomes[0] == .rejected(.digestMismatch(docID("other"), other)))
+        #expect(outcomes[1] == .inserted(sequence: 1))
+        guard case .rejected(.invalidHistory) = outcomes[2] else {
+            Issue.record("expected invalid history, got \(outcomes[2])")
+            return
+        }
+        #expect(try target.document(docID("other")) == nil)
+        #expect(try target.documentCount == 1)
+    }
+
+    @Test func deleteKeepsPropertiesWhenAsked() throws {
+        let store = try DocumentStore.inMemory()
+        let r1 = try store.put(docID("a"), body: ["type": "order", "n": 1])
+        let r2 = try store.put(docID("b"), body: ["type": "order", "n": 2])
+        let ta = try store.delete(docID("a"), revision: r1, keepProperties: true)
+        let tb = try store.delete(docID("b"), revision: r2)
+        let a = try #require(try store.document(docID("a")))
+        #expect(a.deleted && a.revision == ta && a.body == ["type": "order", "n": 1])
+        let b = try #require(try store.document(docID("b")))
+        #expect(b.deleted && b.revision == tb && b.body == [:])
+        #expect(try store.documentCount == 0)
+        #expect(try store.allDocuments().isEmpty)
+        #expect(try store.allDocuments(includeDeleted: true).count == 2)
+        // Re-creating a deleted document continues its history.
+        let r3 = try store.put(docID("b"), body: ["again": true])
+        #expect(r3.generation == 3)
+    }
+
+    @Test func purgeRemovesAllHistory() throws {
+        let store = try DocumentStore.inMemory()
+        let r1 = try store.put(docID("p"), body: ["v": 1])
+        _ = try store.put(docID("p"), body: ["v": 2], parent: r1)
+        _ = try store.put(docID("q"), body: ["v": 1])
+        let seq = try store.lastSequence
+        #expect(try store.purge(docID("p")))
+        #expect(try store.purge(docID("p")) == false)
+        #expect(try store.document(docID("p")) == nil)
+        #expect(try store.revisionTree(docID("p")) == nil)
+        #expect(try store.changes().map(\.id) == [docID("q")])
+        // Sequences are never reused after a purge.
+        _ = try store.put(docID("p"), body: ["v": 9])
+        #expect(try store.lastSequence == seq + 1)
+        #expect(try store.document(docID("p"))?.revision.generation == 1)
+    }
+
+    @Test func namedRevisionIsReadableWhileItsBodyIsRetained() throws {
+        var options = StoreOptions()
+        options.retainedAncestorBodies = 1
+        let store = try DocumentStore.inMemory(options: options)
+        var revs = [try store.put(docID("d"), body: ["v": 0])]
+        for i in 1...3 { revs.append(try store.put(docID("d"), body: ["v": .int(Int64(i))], parent: revs.last!)) }
+        #expect(try store.document(docID("d"), revision: revs[2])?.body == ["v": 2])
+        #expect(throws: StoreError.bodyNotRetained(docID("d"), revs[0])) {
+            try store.document(docID("d"), revision: revs[0])
+        }
+        let unknown = try RevisionID("9-" + String(repeating: "b", count: 64))
+        #expect(throws: StoreError.revisionNotFound(docID("d"), unknown)) {
+            try store.document(docID("d"), revision: unknown)
+        }
+    }
+
+    @Test func revsDiffAnswersMissingAndPossibleAncestors() throws {
+        let a = try DocumentStore.inMemory()
+        let b = try DocumentStore.inMemory()
+        let r1 = try a.put(docID("d"), body: ["v": 1])
+        _ = try b.insertRevisions([try incoming(a, docID("d"), r1)])
+        let r2 = try a.put(docID("d"), body: ["v": 2], parent: r1)
+        let r3 = try a.put(docID("d"), body: ["v": 3], parent: r2)
+        let n1 = try a.put(docID("new"), body: ["v": 1])
+        let diff = try b.revsDiff([docID("d"): [r1, r3], docID("new"): [n1]])
+        #expect(diff[docID("d")] == RevsDiffEntry(missing: [r3], possibleAncestors: [r1]))
+        #expect(diff[docID("new")] == RevsDiffEntry(missing: [n1], possibleAncestors: []))
+        #expect(try b.revsDiff([docID("d"): [r1]]).isEmpty)
+    }
+
+    @Test func changesAreOrderedWithOneEntryPerDocument() throws {
+        let store = try DocumentStore.inMemory()
+        let ra = try store.put(docID("a"), body: ["v": 1])
+        _ = try store.put(docID("b"), body: ["v": 1])
+        let ra2 = try store.put(docID("a"), body: ["v": 2], parent: ra)
+        _ = try store.put(docID("c"), body: ["v": 1])
+        let changes = try store.changes()
+        #expect(changes.map(\.id) == [docID("b"), docID("a"), docID("c")])
+        #expect(changes.map(\.sequence) == [2, 3, 4])
+        #expect(changes[1].revision == ra2)
+        #expect(try store.changes(since: 2).map(\.id) == [docID("a"), docID("c")])
+        #expect(try store.changes(since: 0, limit: 1).map(\.id) == [docID("b")])
+        #expect(try store.lastSequence == 4)
+    }
+
+    @Test func liveChangesDeliverTheBacklogThenNewCommits() async throws {
+        let store = try DocumentStore.inMemory()
+        _ = try store.put(docID("old1"), body: ["v": 1])
+        _ = try store.put(docID("old2"), body: ["v": 1])
+        let reader = Task {
+            var seen: [String] = []
+            for try await change in store.liveChanges(since: 0, pageSize: 1) {
+                seen.append(change.id.rawValue)
+                if seen.count == 4 { break }
+            }
+            return seen
+        }
+        _ = try store.put(docID("new1"), body: ["v": 1])
+        _ = try store.put(docID("new2"), body: ["v": 1])
+        let seen = try await reader.value
+        #expect(seen == ["old1", "old2", "new1", "new2"])
+    }
+
+    @Test func liveChangesEndWhenTheTaskIsCancelled() async throws {
+        let store = try DocumentStore.inMemory()
+        let reader = Task {
+            var count = 0
+            for try await _ in store.liveChanges() { count += 1 }
+            return count
+        }
+        reader.cancel()
+        #expect(try await reader.value == 0)
+    }
+
+    @Test func localDocumentsAreSeparateFromTheChangesFeed() throws {
+        let store = try DocumentStore.inMemory()
+        try store.putLocalDocument("checkpoint/peer", body: ["seq": 10])
+        #expect(try store.localDocument("checkpoint/peer") == ["seq": 10])
+        try store.putLocalDocument("checkpoint/peer", body: ["seq": 11])
+        #expect(try store.localDocument("checkpoint/peer") == ["seq": 11])
+        #expect(try store.changes().isEmpty)
+        #expect(try store.lastSequence == 0)
+        #expect(try store.deleteLocalDocument("checkpoint/peer"))
+        #expect(try store.localDocument("checkpoint/peer") == nil)
+    }
+
+    @Test func pruningKeepsTheWinnerAndConflictLeaves() throws {
+        var options = StoreOptions()
+        options.maxRevisionDepth = 5
+        let a = try DocumentStore.inMemory(options: options)
+        let b = try DocumentStore.inMemory(options: options)
+        var rev = try a.put(docID("d"), body: ["v": 0])
+        _ = try b.insertRevisions([try incoming(a, docID("d"), rev)])
+        var brev = rev
+        for i in 1...12 { rev = try a.put(docID("d"), body: ["a": .int(Int64(i))], parent: rev) }
+        for i in 1...3 { brev = try b.put(docID("d"), body: ["b": .int(Int64(i))], parent: brev) }
+        _ = try a.insertRevisions([try incoming(b, docID("d"), brev)])
+        let tree = try #require(try a.revisionTree(docID("d")))
+        #expect(tree.winner?.id == rev)
+        #expect(tree.conflicts == [brev])
+        #expect(tree.history(of: rev).count == 5)
+        #expect(tree.revisions.count <= 10)
+        #expect(try a.document(docID("d"))?.conflicts == [brev])
+    }
+
+    @Test func validationRejectionCarriesAReasonAndChangesNothing() throws {
+        var options = StoreOptions()
+        options.validator = Validator { proposed in
+            proposed.body["owner"] == nil && !proposed.deleted ? "an owner is required" : nil
+        }
+        let store = try DocumentStore.inMemory(options: options)
+        let source = try DocumentStore.inMemory()
+        #expect(throws: StoreError.rejected(docID("x"), reason: "an owner is required")) {
+            try store.put(docID("x"), body: ["v": 1])
+        }
+        let r = try source.put(docID("y"), body: ["v": 1])
+        let outcome = try store.insertRevisions([try incoming(source, docID("y"), r)])
+        #expect(outcome == [.rejected(.rejected(docID("y"), reason: "an owner is required"))])
+        #expect(try snapshot(store) == ["seq=0"])
+        _ = try store.put(docID("x"), body: ["owner": "me"])
+        #expect(try store.documentCount == 1)
+    }
+
+    @Test func badInputGivesClearErrorsAndLeavesTheStoreUnchanged() throws {
+        var options = StoreOptions()
+        options.maxBodyBytes = 1024
+        let store = try DocumentStore.inMemory(options: options)
+        let r = try store.put(docID("keep"), body: ["v": 1])
+        let before = try snapshot(store)
+        let big = JSON.object(["blob": .string(String(repeating: "x", count: 2000))])
+        #expect(throws: StoreError.tooLarge(bytes: big.canonicalBytes.count, limit: 1024)) {
+            try store.put(docID("big"), body: big)
+        }
+        #expect(throws: StoreError.self) { try store.put(docID("arr"), body: [1, 2]) }
+        #expect(throws: StoreError.self) { try store.put(docID("res"), body: ["_secret": 1]) }
+        let unknown = try RevisionID("2-" + String(repeating: "c", count: 64))
+        #expect(throws: StoreError.self) { try store.put(docID("keep"), body: ["v": 2], parent: unknown) }
+        #expect(throws: StoreError.self) { try store.delete(docID("nope"), revision: r) }
+        #expect(throws: DocumentIDError.self) { try DocumentID("") }
+        #expect(try snapshot(store) == before)
+        do {
+            try store.put(docID("arr"), body: [1, 2])
+        } catch {
+            #expect(error.description.contains("must be a JSON object"))
+            #expect(!error.isTransient)
+        }
+    }
+
+    @Test func fileStoreKeepsItsUUIDAndDataAcrossReopen() throws {
+        let dir = TemporaryDirectory()
+        let uuid: String
+        let rev: RevisionID
+        do {
+            let store = try DocumentStore.open(directory: dir.path)
+            uuid = store.uuid
+            rev = try store.put(docID("d"), body: ["v": 1])
+        }
+        let again = try DocumentStore.open(directory: dir.path)
+        #expect(again.uuid == uuid)
+        #expect(try again.document(docID("d"))?.revision == rev)
+        #expect(try again.integrityCheck() == ["ok"])
+        let next = try again.put(docID("e"), body: ["v": 1])
+        #expect(try again.changes().last?.revision == next)
+        #expect(try again.lastSequence == 2)
+    }
+
+    @Test func openingSomethingThatIsNotADatabaseFailsClearly() throws {
+        let dir = TemporaryDirectory()
+        let path = dir.path + "/" + DocumentStore.databaseFileName
+        FileManager.default.createFile(atPath: path, contents: Data(repeating: 0x41, count: 8192))
+        #expect(throws: StoreError.self) { try DocumentStore.open(directory: dir.path) }
+        // The file is left as it was.
+        #expect(FileManager.default.contents(atPath: path) == Data(repeating: 0x41, count: 8192))
+    }
+}
