@@ -50,7 +50,7 @@ let package = Package(
         ),
         .testTarget(name: "FerryCoreTests", dependencies: ["FerryCore"]),
         .testTarget(name: "FerryStoreTests", dependencies: ["FerryStore", "FerryCore"]),
-        .testTarget(name: "FerryCLITests", dependencies: ["ferry", "FerryCore"]),
+        .testTarget(name: "FerryCLITests", dependencies: ["ferry", "FerryCore", "FerryStore"]),
     ],
     swiftLanguageModes: [.v6]
 )
