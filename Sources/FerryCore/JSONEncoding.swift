@@ -5,7 +5,7 @@ extension JSON {
     /// Two equal values always produce identical bytes.
     public var canonicalBytes: [UInt8] {
         var out: [UInt8] = []
-        out.reserveCapacity(256)
+        out.reserveCapacity(1024)
         JSONWriter.write(self, into: &out, pretty: false, indent: 0)
         return out
     }
@@ -41,23 +41,31 @@ enum JSONWriter {
             out.append(UInt8(ascii: "]"))
         case .object(let fields):
             out.append(UInt8(ascii: "{"))
-            let keys = fields.keys.sorted(by: utf8Less)
-            for (i, k) in keys.enumerated() {
+            let sorted = fields.sorted { utf8Less($0.key, $1.key) }
+            for (i, field) in sorted.enumerated() {
                 if i > 0 { out.append(UInt8(ascii: ",")) }
                 if pretty { newline(&out, indent + 1) }
-                writeString(k, into: &out)
+                writeString(field.key, into: &out)
                 out.append(UInt8(ascii: ":"))
                 if pretty { out.append(UInt8(ascii: " ")) }
-                write(fields[k]!, into: &out, pretty: pretty, indent: indent + 1)
+                write(field.value, into: &out, pretty: pretty, indent: indent + 1)
             }
-            if pretty && !keys.isEmpty { newline(&out, indent) }
+            if pretty && !sorted.isEmpty { newline(&out, indent) }
             out.append(UInt8(ascii: "}"))
         }
     }
 
     /// Orders strings by their UTF-8 bytes (equivalently, by Unicode scalar value).
     static func utf8Less(_ a: String, _ b: String) -> Bool {
-        a.utf8.lexicographicallyPrecedes(b.utf8)
+        var a = a
+        var b = b
+        return a.withUTF8 { ua in
+            b.withUTF8 { ub in
+                let n = Swift.min(ua.count, ub.count)
+                for i in 0..<n where ua[i] != ub[i] { return ua[i] < ub[i] }
+                return ua.count < ub.count
+            }
+        }
     }
 
     static func newline(_ out: inout [UInt8], _ indent: Int) {
@@ -68,23 +76,56 @@ enum JSONWriter {
     static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
 
     static func writeString(_ s: String, into out: inout [UInt8]) {
+        var s = s
+        s.withUTF8 { writeString(utf8: $0, into: &out) }
+    }
+
+    /// Copies runs that need no escaping in bulk; only `"`, `\\` and control characters are escaped.
+    static func writeString(utf8 bytes: UnsafeBufferPointer<UInt8>, into out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
-        for b in s.utf8 {
+        var runStart = 0
+        var i = 0
+        let n = bytes.count
+        let raw = UnsafeRawBufferPointer(bytes)
+        while i < n {
+            // Skip eight plain bytes at a time (SWAR: no byte < 0x20, no '"', no '\\').
+            if i + 8 <= n {
+                let x = raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)
+                let ones: UInt64 = 0x0101_0101_0101_0101
+                let high: UInt64 = 0x8080_8080_8080_8080
+                let quote = x ^ (ones &* 0x22)
+                let backslash = x ^ (ones &* 0x5C)
+                let control = (x &- ones &* 0x20) & ~x
+                let isQuote = (quote &- ones) & ~quote
+                let isBackslash = (backslash &- ones) & ~backslash
+                if (control | isQuote | isBackslash) & high == 0 {
+                    i += 8
+                    continue
+                }
+            }
+            let b = bytes[i]
+            if b >= 0x20 && b != 0x22 && b != 0x5C {
+                i += 1
+                continue
+            }
+            if runStart < i { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<i])) }
             switch b {
-            case UInt8(ascii: "\""): out.append(contentsOf: [0x5C, 0x22])
-            case UInt8(ascii: "\\"): out.append(contentsOf: [0x5C, 0x5C])
+            case 0x22: out.append(contentsOf: [0x5C, 0x22])
+            case 0x5C: out.append(contentsOf: [0x5C, 0x5C])
             case 0x08: out.append(contentsOf: [0x5C, UInt8(ascii: "b")])
             case 0x0C: out.append(contentsOf: [0x5C, UInt8(ascii: "f")])
             case 0x0A: out.append(contentsOf: [0x5C, UInt8(ascii: "n")])
             case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
             case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
-            case 0..<0x20:
+            default:
                 out.append(contentsOf: [0x5C, UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0")])
                 out.append(hexDigits[Int(b >> 4)])
                 out.append(hexDigits[Int(b & 0xF)])
-            default: out.append(b)
             }
+            i += 1
+            runStart = i
         }
+        if runStart < n { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<n])) }
         out.append(UInt8(ascii: "\""))
     }
 
@@ -94,6 +135,9 @@ enum JSONWriter {
         if d == 0 { return "0" }
         if !d.isFinite { return "null" }  // unreachable for parsed values; keeps output valid JSON
         if d.rounded(.towardZero) == d, abs(d) <= 9_007_199_254_740_992 { return String(Int64(d)) }
+        // Swift prints plain decimals exactly as ECMAScript does; only exponent forms differ.
+        let plain = d.description
+        if !plain.utf8.contains(UInt8(ascii: "e")) { return plain }
         // Extract digits and exponent from Swift's shortest representation.
         var text = abs(d).description
         var exponent = 0

@@ -7,6 +7,8 @@ public struct RevisionID: Hashable, Sendable, Comparable, CustomStringConvertibl
     public let generation: Int
     /// 64 lowercase hex characters.
     public let digest: String
+    /// `generation-digest`, built once: it is written with every stored revision.
+    public let description: String
 
     public init(generation: Int, digest: String) throws(RevisionIDError) {
         guard generation >= 1, generation <= Int(Int32.max) else { throw .invalid("\(generation)-\(digest)") }
@@ -15,12 +17,17 @@ public struct RevisionID: Hashable, Sendable, Comparable, CustomStringConvertibl
         }
         self.generation = generation
         self.digest = digest
+        self.description = "\(generation)-\(digest)"
     }
 
     init(uncheckedGeneration generation: Int, digest: String) {
         self.generation = generation
         self.digest = digest
+        self.description = "\(generation)-\(digest)"
     }
+
+    public static func == (a: RevisionID, b: RevisionID) -> Bool { a.description == b.description }
+    public func hash(into hasher: inout Hasher) { hasher.combine(description) }
 
     /// Parses `"3-<64 hex>"`.
     public init(_ text: String) throws(RevisionIDError) {
@@ -31,7 +38,6 @@ public struct RevisionID: Hashable, Sendable, Comparable, CustomStringConvertibl
         try self.init(generation: generation, digest: digest)
     }
 
-    public var description: String { "\(generation)-\(digest)" }
 
     /// The winner order: higher generation first, then higher digest.
     public static func < (a: RevisionID, b: RevisionID) -> Bool {

@@ -10,6 +10,22 @@ public final class StoreTransaction {
     private(set) var lastSequence: UInt64
     private let startSequence: UInt64
     private var latestHLC: HLCTimestamp
+    /// Hot-path statements, fetched once per transaction rather than looked up by SQL text per row.
+    private lazy var selectStatement = Result { try db.cachedStatement(sql: StoredDocument.selectSQL) }
+    private lazy var insertStatement = Result {
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO documents (rev, deleted, conflicted, sequence, body, tree, id)
+                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                """)
+    }
+    private lazy var updateStatement = Result {
+        try db.cachedStatement(
+            sql: """
+                UPDATE documents SET rev = ?1, deleted = ?2, conflicted = ?3, sequence = ?4, body = ?5,
+                tree = ?6 WHERE doc_key = ?7
+                """)
+    }
 
     init(db: Database, store: DocumentStore) throws {
         self.db = db
@@ -94,7 +110,7 @@ public final class StoreTransaction {
             throw .conflict(id: id, given: parent, current: nil)
         }
         let rev = RevisionID.compute(parent: effectiveParent, deleted: deleted, canonicalBody: canonical)
-        try checkBlobs(body)
+        try checkBlobs(body, canonical: canonical)
         try validate(ProposedRevision(id: id, revision: rev, deleted: deleted, body: body, origin: .local))
         let hlc = store.nextTimestamp()
         do {
@@ -143,7 +159,7 @@ public final class StoreTransaction {
         guard expected == incoming.revision else { throw .digestMismatch(id, incoming.revision) }
         let stored = try fetch(id)
         if let stored, stored.tree.contains(incoming.revision) { return .alreadyPresent }
-        try checkBlobs(incoming.body)
+        try checkBlobs(incoming.body, canonical: canonical)
         try validate(
             ProposedRevision(
                 id: id, revision: incoming.revision, deleted: incoming.deleted, body: incoming.body,
@@ -181,10 +197,12 @@ public final class StoreTransaction {
     // MARK: Helpers
 
     private func fetch(_ id: DocumentID) throws(StoreError) -> StoredDocument? {
-        try wrap { try StoredDocument.fetch(db, id: id) }
+        try wrap { try StoredDocument.fetch(FastStatement(db, statement: selectStatement.get()), id: id) }
     }
 
     private func applyRetention(_ tree: inout RevisionTree) {
+        let n = tree.revisions.count
+        if n <= store.options.retainedAncestorBodies + 1 && n < store.options.maxRevisionDepth { return }
         tree.prune(maxDepth: store.options.maxRevisionDepth)
         tree.dropBodies(retainingAncestors: store.options.retainedAncestorBodies)
     }
@@ -198,26 +216,25 @@ public final class StoreTransaction {
         let encoded = tree.encoded(omittingBodyAt: w)
         lastSequence += 1
         let seq = Int64(bitPattern: lastSequence)
-        let body = Data(winner.body ?? Array("{}".utf8))
+        let body = winner.body ?? Array("{}".utf8)
         try wrap {
             if let key {
-                let stmt = try db.cachedStatement(
-                    sql: """
-                        UPDATE documents SET rev = ?, deleted = ?, conflicted = ?, sequence = ?, body = ?, tree = ?
-                        WHERE doc_key = ?
-                        """)
-                try stmt.execute(arguments: [
-                    winner.id.description, winner.deleted, tree.hasConflicts, seq, body, Data(encoded), key,
-                ])
+                let stmt = FastStatement(db, statement: try updateStatement.get())
+                stmt.bind(7, key)
+                try bindRow(stmt)
             } else {
-                let stmt = try db.cachedStatement(
-                    sql: """
-                        INSERT INTO documents (id, rev, deleted, conflicted, sequence, body, tree)
-                        VALUES (?, ?, ?, ?, ?, ?, ?)
-                        """)
-                try stmt.execute(arguments: [
-                    id.rawValue, winner.id.description, winner.deleted, tree.hasConflicts, seq, body, Data(encoded),
-                ])
+                let stmt = FastStatement(db, statement: try insertStatement.get())
+                stmt.bind(7, id.rawValue)
+                try bindRow(stmt)
+            }
+            func bindRow(_ stmt: FastStatement) throws {
+                stmt.bind(1, winner.id.description)
+                stmt.bind(2, winner.deleted)
+                stmt.bind(3, tree.hasConflicts)
+                stmt.bind(4, seq)
+                stmt.bind(5, body)
+                stmt.bind(6, encoded)
+                try stmt.run()
             }
         }
         return lastSequence
@@ -233,7 +250,8 @@ public final class StoreTransaction {
         }
     }
 
-    private func checkBlobs(_ body: JSON) throws(StoreError) {
+    private func checkBlobs(_ body: JSON, canonical: [UInt8]) throws(StoreError) {
+        guard DocumentStore.mayContainBlob(canonical) else { return }
         let refs: [BlobReference]
         do { refs = try body.blobReferences() } catch { throw .invalidBody(error.description) }
         for ref in refs {

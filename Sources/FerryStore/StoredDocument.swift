@@ -15,22 +15,26 @@ struct StoredDocument {
 
     /// Loads a document; the winner's body (kept in its own column) is put back into the tree.
     static func fetch(_ db: Database, id: DocumentID, withWinnerBody: Bool = true) throws -> StoredDocument? {
-        let stmt = try db.cachedStatement(sql: withWinnerBody ? selectSQL : selectSQLNoBody)
-        guard let row = try Row.fetchOne(stmt, arguments: [id.rawValue]) else { return nil }
+        try fetch(FastStatement(db, sql: withWinnerBody ? selectSQL : selectSQLNoBody), id: id, withWinnerBody: withWinnerBody)
+    }
+
+    static func fetch(_ stmt: FastStatement, id: DocumentID, withWinnerBody: Bool = true) throws -> StoredDocument? {
+        defer { stmt.done() }
+        stmt.bind(1, id.rawValue)
+        guard try stmt.step() else { return nil }
         var tree: RevisionTree
         do {
-            tree = try RevisionTree(encoded: row["tree"] as Data)
+            tree = try RevisionTree(encoded: stmt.bytes(withWinnerBody ? 5 : 4))
         } catch {
             throw StoreError.corrupt("revision tree of \"\(id)\": \(error)")
         }
         guard let w = tree.winnerIndex else { throw StoreError.corrupt("document \"\(id)\" has no revisions") }
-        let winner = try DocumentStore.parseStoredRev(row["rev"])
+        let winner = try DocumentStore.parseStoredRev(stmt.text(2))
         guard tree.revisions[w].id == winner else {
             throw StoreError.corrupt("document \"\(id)\": stored winner \(winner) disagrees with its tree")
         }
-        if withWinnerBody { tree.restoreBody(Array(row["body"] as Data), at: w) }
-        return StoredDocument(
-            key: row["doc_key"], id: id, tree: tree, winner: winner, sequence: UInt64(row["sequence"] as Int64))
+        if withWinnerBody { tree.restoreBody(stmt.bytes(4), at: w) }
+        return StoredDocument(key: stmt.int64(0), id: id, tree: tree, winner: winner, sequence: UInt64(stmt.int64(3)))
     }
 
     func currentDocument() throws -> Document {

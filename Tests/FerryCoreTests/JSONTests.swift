@@ -110,3 +110,25 @@ func randomJSON(_ rng: inout SplitMix64, depth: Int) -> JSON {
         return .object(o)
     }
 }
+
+@Suite struct JSONEscapingTests {
+    @Test func specialCharactersAreEscapedAtEveryPositionOfLongStrings() throws {
+        let specials: [(Character, String)] = [("\"", "\\\""), ("\\", "\\\\"), ("\n", "\\n"), ("\u{1F}", "\\u001f")]
+        for (special, escaped) in specials {
+            for position in 0..<24 {
+                var chars = Array(repeating: Character("a"), count: 24)
+                chars[position] = special
+                let text = String(chars)
+                let expected = "\"" + String(repeating: "a", count: position) + escaped
+                    + String(repeating: "a", count: 23 - position) + "\""
+                #expect(JSON.string(text).canonicalString == expected, "\(position)")
+                #expect(try JSON.parse(expected) == .string(text))
+            }
+        }
+    }
+
+    @Test func multibyteTextPassesThroughUnescaped() {
+        let text = String(repeating: "päivää 😀 ", count: 5)
+        #expect(JSON.string(text).canonicalString == "\"" + text + "\"")
+    }
+}

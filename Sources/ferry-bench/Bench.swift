@@ -1,0 +1,172 @@
+import ArgumentParser
+import FerryCore
+import FerryStore
+import Foundation
+import GRDBSQLite
+
+/// Benchmarks that print their figures, each against a baseline measured in the same run.
+@main
+struct FerryBench: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "ferry-bench",
+        abstract: "Ferry benchmarks: each figure is a ratio against a baseline measured in the same run.",
+        subcommands: [StoreBench.self])
+}
+
+/// Saves documents through FerryStore and inserts the same documents with raw prepared SQLite statements.
+struct StoreBench: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "store", abstract: "FerryStore save throughput vs raw SQLite inserts (target ratio >= 0.5).")
+
+    @Option(help: "Documents per run.") var count = 100_000
+    @Option(help: "Approximate document size in bytes.") var size = 1024
+    @Option(help: "Runs per measurement (median reported).") var runs = 3
+    @Option(help: "Directory for scratch databases.") var scratch = NSTemporaryDirectory()
+    @Option(help: "Profile one side only: ferry or raw (prints its rate, no ratio).") var only: String?
+
+    func run() throws {
+        let docs = DocumentGenerator(size: size).documents(count)
+        let bodies = docs.map { $0.1.canonicalBytes }
+        let avg = bodies.reduce(0) { $0 + $1.count } / max(bodies.count, 1)
+        print("store: \(count) documents of ~\(avg) bytes, one transaction each run, \(runs) runs, WAL, synchronous=FULL")
+        if only == "encode" {
+            let t0 = ContinuousClock.now
+            var total = 0
+            for (_, body) in docs { total &+= body.canonicalBytes.count }
+            let t1 = ContinuousClock.now
+            for b in bodies { total &+= RevisionID.compute(parent: nil, deleted: false, canonicalBody: b).generation }
+            let t2 = ContinuousClock.now
+            print("encode \((t1 - t0).seconds * 1e6 / Double(count)) us/doc, hash \((t2 - t1).seconds * 1e6 / Double(count)) us/doc (\(total))")
+            return
+        }
+        if let only {
+            for _ in 1...runs {
+                let rate = only == "raw" ? try rawInsert(docs.map(\.0.rawValue), bodies) : try ferrySave(docs)
+                print(String(format: "%@ %.0f docs/s", only, rate))
+            }
+            return
+        }
+        var ferry: [Double] = []
+        var raw: [Double] = []
+        for run in 1...runs {
+            // Alternate the order so neither side always runs on a warmer machine.
+            if run % 2 == 1 {
+                raw.append(try rawInsert(docs.map(\.0.rawValue), bodies))
+                ferry.append(try ferrySave(docs))
+            } else {
+                ferry.append(try ferrySave(docs))
+                raw.append(try rawInsert(docs.map(\.0.rawValue), bodies))
+            }
+        }
+        let f = Stats(ferry)
+        let r = Stats(raw)
+        let ratios = zip(ferry, raw).map { $0 / $1 }
+        let ratio = Stats(ratios)
+        print(String(format: "raw SQLite insert   %9.0f docs/s (min %.0f, max %.0f)", r.median, r.min, r.max))
+        print(String(format: "FerryStore save     %9.0f docs/s (min %.0f, max %.0f)", f.median, f.min, f.max))
+        print(String(format: "ratio ferry/raw     %9.2f (min %.2f, max %.2f)  target >= 0.50  %@",
+                     ratio.median, ratio.min, ratio.max, ratio.median >= 0.5 ? "HOLDS" : "MISSES"))
+    }
+
+    func scratchDir() throws -> String {
+        let dir = (scratch as NSString).appendingPathComponent("ferry-bench-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        return dir
+    }
+
+    func ferrySave(_ docs: [(DocumentID, JSON)]) throws -> Double {
+        let dir = try scratchDir()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let store = try DocumentStore.open(directory: dir)
+        let start = ContinuousClock.now
+        try store.write { txn in
+            for (id, body) in docs { try txn.put(id, body: body) }
+        }
+        let elapsed = ContinuousClock.now - start
+        let stored = try store.documentCount
+        precondition(stored == docs.count)
+        return Double(docs.count) / elapsed.seconds
+    }
+
+    func rawInsert(_ ids: [String], _ bodies: [[UInt8]]) throws -> Double {
+        let dir = try scratchDir()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var db: OpaquePointer?
+        guard sqlite3_open(dir + "/raw.sqlite", &db) == SQLITE_OK else { throw BenchError("sqlite3_open failed") }
+        defer { sqlite3_close(db) }
+        func exec(_ sql: String) throws {
+            guard sqlite3_exec(db, sql, nil, nil, nil) == SQLITE_OK else {
+                throw BenchError(String(cString: sqlite3_errmsg(db)))
+            }
+        }
+        try exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL")
+        try exec("CREATE TABLE docs (id TEXT PRIMARY KEY NOT NULL, body BLOB NOT NULL)")
+        var stmt: OpaquePointer?
+        guard sqlite3_prepare_v2(db, "INSERT INTO docs (id, body) VALUES (?, ?)", -1, &stmt, nil) == SQLITE_OK else {
+            throw BenchError("prepare failed")
+        }
+        defer { sqlite3_finalize(stmt) }
+        let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+        let start = ContinuousClock.now
+        try exec("BEGIN")
+        for (id, body) in zip(ids, bodies) {
+            sqlite3_bind_text(stmt, 1, id, -1, transient)
+            body.withUnsafeBytes { _ = sqlite3_bind_blob(stmt, 2, $0.baseAddress, Int32($0.count), transient) }
+            guard sqlite3_step(stmt) == SQLITE_DONE else { throw BenchError(String(cString: sqlite3_errmsg(db))) }
+            sqlite3_reset(stmt)
+        }
+        try exec("COMMIT")
+        let elapsed = ContinuousClock.now - start
+        return Double(ids.count) / elapsed.seconds
+    }
+}
+
+/// Deterministic documents of roughly a given size.
+struct DocumentGenerator {
+    let size: Int
+
+    func documents(_ count: Int) -> [(DocumentID, JSON)] {
+        let words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"]
+        return (0..<count).map { i in
+            var fields: [String: JSON] = [
+                "type": "reading", "seq": .int(Int64(i)), "station": .string("st-\(i % 97)"),
+                "value": .number(Double(i % 1000) / 8), "ok": .bool(i % 3 != 0),
+                "tags": .array((0..<4).map { .string(words[(i + $0) % words.count]) }),
+            ]
+            let base = JSON.object(fields).canonicalBytes.count
+            let pad = max(0, size - base - 12)
+            var note = ""
+            var k = i
+            while note.utf8.count < pad {
+                note += words[Int(UInt(bitPattern: k) % UInt(words.count))] + " "
+                k = k &* 31 &+ 7
+            }
+            fields["note"] = .string(String(note.prefix(pad)))
+            return (try! DocumentID(String(format: "doc-%08d", i)), .object(fields))
+        }
+    }
+}
+
+struct Stats {
+    let median: Double
+    let min: Double
+    let max: Double
+    init(_ values: [Double]) {
+        let s = values.sorted()
+        median = s[s.count / 2]
+        min = s.first!
+        max = s.last!
+    }
+}
+
+struct BenchError: Error, CustomStringConvertible {
+    let description: String
+    init(_ d: String) { description = d }
+}
+
+extension Duration {
+    var seconds: Double {
+        let (s, a) = components
+        return Double(s) + Double(a) / 1e18
+    }
+}
