@@ -2,7 +2,7 @@
 import PackageDescription
 
 // Layers (see docs/architecture.md): dependencies point down only.
-//   ferry (CLI) -> FerryStore -> FerryCore
+//   ferry (CLI) -> FerrySync -> FerryStore -> FerryCore
 let package = Package(
     name: "Ferry",
     platforms: [.macOS(.v15)],
@@ -11,6 +11,7 @@ let package = Package(
         .executable(name: "ferry-bench", targets: ["ferry-bench"]),
         .library(name: "FerryCore", targets: ["FerryCore"]),
         .library(name: "FerryStore", targets: ["FerryStore"]),
+        .library(name: "FerrySync", targets: ["FerrySync"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
@@ -33,10 +34,18 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        .target(
+            name: "FerrySync",
+            dependencies: [
+                "FerryCore", "FerryStore",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         .executableTarget(
             name: "ferry",
             dependencies: [
-                "FerryCore", "FerryStore",
+                "FerryCore", "FerryStore", "FerrySync",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -51,6 +60,7 @@ let package = Package(
         ),
         .testTarget(name: "FerryCoreTests", dependencies: ["FerryCore"]),
         .testTarget(name: "FerryStoreTests", dependencies: ["FerryStore", "FerryCore"]),
+        .testTarget(name: "FerrySyncTests", dependencies: ["FerrySync", "FerryStore", "FerryCore"]),
         .testTarget(name: "FerryCLITests", dependencies: ["ferry", "FerryCore", "FerryStore"]),
     ],
     swiftLanguageModes: [.v6]

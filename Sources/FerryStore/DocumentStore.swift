@@ -158,6 +158,42 @@ public final class DocumentStore: Sendable {
         try read { db in try StoredDocument.fetch(db, id: id)?.tree }
     }
 
+    /// Revision trees of many documents in one read transaction; absent documents are omitted.
+    public func revisionTrees(_ ids: some Sequence<DocumentID>) throws(StoreError) -> [DocumentID: RevisionTree] {
+        try read { db in
+            let stmt = try FastStatement(db, sql: StoredDocument.selectSQL)
+            var out: [DocumentID: RevisionTree] = [:]
+            for id in ids {
+                if let stored = try StoredDocument.fetch(stmt, id: id) { out[id] = stored.tree }
+            }
+            return out
+        }
+    }
+
+    /// Like `changes`, with every leaf revision of each document (conflicts and tombstoned
+    /// branches included), as replication needs them.
+    public func changesWithLeaves(since: UInt64 = 0, limit: Int = 1000) throws(StoreError) -> [(Change, [RevisionID])] {
+        try read { db in
+            let rows = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT sequence, id, rev, deleted, length(body) AS size, tree FROM documents
+                    WHERE sequence > ? ORDER BY sequence LIMIT ?
+                    """,
+                arguments: [Int64(bitPattern: since), limit])
+            return try rows.map { row in
+                let change = Change(
+                    sequence: UInt64(row["sequence"] as Int64), id: DocumentID(unchecked: row["id"]),
+                    revision: try Self.parseStoredRev(row["rev"]), deleted: row["deleted"], bodySize: row["size"])
+                let tree: RevisionTree
+                do { tree = try RevisionTree(encoded: row["tree"] as Data) } catch {
+                    throw StoreError.corrupt("revision tree of \"\(change.id)\": \(error)")
+                }
+                return (change, tree.leaves.map(\.id))
+            }
+        }
+    }
+
     /// Conflicting live leaves of a document (excluding the winner).
     public func conflicts(of id: DocumentID) throws(StoreError) -> [RevisionID] {
         try revisionTree(id)?.conflicts ?? []

@@ -1,0 +1,33 @@
+import Synchronization
+
+/// Fans values out to any number of AsyncStream subscribers.
+final class Broadcaster<T: Sendable>: Sendable {
+    private let subscribers = Mutex<[Int: AsyncStream<T>.Continuation]>([:])
+    private let nextID = Mutex(0)
+
+    func subscribe() -> AsyncStream<T> {
+        let id = nextID.withLock { n -> Int in
+            n += 1
+            return n
+        }
+        let (stream, continuation) = AsyncStream.makeStream(of: T.self, bufferingPolicy: .bufferingNewest(10_000))
+        continuation.onTermination = { [weak self] _ in
+            self?.subscribers.withLock { _ = $0.removeValue(forKey: id) }
+        }
+        subscribers.withLock { $0[id] = continuation }
+        return stream
+    }
+
+    func send(_ value: T) {
+        let targets = subscribers.withLock { Array($0.values) }
+        for c in targets { c.yield(value) }
+    }
+
+    func finish() {
+        let targets = subscribers.withLock { s -> [AsyncStream<T>.Continuation] in
+            defer { s.removeAll() }
+            return Array(s.values)
+        }
+        for c in targets { c.finish() }
+    }
+}

@@ -1,0 +1,158 @@
+import FerryCore
+import Synchronization
+
+/// Multiplexes requests and replies over one message endpoint: numbers outgoing
+/// requests, matches replies to waiting callers, and hands incoming requests to a handler.
+public final class Connection: Sendable {
+    /// Answers one incoming request; returns the reply (nil for no-reply requests).
+    public typealias RequestHandler = @Sendable (Message) async -> Message?
+
+    let endpoint: any MessageEndpoint
+    private let state = Mutex(State())
+    private let handler: RequestHandler?
+    /// Bytes sent and received, for summaries.
+    public let counters = Mutex(Counters())
+
+    public struct Counters: Sendable {
+        public var bytesSent = 0
+        public var bytesReceived = 0
+        public var messagesSent = 0
+        public var messagesReceived = 0
+    }
+
+    struct State {
+        var nextNumber: UInt64 = 1
+        var pending: [UInt64: CheckedContinuation<Message, any Error>] = [:]
+        var closedWith: SyncError?
+        var reader: Task<Void, Never>?
+    }
+
+    public init(endpoint: any MessageEndpoint, handler: RequestHandler? = nil) {
+        self.endpoint = endpoint
+        self.handler = handler
+    }
+
+    /// Starts reading incoming messages. Returns at once.
+    public func start() {
+        let task = Task { [self] in await self.readLoop() }
+        state.withLock { $0.reader = task }
+    }
+
+    /// Runs until the endpoint closes, then fails every waiting request.
+    public func run() async {
+        await readLoop()
+    }
+
+    private func readLoop() async {
+        var closeError = SyncError.disconnected("the peer closed the connection")
+        do {
+            for try await bytes in endpoint.incoming {
+                counters.withLock {
+                    $0.bytesReceived += bytes.count
+                    $0.messagesReceived += 1
+                }
+                let message: Message
+                do { message = try Message(decoding: bytes) } catch {
+                    closeError = error
+                    await endpoint.close(error: error)
+                    break
+                }
+                switch message.kind {
+                case .request: dispatch(message)
+                case .response, .error:
+                    let waiter = state.withLock { $0.pending.removeValue(forKey: message.number) }
+                    // A reply nobody waits for (a duplicate, or after a cancel) is ignored.
+                    waiter?.resume(returning: message)
+                }
+            }
+        } catch {
+            closeError = SyncError.from(error)
+        }
+        failAll(closeError)
+    }
+
+    private func dispatch(_ request: Message) {
+        guard let handler else {
+            if request.flags & Message.flagNoReply == 0 {
+                let reply = Message.errorReply(
+                    to: request.number, .protocolViolation("this side does not accept requests"))
+                Task { try? await self.sendRaw(reply) }
+            }
+            return
+        }
+        Task {
+            let reply = await handler(request)
+            if let reply, request.flags & Message.flagNoReply == 0 {
+                try? await self.sendRaw(reply)
+            }
+        }
+    }
+
+    private func failAll(_ error: SyncError) {
+        let waiters = state.withLock { s -> [CheckedContinuation<Message, any Error>] in
+            if s.closedWith == nil { s.closedWith = error }
+            let w = Array(s.pending.values)
+            s.pending.removeAll()
+            return w
+        }
+        for w in waiters { w.resume(throwing: error) }
+    }
+
+    func sendRaw(_ message: Message) async throws(SyncError) {
+        let bytes = message.encoded()
+        counters.withLock {
+            $0.bytesSent += bytes.count
+            $0.messagesSent += 1
+        }
+        try await endpoint.send(bytes)
+    }
+
+    /// Sends a request and waits for its reply. An error reply throws the error it carries.
+    public func request(_ profile: String, properties: [(String, String)] = [], body: [UInt8] = []) async throws(SyncError)
+        -> Message
+    {
+        let (number, closed) = state.withLock { s -> (UInt64, SyncError?) in
+            defer { s.nextNumber += 1 }
+            return (s.nextNumber, s.closedWith)
+        }
+        if let closed { throw closed }
+        let message = Message(kind: .request, number: number, properties: [("Profile", profile)] + properties, body: body)
+        let reply: Message
+        do {
+            reply = try await withCheckedThrowingContinuation { (c: CheckedContinuation<Message, any Error>) in
+                let closed = state.withLock { s -> SyncError? in
+                    if let e = s.closedWith { return e }
+                    s.pending[number] = c
+                    return nil
+                }
+                if let closed {
+                    c.resume(throwing: closed)
+                    return
+                }
+                Task {
+                    do { try await self.sendRaw(message) } catch {
+                        let w = self.state.withLock { $0.pending.removeValue(forKey: number) }
+                        w?.resume(throwing: error)
+                    }
+                }
+            }
+        } catch {
+            throw SyncError.from(error)
+        }
+        if reply.kind == .error { throw reply.carriedError }
+        return reply
+    }
+
+    /// Sends a JSON request and parses the JSON reply.
+    public func requestJSON(_ profile: String, _ body: JSON) async throws(SyncError) -> JSON {
+        try await request(profile, body: body.canonicalBytes).json()
+    }
+
+    /// Closes the endpoint and fails waiting requests.
+    public func close(error: SyncError? = nil) async {
+        await endpoint.close(error: error)
+        failAll(error ?? .disconnected("closed locally"))
+        let reader = state.withLock { $0.reader }
+        reader?.cancel()
+    }
+}

@@ -1,0 +1,351 @@
+import FerryCore
+import FerryStore
+import Foundation
+import Logging
+
+/// The passive side of replication: answers a peer's requests on any endpoint,
+/// applying that peer's read and write policy.
+public final class ReplicationResponder: Sendable {
+    /// How a responder serves its peers.
+    public struct Options: Sendable {
+        /// Refuse every push (a permanent `forbidden` error).
+        public var readOnly = false
+        public var allowPush = true
+        public var allowPull = true
+        /// The policy of each peer, by node ID; `defaultPolicy` for the rest.
+        public var policies: [String: PeerPolicy] = [:]
+        public var defaultPolicy = PeerPolicy.trusted
+        /// This node's identity, sent in hello.
+        public var nodeID = "anonymous"
+        /// How long a live `changes` request may wait before answering empty (a heartbeat).
+        public var maxLongPoll: Duration = .seconds(60)
+        public init() {}
+
+        func policy(for peer: String) -> PeerPolicy { policies[peer] ?? defaultPolicy }
+    }
+
+    let store: DocumentStore
+    let options: Options
+    let logger: Logger
+    let clock: any Clock<Duration>
+
+    public init(
+        store: DocumentStore, options: Options = Options(), clock: any Clock<Duration> = ContinuousClock(),
+        logger: Logger = Logger(label: "ferry.sync.responder")
+    ) {
+        self.store = store
+        self.options = options
+        self.clock = clock
+        self.logger = logger
+    }
+
+    /// Serves one endpoint until it closes.
+    public func serve(_ endpoint: any MessageEndpoint) async {
+        let session = ResponderSession(responder: self)
+        let connection = Connection(endpoint: endpoint) { request in await session.handle(request) }
+        await connection.run()
+    }
+}
+
+/// One peer's session with a responder: remembers the peer's identity after hello.
+final class ResponderSession: Sendable {
+    let responder: ReplicationResponder
+    private let peer = LockedValue<String?>(nil)
+
+    init(responder: ReplicationResponder) { self.responder = responder }
+
+    var store: DocumentStore { responder.store }
+    var options: ReplicationResponder.Options { responder.options }
+    var policy: PeerPolicy { options.policy(for: peer.value ?? "") }
+
+    func handle(_ request: Message) async -> Message? {
+        do {
+            let profile = request.profile ?? ""
+            if profile != SyncProtocol.Profile.hello && peer.value == nil {
+                throw SyncError.protocolViolation("the first request must be hello")
+            }
+            let reply: Message
+            switch profile {
+            case SyncProtocol.Profile.hello: reply = try hello(request)
+            case SyncProtocol.Profile.getCheckpoint: reply = try getCheckpoint(request)
+            case SyncProtocol.Profile.setCheckpoint: reply = try setCheckpoint(request)
+            case SyncProtocol.Profile.changes: reply = try await changes(request)
+            case SyncProtocol.Profile.getRevs: reply = try getRevs(request)
+            case SyncProtocol.Profile.revsDiff: reply = try revsDiff(request)
+            case SyncProtocol.Profile.putRevs: reply = try putRevs(request)
+            case SyncProtocol.Profile.hasBlobs: reply = try hasBlobs(request)
+            case SyncProtocol.Profile.getBlob: reply = try getBlob(request)
+            case SyncProtocol.Profile.putBlob: reply = try putBlob(request)
+            default: throw SyncError(code: "unknown_request", message: "unknown request \"\(profile)\"", isTransient: false)
+            }
+            return reply
+        } catch {
+            let e = SyncError.from(error)
+            responder.logger.warning("request failed", metadata: ["profile": "\(request.profile ?? "?")", "error": "\(e)"])
+            return Message.errorReply(to: request.number, e)
+        }
+    }
+
+    func reply(_ request: Message, _ body: JSON) -> Message {
+        Message(kind: .response, number: request.number, body: body.canonicalBytes)
+    }
+
+    func hello(_ request: Message) throws -> Message {
+        let body = try request.json()
+        guard let node = body["nodeID"]?.stringValue, !node.isEmpty else {
+            throw SyncError.protocolViolation("hello lacks nodeID")
+        }
+        guard case .array(let versions)? = body["protocol"] else { throw SyncError.protocolViolation("hello lacks protocol") }
+        let offered = versions.compactMap(\.intValue).map(Int.init)
+        guard let version = SyncProtocol.versions.first(where: offered.contains) else {
+            throw SyncError.incompatibleVersion(
+                "peer speaks protocol \(offered), this node speaks \(SyncProtocol.versions)")
+        }
+        peer.value = node
+        return reply(request, [
+            "nodeID": .string(options.nodeID), "database": .string(store.uuid), "protocol": .int(Int64(version)),
+            "features": .array(SyncProtocol.features.map { .string($0) }),
+            "allowPush": .bool(options.allowPush && !options.readOnly), "allowPull": .bool(options.allowPull),
+        ])
+    }
+
+    func checkpointKey(_ body: JSON) throws -> String {
+        guard let id = body["id"]?.stringValue, !id.isEmpty, id.utf8.count <= 200 else {
+            throw SyncError.protocolViolation("checkpoint request lacks a valid id")
+        }
+        // Namespaced by peer so one peer cannot read or overwrite another's checkpoints.
+        return "checkpoint/peer/\(peer.value ?? "")/\(id)"
+    }
+
+    func getCheckpoint(_ request: Message) throws -> Message {
+        let key = try checkpointKey(try request.json())
+        return reply(request, ["value": try store.localDocument(key) ?? .null])
+    }
+
+    func setCheckpoint(_ request: Message) throws -> Message {
+        let body = try request.json()
+        let key = try checkpointKey(body)
+        guard let value = body["value"], value.objectValue != nil else {
+            throw SyncError.protocolViolation("setCheckpoint lacks an object value")
+        }
+        try store.putLocalDocument(key, body: value)
+        return reply(request, [:])
+    }
+
+    func requirePull() throws {
+        guard options.allowPull else { throw SyncError.forbidden("this node does not allow pull") }
+    }
+
+    func requirePush() throws {
+        guard options.allowPush && !options.readOnly else {
+            throw SyncError.forbidden("this node is read-only: push is refused")
+        }
+    }
+
+    /// Changes after `since`, with every leaf; hidden documents are skipped but `lastSeq`
+    /// still advances past them. A `live` request waits up to `timeoutMs` for a change.
+    func changes(_ request: Message) async throws -> Message {
+        try requirePull()
+        let body = try request.json()
+        let since = UInt64(max(0, body["since"]?.intValue ?? 0))
+        let limit = Int(min(max(1, body["limit"]?.intValue ?? 200), 5000))
+        let live = body["live"]?.boolValue ?? false
+        let timeout = Duration.milliseconds(min(max(0, body["timeoutMs"]?.intValue ?? 0), 600_000))
+        var docIDs: Set<String>?
+        if case .array(let ids)? = body["docIDs"] { docIDs = Set(ids.compactMap(\.stringValue)) }
+        let readRule = policy.read
+        var page = try store.changesWithLeaves(since: since, limit: limit)
+        if page.isEmpty && live {
+            let wait = min(timeout, options.maxLongPoll)
+            page = try await waitForChanges(since: since, limit: limit, for: wait)
+        }
+        var entries: [JSON] = []
+        var trees: [DocumentID: RevisionTree] = [:]
+        if !readRule.types.isEmpty {
+            trees = try store.revisionTrees(page.map(\.0.id))
+        }
+        for (change, leaves) in page {
+            if let docIDs, !docIDs.contains(change.id.rawValue) { continue }
+            if !readRule.admitsEverything {
+                let body = trees[change.id]?.winner?.body.flatMap { try? JSON.parse($0) }
+                if !readRule.admits(id: change.id, body: body) { continue }
+            }
+            entries.append([
+                .int(Int64(change.sequence)), .string(change.id.rawValue),
+                .array(leaves.map { .string($0.description) }), .bool(change.deleted), .int(Int64(change.bodySize)),
+            ])
+        }
+        let lastSeq = page.last?.0.sequence ?? since
+        return reply(request, ["changes": .array(entries), "lastSeq": .int(Int64(lastSeq))])
+    }
+
+    func waitForChanges(since: UInt64, limit: Int, for wait: Duration) async throws -> [(Change, [RevisionID])] {
+        let store = self.store
+        let clock = responder.clock
+        return try await withThrowingTaskGroup(of: [(Change, [RevisionID])]?.self) { group in
+            group.addTask {
+                var iterator = store.liveChanges(since: since).makeAsyncIterator()
+                _ = try await iterator.next()
+                return try store.changesWithLeaves(since: since, limit: limit)
+            }
+            group.addTask {
+                try await clock.sleep(for: wait)
+                return nil
+            }
+            let first = try await group.next() ?? nil
+            group.cancelAll()
+            return first ?? []
+        }
+    }
+
+    func revsDiff(_ request: Message) throws -> Message {
+        try requirePush()
+        let body = try request.json()
+        guard let docs = body["docs"]?.objectValue else { throw SyncError.protocolViolation("revsDiff lacks docs") }
+        var query: [DocumentID: [RevisionID]] = [:]
+        for (id, revs) in docs {
+            guard let docID = try? DocumentID(id, allowReserved: true), case .array(let list) = revs else {
+                throw SyncError.protocolViolation("revsDiff entry for \"\(id)\" is malformed")
+            }
+            query[docID] = try list.map { try RevisionID($0.stringValue ?? "") }
+        }
+        let answer = try store.revsDiff(query)
+        var out: [String: JSON] = [:]
+        for (id, entry) in answer {
+            out[id.rawValue] = [
+                "missing": .array(entry.missing.map { .string($0.description) }),
+                "ancestors": .array(entry.possibleAncestors.map { .string($0.description) }),
+            ]
+        }
+        return reply(request, .object(out))
+    }
+
+    /// Sends the requested revisions, as deltas against ancestors the peer holds when smaller.
+    func getRevs(_ request: Message) throws -> Message {
+        try requirePull()
+        let body = try request.json()
+        guard case .array(let wanted)? = body["revs"] else { throw SyncError.protocolViolation("getRevs lacks revs") }
+        let useDeltas = body["deltas"]?.boolValue ?? false
+        let maxHistory = Int(min(max(1, body["maxHistory"]?.intValue ?? 100), 1000))
+        var requests: [(DocumentID, RevisionID, [RevisionID])] = []
+        for w in wanted {
+            guard let id = w["id"]?.stringValue.flatMap({ try? DocumentID($0, allowReserved: true) }),
+                let rev = w["rev"]?.stringValue.flatMap({ try? RevisionID($0) })
+            else { throw SyncError.protocolViolation("getRevs entry is malformed") }
+            var known: [RevisionID] = []
+            if case .array(let k)? = w["ancestors"] { known = k.compactMap { $0.stringValue.flatMap { try? RevisionID($0) } } }
+            requests.append((id, rev, known))
+        }
+        let trees = try store.revisionTrees(requests.map(\.0))
+        let readRule = policy.read
+        var out: [JSON] = []
+        for (id, rev, known) in requests {
+            guard let tree = trees[id],
+                let (wire, _) = WireRevision.make(
+                    id: id, revision: rev, tree: tree, receiverHas: known, useDeltas: useDeltas, maxHistory: maxHistory)
+            else {
+                out.append(["id": .string(id.rawValue), "rev": .string(rev.description), "missing": true])
+                continue
+            }
+            let winnerBody = tree.winner?.body.flatMap { try? JSON.parse($0) }
+            if !readRule.admits(id: id, body: winnerBody) {
+                out.append(["id": .string(id.rawValue), "rev": .string(rev.description), "missing": true])
+                continue
+            }
+            out.append(wire.json)
+        }
+        return reply(request, ["revs": .array(out)])
+    }
+
+    /// Inserts pushed revisions through the trust boundary; answers per revision.
+    func putRevs(_ request: Message) throws -> Message {
+        try requirePush()
+        let body = try request.json()
+        guard case .array(let list)? = body["revs"] else { throw SyncError.protocolViolation("putRevs lacks revs") }
+        let pipeline = IncomingPipeline(policy: policy, filter: nil, maxBodyBytes: store.options.maxBodyBytes)
+        var wires: [WireRevision] = []
+        for item in list { wires.append(try WireRevision(json: item)) }
+        let trees = try store.revisionTrees(Set(wires.compactMap { try? DocumentID($0.id, allowReserved: true) }))
+        var results: [JSON] = []
+        var accepted: [(Int, IncomingRevision)] = []
+        for wire in wires {
+            switch pipeline.check(wire, baseBody: { id, base in
+                trees[id]?.revision(base)?.body.flatMap { try? JSON.parse($0).objectValue }
+            }) {
+            case .accepted(let rev):
+                accepted.append((results.count, rev))
+                results.append(["id": .string(wire.id), "rev": .string(wire.rev), "status": "ok"])
+            case .rejected(_, _, let rejection):
+                results.append([
+                    "id": .string(wire.id), "rev": .string(wire.rev), "status": "rejected",
+                    "reason": .string(rejection.description),
+                ])
+            case .needFull:
+                results.append(["id": .string(wire.id), "rev": .string(wire.rev), "status": "needFull"])
+            }
+        }
+        let outcomes = try store.insertRevisions(accepted.map(\.1))
+        for ((index, rev), outcome) in zip(accepted, outcomes) {
+            switch outcome {
+            case .inserted: break
+            case .alreadyPresent: results[index] = ["id": .string(rev.id.rawValue), "rev": .string(rev.revision.description), "status": "exists"]
+            case .rejected(let e):
+                let stage = e.code == "rejected" ? "validation" : "structure"
+                results[index] = [
+                    "id": .string(rev.id.rawValue), "rev": .string(rev.revision.description), "status": "rejected",
+                    "reason": .string("\(stage): \(e.description)"),
+                ]
+            }
+        }
+        return reply(request, ["results": .array(results)])
+    }
+
+    func hasBlobs(_ request: Message) throws -> Message {
+        try requirePush()
+        let body = try request.json()
+        guard case .array(let list)? = body["digests"] else { throw SyncError.protocolViolation("hasBlobs lacks digests") }
+        var missing: [JSON] = []
+        for d in list {
+            guard let digest = d.stringValue.flatMap({ try? BlobDigest($0) }) else {
+                throw SyncError.protocolViolation("bad blob digest")
+            }
+            if !store.blobs.has(digest) { missing.append(.string(digest.description)) }
+        }
+        return reply(request, ["missing": .array(missing)])
+    }
+
+    func getBlob(_ request: Message) throws -> Message {
+        try requirePull()
+        guard let digest = request["Digest"].flatMap({ try? BlobDigest($0) }) else {
+            throw SyncError.protocolViolation("getBlob lacks a valid Digest property")
+        }
+        guard let content = try store.blobs.get(digest) else {
+            throw SyncError(code: "not_found", message: "no blob \(digest)", isTransient: false)
+        }
+        return Message(kind: .response, number: request.number, body: content)
+    }
+
+    func putBlob(_ request: Message) throws -> Message {
+        try requirePush()
+        guard let digest = request["Digest"].flatMap({ try? BlobDigest($0) }) else {
+            throw SyncError.protocolViolation("putBlob lacks a valid Digest property")
+        }
+        guard BlobDigest.of(request.body) == digest else {
+            throw SyncError.protocolViolation("blob content does not match digest \(digest)")
+        }
+        try store.blobs.put(request.body)
+        return reply(request, [:])
+    }
+}
+
+/// A mutex-protected value with a plain getter and setter.
+final class LockedValue<T: Sendable>: Sendable {
+    private let storage: Mutex<T>
+    init(_ value: T) { storage = Mutex(value) }
+    var value: T {
+        get { storage.withLock { $0 } }
+        set { storage.withLock { $0 = newValue } }
+    }
+}
+
+import Synchronization

@@ -1,0 +1,609 @@
+import Crypto
+import FerryCore
+import FerryStore
+import Foundation
+import Logging
+import Synchronization
+
+/// The active side of replication: connects to a peer through a connector, then pulls
+/// and/or pushes until caught up (one-shot) or stopped (continuous), retrying transient
+/// failures with backoff. Reports status, document events and pending documents.
+public final class Replicator: Sendable {
+    /// Opens a new endpoint to the peer; called once per connection attempt.
+    public typealias Connector = @Sendable () async throws -> any MessageEndpoint
+
+    public let configuration: ReplicatorConfiguration
+    let store: DocumentStore
+    let connector: Connector
+    let clock: any Clock<Duration>
+    let logger: Logger
+    private let state = Mutex(RunState())
+    private let statusBroadcaster = Broadcaster<ReplicatorStatus>()
+    private let eventBroadcaster = Broadcaster<DocumentEvent>()
+    private let summaryState = LockedBox(ReplicationSummary())
+
+    struct RunState {
+        var status = ReplicatorStatus.initial
+        var stopRequested = false
+        var task: Task<Void, Never>?
+        var remoteDatabase: String?
+    }
+
+    public init(
+        store: DocumentStore, connector: @escaping Connector, configuration: ReplicatorConfiguration = .init(),
+        clock: any Clock<Duration> = ContinuousClock(), logger: Logger = Logger(label: "ferry.sync.replicator")
+    ) {
+        self.store = store
+        self.connector = connector
+        self.configuration = configuration
+        self.clock = clock
+        self.logger = logger
+    }
+
+    // MARK: Observing
+
+    public var status: ReplicatorStatus { state.withLock { $0.status } }
+    public var summary: ReplicationSummary { summaryState.read { $0 } }
+
+    /// Every status change from now on; finishes when the replicator stops for good.
+    public func statusChanges() -> AsyncStream<ReplicatorStatus> { statusBroadcaster.subscribe() }
+
+    /// Every document pushed, pulled or refused from now on.
+    public func documentEvents() -> AsyncStream<DocumentEvent> { eventBroadcaster.subscribe() }
+
+    private func update(_ change: (inout ReplicatorStatus) -> Void) {
+        let old = status
+        let new = statusBox.modify { s -> ReplicatorStatus in
+            change(&s)
+            return s
+        }
+        state.withLock { $0.status = new }
+        if old != new { statusBroadcaster.send(new) }
+    }
+    private let statusBox = LockedBox(ReplicatorStatus.initial)
+
+    private func setActivity(_ activity: ReplicatorStatus.Activity, error: SyncError? = nil) {
+        update {
+            $0.activity = activity
+            if activity != .idle && activity != .busy || error != nil { $0.error = error }
+        }
+    }
+
+    private func count(_ change: (inout ReplicationSummary) -> Void) { summaryState.modify(change) }
+
+    // MARK: Running
+
+    /// Runs until one-shot replication completes, `stop()` is called, a permanent error
+    /// occurs, or the attempts run out. The final status says which.
+    public func run() async {
+        state.withLock {
+            $0.stopRequested = false
+        }
+        var attempt = 0
+        while true {
+            if stopRequested || Task.isCancelled { break }
+            setActivity(.connecting)
+            let progressBefore = summary
+            do {
+                try await connectAndReplicate()
+                setActivity(.stopped)
+                break
+            } catch {
+                let e = SyncError.from(error)
+                if stopRequested || Task.isCancelled {
+                    setActivity(.stopped)
+                    break
+                }
+                if !e.isTransient {
+                    logger.error("replication stopped", metadata: ["error": "\(e)"])
+                    setActivity(.stopped, error: e)
+                    break
+                }
+                attempt = summary == progressBefore ? attempt + 1 : 1
+                if attempt >= configuration.effectiveMaxAttempts {
+                    logger.error("replication gave up", metadata: ["error": "\(e)", "attempts": "\(attempt)"])
+                    setActivity(.stopped, error: e)
+                    break
+                }
+                logger.info("replication offline, will retry", metadata: ["error": "\(e)", "attempt": "\(attempt)"])
+                setActivity(.offline, error: e)
+                do {
+                    try await clock.sleep(for: backoff(attempt: attempt))
+                } catch {
+                    setActivity(.stopped)
+                    break
+                }
+            }
+        }
+        if status.activity != .stopped { setActivity(.stopped) }
+        statusBroadcaster.finish()
+        eventBroadcaster.finish()
+    }
+
+    /// Starts `run()` in a task of its own.
+    public func start() {
+        let task = Task { await self.run() }
+        state.withLock { $0.task = task }
+    }
+
+    /// Asks the replicator to stop; a batch being inserted finishes and its checkpoint is
+    /// saved locally first.
+    public func stop() {
+        let task = state.withLock { s -> Task<Void, Never>? in
+            s.stopRequested = true
+            return s.task
+        }
+        task?.cancel()
+        stopSignal.send(())
+    }
+
+    /// Waits until a task started with `start()` has finished.
+    public func waitUntilStopped() async {
+        let task = state.withLock { $0.task }
+        await task?.value
+    }
+
+    private let stopSignal = Broadcaster<Void>()
+    var stopRequested: Bool { state.withLock { $0.stopRequested } }
+
+    func backoff(attempt: Int) -> Duration {
+        let base = configuration.initialAttemptWait * Int(min(1 << min(attempt - 1, 30), 1 << 30))
+        let capped = min(base, configuration.maxAttemptWait)
+        // Jitter in [0.5, 1.0) so peers that failed together do not retry together.
+        return capped * Double.random(in: 0.5..<1.0)
+    }
+
+    private func connectAndReplicate() async throws {
+        let endpoint: any MessageEndpoint
+        do {
+            endpoint = try await connector()
+        } catch {
+            throw SyncError.from(error)
+        }
+        let connection = Connection(endpoint: endpoint)
+        connection.start()
+        do {
+            try await replicate(over: connection)
+            await connection.close()
+        } catch {
+            await connection.close(error: SyncError.from(error))
+            throw error
+        }
+        let c = connection.counters.withLock { $0 }
+        count {
+            $0.bytesSent += c.bytesSent
+            $0.bytesReceived += c.bytesReceived
+        }
+    }
+
+    private func replicate(over connection: Connection) async throws {
+        let hello = try await connection.requestJSON(
+            SyncProtocol.Profile.hello,
+            [
+                "nodeID": .string(configuration.nodeID), "database": .string(store.uuid),
+                "protocol": .array(SyncProtocol.versions.map { .int(Int64($0)) }),
+                "features": .array(SyncProtocol.features.map { .string($0) }),
+            ])
+        guard let remoteDB = hello["database"]?.stringValue else {
+            throw SyncError.protocolViolation("hello reply lacks database")
+        }
+        state.withLock { $0.remoteDatabase = remoteDB }
+        let direction = configuration.direction
+        if direction.pulls && hello["allowPull"] != .bool(true) {
+            throw SyncError.forbidden("the peer does not allow pull")
+        }
+        if direction.pushes && hello["allowPush"] != .bool(true) {
+            throw SyncError.forbidden("the peer is read-only: push is refused")
+        }
+        setActivity(.busy)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            if direction.pulls { group.addTask { try await self.pullLoop(connection, remoteDB: remoteDB) } }
+            if direction.pushes { group.addTask { try await self.pushLoop(connection, remoteDB: remoteDB) } }
+            try await group.waitForAll()
+        }
+    }
+
+    // MARK: Checkpoints
+
+    func checkpointKey(remoteDB: String, direction: String) -> String {
+        let filter = direction == "pull" ? configuration.pullFilter?.name : configuration.pushFilter?.name
+        let ids = configuration.documentIDs.map { $0.map(\.rawValue).sorted().joined(separator: "\u{0}") } ?? ""
+        var h = SHA256()
+        h.update(data: Array("\(store.uuid)\u{0}\(remoteDB)\u{0}\(direction)\u{0}\(filter ?? "")\u{0}\(ids)".utf8))
+        return Hex.encode(h.finalize())
+    }
+
+    func localCheckpoint(_ key: String) throws -> UInt64? {
+        try store.localDocument("checkpoint/\(key)")?["seq"]?.intValue.map { UInt64(max(0, $0)) }
+    }
+
+    /// Where to resume: the local checkpoint if the peer's copy agrees, else the lower of the two.
+    func startCheckpoint(_ connection: Connection, key: String) async throws -> UInt64 {
+        if configuration.resetCheckpoint { return 0 }
+        let local = try localCheckpoint(key)
+        let remote = try await connection.requestJSON(SyncProtocol.Profile.getCheckpoint, ["id": .string(key)])["value"]?[
+            "seq"]?.intValue.map { UInt64(max(0, $0)) }
+        guard let local else { return 0 }
+        guard let remote else { return 0 }
+        return min(local, remote)
+    }
+
+    func saveCheckpoint(_ connection: Connection, key: String, seq: UInt64) async throws {
+        let value: JSON = ["seq": .int(Int64(seq))]
+        try store.putLocalDocument("checkpoint/\(key)", body: value)
+        _ = try await connection.requestJSON(SyncProtocol.Profile.setCheckpoint, ["id": .string(key), "value": value])
+    }
+
+    // MARK: Pull
+
+    private func pullLoop(_ connection: Connection, remoteDB: String) async throws {
+        let key = checkpointKey(remoteDB: remoteDB, direction: "pull")
+        var since = try await startCheckpoint(connection, key: key)
+        var caughtUp = false
+        while true {
+            if stopRequested { return }
+            let live = configuration.continuous && caughtUp
+            var request: [String: JSON] = [
+                "since": .int(Int64(since)), "limit": .int(Int64(configuration.batchSize)), "live": .bool(live),
+                "timeoutMs": .int(Int64(configuration.heartbeat.components.seconds * 1000
+                    + configuration.heartbeat.components.attoseconds / 1_000_000_000_000_000)),
+            ]
+            if let ids = configuration.documentIDs { request["docIDs"] = .array(ids.map { .string($0.rawValue) }) }
+            let reply = try await connection.requestJSON(SyncProtocol.Profile.changes, .object(request))
+            guard case .array(let entries)? = reply["changes"], let last = reply["lastSeq"]?.intValue else {
+                throw SyncError.protocolViolation("changes reply is malformed")
+            }
+            let lastSeq = UInt64(max(0, last))
+            if entries.isEmpty {
+                if lastSeq > since {
+                    since = lastSeq
+                    try await saveCheckpoint(connection, key: key, seq: since)
+                }
+                if !configuration.continuous { return }
+                caughtUp = true
+                markIdleIfCaughtUp()
+                continue
+            }
+            update {
+                $0.activity = .busy
+                $0.total += entries.count
+            }
+            try await pullBatch(entries, connection)
+            since = lastSeq
+            try await saveCheckpoint(connection, key: key, seq: since)
+            update { $0.completed += entries.count }
+            markIdleIfCaughtUp()
+        }
+    }
+
+    private func markIdleIfCaughtUp() {
+        update {
+            if $0.completed >= $0.total && configuration.continuous { $0.activity = .idle }
+        }
+    }
+
+    private func pullBatch(_ entries: [JSON], _ connection: Connection) async throws {
+        var wanted: [(DocumentID, RevisionID)] = []
+        var parsed: [(DocumentID, [RevisionID])] = []
+        for e in entries {
+            guard case .array(let f) = e, f.count >= 3, let idText = f[1].stringValue,
+                let id = try? DocumentID(idText, allowReserved: true), case .array(let revs) = f[2]
+            else { throw SyncError.protocolViolation("changes entry is malformed") }
+            let leaves = revs.compactMap { $0.stringValue.flatMap { try? RevisionID($0) } }
+            if let ids = configuration.documentIDs, !ids.contains(id) { continue }
+            parsed.append((id, leaves))
+        }
+        let trees = try store.revisionTrees(parsed.map(\.0))
+        var requests: [JSON] = []
+        for (id, leaves) in parsed {
+            let tree = trees[id]
+            for rev in leaves where !(tree?.contains(rev) ?? false) {
+                wanted.append((id, rev))
+                var known: [JSON] = []
+                if let tree {
+                    let w = tree.winnerIndex
+                    known = tree.revisions.enumerated()
+                        .filter { ($0.element.body != nil || $0.offset == w) && $0.element.id.generation < rev.generation }
+                        .map(\.element.id).sorted(by: >).prefix(10).map { .string($0.description) }
+                }
+                requests.append(["id": .string(id.rawValue), "rev": .string(rev.description), "ancestors": .array(known)])
+            }
+        }
+        guard !requests.isEmpty else { return }
+        let pipeline = IncomingPipeline(
+            policy: configuration.remotePolicy, filter: configuration.pullFilter,
+            maxBodyBytes: store.options.maxBodyBytes)
+        var start = 0
+        while start < requests.count {
+            let chunk = Array(requests[start..<min(start + configuration.maxRevisionsPerRequest, requests.count)])
+            start += chunk.count
+            try await pullChunk(chunk, connection, pipeline: pipeline, trees: trees, deltas: configuration.deltas)
+        }
+    }
+
+    private func pullChunk(
+        _ chunk: [JSON], _ connection: Connection, pipeline: IncomingPipeline, trees: [DocumentID: RevisionTree],
+        deltas: Bool
+    ) async throws {
+        let reply = try await connection.requestJSON(
+            SyncProtocol.Profile.getRevs,
+            ["revs": .array(chunk), "deltas": .bool(deltas), "maxHistory": .int(Int64(configuration.maxHistory))])
+        guard case .array(let revs)? = reply["revs"] else { throw SyncError.protocolViolation("getRevs reply lacks revs") }
+        var accepted: [IncomingRevision] = []
+        var retryFull: [JSON] = []
+        for item in revs {
+            if item["missing"] == .bool(true) { continue }  // superseded; a later change brings the new leaf
+            let wire = try WireRevision(json: item)
+            if wire.delta != nil { count { $0.deltasReceived += 1 } }
+            let outcome = pipeline.check(wire) { id, base in
+                trees[id]?.revision(base)?.body.flatMap { try? JSON.parse($0).objectValue }
+            }
+            switch outcome {
+            case .accepted(let rev): accepted.append(rev)
+            case .rejected(let id, let rev, let rejection): reject(.pull, id: id, rev: rev, deleted: wire.deleted, rejection.description)
+            case .needFull(let id, let rev):
+                if deltas {
+                    retryFull.append(["id": .string(id), "rev": .string(rev), "ancestors": .array([])])
+                } else {
+                    reject(.pull, id: id, rev: rev, deleted: wire.deleted, "structure: body could not be reconstructed")
+                }
+            }
+        }
+        try await fetchMissingBlobs(for: accepted, connection)
+        let outcomes = try store.insertRevisions(accepted)
+        var touched = Set<DocumentID>()
+        for (rev, outcome) in zip(accepted, outcomes) {
+            switch outcome {
+            case .inserted:
+                count { $0.pulled += 1 }
+                touched.insert(rev.id)
+                eventBroadcaster.send(
+                    DocumentEvent(direction: .pull, id: rev.id.rawValue, revision: rev.revision.description, deleted: rev.deleted, rejection: nil))
+            case .alreadyPresent: break
+            case .rejected(let e):
+                let stage = e.code == "rejected" ? "validation" : "structure"
+                reject(.pull, id: rev.id.rawValue, rev: rev.revision.description, deleted: rev.deleted, "\(stage): \(e.description)")
+            }
+        }
+        try resolveConflicts(in: touched)
+        if !retryFull.isEmpty {
+            let fresh = try store.revisionTrees(retryFull.compactMap { $0["id"]?.stringValue.flatMap { try? DocumentID($0, allowReserved: true) } })
+            try await pullChunk(retryFull, connection, pipeline: pipeline, trees: fresh, deltas: false)
+        }
+    }
+
+    private func reject(_ direction: DocumentEvent.Direction, id: String, rev: String, deleted: Bool, _ reason: String) {
+        count { $0.rejected += 1 }
+        logger.warning("revision rejected", metadata: ["direction": "\(direction.rawValue)", "id": "\(id)", "rev": "\(rev)", "reason": "\(reason)"])
+        eventBroadcaster.send(DocumentEvent(direction: direction, id: id, revision: rev, deleted: deleted, rejection: reason))
+    }
+
+    private func fetchMissingBlobs(for revisions: [IncomingRevision], _ connection: Connection) async throws {
+        var needed = Set<BlobDigest>()
+        for rev in revisions {
+            for ref in (try? rev.body.blobReferences()) ?? [] where !store.blobs.has(ref.digest) { needed.insert(ref.digest) }
+        }
+        for digest in needed.sorted() {
+            let reply = try await connection.request(SyncProtocol.Profile.getBlob, properties: [("Digest", digest.description)])
+            guard BlobDigest.of(reply.body) == digest else {
+                throw SyncError.protocolViolation("blob \(digest) arrived with content that does not match its digest")
+            }
+            try store.blobs.put(reply.body)
+            count { $0.blobsReceived += 1 }
+        }
+    }
+
+    /// Runs the configured resolvers on documents that pulled revisions put in conflict.
+    func resolveConflicts(in ids: Set<DocumentID>) throws {
+        guard !ids.isEmpty else { return }
+        let trees = try store.revisionTrees(ids)
+        for id in ids.sorted() {
+            guard let tree = trees[id], let ctx = tree.conflictContext(id) else { continue }
+            if ctx.liveLeaves.count > 1 { count { $0.conflicts += 1 } }
+            let resolver = configuration.resolvers.resolver(for: tree)
+            let resolution = resolver.resolve(ctx)
+            if resolution == .keepConflict { continue }
+            let written: Int
+            do {
+                written = try store.apply(resolution, to: ctx)
+            } catch {
+                // A local edit raced the resolution; the next pull resolves again.
+                guard error.code == "conflict" else { throw error }
+                logger.debug("conflict resolution raced a local edit", metadata: ["id": "\(id)"])
+                continue
+            }
+            count { $0.resolved += written }
+        }
+    }
+
+    // MARK: Push
+
+    private func pushLoop(_ connection: Connection, remoteDB: String) async throws {
+        let key = checkpointKey(remoteDB: remoteDB, direction: "push")
+        var since = try await startCheckpoint(connection, key: key)
+        while true {
+            if stopRequested { return }
+            let page = try store.changesWithLeaves(since: since, limit: configuration.batchSize)
+            guard let last = page.last else {
+                if !configuration.continuous { return }
+                markIdleIfCaughtUp()
+                try await waitForLocalChange(after: since)
+                continue
+            }
+            update {
+                $0.activity = .busy
+                $0.total += page.count
+            }
+            try await pushBatch(page, connection)
+            since = last.0.sequence
+            try await saveCheckpoint(connection, key: key, seq: since)
+            update { $0.completed += page.count }
+            markIdleIfCaughtUp()
+        }
+    }
+
+    private func waitForLocalChange(after since: UInt64) async throws {
+        let store = self.store
+        let stop = stopSignal.subscribe()
+        if stopRequested { return }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                var it = store.liveChanges(since: since).makeAsyncIterator()
+                _ = try await it.next()
+            }
+            group.addTask { for await _ in stop { return } }
+            try await group.next()
+            group.cancelAll()
+        }
+    }
+
+    private func pushBatch(_ page: [(Change, [RevisionID])], _ connection: Connection) async throws {
+        var docs: [String: JSON] = [:]
+        for (change, leaves) in page {
+            if let ids = configuration.documentIDs, !ids.contains(change.id) { continue }
+            docs[change.id.rawValue] = .array(leaves.map { .string($0.description) })
+        }
+        guard !docs.isEmpty else { return }
+        let diff = try await connection.requestJSON(SyncProtocol.Profile.revsDiff, ["docs": .object(docs)])
+        guard let answer = diff.objectValue else { throw SyncError.protocolViolation("revsDiff reply is malformed") }
+        let ids = answer.keys.compactMap { try? DocumentID($0, allowReserved: true) }
+        let trees = try store.revisionTrees(ids)
+        var wires: [(WireRevision, Bool)] = []
+        for id in ids.sorted() {
+            guard let tree = trees[id], let entry = answer[id.rawValue] else { continue }
+            guard case .array(let missing)? = entry["missing"] else { continue }
+            var ancestors: [RevisionID] = []
+            if case .array(let a)? = entry["ancestors"] { ancestors = a.compactMap { $0.stringValue.flatMap { try? RevisionID($0) } } }
+            for m in missing {
+                guard let rev = m.stringValue.flatMap({ try? RevisionID($0) }) else { continue }
+                guard let made = WireRevision.make(
+                    id: id, revision: rev, tree: tree, receiverHas: ancestors, useDeltas: configuration.deltas,
+                    maxHistory: configuration.maxHistory)
+                else { continue }
+                if let filter = configuration.pushFilter {
+                    let body = made.0.body ?? tree.revision(rev)?.body.flatMap { try? JSON.parse($0) } ?? [:]
+                    if !filter.admits(FilterInput(id: id, revision: rev, deleted: made.0.deleted, body: body)) { continue }
+                }
+                wires.append(made)
+            }
+        }
+        guard !wires.isEmpty else { return }
+        try await pushBlobs(for: wires.map(\.0), trees: trees, connection)
+        var start = 0
+        var bytes = 0
+        var chunk: [(WireRevision, Bool)] = []
+        while start < wires.count {
+            let w = wires[start]
+            let size = (w.0.body ?? w.0.delta ?? [:]).canonicalBytes.count
+            if !chunk.isEmpty && (chunk.count >= configuration.maxRevisionsPerRequest || bytes + size > configuration.maxBytesPerRequest) {
+                try await putChunk(chunk, trees: trees, connection)
+                chunk = []
+                bytes = 0
+            }
+            chunk.append(w)
+            bytes += size
+            start += 1
+        }
+        if !chunk.isEmpty { try await putChunk(chunk, trees: trees, connection) }
+    }
+
+    private func putChunk(_ chunk: [(WireRevision, Bool)], trees: [DocumentID: RevisionTree], _ connection: Connection) async throws {
+        let reply = try await connection.requestJSON(SyncProtocol.Profile.putRevs, ["revs": .array(chunk.map(\.0.json))])
+        guard case .array(let results)? = reply["results"], results.count == chunk.count else {
+            throw SyncError.protocolViolation("putRevs reply does not answer every revision")
+        }
+        var resend: [(WireRevision, Bool)] = []
+        for ((wire, usedDelta), result) in zip(chunk, results) {
+            switch result["status"]?.stringValue {
+            case "ok":
+                count {
+                    $0.pushed += 1
+                    if usedDelta { $0.deltasSent += 1 }
+                }
+                eventBroadcaster.send(DocumentEvent(direction: .push, id: wire.id, revision: wire.rev, deleted: wire.deleted, rejection: nil))
+            case "exists": break
+            case "needFull":
+                guard usedDelta, let id = try? DocumentID(wire.id, allowReserved: true), let rev = try? RevisionID(wire.rev),
+                    let tree = trees[id],
+                    let full = WireRevision.make(id: id, revision: rev, tree: tree, receiverHas: [], useDeltas: false, maxHistory: configuration.maxHistory)
+                else {
+                    reject(.push, id: wire.id, rev: wire.rev, deleted: wire.deleted, "peer could not rebuild the revision")
+                    continue
+                }
+                resend.append(full)
+            default:
+                reject(.push, id: wire.id, rev: wire.rev, deleted: wire.deleted, result["reason"]?.stringValue ?? "refused by peer")
+            }
+        }
+        if !resend.isEmpty { try await putChunk(resend, trees: trees, connection) }
+    }
+
+    private func pushBlobs(for wires: [WireRevision], trees: [DocumentID: RevisionTree], _ connection: Connection) async throws {
+        var digests = Set<BlobDigest>()
+        for w in wires {
+            let body = w.body ?? (try? DocumentID(w.id, allowReserved: true)).flatMap { id in
+                (try? RevisionID(w.rev)).flatMap { trees[id]?.revision($0)?.body.flatMap { try? JSON.parse($0) } }
+            }
+            for ref in (try? body?.blobReferences()) ?? [] { digests.insert(ref.digest) }
+        }
+        guard !digests.isEmpty else { return }
+        let reply = try await connection.requestJSON(
+            SyncProtocol.Profile.hasBlobs, ["digests": .array(digests.sorted().map { .string($0.description) })])
+        guard case .array(let missing)? = reply["missing"] else { throw SyncError.protocolViolation("hasBlobs reply is malformed") }
+        for m in missing {
+            guard let digest = m.stringValue.flatMap({ try? BlobDigest($0) }), let content = try store.blobs.get(digest) else { continue }
+            _ = try await connection.request(SyncProtocol.Profile.putBlob, properties: [("Digest", digest.description)], body: content)
+            count { $0.blobsSent += 1 }
+        }
+    }
+
+    // MARK: Pending documents
+
+    /// Documents with local changes not yet pushed (after the push checkpoint, passing the
+    /// document-ID list and push filter). Before the first connection, every document is pending.
+    public func pendingDocumentIDs() throws -> Set<DocumentID> {
+        var since: UInt64 = 0
+        if let remote = state.withLock({ $0.remoteDatabase }) {
+            since = try localCheckpoint(checkpointKey(remoteDB: remote, direction: "push")) ?? 0
+        }
+        var pending = Set<DocumentID>()
+        while true {
+            let page = try store.changes(since: since, limit: 1000)
+            guard let last = page.last else { break }
+            for change in page {
+                if let ids = configuration.documentIDs, !ids.contains(change.id) { continue }
+                if let filter = configuration.pushFilter {
+                    guard let doc = try store.document(change.id) else { continue }
+                    if !filter.admits(FilterInput(id: change.id, revision: doc.revision, deleted: doc.deleted, body: doc.body)) { continue }
+                }
+                pending.insert(change.id)
+            }
+            since = last.sequence
+        }
+        return pending
+    }
+
+    public func isDocumentPending(_ id: DocumentID) throws -> Bool {
+        try pendingDocumentIDs().contains(id)
+    }
+}
+
+/// A value behind an NSLock, for read-modify-write with non-escaping closures.
+final class LockedBox<T>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: T
+    init(_ value: T) { self.value = value }
+
+    func read<R>(_ body: (T) -> R) -> R {
+        lock.lock()
+        defer { lock.unlock() }
+        return body(value)
+    }
+
+    @discardableResult
+    func modify<R>(_ body: (inout T) -> R) -> R {
+        lock.lock()
+        defer { lock.unlock() }
+        return body(&value)
+    }
+}

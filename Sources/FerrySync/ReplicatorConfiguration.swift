@@ -1,0 +1,93 @@
+import FerryCore
+
+/// Everything that shapes one replicator; each field has a documented default.
+public struct ReplicatorConfiguration: Sendable {
+    public enum Direction: String, Sendable {
+        case push, pull, pushAndPull
+        var pulls: Bool { self != .push }
+        var pushes: Bool { self != .pull }
+    }
+
+    /// Default `.pushAndPull`.
+    public var direction: Direction = .pushAndPull
+    /// One-shot (false, the default) stops when caught up; continuous keeps listening.
+    public var continuous = false
+    /// Replicate only these documents (nil: all).
+    public var documentIDs: Set<DocumentID>?
+    /// Revisions that may be pushed; part of the push checkpoint key.
+    public var pushFilter: RevisionFilter?
+    /// Revisions that may be pulled in; part of the pull checkpoint key.
+    public var pullFilter: RevisionFilter?
+    /// What the remote peer may write here (checked on pull, before the pull filter).
+    public var remotePolicy = PeerPolicy.trusted
+    /// Conflict resolvers by document type. Default: keep conflicts visible.
+    public var resolvers = ResolverSet()
+    /// Consecutive failed attempts before giving up; nil means 10 for one-shot and
+    /// unlimited for continuous replication.
+    public var maxAttempts: Int?
+    /// The first retry waits this long; each further one doubles, up to `maxAttemptWait`.
+    public var initialAttemptWait: Duration = .milliseconds(250)
+    public var maxAttemptWait: Duration = .seconds(300)
+    /// How long a live changes request waits on the peer before it answers empty.
+    public var heartbeat: Duration = .seconds(30)
+    /// Send and accept deltas. Default true.
+    public var deltas = true
+    /// Start from sequence 0 instead of the saved checkpoints.
+    public var resetCheckpoint = false
+    /// Changes per batch. Default 200.
+    public var batchSize = 200
+    /// Revisions per getRevs/putRevs request, and their estimated bytes: bounds memory in flight.
+    public var maxRevisionsPerRequest = 100
+    public var maxBytesPerRequest = 2 << 20
+    /// Ancestors sent with each revision.
+    public var maxHistory = 100
+    /// This node's identity, sent in hello.
+    public var nodeID = "anonymous"
+
+    public init() {}
+
+    var effectiveMaxAttempts: Int { maxAttempts ?? (continuous ? Int.max : 10) }
+}
+
+/// What a replicator is doing.
+public struct ReplicatorStatus: Sendable, Equatable {
+    public enum Activity: String, Sendable {
+        case stopped, offline, connecting, idle, busy
+    }
+    public var activity: Activity
+    /// Changes examined and changes seen, across both directions.
+    public var completed: Int
+    public var total: Int
+    /// The last error: permanent when stopped, the transient cause when offline.
+    public var error: SyncError?
+
+    public static let initial = ReplicatorStatus(activity: .stopped, completed: 0, total: 0, error: nil)
+}
+
+/// One document replicated, or refused, in either direction.
+public struct DocumentEvent: Sendable, Equatable {
+    public enum Direction: String, Sendable { case push, pull }
+    public let direction: Direction
+    public let id: String
+    public let revision: String
+    public let deleted: Bool
+    /// Set when the revision was refused at the trust boundary or by the peer.
+    public let rejection: String?
+}
+
+/// Totals of one replicator's work.
+public struct ReplicationSummary: Sendable, Equatable {
+    public var pushed = 0
+    public var pulled = 0
+    public var rejected = 0
+    /// Conflicts created by pulled revisions.
+    public var conflicts = 0
+    /// Conflicts resolved (revisions written by resolvers).
+    public var resolved = 0
+    public var bytesSent = 0
+    public var bytesReceived = 0
+    public var deltasSent = 0
+    public var deltasReceived = 0
+    public var blobsSent = 0
+    public var blobsReceived = 0
+}
