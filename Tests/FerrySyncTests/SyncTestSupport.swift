@@ -1,0 +1,76 @@
+import FerryCore
+import FerryStore
+import Foundation
+@testable import FerrySync
+
+func docID(_ s: String) -> DocumentID { try! DocumentID(s) }
+
+/// A clock whose sleeps end at once (after a yield), so retry backoff never waits on wall time.
+struct ImmediateClock: Clock {
+    typealias Duration = Swift.Duration
+    struct Instant: InstantProtocol {
+        var offset: Swift.Duration
+        func advanced(by d: Swift.Duration) -> Instant { Instant(offset: offset + d) }
+        func duration(to other: Instant) -> Swift.Duration { other.offset - offset }
+        static func < (a: Instant, b: Instant) -> Bool { a.offset < b.offset }
+    }
+    var now: Instant { Instant(offset: .zero) }
+    var minimumResolution: Swift.Duration { .nanoseconds(1) }
+    func sleep(until deadline: Instant, tolerance: Swift.Duration?) async throws {
+        try Task.checkCancellation()
+        await Task.yield()
+    }
+}
+
+/// Connects replicators to a responder on another store over in-memory endpoint pairs.
+struct Link: Sendable {
+    let responder: ReplicationResponder
+    var faults: @Sendable (Int) -> (client: InMemoryEndpoint.Faults, server: InMemoryEndpoint.Faults) = { _ in (.init(), .init()) }
+    let attempts = Counter()
+
+    init(to store: DocumentStore, options: ReplicationResponder.Options = .init()) {
+        responder = ReplicationResponder(store: store, options: options)
+    }
+
+    var connector: Replicator.Connector {
+        let responder = self.responder
+        let faults = self.faults
+        let attempts = self.attempts
+        return {
+            let n = attempts.increment()
+            let f = faults(n)
+            let (client, server) = InMemoryEndpoint.pair(faultsA: f.client, faultsB: f.server)
+            Task { await responder.serve(server) }
+            return client
+        }
+    }
+}
+
+final class Counter: Sendable {
+    private let value = LockedBox(0)
+    @discardableResult func increment() -> Int { value.modify { $0 += 1; return $0 } }
+    var current: Int { value.read { $0 } }
+}
+
+/// Runs a one-shot replication to completion and returns the replicator.
+@discardableResult
+func sync(
+    _ local: DocumentStore, _ remote: DocumentStore, direction: ReplicatorConfiguration.Direction = .pushAndPull,
+    configure: (inout ReplicatorConfiguration) -> Void = { _ in }, responder: ReplicationResponder.Options = .init()
+) async -> Replicator {
+    var config = ReplicatorConfiguration()
+    config.direction = direction
+    configure(&config)
+    let link = Link(to: remote, options: responder)
+    let replicator = Replicator(store: local, connector: link.connector, configuration: config, clock: ImmediateClock())
+    await replicator.run()
+    return replicator
+}
+
+/// Every document's current revision and conflicts, for comparing nodes.
+func digest(_ store: DocumentStore) throws -> [String] {
+    try store.allDocuments(includeDeleted: true).map { d in
+        let conflicts = try store.conflicts(of: d.id).map(\.description).joined(separator: ",")
+        return "\(d.id) \(d.revision) \(d.deleted) [\(conflicts)]"
+    }
+}
