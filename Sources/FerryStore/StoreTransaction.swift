@@ -74,6 +74,14 @@ public final class StoreTransaction {
         return try edit(id, parent: revision, deleted: true, body: body)
     }
 
+    /// Writes a tombstone on the live leaf `revision` with the given body (e.g. a marker
+    /// that conflict resolution wrote it).
+    @discardableResult
+    public func delete(_ id: DocumentID, revision: RevisionID, tombstoneBody: JSON) throws(StoreError) -> RevisionID {
+        guard tombstoneBody.objectValue != nil else { throw .invalidBody("a tombstone body must be a JSON object") }
+        return try edit(id, parent: revision, deleted: true, body: tombstoneBody)
+    }
+
     /// Removes a document and its whole history. Local only: a purge never replicates.
     @discardableResult
     public func purge(_ id: DocumentID) throws(StoreError) -> Bool {

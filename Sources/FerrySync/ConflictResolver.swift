@@ -133,6 +133,8 @@ extension RevisionTree {
         var tombstones: [Revision] = []
         for t in revisions where t.isLeaf && t.deleted {
             guard let p = t.parent, !revisions[p].deleted else { continue }
+            // Tombstones written by a resolution settle a conflict; they do not contend.
+            if let body = t.body, DocumentStore.isResolutionTombstone(body) { continue }
             let settled = live.allSatisfy { leaf in
                 guard let ancestor = commonAncestor(leaf.id, t.id) else { return false }
                 // Walk from the live leaf up to the common ancestor looking for a tombstone.
@@ -160,9 +162,15 @@ extension ConflictContext {
 }
 
 extension DocumentStore {
-    /// Applies a resolution in one transaction. Tombstones have body `{}` and merged bodies
+    /// Applies a resolution in one transaction. Tombstones have body `{"@resolved":true}` and merged bodies
     /// are children of the best live leaf, so the same resolution yields the same revision
     /// IDs on every peer. Returns the number of revisions written.
+    /// The body of tombstones written by conflict resolution (identical on every peer).
+    static let resolutionTombstone: JSON = ["@resolved": true]
+    static let resolutionTombstoneBytes = resolutionTombstone.canonicalBytes
+
+    static func isResolutionTombstone(_ body: [UInt8]) -> Bool { body == resolutionTombstoneBytes }
+
     @discardableResult
     func apply(_ resolution: Resolution, to ctx: ConflictContext) throws(StoreError) -> Int {
         try write { txn in
@@ -172,18 +180,18 @@ extension DocumentStore {
                 break
             case .delete:
                 for leaf in ctx.liveLeaves {
-                    try txn.delete(ctx.id, revision: leaf.id)
+                    try txn.delete(ctx.id, revision: leaf.id, tombstoneBody: Self.resolutionTombstone)
                     written += 1
                 }
             case .keep(let keeper):
                 for leaf in ctx.liveLeaves where leaf.id != keeper {
-                    try txn.delete(ctx.id, revision: leaf.id)
+                    try txn.delete(ctx.id, revision: leaf.id, tombstoneBody: Self.resolutionTombstone)
                     written += 1
                 }
             case .merge(let body):
                 let best = ctx.liveLeaves[0]
                 for leaf in ctx.liveLeaves.dropFirst() {
-                    try txn.delete(ctx.id, revision: leaf.id)
+                    try txn.delete(ctx.id, revision: leaf.id, tombstoneBody: Self.resolutionTombstone)
                     written += 1
                 }
                 let current = best.body.flatMap { try? JSON.parse($0) }
