@@ -71,20 +71,20 @@ public struct Message: Sendable, Equatable {
         guard pos < bytes.count else { throw .protocolViolation("truncated envelope") }
         let flags = bytes[pos]
         pos += 1
-        guard let (propsLen, n2) = Varint.read(bytes, at: pos), propsLen <= UInt64(bytes.count - pos - n2) else {
+        guard let (propsLen, n2) = Varint.read(bytes, at: pos), propsLen <= UInt64(max(0, bytes.count - pos - n2)) else {
             throw .protocolViolation("bad properties length")
         }
         pos += n2
         let propsEnd = pos + Int(propsLen)
         var props: [(String, String)] = []
         while pos < propsEnd {
-            guard let (kl, a) = Varint.read(bytes, at: pos), kl <= UInt64(propsEnd - pos - a) else {
+            guard let (kl, a) = Varint.read(bytes, at: pos), kl <= UInt64(max(0, propsEnd - pos - a)) else {
                 throw .protocolViolation("bad property key")
             }
             pos += a
             let key = String(decoding: bytes[pos..<pos + Int(kl)], as: UTF8.self)
             pos += Int(kl)
-            guard let (vl, b) = Varint.read(bytes, at: pos), vl <= UInt64(propsEnd - pos - b) else {
+            guard let (vl, b) = Varint.read(bytes, at: pos), vl <= UInt64(max(0, propsEnd - pos - b)) else {
                 throw .protocolViolation("bad property value")
             }
             pos += b
