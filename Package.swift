@@ -60,7 +60,10 @@ let package = Package(
         ),
         .testTarget(name: "FerryCoreTests", dependencies: ["FerryCore"]),
         .testTarget(name: "FerryStoreTests", dependencies: ["FerryStore", "FerryCore"]),
-        .testTarget(name: "FerrySyncTests", dependencies: ["FerrySync", "FerryStore", "FerryCore"]),
+        .testTarget(
+            name: "FerrySyncTests",
+            dependencies: ["FerrySync", "FerryStore", "FerryCore", .product(name: "Logging", package: "swift-log")]
+        ),
         .testTarget(name: "FerryCLITests", dependencies: ["ferry", "FerryCore", "FerryStore"]),
     ],
     swiftLanguageModes: [.v6]

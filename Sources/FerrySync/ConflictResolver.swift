@@ -1,5 +1,6 @@
 import FerryCore
 import FerryStore
+import Logging
 
 /// What a resolver decides for a document in conflict.
 public enum Resolution: Sendable, Equatable {
@@ -165,6 +166,31 @@ extension DocumentStore {
     /// Applies a resolution in one transaction. Tombstones have body `{"@resolved":true}` and merged bodies
     /// are children of the best live leaf, so the same resolution yields the same revision
     /// IDs on every peer. Returns the number of revisions written.
+    /// Resolves conflicts in the given documents with `resolvers`. Returns how many had
+    /// live conflicts and how many revisions the resolutions wrote.
+    func resolveConflicts(in ids: Set<DocumentID>, using resolvers: ResolverSet, logger: Logger) throws(StoreError)
+        -> (conflicts: Int, written: Int)
+    {
+        guard !ids.isEmpty else { return (0, 0) }
+        var conflicts = 0
+        var written = 0
+        let trees = try revisionTrees(ids)
+        for id in ids.sorted() {
+            guard let tree = trees[id], let ctx = tree.conflictContext(id) else { continue }
+            if ctx.liveLeaves.count > 1 { conflicts += 1 }
+            let resolution = resolvers.resolver(for: tree).resolve(ctx)
+            if resolution == .keepConflict { continue }
+            do {
+                written += try apply(resolution, to: ctx)
+            } catch {
+                // A local edit raced the resolution; the next exchange resolves again.
+                guard error.code == "conflict" else { throw error }
+                logger.debug("conflict resolution raced a local edit", metadata: ["id": "\(id)"])
+            }
+        }
+        return (conflicts, written)
+    }
+
     /// The body of tombstones written by conflict resolution (identical on every peer).
     static let resolutionTombstone: JSON = ["@resolved": true]
     static let resolutionTombstoneBytes = resolutionTombstone.canonicalBytes

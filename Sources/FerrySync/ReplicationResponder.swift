@@ -17,6 +17,9 @@ public final class ReplicationResponder: Sendable {
         public var defaultPolicy = PeerPolicy.trusted
         /// This node's identity, sent in hello.
         public var nodeID = "anonymous"
+        /// Resolvers applied to documents that pushed revisions put in conflict (the same
+        /// deterministic resolvers the node's replicators use).
+        public var resolvers = ResolverSet()
         /// How long a live `changes` request may wait before answering empty (a heartbeat).
         public var maxLongPoll: Duration = .seconds(60)
         public init() {}
@@ -285,6 +288,11 @@ final class ResponderSession: Sendable {
             }
         }
         let outcomes = try store.insertRevisions(accepted.map(\.1))
+        var touched = Set<DocumentID>()
+        for ((_, rev), outcome) in zip(accepted, outcomes) {
+            if case .inserted = outcome { touched.insert(rev.id) }
+        }
+        _ = try store.resolveConflicts(in: touched, using: options.resolvers, logger: responder.logger)
         for ((index, rev), outcome) in zip(accepted, outcomes) {
             switch outcome {
             case .inserted: break

@@ -395,24 +395,10 @@ public final class Replicator: Sendable {
 
     /// Runs the configured resolvers on documents that pulled revisions put in conflict.
     func resolveConflicts(in ids: Set<DocumentID>) throws {
-        guard !ids.isEmpty else { return }
-        let trees = try store.revisionTrees(ids)
-        for id in ids.sorted() {
-            guard let tree = trees[id], let ctx = tree.conflictContext(id) else { continue }
-            if ctx.liveLeaves.count > 1 { count { $0.conflicts += 1 } }
-            let resolver = configuration.resolvers.resolver(for: tree)
-            let resolution = resolver.resolve(ctx)
-            if resolution == .keepConflict { continue }
-            let written: Int
-            do {
-                written = try store.apply(resolution, to: ctx)
-            } catch {
-                // A local edit raced the resolution; the next pull resolves again.
-                guard error.code == "conflict" else { throw error }
-                logger.debug("conflict resolution raced a local edit", metadata: ["id": "\(id)"])
-                continue
-            }
-            count { $0.resolved += written }
+        let (conflicts, written) = try store.resolveConflicts(in: ids, using: configuration.resolvers, logger: logger)
+        count {
+            $0.conflicts += conflicts
+            $0.resolved += written
         }
     }
 

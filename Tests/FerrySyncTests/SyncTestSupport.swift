@@ -1,6 +1,7 @@
 import FerryCore
 import FerryStore
 import Foundation
+import Logging
 @testable import FerrySync
 
 func docID(_ s: String) -> DocumentID { try! DocumentID(s) }
@@ -28,8 +29,10 @@ struct Link: Sendable {
     var faults: @Sendable (Int) -> (client: InMemoryEndpoint.Faults, server: InMemoryEndpoint.Faults) = { _ in (.init(), .init()) }
     let attempts = Counter()
 
-    init(to store: DocumentStore, options: ReplicationResponder.Options = .init()) {
-        responder = ReplicationResponder(store: store, options: options)
+    init(to store: DocumentStore, options: ReplicationResponder.Options = .init(), quiet: Bool = false) {
+        var logger = Logger(label: "ferry.sync.responder")
+        if quiet { logger.logLevel = .critical }
+        responder = ReplicationResponder(store: store, options: options, logger: logger)
     }
 
     var connector: Replicator.Connector {
