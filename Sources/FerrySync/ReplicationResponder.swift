@@ -22,6 +22,9 @@ public final class ReplicationResponder: Sendable {
         public var resolvers = ResolverSet()
         /// How long a live `changes` request may wait before answering empty (a heartbeat).
         public var maxLongPoll: Duration = .seconds(60)
+        /// While a live `changes` request waits, the feed is also re-read this often, to see
+        /// commits made by other processes on the same database. Default 500 ms.
+        public var pollInterval: Duration = .milliseconds(500)
         public init() {}
 
         func policy(for peer: String) -> PeerPolicy { policies[peer] ?? defaultPolicy }
@@ -185,9 +188,11 @@ final class ResponderSession: Sendable {
     func waitForChanges(since: UInt64, limit: Int, for wait: Duration) async throws -> [(Change, [RevisionID])] {
         let store = self.store
         let clock = responder.clock
+        let pollInterval = options.pollInterval
         return try await withThrowingTaskGroup(of: [(Change, [RevisionID])]?.self) { group in
             group.addTask {
-                var iterator = store.liveChanges(since: since).makeAsyncIterator()
+                let poll = LiveChanges.Poll(interval: pollInterval, clock: clock)
+                var iterator = store.liveChanges(since: since, poll: poll).makeAsyncIterator()
                 _ = try await iterator.next()
                 return try store.changesWithLeaves(since: since, limit: limit)
             }

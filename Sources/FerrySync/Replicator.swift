@@ -431,10 +431,11 @@ public final class Replicator: Sendable {
     private func waitForLocalChange(after since: UInt64) async throws {
         let store = self.store
         let stop = stopSignal.subscribe()
+        let poll = LiveChanges.Poll(interval: configuration.localPollInterval, clock: clock)
         if stopRequested { return }
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
-                var it = store.liveChanges(since: since).makeAsyncIterator()
+                var it = store.liveChanges(since: since, poll: poll).makeAsyncIterator()
                 _ = try await it.next()
             }
             group.addTask { for await _ in stop { return } }

@@ -43,6 +43,9 @@ public struct ReplicatorConfiguration: Sendable {
     public var maxHistory = 100
     /// This node's identity, sent in hello.
     public var nodeID = "anonymous"
+    /// While idle, a continuous push also re-reads the local changes feed this often, to see
+    /// commits made by other processes on the same database. Default 500 ms.
+    public var localPollInterval: Duration = .milliseconds(500)
 
     public init() {}
 

@@ -2,6 +2,7 @@ import ArgumentParser
 import FerryCore
 import FerryStore
 import Foundation
+import Logging
 
 /// The `ferry` command: a thin CLI over FerryStore (parse, call, print).
 @main
@@ -16,13 +17,19 @@ struct Ferry: AsyncParsableCommand {
             """,
         subcommands: [
             Put.self, Get.self, Remove.self, List.self, Changes.self, Conflicts.self, Purge.self, Info.self,
-            Import.self, BlobCommand.self, Compact.self, Check.self, Watch.self,
+            Import.self, BlobCommand.self, Compact.self, Check.self, Watch.self, Sync.self,
         ]
     )
 
     static func main() async {
+        let level = ProcessInfo.processInfo.environment["FERRY_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .warning
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
         do {
-            var command = try parseAsRoot()
+            var command = try parseAsRoot(Self.movingGlobalOptions(Array(CommandLine.arguments.dropFirst())))
             if var async = command as? AsyncParsableCommand {
                 try await async.run()
             } else {
@@ -35,6 +42,26 @@ struct Ferry: AsyncParsableCommand {
         } catch {
             exit(withError: error)
         }
+    }
+
+    /// Lets the global options come before the subcommand (`ferry --data A put …`):
+    /// ArgumentParser only accepts them on the subcommand, so they are moved there.
+    static func movingGlobalOptions(_ args: [String]) -> [String] {
+        var leading: [String] = []
+        var i = 0
+        while i < args.count {
+            let a = args[i]
+            if a == "--data", i + 1 < args.count {
+                leading += [a, args[i + 1]]
+                i += 2
+            } else if a.hasPrefix("--data=") || a == "--json" {
+                leading.append(a)
+                i += 1
+            } else {
+                break
+            }
+        }
+        return Array(args[i...]) + leading
     }
 
     static func exitStatus(for error: any FerryError) -> Int32 {

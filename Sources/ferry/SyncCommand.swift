@@ -1,0 +1,146 @@
+import ArgumentParser
+import FerryCore
+import FerryStore
+import FerrySync
+import Foundation
+import Logging
+
+struct Sync: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Replicate with another Ferry data directory on this machine.",
+        discussion: """
+            Runs the replication protocol between this node's database (--data) and the one \
+            at PATH, over an in-process message endpoint. Push-and-pull and one-shot by default; \
+            running it twice in a row transfers nothing the second time (checkpoints).
+            """)
+
+    @OptionGroup var global: GlobalOptions
+    @Argument(help: "The other Ferry data directory.") var path: String
+    @Flag(help: "Only push local changes to PATH.") var push = false
+    @Flag(help: "Only pull changes from PATH.") var pull = false
+    @Flag(help: "Keep replicating until interrupted (Ctrl-C).") var continuous = false
+    @Option(help: "Conflict resolution: default (keep conflicts visible), deletesWin, lastWriteWins or merge.")
+    var resolve: String = "default"
+    @Flag(help: "Send every revision in full (no deltas).") var noDeltas = false
+    @Flag(help: "Start from the beginning instead of the saved checkpoints.") var resetCheckpoint = false
+
+    func validate() throws {
+        if push && pull { throw ValidationError("--push and --pull are exclusive; give neither for both") }
+        if Self.resolver(named: resolve) == nil {
+            throw ValidationError("unknown --resolve \"\(resolve)\": use default, deletesWin, lastWriteWins or merge")
+        }
+    }
+
+    static func resolver(named name: String) -> ConflictResolver? {
+        switch name {
+        case "default": return .keepConflicts
+        case "deletesWin": return .deletesWin
+        case "lastWriteWins", "lww": return .lastWriteWins
+        case "merge": return .merge
+        default: return nil
+        }
+    }
+
+    func run() async throws {
+        var isDir: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDir), isDir.boolValue else {
+            throw CLIError(message: "no directory at \(path): give the path of another Ferry data directory")
+        }
+        let here = URL(fileURLWithPath: global.dataDirectory).standardizedFileURL.resolvingSymlinksInPath().path
+        let there = URL(fileURLWithPath: path).standardizedFileURL.resolvingSymlinksInPath().path
+        if here == there { throw CLIError(message: "cannot sync a data directory with itself (\(path))") }
+        let local = try global.openStore()
+        let remote = try DocumentStore.open(directory: path)
+
+        var options = ReplicationResponder.Options()
+        options.nodeID = remote.uuid
+        options.resolvers = ResolverSet(fallback: Self.resolver(named: resolve)!)
+        let responder = ReplicationResponder(store: remote, options: options)
+        var config = ReplicatorConfiguration()
+        config.direction = push ? .push : pull ? .pull : .pushAndPull
+        config.continuous = continuous
+        config.resolvers = ResolverSet(fallback: Self.resolver(named: resolve)!)
+        config.deltas = !noDeltas
+        config.resetCheckpoint = resetCheckpoint
+        config.nodeID = local.uuid
+        config.heartbeat = .seconds(1)
+        let replicator = Replicator(
+            store: local,
+            connector: {
+                let (client, server) = InMemoryEndpoint.pair()
+                Task { await responder.serve(server) }
+                return client
+            }, configuration: config)
+
+        let progress = ProgressBar(enabled: isatty(STDERR_FILENO) == 1 && !global.json)
+        let statuses = replicator.statusChanges()
+        let watcher = Task {
+            for await status in statuses { progress.show(status) }
+        }
+        let stop = SignalWatcher.onInterrupt { replicator.stop() }
+        await replicator.run()
+        stop.cancel()
+        await watcher.value
+        progress.finish()
+
+        let s = replicator.summary
+        let error = replicator.status.error
+        if global.json {
+            var out: [String: JSON] = [
+                "pushed": .int(Int64(s.pushed)), "pulled": .int(Int64(s.pulled)), "rejected": .int(Int64(s.rejected)),
+                "conflicts": .int(Int64(s.conflicts)), "resolved": .int(Int64(s.resolved)),
+                "bytesSent": .int(Int64(s.bytesSent)), "bytesReceived": .int(Int64(s.bytesReceived)),
+                "deltasSent": .int(Int64(s.deltasSent)), "deltasReceived": .int(Int64(s.deltasReceived)),
+                "blobsSent": .int(Int64(s.blobsSent)), "blobsReceived": .int(Int64(s.blobsReceived)),
+                "ok": .bool(error == nil),
+            ]
+            if let error { out["error"] = .string(error.description) }
+            Output.json(.object(out))
+        } else {
+            Output.line(
+                "pushed \(s.pushed), pulled \(s.pulled), rejected \(s.rejected), conflicts \(s.conflicts) (resolved with \(s.resolved) revisions); "
+                    + "sent \(s.bytesSent) bytes, received \(s.bytesReceived) bytes, deltas \(s.deltasSent) sent / \(s.deltasReceived) received")
+        }
+        if let error { throw CLIError(message: "replication failed: \(error.description)") }
+    }
+}
+
+/// A one-line progress bar on stderr, shown only on a terminal.
+final class ProgressBar: Sendable {
+    let enabled: Bool
+    init(enabled: Bool) { self.enabled = enabled }
+
+    func show(_ status: ReplicatorStatus) {
+        guard enabled else { return }
+        let width = 30
+        let fraction = status.total == 0 ? 1.0 : Double(status.completed) / Double(status.total)
+        let filled = Int(fraction * Double(width))
+        let bar = String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled)
+        let line = "\r[\(bar)] \(status.completed)/\(status.total) \(status.activity.rawValue)   "
+        FileHandle.standardError.write(Data(line.utf8))
+    }
+
+    func finish() {
+        if enabled { FileHandle.standardError.write(Data("\n".utf8)) }
+    }
+}
+
+/// Runs an action on SIGINT or SIGTERM until cancelled.
+struct SignalWatcher {
+    let sources: [any DispatchSourceSignal]
+
+    static func onInterrupt(_ action: @escaping @Sendable () -> Void) -> SignalWatcher {
+        let sources = [SIGINT, SIGTERM].map { sig -> any DispatchSourceSignal in
+            signal(sig, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: sig)
+            source.setEventHandler(handler: action)
+            source.resume()
+            return source
+        }
+        return SignalWatcher(sources: sources)
+    }
+
+    func cancel() {
+        for s in sources { s.cancel() }
+    }
+}
