@@ -3,6 +3,7 @@ import FerryCore
 import FerryStore
 import Foundation
 import Logging
+import ServiceLifecycle
 import Synchronization
 
 /// The active side of replication: connects to a peer through a connector, then pulls
@@ -76,6 +77,14 @@ public final class Replicator: Sendable {
     /// Runs until one-shot replication completes, `stop()` is called, a permanent error
     /// occurs, or the attempts run out. The final status says which.
     public func run() async {
+        await withGracefulShutdownHandler {
+            await self.runUntilDone()
+        } onGracefulShutdown: {
+            self.stop()
+        }
+    }
+
+    private func runUntilDone() async {
         state.withLock {
             $0.stopRequested = false
         }
@@ -249,7 +258,12 @@ public final class Replicator: Sendable {
                     + configuration.heartbeat.components.attoseconds / 1_000_000_000_000_000)),
             ]
             if let ids = configuration.documentIDs { request["docIDs"] = .array(ids.map { .string($0.rawValue) }) }
-            let reply = try await connection.requestJSON(SyncProtocol.Profile.changes, .object(request))
+            let body = JSON.object(request)
+            let ask: @Sendable () async throws -> JSON = {
+                try await connection.requestJSON(SyncProtocol.Profile.changes, body)
+            }
+            // A live request may wait a whole heartbeat; a stop must not.
+            guard let reply = live ? try await untilStopped(ask) : try await ask() else { return }
             guard case .array(let entries)? = reply["changes"], let last = reply["lastSeq"]?.intValue else {
                 throw SyncError.protocolViolation("changes reply is malformed")
             }
@@ -273,6 +287,22 @@ public final class Replicator: Sendable {
             try await saveCheckpoint(connection, key: key, seq: since)
             update { $0.completed += entries.count }
             markIdleIfCaughtUp()
+        }
+    }
+
+    /// Runs `operation`, or returns nil as soon as a stop is requested.
+    private func untilStopped<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) async throws -> T? {
+        let stop = stopSignal.subscribe()
+        if stopRequested { return nil }
+        return try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask { try await operation() }
+            group.addTask {
+                for await _ in stop { return nil }
+                return nil
+            }
+            let first = try await group.next() ?? nil
+            group.cancelAll()
+            return first
         }
     }
 

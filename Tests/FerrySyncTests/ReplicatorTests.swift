@@ -285,3 +285,28 @@ import Testing
         #expect(try b.allDocuments().map(\.id.rawValue) == ["keep1", "keep2"])
     }
 }
+
+import ServiceLifecycle
+import Logging
+
+@Suite struct ReplicatorServiceTests {
+    @Test func gracefulShutdownOfAServiceGroupStopsAContinuousReplicator() async throws {
+        let a = try DocumentStore.inMemory()
+        let b = try DocumentStore.inMemory()
+        var config = ReplicatorConfiguration()
+        config.continuous = true
+        let r = Replicator(store: a, connector: Link(to: b).connector, configuration: config)
+        var logger = Logger(label: "test")
+        logger.logLevel = .critical
+        let group = ServiceGroup(services: [r], logger: logger)
+        let statuses = r.statusChanges()
+        let running = Task { try await group.run() }
+        try a.put(docID("x"), body: [:])
+        for await s in statuses where s.activity == .idle && s.completed >= 1 { break }
+        await group.triggerGracefulShutdown()
+        try await running.value
+        #expect(r.status.activity == .stopped)
+        #expect(r.status.error == nil)
+        #expect(try b.document(docID("x")) != nil)
+    }
+}
