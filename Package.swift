@@ -55,7 +55,7 @@ let package = Package(
         .executableTarget(
             name: "ferry-bench",
             dependencies: [
-                "FerryCore", "FerryStore",
+                "FerryCore", "FerryStore", "FerrySync",
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]

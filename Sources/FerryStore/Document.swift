@@ -41,10 +41,13 @@ public struct IncomingRevision: Sendable {
     public let deleted: Bool
     public let body: JSON
     public let hlc: HLCTimestamp
+    /// The canonical encoding of `body`, when the caller already has it (replication
+    /// receives it on the wire); the store still checks it against the revision digest.
+    public let canonicalBody: [UInt8]?
 
     public init(
         id: DocumentID, revision: RevisionID, history: [RevisionID], deleted: Bool, body: JSON,
-        hlc: HLCTimestamp = .zero
+        hlc: HLCTimestamp = .zero, canonicalBody: [UInt8]? = nil
     ) {
         self.id = id
         self.revision = revision
@@ -52,6 +55,7 @@ public struct IncomingRevision: Sendable {
         self.deleted = deleted
         self.body = body
         self.hlc = hlc
+        self.canonicalBody = canonicalBody
     }
 }
 

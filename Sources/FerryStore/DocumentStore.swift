@@ -394,6 +394,9 @@ public final class DocumentStore: Sendable {
 
     static let blobMarker = Array("\"@type\":\"blob\"".utf8)
 
+    /// Whether a canonical body may reference blobs (a fast byte scan; false means surely not).
+    public static func mayReferenceBlobs(_ body: [UInt8]) -> Bool { mayContainBlob(body) }
+
     /// Cheap prefilter: a canonical body holding a blob reference contains `"@type":"blob"`.
     static func mayContainBlob(_ body: [UInt8]) -> Bool {
         let needle = blobMarker

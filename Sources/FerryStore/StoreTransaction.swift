@@ -158,7 +158,7 @@ public final class StoreTransaction {
         if !incoming.deleted { try checkBody(incoming.body) } else if incoming.body.objectValue == nil {
             throw .invalidBody("a document body must be a JSON object")
         }
-        let canonical = incoming.body.canonicalBytes
+        let canonical = incoming.canonicalBody ?? incoming.body.canonicalBytes
         if canonical.count > store.options.maxBodyBytes {
             throw .tooLarge(bytes: canonical.count, limit: store.options.maxBodyBytes)
         }

@@ -246,37 +246,36 @@ final class ResponderSession: Sendable {
         }
         let trees = try store.revisionTrees(requests.map(\.0))
         let readRule = policy.read
-        var out: [JSON] = []
+        var out: [WireRevision] = []
         for (id, rev, known) in requests {
             guard let tree = trees[id],
                 let (wire, _) = WireRevision.make(
                     id: id, revision: rev, tree: tree, receiverHas: known, useDeltas: useDeltas, maxHistory: maxHistory)
             else {
-                out.append(["id": .string(id.rawValue), "rev": .string(rev.description), "missing": true])
+                out.append(.missing(id: id.rawValue, rev: rev.description))
                 continue
             }
-            let winnerBody = tree.winner?.body.flatMap { try? JSON.parse($0) }
-            if !readRule.admits(id: id, body: winnerBody) {
-                out.append(["id": .string(id.rawValue), "rev": .string(rev.description), "missing": true])
-                continue
+            if !readRule.admitsEverything {
+                let winnerBody = tree.winner?.body.flatMap { try? JSON.parse($0) }
+                if !readRule.admits(id: id, body: winnerBody) {
+                    out.append(.missing(id: id.rawValue, rev: rev.description))
+                    continue
+                }
             }
-            out.append(wire.json)
+            out.append(wire)
         }
-        return reply(request, ["revs": .array(out)])
+        return Message(kind: .response, number: request.number, body: WireRevision.encodeBatch(out))
     }
 
     /// Inserts pushed revisions through the trust boundary; answers per revision.
     func putRevs(_ request: Message) throws -> Message {
         try requirePush()
-        let body = try request.json()
-        guard case .array(let list)? = body["revs"] else { throw SyncError.protocolViolation("putRevs lacks revs") }
+        let wires = try WireRevision.decodeBatch(request.body)
         let pipeline = IncomingPipeline(policy: policy, filter: nil, maxBodyBytes: store.options.maxBodyBytes)
-        var wires: [WireRevision] = []
-        for item in list { wires.append(try WireRevision(json: item)) }
         let trees = try store.revisionTrees(Set(wires.compactMap { try? DocumentID($0.id, allowReserved: true) }))
         var results: [JSON] = []
         var accepted: [(Int, IncomingRevision)] = []
-        for wire in wires {
+        for wire in wires where !wire.missing {
             switch pipeline.check(wire, baseBody: { id, base in
                 trees[id]?.revision(base)?.body.flatMap { try? JSON.parse($0).objectValue }
             }) {

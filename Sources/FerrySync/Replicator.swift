@@ -249,6 +249,8 @@ public final class Replicator: Sendable {
         let key = checkpointKey(remoteDB: remoteDB, direction: "pull")
         var since = try await startCheckpoint(connection, key: key)
         var caughtUp = false
+        var prefetched: (since: UInt64, task: Task<JSON, any Error>)?
+        defer { prefetched?.task.cancel() }
         while true {
             if stopRequested { return }
             let live = configuration.continuous && caughtUp
@@ -263,7 +265,15 @@ public final class Replicator: Sendable {
                 try await connection.requestJSON(SyncProtocol.Profile.changes, body)
             }
             // A live request may wait a whole heartbeat; a stop must not.
-            guard let reply = live ? try await untilStopped(ask) : try await ask() else { return }
+            let reply: JSON
+            if let prefetched, prefetched.since == since {
+                reply = try await prefetched.task.value
+            } else if let r = live ? try await untilStopped(ask) : try await ask() {
+                reply = r
+            } else {
+                return
+            }
+            prefetched = nil
             guard case .array(let entries)? = reply["changes"], let last = reply["lastSeq"]?.intValue else {
                 throw SyncError.protocolViolation("changes reply is malformed")
             }
@@ -282,6 +292,12 @@ public final class Replicator: Sendable {
                 $0.activity = .busy
                 $0.total += entries.count
             }
+            // While this batch is inserted, the peer already reads the next page of changes.
+            var nextRequest = request
+            nextRequest["since"] = .int(Int64(lastSeq))
+            nextRequest["live"] = false
+            let nextBody = JSON.object(nextRequest)
+            prefetched = (lastSeq, Task { try await connection.requestJSON(SyncProtocol.Profile.changes, nextBody) })
             try await pullBatch(entries, connection)
             since = lastSeq
             try await saveCheckpoint(connection, key: key, seq: since)
@@ -343,28 +359,33 @@ public final class Replicator: Sendable {
         let pipeline = IncomingPipeline(
             policy: configuration.remotePolicy, filter: configuration.pullFilter,
             maxBodyBytes: store.options.maxBodyBytes)
-        var start = 0
-        while start < requests.count {
-            let chunk = Array(requests[start..<min(start + configuration.maxRevisionsPerRequest, requests.count)])
-            start += chunk.count
-            try await pullChunk(chunk, connection, pipeline: pipeline, trees: trees, deltas: configuration.deltas)
+        let size = configuration.maxRevisionsPerRequest
+        let chunks = stride(from: 0, to: requests.count, by: size).map { Array(requests[$0..<min($0 + size, requests.count)]) }
+        // Two requests in flight: the peer prepares the next chunk while this side inserts one.
+        var next: Task<Message, any Error>? = fetchRevs(chunks[0], connection, deltas: configuration.deltas)
+        defer { next?.cancel() }
+        for i in chunks.indices {
+            let reply = try await next!.value
+            next = i + 1 < chunks.count ? fetchRevs(chunks[i + 1], connection, deltas: configuration.deltas) : nil
+            try await pullChunk(reply, connection, pipeline: pipeline, trees: trees, deltas: configuration.deltas)
         }
     }
 
+    private func fetchRevs(_ chunk: [JSON], _ connection: Connection, deltas: Bool) -> Task<Message, any Error> {
+        let request: JSON = ["revs": .array(chunk), "deltas": .bool(deltas), "maxHistory": .int(Int64(configuration.maxHistory))]
+        return Task { try await connection.request(SyncProtocol.Profile.getRevs, body: request.canonicalBytes) }
+    }
+
     private func pullChunk(
-        _ chunk: [JSON], _ connection: Connection, pipeline: IncomingPipeline, trees: [DocumentID: RevisionTree],
+        _ reply: Message, _ connection: Connection, pipeline: IncomingPipeline, trees: [DocumentID: RevisionTree],
         deltas: Bool
     ) async throws {
-        let reply = try await connection.requestJSON(
-            SyncProtocol.Profile.getRevs,
-            ["revs": .array(chunk), "deltas": .bool(deltas), "maxHistory": .int(Int64(configuration.maxHistory))])
-        guard case .array(let revs)? = reply["revs"] else { throw SyncError.protocolViolation("getRevs reply lacks revs") }
+        let revs = try WireRevision.decodeBatch(reply.body)
         var accepted: [IncomingRevision] = []
         var retryFull: [JSON] = []
-        for item in revs {
-            if item["missing"] == .bool(true) { continue }  // superseded; a later change brings the new leaf
-            let wire = try WireRevision(json: item)
-            if wire.delta != nil { count { $0.deltasReceived += 1 } }
+        for wire in revs {
+            if wire.missing { continue }  // superseded; a later change brings the new leaf
+            if wire.isDelta { count { $0.deltasReceived += 1 } }
             let outcome = pipeline.check(wire) { id, base in
                 trees[id]?.revision(base)?.body.flatMap { try? JSON.parse($0).objectValue }
             }
@@ -398,7 +419,8 @@ public final class Replicator: Sendable {
         try resolveConflicts(in: touched)
         if !retryFull.isEmpty {
             let fresh = try store.revisionTrees(retryFull.compactMap { $0["id"]?.stringValue.flatMap { try? DocumentID($0, allowReserved: true) } })
-            try await pullChunk(retryFull, connection, pipeline: pipeline, trees: fresh, deltas: false)
+            let full = try await fetchRevs(retryFull, connection, deltas: false).value
+            try await pullChunk(full, connection, pipeline: pipeline, trees: fresh, deltas: false)
         }
     }
 
@@ -411,6 +433,7 @@ public final class Replicator: Sendable {
     private func fetchMissingBlobs(for revisions: [IncomingRevision], _ connection: Connection) async throws {
         var needed = Set<BlobDigest>()
         for rev in revisions {
+            if let bytes = rev.canonicalBody, !DocumentStore.mayReferenceBlobs(bytes) { continue }
             for ref in (try? rev.body.blobReferences()) ?? [] where !store.blobs.has(ref.digest) { needed.insert(ref.digest) }
         }
         for digest in needed.sorted() {
@@ -498,7 +521,7 @@ public final class Replicator: Sendable {
                     maxHistory: configuration.maxHistory)
                 else { continue }
                 if let filter = configuration.pushFilter {
-                    let body = made.0.body ?? tree.revision(rev)?.body.flatMap { try? JSON.parse($0) } ?? [:]
+                    let body = tree.revision(rev)?.body.flatMap { try? JSON.parse($0) } ?? [:]
                     if !filter.admits(FilterInput(id: id, revision: rev, deleted: made.0.deleted, body: body)) { continue }
                 }
                 wires.append(made)
@@ -511,7 +534,7 @@ public final class Replicator: Sendable {
         var chunk: [(WireRevision, Bool)] = []
         while start < wires.count {
             let w = wires[start]
-            let size = (w.0.body ?? w.0.delta ?? [:]).canonicalBytes.count
+            let size = w.0.content.count
             if !chunk.isEmpty && (chunk.count >= configuration.maxRevisionsPerRequest || bytes + size > configuration.maxBytesPerRequest) {
                 try await putChunk(chunk, trees: trees, connection)
                 chunk = []
@@ -525,7 +548,7 @@ public final class Replicator: Sendable {
     }
 
     private func putChunk(_ chunk: [(WireRevision, Bool)], trees: [DocumentID: RevisionTree], _ connection: Connection) async throws {
-        let reply = try await connection.requestJSON(SyncProtocol.Profile.putRevs, ["revs": .array(chunk.map(\.0.json))])
+        let reply = try await connection.request(SyncProtocol.Profile.putRevs, body: WireRevision.encodeBatch(chunk.map(\.0))).json()
         guard case .array(let results)? = reply["results"], results.count == chunk.count else {
             throw SyncError.protocolViolation("putRevs reply does not answer every revision")
         }
@@ -558,10 +581,11 @@ public final class Replicator: Sendable {
     private func pushBlobs(for wires: [WireRevision], trees: [DocumentID: RevisionTree], _ connection: Connection) async throws {
         var digests = Set<BlobDigest>()
         for w in wires {
-            let body = w.body ?? (try? DocumentID(w.id, allowReserved: true)).flatMap { id in
-                (try? RevisionID(w.rev)).flatMap { trees[id]?.revision($0)?.body.flatMap { try? JSON.parse($0) } }
-            }
-            for ref in (try? body?.blobReferences()) ?? [] { digests.insert(ref.digest) }
+            guard let id = try? DocumentID(w.id, allowReserved: true), let rev = try? RevisionID(w.rev),
+                let bytes = trees[id]?.revision(rev)?.body, DocumentStore.mayReferenceBlobs(bytes),
+                let body = try? JSON.parse(bytes)
+            else { continue }
+            for ref in (try? body.blobReferences()) ?? [] { digests.insert(ref.digest) }
         }
         guard !digests.isEmpty else { return }
         let reply = try await connection.requestJSON(

@@ -1,49 +1,104 @@
 import FerryCore
 import FerryStore
 
-/// A revision as it travels in `getRevs` replies and `putRevs` requests: full body, or a
-/// delta against a base revision the receiver said it holds.
+/// A revision as it travels in `getRevs` replies and `putRevs` requests: its canonical
+/// body bytes, or a delta against a base revision the receiver said it holds.
+///
+/// Batches use a binary layout (docs/protocol.md §4) so bodies travel as the exact
+/// canonical bytes the sender stores: no re-encoding on either side.
 struct WireRevision: Sendable {
     var id: String
     var rev: String
     var history: [String]
     var deleted: Bool
     var hlc: UInt64
-    var body: JSON?
+    /// Canonical JSON body, or the JSON delta when `deltaBase` is set; empty when `missing`.
+    var content: [UInt8]
     var deltaBase: String?
-    var delta: JSON?
+    /// The sender no longer has this revision (or may not send it).
+    var missing = false
 
-    var json: JSON {
-        var o: [String: JSON] = [
-            "id": .string(id), "rev": .string(rev), "history": .array(history.map { .string($0) }),
-            "hlc": .int(Int64(bitPattern: hlc)),
-        ]
-        if deleted { o["deleted"] = true }
-        if let body { o["body"] = body }
-        if let deltaBase, let delta {
-            o["deltaBase"] = .string(deltaBase)
-            o["delta"] = delta
+    var isDelta: Bool { deltaBase != nil }
+
+    static func missing(id: String, rev: String) -> WireRevision {
+        WireRevision(id: id, rev: rev, history: [], deleted: false, hlc: 0, content: [], deltaBase: nil, missing: true)
+    }
+
+    var metadata: JSON {
+        var o: [String: JSON] = ["id": .string(id), "rev": .string(rev)]
+        if missing {
+            o["missing"] = true
+            return .object(o)
         }
+        o["history"] = .array(history.map { .string($0) })
+        o["hlc"] = .int(Int64(bitPattern: hlc))
+        if deleted { o["deleted"] = true }
+        if let deltaBase { o["deltaBase"] = .string(deltaBase) }
         return .object(o)
     }
 
+    /// `varint(count)` then per revision `varint(len) metadata-JSON varint(len) content`.
+    static func encodeBatch(_ revisions: [WireRevision]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(revisions.reduce(16) { $0 + $1.content.count + 200 })
+        Varint.write(UInt64(revisions.count), into: &out)
+        for r in revisions {
+            let meta = r.metadata.canonicalBytes
+            Varint.write(UInt64(meta.count), into: &out)
+            out.append(contentsOf: meta)
+            Varint.write(UInt64(r.content.count), into: &out)
+            out.append(contentsOf: r.content)
+        }
+        return out
+    }
+
+    static func decodeBatch(_ bytes: [UInt8]) throws(SyncError) -> [WireRevision] {
+        var pos = 0
+        func chunk() throws(SyncError) -> ArraySlice<UInt8> {
+            guard let (len, used) = Varint.read(bytes, at: pos), len <= UInt64(max(0, bytes.count - pos - used)) else {
+                throw .protocolViolation("revision batch is truncated")
+            }
+            pos += used
+            defer { pos += Int(len) }
+            return bytes[pos..<pos + Int(len)]
+        }
+        guard let (count, used) = Varint.read(bytes, at: 0), count <= UInt64(bytes.count) else {
+            throw .protocolViolation("revision batch has a bad count")
+        }
+        pos = used
+        var out: [WireRevision] = []
+        for _ in 0..<Int(count) {
+            let metaBytes = try chunk()
+            let content = Array(try chunk())
+            let meta: JSON
+            do { meta = try JSON.parse(metaBytes) } catch { throw .protocolViolation("revision metadata: \(error)") }
+            out.append(try WireRevision(metadata: meta, content: content))
+        }
+        guard pos == bytes.count else { throw .protocolViolation("trailing bytes after a revision batch") }
+        return out
+    }
+
     init(
-        id: String, rev: String, history: [String], deleted: Bool, hlc: UInt64, body: JSON?, deltaBase: String? = nil,
-        delta: JSON? = nil
+        id: String, rev: String, history: [String], deleted: Bool, hlc: UInt64, content: [UInt8], deltaBase: String?,
+        missing: Bool = false
     ) {
         self.id = id
         self.rev = rev
         self.history = history
         self.deleted = deleted
         self.hlc = hlc
-        self.body = body
+        self.content = content
         self.deltaBase = deltaBase
-        self.delta = delta
+        self.missing = missing
     }
 
-    init(json: JSON) throws(SyncError) {
-        guard let o = json.objectValue, let id = o["id"]?.stringValue, let rev = o["rev"]?.stringValue else {
+    init(metadata o: JSON, content: [UInt8]) throws(SyncError) {
+        guard let id = o["id"]?.stringValue, let rev = o["rev"]?.stringValue else {
             throw .protocolViolation("revision entry lacks \"id\" or \"rev\"")
+        }
+        if o["missing"] == .bool(true) {
+            self = .missing(id: id, rev: rev)
+            return
         }
         guard case .array(let h)? = o["history"] else { throw .protocolViolation("revision entry lacks \"history\"") }
         var history: [String] = []
@@ -53,39 +108,32 @@ struct WireRevision: Sendable {
         }
         self.init(
             id: id, rev: rev, history: history, deleted: o["deleted"]?.boolValue ?? false,
-            hlc: UInt64(bitPattern: o["hlc"]?.intValue ?? 0), body: o["body"], deltaBase: o["deltaBase"]?.stringValue,
-            delta: o["delta"])
-        if body == nil && (deltaBase == nil || delta == nil) {
-            throw .protocolViolation("revision \(rev) of \"\(id)\" has neither a body nor a delta")
-        }
+            hlc: UInt64(bitPattern: o["hlc"]?.intValue ?? 0), content: content, deltaBase: o["deltaBase"]?.stringValue)
     }
 
     /// Builds the wire form of a held revision, as a delta against one of `receiverHas`
-    /// when that is smaller than the full body.
+    /// when that is smaller than 90% of the full body.
     static func make(
         id: DocumentID, revision: RevisionID, tree: RevisionTree, receiverHas: [RevisionID], useDeltas: Bool,
         maxHistory: Int
     ) -> (WireRevision, usedDelta: Bool)? {
-        guard let r = tree.revision(revision), let bodyBytes = r.body, let body = try? JSON.parse(bodyBytes) else {
-            return nil
-        }
+        guard let r = tree.revision(revision), let bodyBytes = r.body else { return nil }
         let history = tree.history(of: revision, limit: maxHistory + 1).dropFirst().map(\.description)
         var wire = WireRevision(
             id: id.rawValue, rev: revision.description, history: Array(history), deleted: r.deleted,
-            hlc: r.hlc.rawValue, body: body)
-        guard useDeltas, let target = body.objectValue else { return (wire, false) }
-        var best: (String, JSON, Int)?
-        for base in receiverHas {
+            hlc: r.hlc.rawValue, content: bodyBytes, deltaBase: nil)
+        let bases = receiverHas.filter { tree.revision($0)?.body != nil }
+        guard useDeltas, !bases.isEmpty, let target = try? JSON.parse(bodyBytes).objectValue else { return (wire, false) }
+        var best: (String, [UInt8])?
+        for base in bases {
             guard let b = tree.revision(base)?.body, let baseBody = try? JSON.parse(b).objectValue else { continue }
-            let delta = JSONDelta.diff(from: baseBody, to: target)
-            let size = delta.canonicalBytes.count
-            if best == nil || size < best!.2 { best = (base.description, delta, size) }
+            let delta = JSONDelta.diff(from: baseBody, to: target).canonicalBytes
+            if best == nil || delta.count < best!.1.count { best = (base.description, delta) }
         }
         // Blobs are referenced, never inlined, so a delta never carries blob content.
-        if let best, best.2 < bodyBytes.count * 9 / 10 {
-            wire.body = nil
+        if let best, best.1.count < bodyBytes.count * 9 / 10 {
+            wire.content = best.1
             wire.deltaBase = best.0
-            wire.delta = best.1
             return (wire, true)
         }
         return (wire, false)
@@ -139,26 +187,31 @@ struct IncomingPipeline: Sendable {
             return reject(.structure, "history generations are not consecutive at \(a)")
         }
         var body: JSON
-        if let b = wire.body {
-            body = b
-        } else if let baseText = wire.deltaBase, let delta = wire.delta {
+        var canonical: [UInt8]
+        if let baseText = wire.deltaBase {
             guard let base = try? RevisionID(baseText), let baseFields = baseBody(id, base),
-                let applied = try? JSONDelta.apply(delta, to: baseFields)
+                let delta = try? JSON.parse(wire.content), let applied = try? JSONDelta.apply(delta, to: baseFields)
             else { return .needFull(id: wire.id, rev: wire.rev) }
             body = .object(applied)
+            canonical = body.canonicalBytes
         } else {
-            return reject(.structure, "neither body nor delta")
+            do { body = try JSON.parse(wire.content) } catch { return reject(.structure, error.description) }
+            canonical = wire.content
         }
         guard body.objectValue != nil else { return reject(.structure, "body is not a JSON object") }
-        let canonical = body.canonicalBytes
         if canonical.count > maxBodyBytes {
             return reject(.structure, "body of \(canonical.count) bytes exceeds the \(maxBodyBytes)-byte limit")
         }
-        // 2. Digest.
-        let computed = RevisionID.compute(parent: history.first, deleted: wire.deleted, canonicalBody: canonical)
+        // 2. Digest. Bytes that hash to the revision ID are its canonical body; a sender
+        // that is not canonical gets one re-encoding before it is judged.
+        var computed = RevisionID.compute(parent: history.first, deleted: wire.deleted, canonicalBody: canonical)
+        if computed != rev && !wire.isDelta {
+            canonical = body.canonicalBytes
+            computed = RevisionID.compute(parent: history.first, deleted: wire.deleted, canonicalBody: canonical)
+        }
         if computed != rev {
             // A delta that produced the wrong body is the sender's or the base's fault: ask for the full body.
-            if wire.body == nil { return .needFull(id: wire.id, rev: wire.rev) }
+            if wire.isDelta { return .needFull(id: wire.id, rev: wire.rev) }
             return reject(.digest, "body does not match revision \(rev)")
         }
         // 3. The peer's write policy.
@@ -174,6 +227,6 @@ struct IncomingPipeline: Sendable {
         return .accepted(
             IncomingRevision(
                 id: id, revision: rev, history: history, deleted: wire.deleted, body: body,
-                hlc: HLCTimestamp(rawValue: wire.hlc)))
+                hlc: HLCTimestamp(rawValue: wire.hlc), canonicalBody: canonical))
     }
 }

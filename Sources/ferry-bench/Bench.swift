@@ -2,7 +2,9 @@ import ArgumentParser
 import FerryCore
 import FerryStore
 import Foundation
+import FerrySync
 import GRDBSQLite
+import Logging
 
 /// Benchmarks that print their figures, each against a baseline measured in the same run.
 @main
@@ -10,7 +12,7 @@ struct FerryBench: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ferry-bench",
         abstract: "Ferry benchmarks: each figure is a ratio against a baseline measured in the same run.",
-        subcommands: [StoreBench.self])
+        subcommands: [StoreBench.self, SyncBench.self])
 }
 
 /// Saves documents through FerryStore and inserts the same documents with raw prepared SQLite statements.
@@ -89,7 +91,13 @@ struct StoreBench: ParsableCommand {
     }
 
     func rawInsert(_ ids: [String], _ bodies: [[UInt8]]) throws -> Double {
-        let dir = try scratchDir()
+        try RawSQLite.insert(ids, bodies, scratch: scratchDir())
+    }
+}
+
+/// Inserts documents with raw prepared SQLite statements: the baseline for store and sync.
+enum RawSQLite {
+    static func insert(_ ids: [String], _ bodies: [[UInt8]], scratch dir: String) throws -> Double {
         defer { try? FileManager.default.removeItem(atPath: dir) }
         var db: OpaquePointer?
         guard sqlite3_open(dir + "/raw.sqlite", &db) == SQLITE_OK else { throw BenchError("sqlite3_open failed") }
@@ -118,6 +126,82 @@ struct StoreBench: ParsableCommand {
         try exec("COMMIT")
         let elapsed = ContinuousClock.now - start
         return Double(ids.count) / elapsed.seconds
+    }
+}
+
+/// Replicates documents between two stores over the in-memory endpoint, against a raw insert.
+struct SyncBench: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "sync", abstract: "Replication throughput between two stores vs raw SQLite inserts.")
+
+    @Option(help: "Documents per run.") var count = 100_000
+    @Option(help: "Approximate document size in bytes.") var size = 1024
+    @Option(help: "Runs per measurement (median reported).") var runs = 3
+    @Option(help: "Directory for scratch databases.") var scratch = NSTemporaryDirectory()
+    @Option(help: "Changes per batch.") var batch = 1000
+    @Option(help: "Revisions per getRevs request.") var perRequest = 500
+    @Option(help: "Target durability: full or normal.") var durability = "full"
+
+    func run() throws {
+        let docs = DocumentGenerator(size: size).documents(count)
+        let bodies = docs.map { $0.1.canonicalBytes }
+        print("sync: \(count) documents of ~\(bodies.reduce(0) { $0 + $1.count } / max(1, count)) bytes pulled between two file stores over the in-memory endpoint, \(runs) runs")
+        let dir = (scratch as NSString).appendingPathComponent("ferry-bench-src-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let source = try DocumentStore.open(directory: dir)
+        try source.write { txn in for (id, body) in docs { try txn.put(id, body: body) } }
+        var ferry: [Double] = []
+        var raw: [Double] = []
+        for _ in 1...runs {
+            raw.append(try RawSQLite.insert(docs.map(\.0.rawValue), bodies, scratch: scratchDir()))
+            ferry.append(try pull(from: source))
+        }
+        let f = Stats(ferry)
+        let r = Stats(raw)
+        let ratio = Stats(zip(ferry, raw).map { $0 / $1 })
+        print(String(format: "raw SQLite insert   %9.0f docs/s (min %.0f, max %.0f)", r.median, r.min, r.max))
+        print(String(format: "Ferry replication   %9.0f docs/s (min %.0f, max %.0f)", f.median, f.min, f.max))
+        print(String(format: "ratio ferry/raw     %9.2f (min %.2f, max %.2f)", ratio.median, ratio.min, ratio.max))
+    }
+
+    func scratchDir() throws -> String {
+        let dir = (scratch as NSString).appendingPathComponent("ferry-bench-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        return dir
+    }
+
+    func pull(from source: DocumentStore) throws -> Double {
+        let dir = try scratchDir()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var options = StoreOptions()
+        options.durability = durability == "normal" ? .normal : .full
+        let target = try DocumentStore.open(directory: dir, options: options)
+        let responder = ReplicationResponder(store: source)
+        var config = ReplicatorConfiguration()
+        config.direction = .pull
+        config.batchSize = batch
+        config.maxRevisionsPerRequest = perRequest
+        var logger = Logger(label: "bench")
+        logger.logLevel = .error
+        let replicator = Replicator(
+            store: target,
+            connector: {
+                let (client, server) = InMemoryEndpoint.pair()
+                Task { await responder.serve(server) }
+                return client
+            }, configuration: config, logger: logger)
+        let start = ContinuousClock.now
+        let done = DispatchSemaphore(value: 0)
+        Task {
+            await replicator.run()
+            done.signal()
+        }
+        done.wait()
+        let elapsed = ContinuousClock.now - start
+        if let error = replicator.status.error { throw BenchError("replication failed: \(error)") }
+        let n = try target.documentCount
+        guard n == (try source.documentCount) else { throw BenchError("replicated \(n) documents") }
+        return Double(n) / elapsed.seconds
     }
 }
 

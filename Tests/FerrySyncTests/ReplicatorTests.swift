@@ -165,10 +165,8 @@ import Testing
         // The server's replies have every delta's "n" changed: the digest check catches it.
         link.faults = { _ in
             (.init(), .init(deliver: { bytes in
-                guard var m = try? Message(decoding: bytes), let text = String(bytes: m.body, encoding: .utf8),
-                    text.contains("\"delta\"")
-                else { return [bytes] }
-                m.body = Array(text.replacingOccurrences(of: "\"n\":1", with: "\"n\":7").utf8)
+                guard var m = try? Message(decoding: bytes), contains("deltaBase", in: m.body) else { return [bytes] }
+                m.body = replacing("\"n\":1", with: "\"n\":7", in: m.body)
                 return [m.encoded()]
             }))
         }

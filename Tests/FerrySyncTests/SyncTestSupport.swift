@@ -77,3 +77,26 @@ func digest(_ store: DocumentStore) throws -> [String] {
         return "\(d.id) \(d.revision) \(d.deleted) [\(conflicts)]"
     }
 }
+
+/// Replaces every occurrence of `pattern` in `bytes` (same-length replacements keep
+/// binary length prefixes valid).
+func replacing(_ pattern: String, with replacement: String, in bytes: [UInt8]) -> [UInt8] {
+    let p = Array(pattern.utf8)
+    let r = Array(replacement.utf8)
+    var out: [UInt8] = []
+    var i = 0
+    while i < bytes.count {
+        if i + p.count <= bytes.count && Array(bytes[i..<i + p.count]) == p {
+            out += r
+            i += p.count
+        } else {
+            out.append(bytes[i])
+            i += 1
+        }
+    }
+    return out
+}
+
+func contains(_ pattern: String, in bytes: [UInt8]) -> Bool {
+    replacing(pattern, with: "", in: bytes).count != bytes.count
+}

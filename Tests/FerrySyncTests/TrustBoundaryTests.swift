@@ -5,14 +5,12 @@ import Testing
 @testable import FerrySync
 
 /// A peer that lies: its replies are rewritten before they reach the replicator.
-func hostileLink(to store: DocumentStore, rewrite: @escaping @Sendable (String) -> String) -> Link {
+func hostileLink(to store: DocumentStore, rewrite: @escaping @Sendable ([UInt8]) -> [UInt8]) -> Link {
     var link = Link(to: store)
     link.faults = { _ in
         (.init(), .init(deliver: { bytes in
-            guard var m = try? Message(decoding: bytes), m.kind == .response,
-                let text = String(bytes: m.body, encoding: .utf8)
-            else { return [bytes] }
-            m.body = Array(rewrite(text).utf8)
+            guard var m = try? Message(decoding: bytes), m.kind == .response else { return [bytes] }
+            m.body = rewrite(m.body)
             return [m.encoded()]
         }))
     }
@@ -25,7 +23,7 @@ func hostileLink(to store: DocumentStore, rewrite: @escaping @Sendable (String) 
         let remote = try DocumentStore.inMemory()
         try remote.put(docID("honest"), body: ["v": "ok"])
         try remote.put(docID("forged"), body: ["v": "original"])
-        let link = hostileLink(to: remote) { $0.replacingOccurrences(of: "\"original\"", with: "\"tampered\"") }
+        let link = hostileLink(to: remote) { replacing("\"original\"", with: "\"tampered\"", in: $0) }
         var config = ReplicatorConfiguration()
         config.direction = .pull
         let r = Replicator(store: local, connector: link.connector, configuration: config, clock: ImmediateClock())
