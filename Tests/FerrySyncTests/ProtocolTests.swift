@@ -126,3 +126,25 @@ import Testing
         #expect(!AccessRule.none.admits(id: docID("any"), body: nil))
     }
 }
+
+@Suite struct ByteStreamEndpointTests {
+    @Test func replicationRunsOverAFramedByteStream() async throws {
+        let a = try DocumentStore.inMemory()
+        let b = try DocumentStore.inMemory()
+        for i in 0..<200 { try a.put(docID("a\(i)"), body: ["n": .int(Int64(i)), "pad": .string(String(repeating: "p", count: i * 10))]) }
+        for i in 0..<50 { try b.put(docID("b\(i)"), body: ["n": .int(Int64(i))]) }
+        let responder = ReplicationResponder(store: b)
+        let r = Replicator(
+            store: a,
+            connector: {
+                let (client, server) = InMemoryByteStream.pair(maxChunk: 7)
+                let serverEnd = FramedEndpoint(server)
+                Task { await responder.serve(serverEnd) }
+                return FramedEndpoint(client)
+            }, clock: ImmediateClock())
+        await r.run()
+        #expect(r.status.error == nil)
+        #expect(try digest(a) == digest(b))
+        #expect(try b.documentCount == 250)
+    }
+}

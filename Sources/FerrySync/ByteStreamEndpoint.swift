@@ -1,0 +1,91 @@
+import FerryCore
+import Synchronization
+
+/// A raw, ordered byte pipe in both directions (stdio, a Unix socket, a serial line):
+/// what a transport provides for a byte-stream message endpoint.
+public protocol ByteStream: Sendable {
+    func write(_ bytes: [UInt8]) async throws(SyncError)
+    /// Received bytes, in arbitrary chunks; finishes when the other side closes.
+    var chunks: AsyncThrowingStream<[UInt8], any Error> { get }
+    func close() async
+}
+
+/// A message endpoint over a byte stream: each message is sent with a varint length
+/// prefix, and received messages are reassembled from any chunking (`LengthFramer`).
+public final class FramedEndpoint: MessageEndpoint {
+    public let transport: EndpointTransport = .byteStream
+    public let incoming: AsyncThrowingStream<[UInt8], any Error>
+    let stream: any ByteStream
+    private let reader: Mutex<Task<Void, Never>?> = Mutex(nil)
+
+    public init(_ stream: any ByteStream, maximumMessageSize: Int = 64 << 20) {
+        self.stream = stream
+        let (incoming, continuation) = AsyncThrowingStream.makeStream(of: [UInt8].self, throwing: (any Error).self)
+        self.incoming = incoming
+        let task = Task {
+            var framer = LengthFramer(maximumMessageSize: maximumMessageSize)
+            do {
+                for try await chunk in stream.chunks {
+                    for message in try framer.feed(chunk) { continuation.yield(message) }
+                }
+                continuation.finish()
+            } catch {
+                continuation.finish(throwing: SyncError.from(error))
+                await stream.close()
+            }
+        }
+        reader.withLock { $0 = task }
+    }
+
+    public func send(_ message: [UInt8]) async throws(SyncError) {
+        try await stream.write(LengthFramer.frame(message))
+    }
+
+    public func close(error: SyncError?) async {
+        await stream.close()
+    }
+}
+
+/// Two connected in-memory byte streams that deliver writes in random-sized pieces,
+/// so framing is exercised as a real pipe would.
+public final class InMemoryByteStream: ByteStream {
+    public let chunks: AsyncThrowingStream<[UInt8], any Error>
+    private let continuation: AsyncThrowingStream<[UInt8], any Error>.Continuation
+    private let peer = Mutex<InMemoryByteStream?>(nil)
+    private let maxChunk: Int
+
+    init(maxChunk: Int) {
+        (chunks, continuation) = AsyncThrowingStream.makeStream(of: [UInt8].self, throwing: (any Error).self)
+        self.maxChunk = maxChunk
+    }
+
+    /// A connected pair; each write arrives split into pieces of at most `maxChunk` bytes.
+    public static func pair(maxChunk: Int = 4096) -> (InMemoryByteStream, InMemoryByteStream) {
+        let a = InMemoryByteStream(maxChunk: maxChunk)
+        let b = InMemoryByteStream(maxChunk: maxChunk)
+        a.peer.withLock { $0 = b }
+        b.peer.withLock { $0 = a }
+        return (a, b)
+    }
+
+    public func write(_ bytes: [UInt8]) async throws(SyncError) {
+        guard let peer = peer.withLock({ $0 }) else { throw .disconnected("byte stream is closed") }
+        var start = 0
+        while start < bytes.count {
+            let n = Int.random(in: 1...maxChunk)
+            let end = min(bytes.count, start + n)
+            peer.continuation.yield(Array(bytes[start..<end]))
+            start = end
+        }
+    }
+
+    public func close() async {
+        let other = peer.withLock { p -> InMemoryByteStream? in
+            defer { p = nil }
+            return p
+        }
+        continuation.finish()
+        other?.continuation.finish()
+        other?.peer.withLock { $0 = nil }
+    }
+}
