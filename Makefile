@@ -29,6 +29,7 @@ test: deps
 bench: deps
 	$(SWIFT) build -c release --product ferry-bench
 	.build/release/ferry-bench store
+	.build/release/ferry-bench sync
 
 clean:
 	$(SWIFT) package clean
