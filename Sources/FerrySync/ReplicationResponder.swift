@@ -45,9 +45,11 @@ public final class ReplicationResponder: Sendable {
         self.logger = logger
     }
 
-    /// Serves one endpoint until it closes.
-    public func serve(_ endpoint: any MessageEndpoint) async {
-        let session = ResponderSession(responder: self)
+    /// Serves one endpoint until it closes. `authenticatedPeer` is the node ID proven by the
+    /// transport (the TLS client certificate's fingerprint): when given, it — not the ID the
+    /// peer claims in hello — selects the peer's policy and checkpoint namespace.
+    public func serve(_ endpoint: any MessageEndpoint, authenticatedPeer: String? = nil) async {
+        let session = ResponderSession(responder: self, authenticatedPeer: authenticatedPeer)
         let connection = Connection(endpoint: endpoint) { request in await session.handle(request) }
         await connection.run()
     }
@@ -57,8 +59,12 @@ public final class ReplicationResponder: Sendable {
 final class ResponderSession: Sendable {
     let responder: ReplicationResponder
     private let peer = LockedValue<String?>(nil)
+    let authenticatedPeer: String?
 
-    init(responder: ReplicationResponder) { self.responder = responder }
+    init(responder: ReplicationResponder, authenticatedPeer: String?) {
+        self.responder = responder
+        self.authenticatedPeer = authenticatedPeer
+    }
 
     var store: DocumentStore { responder.store }
     var options: ReplicationResponder.Options { responder.options }
@@ -107,7 +113,7 @@ final class ResponderSession: Sendable {
             throw SyncError.incompatibleVersion(
                 "peer speaks protocol \(offered), this node speaks \(SyncProtocol.versions)")
         }
-        peer.value = node
+        peer.value = authenticatedPeer ?? node
         return reply(request, [
             "nodeID": .string(options.nodeID), "database": .string(store.uuid), "protocol": .int(Int64(version)),
             "features": .array(SyncProtocol.features.map { .string($0) }),

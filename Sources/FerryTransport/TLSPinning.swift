@@ -1,0 +1,83 @@
+import FerryCore
+import Logging
+import NIOCore
+import NIOSSL
+import Synchronization
+
+/// Which peers a TLS endpoint accepts, decided inside the handshake by the SHA-256
+/// fingerprint of the peer's leaf certificate.
+public enum PeerTrust: Sendable, Equatable {
+    /// Only these node IDs (lowercase hex SHA-256 of the certificate DER).
+    case pinned(Set<String>)
+    /// Any certificate: an explicit, logged development opt-in.
+    case acceptAnyPeer
+}
+
+/// Records what the verification callback saw, so errors can say which peer was refused.
+final class HandshakeRecord: Sendable {
+    private let state = Mutex<(peer: String?, refused: String?)>((nil, nil))
+    var peerID: String? { state.withLock { $0.peer } }
+    var refusedID: String? { state.withLock { $0.refused } }
+    func accepted(_ id: String) { state.withLock { $0.peer = id } }
+    func refused(_ id: String) { state.withLock { $0.refused = id } }
+}
+
+/// Builds NIOSSL contexts for a node identity.
+///
+/// Uses `.noHostnameVerification` with a custom callback: with `.none`, BoringSSL ignores
+/// the callback's verdict and a wrong certificate would connect (../shared/notes/platform.md).
+enum TLSContexts {
+    static func sslIdentity(_ identity: NodeIdentity) throws -> (NIOSSLCertificate, NIOSSLPrivateKey) {
+        let cert = try NIOSSLCertificate(bytes: identity.certificateDER, format: .der)
+        let key = try NIOSSLPrivateKey(bytes: Array(identity.privateKey.derRepresentation), format: .der)
+        return (cert, key)
+    }
+
+    /// Server side: TLS 1.3, client certificates required unless `requireClientCertificate` is false.
+    static func server(identity: NodeIdentity, requireClientCertificate: Bool) throws -> NIOSSLContext {
+        let (cert, key) = try sslIdentity(identity)
+        var config = TLSConfiguration.makeServerConfiguration(certificateChain: [.certificate(cert)], privateKey: .privateKey(key))
+        config.minimumTLSVersion = .tlsv13
+        config.certificateVerification = requireClientCertificate ? .noHostnameVerification : .none
+        return try NIOSSLContext(configuration: config)
+    }
+
+    /// Client side: TLS 1.3, presenting the node's certificate for mutual TLS.
+    static func client(identity: NodeIdentity?) throws -> NIOSSLContext {
+        var config = TLSConfiguration.makeClientConfiguration()
+        config.minimumTLSVersion = .tlsv13
+        config.certificateVerification = .noHostnameVerification
+        if let identity {
+            let (cert, key) = try sslIdentity(identity)
+            config.certificateChain = [.certificate(cert)]
+            config.privateKey = .privateKey(key)
+        }
+        return try NIOSSLContext(configuration: config)
+    }
+
+    /// A callback that accepts exactly the trusted fingerprints, recording the outcome.
+    static func verifier(trust: PeerTrust, record: HandshakeRecord, logger: Logger) -> NIOSSLCustomVerificationCallback {
+        { certificates, promise in
+            guard let leaf = certificates.first, let der = try? leaf.toDERBytes() else {
+                promise.succeed(.failed)
+                return
+            }
+            let id = NodeIdentity.fingerprint(der)
+            switch trust {
+            case .acceptAnyPeer:
+                logger.warning("accepting an unpinned peer certificate (acceptAnyPeer)", metadata: ["peer": "\(id)"])
+                record.accepted(id)
+                promise.succeed(.certificateVerified)
+            case .pinned(let ids):
+                if ids.contains(id) {
+                    record.accepted(id)
+                    promise.succeed(.certificateVerified)
+                } else {
+                    record.refused(id)
+                    logger.warning("refused a peer certificate that is not pinned", metadata: ["peer": "\(id)"])
+                    promise.succeed(.failed)
+                }
+            }
+        }
+    }
+}

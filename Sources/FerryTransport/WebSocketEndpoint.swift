@@ -1,0 +1,140 @@
+import FerryCore
+import FerrySync
+import Logging
+import NIOCore
+import NIOWebSocket
+import Synchronization
+
+/// A replication message endpoint over an upgraded WebSocket channel: each protocol
+/// message is one binary WebSocket message (fragments are reassembled up to a limit).
+/// Text frames, oversized messages and protocol errors close the connection with a reason.
+final class WebSocketEndpoint: MessageEndpoint {
+    let transport: EndpointTransport = .messageStream
+    let incoming: AsyncThrowingStream<[UInt8], any Error>
+    private let continuation: AsyncThrowingStream<[UInt8], any Error>.Continuation
+    private let outbound = Mutex<NIOAsyncChannelOutboundWriter<WebSocketFrame>?>(nil)
+    private let ready = Mutex<[CheckedContinuation<Void, Never>]>([])
+    private let channel: any Channel
+    let isClient: Bool
+    let maximumMessageSize: Int
+    let logger: Logger
+
+    init(
+        _ asyncChannel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, isClient: Bool, maximumMessageSize: Int,
+        logger: Logger
+    ) {
+        (incoming, continuation) = AsyncThrowingStream.makeStream(of: [UInt8].self, throwing: (any Error).self)
+        channel = asyncChannel.channel
+        self.isClient = isClient
+        self.maximumMessageSize = maximumMessageSize
+        self.logger = logger
+        Task { await self.pump(asyncChannel) }
+    }
+
+    private func pump(_ asyncChannel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>) async {
+        do {
+            try await asyncChannel.executeThenClose { inbound, outbound in
+                self.outbound.withLock { $0 = outbound }
+                let waiters = self.ready.withLock { w -> [CheckedContinuation<Void, Never>] in
+                    defer { w.removeAll() }
+                    return w
+                }
+                for w in waiters { w.resume() }
+                var message: [UInt8]?
+                for try await frame in inbound {
+                    switch frame.opcode {
+                    case .binary, .continuation:
+                        if frame.opcode == .binary { message = [] }
+                        guard message != nil else {
+                            try await self.fail(outbound, .protocolError, "continuation frame without a message")
+                            return
+                        }
+                        var data = frame.unmaskedData
+                        message!.append(contentsOf: data.readBytes(length: data.readableBytes) ?? [])
+                        if message!.count > self.maximumMessageSize {
+                            try await self.fail(outbound, .messageTooLarge, "message exceeds \(self.maximumMessageSize) bytes")
+                            return
+                        }
+                        if frame.fin {
+                            self.continuation.yield(message!)
+                            message = nil
+                        }
+                    case .text:
+                        try await self.fail(outbound, .unacceptableData, "text frames are not part of the protocol")
+                        return
+                    case .ping:
+                        try await outbound.write(WebSocketFrame(fin: true, opcode: .pong, maskKey: self.mask, data: frame.unmaskedData))
+                    case .pong:
+                        break
+                    case .connectionClose:
+                        var data = frame.unmaskedData
+                        let code = data.readInteger(as: UInt16.self) ?? 1000
+                        let reason = data.readString(length: data.readableBytes) ?? ""
+                        try? await outbound.write(WebSocketFrame(fin: true, opcode: .connectionClose, maskKey: self.mask, data: ByteBuffer(integer: code)))
+                        if code == 1000 || code == 1001 {
+                            self.continuation.finish()
+                        } else {
+                            self.continuation.finish(throwing: SyncError.disconnected("peer closed the WebSocket (\(code)) \(reason)"))
+                        }
+                        return
+                    default:
+                        try await self.fail(outbound, .protocolError, "unknown WebSocket opcode")
+                        return
+                    }
+                }
+                self.continuation.finish(throwing: SyncError.disconnected("the connection closed"))
+            }
+        } catch {
+            continuation.finish(throwing: SyncError.disconnected("\(error)"))
+        }
+        outbound.withLock { $0 = nil }
+        let waiters = ready.withLock { w -> [CheckedContinuation<Void, Never>] in
+            defer { w.removeAll() }
+            return w
+        }
+        for w in waiters { w.resume() }
+        closed.withLock { $0 = true }
+    }
+
+    private let closed = Mutex(false)
+
+    private var mask: WebSocketMaskingKey? { isClient ? .random() : nil }
+
+    private func fail(_ outbound: NIOAsyncChannelOutboundWriter<WebSocketFrame>, _ code: WebSocketErrorCode, _ reason: String) async throws {
+        logger.warning("closing WebSocket connection", metadata: ["reason": "\(reason)"])
+        var buffer = ByteBuffer()
+        buffer.write(webSocketErrorCode: code)
+        buffer.writeString(reason)
+        try? await outbound.write(WebSocketFrame(fin: true, opcode: .connectionClose, maskKey: mask, data: buffer))
+        continuation.finish(throwing: SyncError.protocolViolation(reason))
+    }
+
+    private func writer() async -> NIOAsyncChannelOutboundWriter<WebSocketFrame>? {
+        if let w = outbound.withLock({ $0 }) { return w }
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            let now = outbound.withLock { $0 != nil } || closed.withLock { $0 }
+            if now { c.resume() } else { ready.withLock { $0.append(c) } }
+        }
+        return outbound.withLock { $0 }
+    }
+
+    func send(_ message: [UInt8]) async throws(SyncError) {
+        guard let writer = await writer() else { throw .disconnected("the WebSocket is closed") }
+        do {
+            try await writer.write(WebSocketFrame(fin: true, opcode: .binary, maskKey: mask, data: ByteBuffer(bytes: message)))
+        } catch {
+            throw .disconnected("WebSocket write failed: \(error)")
+        }
+    }
+
+    func close(error: SyncError?) async {
+        if let writer = outbound.withLock({ $0 }) {
+            var buffer = ByteBuffer()
+            buffer.write(webSocketErrorCode: error == nil ? .normalClosure : .unexpectedServerError)
+            if let error { buffer.writeString(String(error.description.prefix(100))) }
+            try? await writer.write(WebSocketFrame(fin: true, opcode: .connectionClose, maskKey: mask, data: buffer))
+        }
+        continuation.finish()
+        try? await channel.close()
+    }
+}

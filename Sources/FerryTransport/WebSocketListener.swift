@@ -1,0 +1,297 @@
+import FerryCore
+import FerrySync
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import NIOSSL
+import NIOWebSocket
+import ServiceLifecycle
+import Synchronization
+
+/// The passive side on the network: a TLS 1.3 WebSocket listener that authenticates each
+/// peer inside the handshake (or by password), then serves replication on `/<db>/sync`.
+public final class WebSocketListener: Service, Sendable {
+    /// How the listener runs; every field has a documented default.
+    public struct Configuration: Sendable {
+        /// Interface to bind. Default all interfaces.
+        public var host = "0.0.0.0"
+        /// 0 picks an ephemeral port; `boundPort` reports it. Default 4985.
+        public var port = 4985
+        /// The database name in the URL path `/<databaseName>/sync`. Default "ferry".
+        public var databaseName = "ferry"
+        public var authentication = Authentication.mutualTLS(.pinned([]))
+        /// Plaintext `ws://`, only for development (logged as a warning).
+        public var insecure = false
+        public var maxConnections = 64
+        /// Largest replication message accepted. Default 64 MiB.
+        public var maxMessageSize = 64 << 20
+        /// A connection that sends nothing for this long is closed. Default 120 s.
+        public var idleTimeout: TimeAmount = .seconds(120)
+        public init() {}
+    }
+
+    /// How a connecting peer proves who it is.
+    public enum Authentication: Sendable {
+        /// Mutual TLS: the client certificate's fingerprint must be trusted.
+        case mutualTLS(PeerTrust)
+        /// HTTP Basic credentials on the WebSocket upgrade (no client certificate needed).
+        case password(user: String, password: String)
+    }
+
+    /// One live connection.
+    public struct ConnectionInfo: Sendable, Equatable {
+        public let id: Int
+        /// The authenticated node ID, or nil with password authentication.
+        public let peerID: String?
+        public let remoteAddress: String
+        public var active: Bool
+    }
+
+    let identity: NodeIdentity
+    public let configuration: Configuration
+    let responder: ReplicationResponder
+    let logger: Logger
+    private let state = Mutex(State())
+    private let boundWaiters = Mutex<[CheckedContinuation<Int, any Error>]>([])
+
+    struct State {
+        var boundPort: Int?
+        var failure: (any Error)?
+        var serverChannel: (any Channel)?
+        var connections: [Int: ConnectionInfo] = [:]
+        var nextID = 1
+    }
+
+    public init(identity: NodeIdentity, configuration: Configuration, responder: ReplicationResponder, logger: Logger = Logger(label: "ferry.listener")) {
+        self.identity = identity
+        self.configuration = configuration
+        self.responder = responder
+        self.logger = logger
+    }
+
+    public var boundPort: Int? { state.withLock { $0.boundPort } }
+    public var connections: [ConnectionInfo] { state.withLock { Array($0.connections.values).sorted { $0.id < $1.id } } }
+
+    /// Waits until the listener is bound and returns the port (or the bind error).
+    public func waitUntilBound() async throws -> Int {
+        try await withCheckedThrowingContinuation { c in
+            let (port, failure) = state.withLock { ($0.boundPort, $0.failure) }
+            if let port { c.resume(returning: port) } else if let failure { c.resume(throwing: failure) } else {
+                boundWaiters.withLock { $0.append(c) }
+            }
+        }
+    }
+
+    private func announce(port: Int?, error: (any Error)?) {
+        state.withLock {
+            $0.boundPort = port
+            $0.failure = error
+        }
+        let waiters = boundWaiters.withLock { w -> [CheckedContinuation<Int, any Error>] in
+            defer { w.removeAll() }
+            return w
+        }
+        for w in waiters {
+            if let port { w.resume(returning: port) } else { w.resume(throwing: error ?? TransportError.refused("listener stopped")) }
+        }
+    }
+
+    enum Upgrade: Sendable {
+        case websocket(NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, HandshakeRecord)
+        case refused
+    }
+
+    /// Binds, serves until graceful shutdown or cancellation, then closes every connection.
+    public func run() async throws {
+        let sslContext: NIOSSLContext?
+        if configuration.insecure {
+            logger.warning("listener is running WITHOUT TLS (--insecure): development only")
+            sslContext = nil
+        } else {
+            var requireCert = true
+            if case .password = configuration.authentication { requireCert = false }
+            sslContext = try TLSContexts.server(identity: identity, requireClientCertificate: requireCert)
+        }
+        if case .mutualTLS(.acceptAnyPeer) = configuration.authentication {
+            logger.warning("listener accepts ANY peer certificate (acceptAnyPeer): development only")
+        }
+        let config = configuration
+        let logger = self.logger
+        let serverChannel: NIOAsyncChannel<EventLoopFuture<Upgrade>, Never>
+        do {
+            serverChannel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+                .serverChannelOption(.backlog, value: 256)
+                .bind(host: config.host, port: config.port) { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        try Self.configure(channel: channel, ssl: sslContext, config: config, logger: logger)
+                    }
+                }
+        } catch {
+            let e = TransportError(code: "bind_failed", message: "cannot listen on \(config.host):\(config.port): \(error)", isTransient: false)
+            announce(port: nil, error: e)
+            throw e
+        }
+        let port = serverChannel.channel.localAddress?.port ?? config.port
+        state.withLock { $0.serverChannel = serverChannel.channel }
+        announce(port: port, error: nil)
+        logger.info("listening", metadata: ["port": "\(port)", "tls": "\(!config.insecure)"])
+        try await withGracefulShutdownHandler {
+            try await withThrowingDiscardingTaskGroup { group in
+                try await serverChannel.executeThenClose { inbound in
+                    for try await upgrade in inbound {
+                        group.addTask { await self.handle(upgrade) }
+                    }
+                }
+            }
+        } onGracefulShutdown: {
+            self.stop()
+        }
+        announce(port: nil, error: TransportError.refused("listener stopped"))
+    }
+
+    /// Stops accepting and closes the listening socket; live connections finish their exchange.
+    public func stop() {
+        let channel = state.withLock { $0.serverChannel }
+        channel?.close(promise: nil)
+    }
+
+    static func configure(channel: any Channel, ssl: NIOSSLContext?, config: Configuration, logger: Logger) throws
+        -> EventLoopFuture<Upgrade>
+    {
+        let record = HandshakeRecord()
+        let sync = channel.pipeline.syncOperations
+        try sync.addHandler(IdleStateHandler(readTimeout: config.idleTimeout))
+        try sync.addHandler(IdleCloser(logger: logger))
+        if let ssl {
+            switch config.authentication {
+            case .mutualTLS(let trust):
+                try sync.addHandler(
+                    NIOSSLServerHandler(context: ssl, customVerificationCallback: TLSContexts.verifier(trust: trust, record: record, logger: logger)))
+            case .password:
+                try sync.addHandler(NIOSSLServerHandler(context: ssl))
+            }
+        }
+        // The upgrade handler consumes the request head, so the refusal is decided here and
+        // remembered for the responder that answers a refused request.
+        let refusal = RefusalBox()
+        let upgrader = NIOTypedWebSocketServerUpgrader<Upgrade>(
+            maxFrameSize: min(config.maxMessageSize, Int(UInt32.max)),
+            shouldUpgrade: { channel, head in
+                let status = Self.refusal(for: head, config: config)
+                refusal.set(status, uri: head.uri)
+                return channel.eventLoop.makeSucceededFuture(status == nil ? HTTPHeaders() : nil)
+            },
+            upgradePipelineHandler: { channel, _ in
+                channel.eventLoop.makeCompletedFuture {
+                    let ws = try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(wrappingChannelSynchronously: channel)
+                    return Upgrade.websocket(ws, record)
+                }
+            })
+        let upgradeConfig = NIOTypedHTTPServerUpgradeConfiguration<Upgrade>(
+            upgraders: [upgrader],
+            notUpgradingCompletionHandler: { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(RefusalResponder(refusal: refusal, logger: logger))
+                    return Upgrade.refused
+                }
+            })
+        return try sync.configureUpgradableHTTPServerPipeline(configuration: .init(upgradeConfiguration: upgradeConfig))
+    }
+
+    /// Why an upgrade request is refused: 404 for a wrong path, 401 for missing or wrong
+    /// credentials, 400 for anything that is not a WebSocket upgrade; nil to accept.
+    static func refusal(for head: HTTPRequestHead, config: Configuration) -> HTTPResponseStatus? {
+        let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? head.uri
+        guard path == "/\(config.databaseName)/sync" else { return .notFound }
+        if case .password(let user, let password) = config.authentication {
+            let expected = "Basic " + Data("\(user):\(password)".utf8).base64EncodedString()
+            guard head.headers.first(name: "Authorization") == expected else { return .unauthorized }
+        }
+        guard head.headers.first(name: "Upgrade")?.lowercased() == "websocket" else { return .badRequest }
+        return nil
+    }
+
+    private func handle(_ upgrade: EventLoopFuture<Upgrade>) async {
+        let result: Upgrade
+        do {
+            result = try await upgrade.get()
+        } catch {
+            logger.info("connection refused during handshake", metadata: ["error": "\(error)"])
+            return
+        }
+        guard case .websocket(let channel, let record) = result else { return }
+        let (id, admitted) = state.withLock { s -> (Int, Bool) in
+            let id = s.nextID
+            s.nextID += 1
+            guard s.connections.count < configuration.maxConnections else { return (id, false) }
+            s.connections[id] = ConnectionInfo(
+                id: id, peerID: record.peerID, remoteAddress: channel.channel.remoteAddress?.description ?? "?", active: true)
+            return (id, true)
+        }
+        let endpoint = WebSocketEndpoint(channel, isClient: false, maximumMessageSize: configuration.maxMessageSize, logger: logger)
+        guard admitted else {
+            logger.warning("refusing connection: too many connections", metadata: ["max": "\(configuration.maxConnections)"])
+            await endpoint.close(error: .init(code: "busy", message: "too many connections", isTransient: true))
+            return
+        }
+        logger.info("peer connected", metadata: ["peer": "\(record.peerID ?? "password")"])
+        await responder.serve(endpoint, authenticatedPeer: record.peerID)
+        await endpoint.close(error: nil)
+        _ = state.withLock { $0.connections.removeValue(forKey: id) }
+        logger.info("peer disconnected", metadata: ["peer": "\(record.peerID ?? "password")"])
+    }
+}
+
+/// The status chosen for a refused upgrade request (set when the request head is seen).
+final class RefusalBox: Sendable {
+    private let state = Mutex<(HTTPResponseStatus?, String)>((nil, ""))
+    func set(_ status: HTTPResponseStatus?, uri: String) { state.withLock { $0 = (status, uri) } }
+    var value: (HTTPResponseStatus?, String) { state.withLock { $0 } }
+}
+
+/// Answers a refused upgrade request with its status (400 if it was no WebSocket
+/// upgrade at all) and closes the connection.
+final class RefusalResponder: ChannelInboundHandler, Sendable {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+    let refusal: RefusalBox
+    let logger: Logger
+
+    init(refusal: RefusalBox, logger: Logger) {
+        self.refusal = refusal
+        self.logger = logger
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        let (decided, uri) = refusal.value
+        let status = decided ?? .badRequest
+        logger.info("refused an HTTP request", metadata: ["status": "\(status.code)", "uri": "\(uri)"])
+        var headers = HTTPHeaders()
+        headers.add(name: "Content-Length", value: "0")
+        headers.add(name: "Connection", value: "close")
+        if status == .unauthorized { headers.add(name: "WWW-Authenticate", value: "Basic realm=\"ferry\"") }
+        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))), promise: nil)
+        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in context.close(promise: nil) }
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {}
+}
+
+/// Closes a connection the IdleStateHandler reports idle (slow or dead peers).
+final class IdleCloser: ChannelInboundHandler, Sendable {
+    typealias InboundIn = NIOAny
+    let logger: Logger
+    init(logger: Logger) { self.logger = logger }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is IdleStateHandler.IdleStateEvent {
+            logger.info("closing an idle connection", metadata: ["peer": "\(context.remoteAddress?.description ?? "?")"])
+            context.close(promise: nil)
+        } else {
+            context.fireUserInboundEventTriggered(event)
+        }
+    }
+}
