@@ -2,7 +2,7 @@
 import PackageDescription
 
 // Layers (see docs/architecture.md): dependencies point down only.
-//   ferry (CLI) -> FerryTransport -> FerrySync -> FerryStore -> FerryCore
+//   ferry (CLI) -> FerryNode -> FerryTransport -> FerrySync -> FerryStore -> FerryCore
 let package = Package(
     name: "Ferry",
     platforms: [.macOS(.v15)],
@@ -13,6 +13,7 @@ let package = Package(
         .library(name: "FerryStore", targets: ["FerryStore"]),
         .library(name: "FerrySync", targets: ["FerrySync"]),
         .library(name: "FerryTransport", targets: ["FerryTransport"]),
+        .library(name: "FerryNode", targets: ["FerryNode"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
@@ -65,10 +66,19 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        .target(
+            name: "FerryNode",
+            dependencies: [
+                "FerryCore", "FerryStore", "FerrySync", "FerryTransport",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
         .executableTarget(
             name: "ferry",
             dependencies: [
-                "FerryCore", "FerryStore", "FerrySync", "FerryTransport",
+                "FerryCore", "FerryStore", "FerrySync", "FerryTransport", "FerryNode",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]

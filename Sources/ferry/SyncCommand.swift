@@ -2,20 +2,25 @@ import ArgumentParser
 import FerryCore
 import FerryStore
 import FerrySync
+import FerryTransport
 import Foundation
 import Logging
 
 struct Sync: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Replicate with another Ferry data directory on this machine.",
+        abstract: "Replicate with another Ferry database: a data directory, a peer URL, a Unix socket or a command.",
         discussion: """
-            Runs the replication protocol between this node's database (--data) and the one \
-            at PATH, over an in-process message endpoint. Push-and-pull and one-shot by default; \
-            running it twice in a row transfers nothing the second time (checkpoints).
+            TARGET is a data directory on this machine, wss://HOST:PORT/ferry/sync (with --pin \
+            NODEID), unix:PATH (a `ferry serve --unix PATH`), or use --exec "COMMAND" to replicate \
+            over a command's stdin/stdout (e.g. "ssh host ferry serve --stdio"). Push-and-pull and \
+            one-shot by default; running it twice in a row transfers nothing the second time.
             """)
 
     @OptionGroup var global: GlobalOptions
-    @Argument(help: "The other Ferry data directory.") var path: String
+    @Argument(help: "A data directory, wss://… URL, or unix:PATH.") var path: String?
+    @Option(help: "The peer's node ID (required for wss:// URLs).") var pin: String?
+    @Option(help: "Replicate over this command's stdin/stdout.") var exec: String?
+    @Option(help: "HTTP Basic credentials USER:PASSWORD for a password-protected listener.") var password: String?
     @Flag(help: "Only push local changes to PATH.") var push = false
     @Flag(help: "Only pull changes from PATH.") var pull = false
     @Flag(help: "Keep replicating until interrupted (Ctrl-C).") var continuous = false
@@ -25,9 +30,34 @@ struct Sync: AsyncParsableCommand {
     @Flag(help: "Start from the beginning instead of the saved checkpoints.") var resetCheckpoint = false
 
     func validate() throws {
+        if (path == nil) == (exec == nil) { throw ValidationError("give either a TARGET or --exec COMMAND") }
+        if let path, path.hasPrefix("wss://") || path.hasPrefix("ws://"), pin == nil {
+            throw ValidationError("a wss:// target needs --pin NODEID (the peer's `ferry id`)")
+        }
         if push && pull { throw ValidationError("--push and --pull are exclusive; give neither for both") }
         if Self.resolver(named: resolve) == nil {
             throw ValidationError("unknown --resolve \"\(resolve)\": use default, deletesWin, lastWriteWins or merge")
+        }
+    }
+
+    /// Serves the data directory at `path` in-process over an in-memory endpoint pair.
+    func localConnector(path: String) throws -> Replicator.Connector {
+        var isDir: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDir), isDir.boolValue else {
+            throw CLIError(message: "no directory at \(path): give the path of another Ferry data directory")
+        }
+        let here = URL(fileURLWithPath: global.dataDirectory).standardizedFileURL.resolvingSymlinksInPath().path
+        let there = URL(fileURLWithPath: path).standardizedFileURL.resolvingSymlinksInPath().path
+        if here == there { throw CLIError(message: "cannot sync a data directory with itself (\(path))") }
+        let remote = try DocumentStore.open(directory: path)
+        var options = ReplicationResponder.Options()
+        options.nodeID = remote.uuid
+        options.resolvers = ResolverSet(fallback: Self.resolver(named: resolve)!)
+        let responder = ReplicationResponder(store: remote, options: options)
+        return {
+            let (client, server) = InMemoryEndpoint.pair()
+            Task { await responder.serve(server) }
+            return client
         }
     }
 
@@ -42,35 +72,35 @@ struct Sync: AsyncParsableCommand {
     }
 
     func run() async throws {
-        var isDir: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDir), isDir.boolValue else {
-            throw CLIError(message: "no directory at \(path): give the path of another Ferry data directory")
-        }
-        let here = URL(fileURLWithPath: global.dataDirectory).standardizedFileURL.resolvingSymlinksInPath().path
-        let there = URL(fileURLWithPath: path).standardizedFileURL.resolvingSymlinksInPath().path
-        if here == there { throw CLIError(message: "cannot sync a data directory with itself (\(path))") }
         let local = try global.openStore()
-        let remote = try DocumentStore.open(directory: path)
-
-        var options = ReplicationResponder.Options()
-        options.nodeID = remote.uuid
-        options.resolvers = ResolverSet(fallback: Self.resolver(named: resolve)!)
-        let responder = ReplicationResponder(store: remote, options: options)
+        let connector: Replicator.Connector
+        var nodeID = local.uuid
+        if let exec {
+            connector = { try await ByteStreamTransport.exec(command: exec) }
+        } else if let path, path.hasPrefix("unix:") {
+            let socket = String(path.dropFirst(5))
+            connector = { try await ByteStreamTransport.connectUnix(path: socket) }
+        } else if let path, path.hasPrefix("wss://") || path.hasPrefix("ws://") {
+            let identity = try NodeIdentity.loadOrCreate(directory: global.dataDirectory)
+            nodeID = identity.nodeID
+            var dialer = try WebSocketConnector(url: path, serverTrust: .pinned([pin!.lowercased()]), identity: identity)
+            if let password, let colon = password.firstIndex(of: ":") {
+                dialer.credentials = (String(password[..<colon]), String(password[password.index(after: colon)...]))
+            }
+            connector = dialer.connector
+        } else {
+            connector = try localConnector(path: path!)
+        }
         var config = ReplicatorConfiguration()
         config.direction = push ? .push : pull ? .pull : .pushAndPull
         config.continuous = continuous
         config.resolvers = ResolverSet(fallback: Self.resolver(named: resolve)!)
         config.deltas = !noDeltas
         config.resetCheckpoint = resetCheckpoint
-        config.nodeID = local.uuid
-        config.heartbeat = .seconds(1)
-        let replicator = Replicator(
-            store: local,
-            connector: {
-                let (client, server) = InMemoryEndpoint.pair()
-                Task { await responder.serve(server) }
-                return client
-            }, configuration: config)
+        config.nodeID = nodeID
+        config.heartbeat = .seconds(continuous ? 30 : 1)
+        if !continuous { config.maxAttempts = 3 }
+        let replicator = Replicator(store: local, connector: connector, configuration: config)
 
         let progress = ProgressBar(enabled: isatty(STDERR_FILENO) == 1 && !global.json)
         let statuses = replicator.statusChanges()

@@ -1,0 +1,126 @@
+import FerryCore
+import FerrySync
+import Foundation
+import NIOCore
+import NIOPosix
+import Synchronization
+
+/// A byte stream over a NIO channel of bytes (a Unix socket, or a pair of pipes such as
+/// stdin/stdout), for framed message endpoints.
+final class NIOByteStream: ByteStream {
+    let chunks: AsyncThrowingStream<[UInt8], any Error>
+    private let continuation: AsyncThrowingStream<[UInt8], any Error>.Continuation
+    private let outbound = Mutex<NIOAsyncChannelOutboundWriter<ByteBuffer>?>(nil)
+    private let started = Mutex<[CheckedContinuation<Void, Never>]>([])
+    private let finished = Mutex(false)
+    private let channel: any Channel
+
+    init(_ asyncChannel: NIOAsyncChannel<ByteBuffer, ByteBuffer>) {
+        (chunks, continuation) = AsyncThrowingStream.makeStream(of: [UInt8].self, throwing: (any Error).self)
+        channel = asyncChannel.channel
+        Task { await self.pump(asyncChannel) }
+    }
+
+    private func pump(_ asyncChannel: NIOAsyncChannel<ByteBuffer, ByteBuffer>) async {
+        do {
+            try await asyncChannel.executeThenClose { inbound, outbound in
+                self.outbound.withLock { $0 = outbound }
+                self.wakeWriters()
+                for try await var buffer in inbound {
+                    if let bytes = buffer.readBytes(length: buffer.readableBytes) { self.continuation.yield(bytes) }
+                }
+                self.continuation.finish()
+            }
+        } catch {
+            continuation.finish(throwing: SyncError.disconnected("\(error)"))
+        }
+        outbound.withLock { $0 = nil }
+        finished.withLock { $0 = true }
+        wakeWriters()
+    }
+
+    private func wakeWriters() {
+        let waiters = started.withLock { w -> [CheckedContinuation<Void, Never>] in
+            defer { w.removeAll() }
+            return w
+        }
+        for w in waiters { w.resume() }
+    }
+
+    func write(_ bytes: [UInt8]) async throws(SyncError) {
+        if outbound.withLock({ $0 }) == nil {
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                let ready = outbound.withLock { $0 != nil } || finished.withLock { $0 }
+                if ready { c.resume() } else { started.withLock { $0.append(c) } }
+            }
+        }
+        guard let writer = outbound.withLock({ $0 }) else { throw .disconnected("the stream is closed") }
+        do { try await writer.write(ByteBuffer(bytes: bytes)) } catch { throw .disconnected("write failed: \(error)") }
+    }
+
+    func close() async {
+        outbound.withLock { $0 }?.finish()
+        try? await channel.close()
+    }
+}
+
+/// Message endpoints over Unix domain sockets and pipes (stdio, a child process).
+public enum ByteStreamTransport {
+    /// Connects to a Unix domain socket served by `ferry serve --unix PATH`.
+    public static func connectUnix(path: String) async throws -> any MessageEndpoint {
+        do {
+            let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .connect(unixDomainSocketPath: path) { channel in
+                    channel.eventLoop.makeCompletedFuture { try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel) }
+                }
+            return FramedEndpoint(NIOByteStream(channel))
+        } catch {
+            throw TransportError.connectFailed("cannot connect to unix:\(path): \(error)")
+        }
+    }
+
+    /// Serves `handle` for every connection to a Unix domain socket at `path` until cancelled.
+    public static func serveUnix(path: String, handle: @escaping @Sendable (any MessageEndpoint) async -> Void) async throws {
+        try? FileManager.default.removeItem(atPath: path)
+        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true) { channel in
+                channel.eventLoop.makeCompletedFuture { try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel) }
+            }
+        chmod(path, 0o600)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        try await withThrowingDiscardingTaskGroup { group in
+            try await server.executeThenClose { inbound in
+                for try await connection in inbound {
+                    group.addTask { await handle(FramedEndpoint(NIOByteStream(connection))) }
+                }
+            }
+        }
+    }
+
+    /// A message endpoint on a pair of file descriptors (e.g. stdin 0 and stdout 1).
+    public static func pipes(input: Int32, output: Int32) async throws -> any MessageEndpoint {
+        let channel = try await NIOPipeBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .takingOwnershipOfDescriptors(input: input, output: output) { channel in
+                channel.eventLoop.makeCompletedFuture { try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel) }
+            }
+        return FramedEndpoint(NIOByteStream(channel))
+    }
+
+    /// Runs `command` with `/bin/sh -c` and returns an endpoint on its stdin/stdout
+    /// (`ferry sync --exec "ssh host ferry serve --stdio"`).
+    public static func exec(command: String) async throws -> any MessageEndpoint {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", command]
+        let toChild = Pipe()
+        let fromChild = Pipe()
+        process.standardInput = toChild
+        process.standardOutput = fromChild
+        do { try process.run() } catch { throw TransportError.connectFailed("cannot run \(command): \(error)") }
+        let input = dup(fromChild.fileHandleForReading.fileDescriptor)
+        let output = dup(toChild.fileHandleForWriting.fileDescriptor)
+        try? fromChild.fileHandleForReading.close()
+        try? toChild.fileHandleForWriting.close()
+        return try await pipes(input: input, output: output)
+    }
+}
