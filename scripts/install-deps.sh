@@ -5,6 +5,8 @@ set -euo pipefail
 
 need=()
 [ -f /usr/include/sqlite3.h ] || need+=(libsqlite3-dev)
+# The tests use the openssl CLI as an independent TLS client.
+command -v openssl >/dev/null || need+=(openssl)
 
 [ ${#need[@]} -eq 0 ] && exit 0
 

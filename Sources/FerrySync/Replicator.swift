@@ -116,8 +116,14 @@ public final class Replicator: Sendable {
                 }
                 logger.info("replication offline, will retry", metadata: ["error": "\(e)", "attempt": "\(attempt)"])
                 setActivity(.offline, error: e)
+                let wait = backoff(attempt: attempt)
+                let clock = self.clock
                 do {
-                    try await clock.sleep(for: backoff(attempt: attempt))
+                    // A stop ends the wait at once.
+                    guard try await untilStopped({ try await clock.sleep(for: wait) }) != nil else {
+                        setActivity(.stopped)
+                        break
+                    }
                 } catch {
                     setActivity(.stopped)
                     break

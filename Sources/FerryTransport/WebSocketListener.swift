@@ -61,7 +61,9 @@ public final class WebSocketListener: Service, Sendable {
         var failure: (any Error)?
         var serverChannel: (any Channel)?
         var connections: [Int: ConnectionInfo] = [:]
+        var endpoints: [Int: WebSocketEndpoint] = [:]
         var nextID = 1
+        var stopping = false
     }
 
     public init(identity: NodeIdentity, configuration: Configuration, responder: ReplicationResponder, logger: Logger = Logger(label: "ferry.listener")) {
@@ -152,10 +154,17 @@ public final class WebSocketListener: Service, Sendable {
         announce(port: nil, error: TransportError.refused("listener stopped"))
     }
 
-    /// Stops accepting and closes the listening socket; live connections finish their exchange.
+    /// Stops accepting, closes the listening socket, and closes every live connection with
+    /// a normal WebSocket close (peers see a transient disconnect and retry later).
     public func stop() {
-        let channel = state.withLock { $0.serverChannel }
+        let (channel, endpoints) = state.withLock { s -> ((any Channel)?, [WebSocketEndpoint]) in
+            s.stopping = true
+            return (s.serverChannel, Array(s.endpoints.values))
+        }
         channel?.close(promise: nil)
+        Task {
+            for e in endpoints { await e.close(error: nil) }
+        }
     }
 
     static func configure(channel: any Channel, ssl: NIOSSLContext?, config: Configuration, logger: Logger) throws
@@ -223,15 +232,16 @@ public final class WebSocketListener: Service, Sendable {
             return
         }
         guard case .websocket(let channel, let record) = result else { return }
+        let endpoint = WebSocketEndpoint(channel, isClient: false, maximumMessageSize: configuration.maxMessageSize, logger: logger)
         let (id, admitted) = state.withLock { s -> (Int, Bool) in
             let id = s.nextID
             s.nextID += 1
-            guard s.connections.count < configuration.maxConnections else { return (id, false) }
+            guard s.connections.count < configuration.maxConnections, !s.stopping else { return (id, false) }
             s.connections[id] = ConnectionInfo(
                 id: id, peerID: record.peerID, remoteAddress: channel.channel.remoteAddress?.description ?? "?", active: true)
+            s.endpoints[id] = endpoint
             return (id, true)
         }
-        let endpoint = WebSocketEndpoint(channel, isClient: false, maximumMessageSize: configuration.maxMessageSize, logger: logger)
         guard admitted else {
             logger.warning("refusing connection: too many connections", metadata: ["max": "\(configuration.maxConnections)"])
             await endpoint.close(error: .init(code: "busy", message: "too many connections", isTransient: true))
@@ -240,7 +250,10 @@ public final class WebSocketListener: Service, Sendable {
         logger.info("peer connected", metadata: ["peer": "\(record.peerID ?? "password")"])
         await responder.serve(endpoint, authenticatedPeer: record.peerID)
         await endpoint.close(error: nil)
-        _ = state.withLock { $0.connections.removeValue(forKey: id) }
+        state.withLock {
+            $0.connections.removeValue(forKey: id)
+            $0.endpoints.removeValue(forKey: id)
+        }
         logger.info("peer disconnected", metadata: ["peer": "\(record.peerID ?? "password")"])
     }
 }
