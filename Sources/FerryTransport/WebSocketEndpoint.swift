@@ -127,6 +127,12 @@ final class WebSocketEndpoint: MessageEndpoint {
         }
     }
 
+    /// Writes one raw frame, bypassing the protocol (for tests of hostile peers).
+    func sendRawFrame(_ frame: WebSocketFrame) async throws {
+        guard let writer = await writer() else { throw SyncError.disconnected("the WebSocket is closed") }
+        try await writer.write(frame)
+    }
+
     func close(error: SyncError?) async {
         if let writer = outbound.withLock({ $0 }) {
             var buffer = ByteBuffer()

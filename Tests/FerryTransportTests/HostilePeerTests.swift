@@ -1,0 +1,148 @@
+import FerryCore
+import FerryStore
+import FerrySync
+import Foundation
+import NIOCore
+import NIOWebSocket
+import Testing
+@testable import FerryTransport
+
+/// Opens a raw TCP connection to 127.0.0.1:port with a receive timeout.
+func rawSocket(port: Int, timeoutSeconds: Int = 15) -> Int32 {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    var tv = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_port = in_port_t(UInt16(port).bigEndian)
+    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    _ = withUnsafePointer(to: &addr) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    }
+    return fd
+}
+
+/// Reads until the peer closes; returns false if the receive timeout expired first.
+func readUntilClosed(_ fd: Int32) -> Bool {
+    var buf = [UInt8](repeating: 0, count: 4096)
+    while true {
+        let n = read(fd, &buf, buf.count)
+        if n == 0 { return true }
+        if n < 0 { return errno != EAGAIN && errno != EWOULDBLOCK }
+    }
+}
+
+@Suite(.serialized) struct HostilePeerTests {
+    func connect(_ client: TestNode, _ server: TestNode, port: Int) async throws -> WebSocketEndpoint {
+        var c = try WebSocketConnector(url: "wss://127.0.0.1:\(port)/ferry/sync", serverTrust: .pinned([server.identity.nodeID]), identity: client.identity)
+        c.logger = quietLogger()
+        return try #require(try await c.connect() as? WebSocketEndpoint)
+    }
+
+    func closedWithError(_ endpoint: WebSocketEndpoint) async -> Bool {
+        do {
+            for try await _ in endpoint.incoming {}
+            return false
+        } catch {
+            return true
+        }
+    }
+
+    @Test func aTextFrameAnOversizedMessageAndGarbageEnvelopesCloseOnlyThatConnection() async throws {
+        let server = try TestNode()
+        let client = try TestNode()
+        let (_, task, port) = try await startListener(server, trust: .pinned([client.identity.nodeID])) {
+            $0.maxMessageSize = 4096
+        }
+        defer { task.cancel() }
+        let text = try await connect(client, server, port: port)
+        try await text.sendRawFrame(WebSocketFrame(fin: true, opcode: .text, maskKey: .random(), data: ByteBuffer(string: "hello")))
+        #expect(await closedWithError(text))
+
+        let big = try await connect(client, server, port: port)
+        try? await big.send([UInt8](repeating: 1, count: 10_000))
+        #expect(await closedWithError(big))
+
+        let garbage = try await connect(client, server, port: port)
+        try await garbage.send([0xDE, 0xAD, 0xBE, 0xEF])
+        #expect(await closedWithError(garbage))
+
+        let fragments = try await connect(client, server, port: port)
+        try await fragments.sendRawFrame(WebSocketFrame(fin: false, opcode: .binary, maskKey: .random(), data: ByteBuffer(bytes: [UInt8](repeating: 2, count: 3000))))
+        try await fragments.sendRawFrame(WebSocketFrame(fin: true, opcode: .continuation, maskKey: .random(), data: ByteBuffer(bytes: [UInt8](repeating: 2, count: 3000))))
+        #expect(await closedWithError(fragments))
+
+        // The node keeps serving well-behaved peers.
+        try server.store.put(try DocumentID("still-serving"), body: [:])
+        let r = try await replicate(client, url: "wss://127.0.0.1:\(port)/ferry/sync", pin: .pinned([server.identity.nodeID]))
+        #expect(r.status.error == nil)
+        #expect(try client.store.document(try DocumentID("still-serving")) != nil)
+    }
+
+    @Test func aSlowLorisClientIsClosedAfterTheIdleTimeout() async throws {
+        let server = try TestNode()
+        let (_, task, port) = try await startListener(server, trust: .acceptAnyPeer) { $0.idleTimeout = .seconds(1) }
+        defer { task.cancel() }
+        let silent = rawSocket(port: port)
+        defer { close(silent) }
+        // A few bytes of a TLS record, then nothing: the server must give up on its own.
+        _ = [UInt8]([0x16, 0x03, 0x01]).withUnsafeBytes { write(silent, $0.baseAddress, $0.count) }
+        #expect(readUntilClosed(silent))
+    }
+
+    @Test func aHugeLengthPrefixOrATruncatedFrameOnAUnixSocketIsClosedCleanly() async throws {
+        let server = try TestNode()
+        let path = NSTemporaryDirectory() + "ferry-h-\(UUID().uuidString.prefix(8)).sock"
+        let responder = ReplicationResponder(store: server.store, logger: quietLogger())
+        let serving = Task { try await ByteStreamTransport.serveUnix(path: path) { await responder.serve($0) } }
+        defer { serving.cancel() }
+        // Wait for the socket file rather than sleeping.
+        while !FileManager.default.fileExists(atPath: path) { await Task.yield() }
+        func unixSocket() -> Int32 {
+            let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+            var tv = timeval(tv_sec: 15, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+            var addr = sockaddr_un()
+            addr.sun_family = sa_family_t(AF_UNIX)
+            withUnsafeMutableBytes(of: &addr.sun_path) { raw in
+                for (i, b) in path.utf8.enumerated() where i < raw.count - 1 { raw[i] = b }
+            }
+            _ = withUnsafePointer(to: &addr) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Foundation.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
+            return fd
+        }
+        let huge = unixSocket()
+        let prefix: [UInt8] = [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F]  // a length of about 2^55
+        _ = prefix.withUnsafeBytes { write(huge, $0.baseAddress, $0.count) }
+        #expect(readUntilClosed(huge))
+        close(huge)
+        let truncated = unixSocket()
+        let partial: [UInt8] = [0x40, 0xFE, 0x00]  // promises 64 bytes, sends 2
+        _ = partial.withUnsafeBytes { write(truncated, $0.baseAddress, $0.count) }
+        shutdown(truncated, Int32(SHUT_WR))
+        #expect(readUntilClosed(truncated))
+        close(truncated)
+        // Still serving.
+        try server.store.put(try DocumentID("ok"), body: [:])
+        let client = try TestNode()
+        let r = Replicator(store: client.store, connector: { try await ByteStreamTransport.connectUnix(path: path) }, logger: quietLogger())
+        await r.run()
+        #expect(r.status.error == nil)
+        #expect(try client.store.document(try DocumentID("ok")) != nil)
+    }
+
+    @Test func plaintextIsOnlyAvailableWhenExplicitlyInsecure() async throws {
+        let server = try TestNode()
+        let client = try TestNode()
+        try server.store.put(try DocumentID("plain"), body: [:])
+        let (_, task, port) = try await startListener(server, trust: .acceptAnyPeer) { $0.insecure = true }
+        defer { task.cancel() }
+        let r = try await replicate(client, url: "ws://127.0.0.1:\(port)/ferry/sync", pin: .acceptAnyPeer)
+        #expect(r.status.error == nil)
+        #expect(try client.store.document(try DocumentID("plain")) != nil)
+        // A TLS client cannot talk to it.
+        let tls = try await replicate(client, url: "wss://127.0.0.1:\(port)/ferry/sync", pin: .pinned([server.identity.nodeID]))
+        #expect(tls.status.error != nil)
+    }
+}
