@@ -86,7 +86,7 @@ let package = Package(
         .executableTarget(
             name: "ferry-bench",
             dependencies: [
-                "FerryCore", "FerryStore", "FerrySync",
+                "FerryCore", "FerryStore", "FerrySync", "FerryTransport",
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]

@@ -51,7 +51,8 @@ public final class WebSocketListener: Service, Sendable {
 
     let identity: NodeIdentity
     public let configuration: Configuration
-    let responder: ReplicationResponder
+    /// Serves one authenticated connection until it closes.
+    let serveConnection: @Sendable (any MessageEndpoint, String?) async -> Void
     let logger: Logger
     private let state = Mutex(State())
     private let boundWaiters = Mutex<[CheckedContinuation<Int, any Error>]>([])
@@ -66,10 +67,22 @@ public final class WebSocketListener: Service, Sendable {
         var stopping = false
     }
 
-    public init(identity: NodeIdentity, configuration: Configuration, responder: ReplicationResponder, logger: Logger = Logger(label: "ferry.listener")) {
+    /// A listener that serves replication with `responder`.
+    public convenience init(identity: NodeIdentity, configuration: Configuration, responder: ReplicationResponder, logger: Logger = Logger(label: "ferry.listener")) {
+        self.init(identity: identity, configuration: configuration, logger: logger) { endpoint, peer in
+            await responder.serve(endpoint, authenticatedPeer: peer)
+        }
+    }
+
+    /// A listener that hands each authenticated connection to `serveConnection`
+    /// (with the peer's node ID, or nil under password authentication).
+    public init(
+        identity: NodeIdentity, configuration: Configuration, logger: Logger = Logger(label: "ferry.listener"),
+        serveConnection: @escaping @Sendable (any MessageEndpoint, String?) async -> Void
+    ) {
         self.identity = identity
         self.configuration = configuration
-        self.responder = responder
+        self.serveConnection = serveConnection
         self.logger = logger
     }
 
@@ -248,7 +261,7 @@ public final class WebSocketListener: Service, Sendable {
             return
         }
         logger.info("peer connected", metadata: ["peer": "\(record.peerID ?? "password")"])
-        await responder.serve(endpoint, authenticatedPeer: record.peerID)
+        await serveConnection(endpoint, record.peerID)
         await endpoint.close(error: nil)
         state.withLock {
             $0.connections.removeValue(forKey: id)

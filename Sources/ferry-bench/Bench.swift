@@ -8,11 +8,11 @@ import Logging
 
 /// Benchmarks that print their figures, each against a baseline measured in the same run.
 @main
-struct FerryBench: ParsableCommand {
+struct FerryBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ferry-bench",
         abstract: "Ferry benchmarks: each figure is a ratio against a baseline measured in the same run.",
-        subcommands: [StoreBench.self, SyncBench.self])
+        subcommands: [StoreBench.self, SyncBench.self, NetBench.self])
 }
 
 /// Saves documents through FerryStore and inserts the same documents with raw prepared SQLite statements.

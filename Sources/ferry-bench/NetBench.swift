@@ -1,0 +1,201 @@
+import ArgumentParser
+import FerryCore
+import FerryStore
+import FerrySync
+import FerryTransport
+import Foundation
+import Logging
+
+/// Two `ferry` processes over TLS WebSocket on loopback, pulling documents, against a raw
+/// TLS WebSocket one-way stream of the same bytes and a raw SQLite insert, in the same run.
+struct NetBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "net",
+        abstract: "Pull throughput between two ferry processes over TLS WebSocket (targets: ≥0.5 of raw TLS WS, ≥0.3 of raw insert).")
+
+    @Option(help: "Documents per run.") var count = 100_000
+    @Option(help: "Approximate document size in bytes.") var size = 1024
+    @Option(help: "Runs per measurement (median reported).") var runs = 3
+    @Option(help: "Directory for scratch data.") var scratch = NSTemporaryDirectory()
+
+    func run() async throws {
+        let ferry = Self.ferryBinary()
+        let docs = DocumentGenerator(size: size).documents(count)
+        let bodies = docs.map { $0.1.canonicalBytes }
+        let totalBytes = bodies.reduce(0) { $0 + $1.count }
+        let root = (scratch as NSString).appendingPathComponent("ferry-net-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        print("net: \(count) documents of ~\(totalBytes / max(1, count)) bytes, \(runs) runs, TLS 1.3 WebSocket on loopback")
+
+        // The source node, filled once (not timed).
+        let source = "\(root)/source"
+        var ndjson = Data()
+        for (id, body) in docs {
+            var o = body.objectValue!
+            o["_id"] = .string(id.rawValue)
+            ndjson.append(contentsOf: JSON.object(o).canonicalBytes)
+            ndjson.append(0x0A)
+        }
+        FileManager.default.createFile(atPath: "\(root)/docs.ndjson", contents: ndjson)
+        _ = try Self.spawn(ferry, ["--data", source, "import", "\(root)/docs.ndjson", "--batch-size", "10000"])
+        let clientTemplate = "\(root)/client-id"
+        let clientID = try Self.capture(ferry, ["--data", clientTemplate, "id"]).trimmingCharacters(in: .whitespacesAndNewlines)
+        let sourceID = try Self.capture(ferry, ["--data", source, "id"]).trimmingCharacters(in: .whitespacesAndNewlines)
+
+        var ferryRates: [Double] = []
+        var rawWS: [Double] = []
+        var rawSQL: [Double] = []
+        var serverRSS: [Int] = []
+        var clientRSS: [Int] = []
+        for run in 1...runs {
+            rawSQL.append(try RawSQLite.insert(docs.map(\.0.rawValue), bodies, scratch: try scratchDir(root)))
+            rawWS.append(try await rawWebSocketStream(bodies: bodies, root: root))
+            // Start the server process and wait for node.json.
+            let server = try Self.startServe(ferry, data: source, trust: clientID)
+            defer { kill(server.pid, SIGKILL); _ = Self.reap(server.pid) }
+            let client = "\(root)/client-\(run)"
+            try FileManager.default.createDirectory(atPath: client, withIntermediateDirectories: true)
+            try FileManager.default.copyItem(atPath: "\(clientTemplate)/identity", toPath: "\(client)/identity")
+            let start = ContinuousClock.now
+            let result = try Self.spawn(ferry, ["--data", client, "sync", server.url, "--pin", sourceID, "--pull", "--json"])
+            let elapsed = ContinuousClock.now - start
+            guard result.status == 0 else { throw BenchError("ferry sync failed with status \(result.status)") }
+            ferryRates.append(Double(count) / elapsed.seconds)
+            clientRSS.append(result.maxRSSKiB)
+            serverRSS.append(Self.peakRSS(server.pid))
+            try? FileManager.default.removeItem(atPath: client)
+        }
+        let f = Stats(ferryRates)
+        let w = Stats(rawWS)
+        let s = Stats(rawSQL)
+        let mib = Double(totalBytes) / 1_048_576
+        let perDoc = Double(totalBytes) / Double(count)
+        print(String(format: "raw TLS WebSocket stream %9.0f docs/s  %6.1f MiB/s (min %.0f, max %.0f)", w.median, w.median * perDoc / 1_048_576, w.min, w.max))
+        print(String(format: "raw SQLite insert        %9.0f docs/s (min %.0f, max %.0f)", s.median, s.min, s.max))
+        print(String(format: "ferry pull over TLS WS   %9.0f docs/s  %6.1f MiB/s (min %.0f, max %.0f); %.1f MiB total", f.median, f.median * perDoc / 1_048_576, f.min, f.max, mib))
+        let rw = Stats(zip(ferryRates, rawWS).map { $0 / $1 })
+        let rs = Stats(zip(ferryRates, rawSQL).map { $0 / $1 })
+        print(String(format: "ratio ferry/raw TLS WS   %9.2f (min %.2f, max %.2f)  target >= 0.50  %@", rw.median, rw.min, rw.max, rw.median >= 0.5 ? "HOLDS" : "MISSES"))
+        print(String(format: "ratio ferry/raw insert   %9.2f (min %.2f, max %.2f)  target >= 0.30  %@", rs.median, rs.min, rs.max, rs.median >= 0.3 ? "HOLDS" : "MISSES"))
+        print("peak RSS: server \(serverRSS.max()! / 1024) MiB, client \(clientRSS.max()! / 1024) MiB")
+    }
+
+    func scratchDir(_ root: String) throws -> String {
+        let dir = "\(root)/raw-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        return dir
+    }
+
+    /// Streams the same bytes one way over TLS WebSocket (64 KiB messages) between two
+    /// in-process endpoints on loopback; returns documents per second.
+    func rawWebSocketStream(bodies: [[UInt8]], root: String) async throws -> Double {
+        let serverID = try NodeIdentity.loadOrCreate(directory: "\(root)/raw-server")
+        let clientID = try NodeIdentity.loadOrCreate(directory: "\(root)/raw-client")
+        var config = WebSocketListener.Configuration()
+        config.host = "127.0.0.1"
+        config.port = 0
+        config.authentication = .mutualTLS(.pinned([clientID.nodeID]))
+        var quiet = Logger(label: "bench")
+        quiet.logLevel = .error
+        let total = bodies.reduce(0) { $0 + $1.count }
+        let received = AsyncStream<Int>.makeStream()
+        let listener = WebSocketListener(identity: serverID, configuration: config, logger: quiet) { endpoint, _ in
+            var n = 0
+            do { for try await m in endpoint.incoming { n += m.count; if n >= total { break } } } catch {}
+            received.continuation.yield(n)
+        }
+        let serving = Task { try await listener.run() }
+        defer { serving.cancel(); listener.stop() }
+        let port = try await listener.waitUntilBound()
+        var connector = try WebSocketConnector(url: "wss://127.0.0.1:\(port)/ferry/sync", serverTrust: .pinned([serverID.nodeID]), identity: clientID)
+        connector.logger = quiet
+        let start = ContinuousClock.now
+        let endpoint = try await connector.connect()
+        var chunk: [UInt8] = []
+        chunk.reserveCapacity(70_000)
+        for b in bodies {
+            chunk.append(contentsOf: b)
+            if chunk.count >= 65_536 {
+                try await endpoint.send(chunk)
+                chunk.removeAll(keepingCapacity: true)
+            }
+        }
+        if !chunk.isEmpty { try await endpoint.send(chunk) }
+        var it = received.stream.makeAsyncIterator()
+        _ = await it.next()
+        let elapsed = ContinuousClock.now - start
+        await endpoint.close(error: nil)
+        return Double(bodies.count) / elapsed.seconds
+    }
+
+    static func ferryBinary() -> String {
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        return ((exe as NSString).deletingLastPathComponent as NSString).appendingPathComponent("ferry")
+    }
+
+    struct Spawned {
+        let status: Int32
+        let maxRSSKiB: Int
+    }
+
+    /// Runs a process to completion, returning its exit status and peak RSS.
+    static func spawn(_ path: String, _ args: [String], stdout: Int32 = -1) throws -> Spawned {
+        let pid = try launch(path, args, quiet: true)
+        return reap(pid)
+    }
+
+    static func launch(_ path: String, _ args: [String], quiet: Bool, output: String? = nil) throws -> pid_t {
+        var actions: posix_spawn_file_actions_t = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 1, output ?? "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        let argv = ([path] + args).map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        var pid: pid_t = 0
+        let rc = posix_spawn(&pid, path, &actions, nil, argv, environ)
+        guard rc == 0 else { throw BenchError("cannot run \(path): errno \(rc)") }
+        return pid
+    }
+
+    static func reap(_ pid: pid_t) -> Spawned {
+        var status: Int32 = 0
+        var usage = rusage()
+        _ = wait4(pid, &status, 0, &usage)
+        let exit = (status & 0x7F) == 0 ? (status >> 8) & 0xFF : 128 + (status & 0x7F)
+        return Spawned(status: exit, maxRSSKiB: usage.ru_maxrss)
+    }
+
+    static func capture(_ path: String, _ args: [String]) throws -> String {
+        let out = NSTemporaryDirectory() + "ferry-bench-\(UUID().uuidString).out"
+        defer { try? FileManager.default.removeItem(atPath: out) }
+        let pid = try launch(path, args, quiet: true, output: out)
+        _ = reap(pid)
+        return (try? String(contentsOfFile: out, encoding: .utf8)) ?? ""
+    }
+
+    static func startServe(_ ferry: String, data: String, trust: String) throws -> (pid: pid_t, url: String) {
+        try? FileManager.default.removeItem(atPath: "\(data)/node.json")
+        let pid = try launch(ferry, ["--data", data, "serve", "--port", "0", "--interface", "127.0.0.1", "--trust", trust], quiet: true)
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline {
+            if let d = FileManager.default.contents(atPath: "\(data)/node.json"), let info = try? JSON.parse(Array(d)),
+                info["pid"]?.intValue == Int64(pid), let url = info["url"]?.stringValue
+            {
+                return (pid, url)
+            }
+            usleep(20_000)
+        }
+        throw BenchError("ferry serve did not become ready")
+    }
+
+    /// VmHWM of a running process, in KiB.
+    static func peakRSS(_ pid: pid_t) -> Int {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return 0 }
+        for line in status.split(separator: "\n") where line.hasPrefix("VmHWM:") {
+            return Int(line.split(separator: " ").dropFirst().first ?? "0") ?? 0
+        }
+        return 0
+    }
+}
