@@ -208,6 +208,21 @@ public final class DocumentStore: Sendable {
         }
     }
 
+    /// Which of `ids` currently have conflicting live leaves (an index lookup; no trees read).
+    public func conflicted(among ids: some Collection<DocumentID>) throws(StoreError) -> Set<DocumentID> {
+        guard !ids.isEmpty else { return [] }
+        return try read { db in
+            let stmt = try FastStatement(db, sql: "SELECT conflicted FROM documents WHERE id = ?")
+            var out = Set<DocumentID>()
+            for id in ids {
+                stmt.bind(1, id.rawValue)
+                if try stmt.step(), stmt.int64(0) == 1 { out.insert(id) }
+                stmt.done()
+            }
+            return out
+        }
+    }
+
     /// Current revisions in ID order, after `startAfter`, live ones only unless asked.
     public func allDocuments(after startAfter: DocumentID? = nil, limit: Int = .max, includeDeleted: Bool = false)
         throws(StoreError) -> [(id: DocumentID, revision: RevisionID, deleted: Bool)]

@@ -174,6 +174,10 @@ extension DocumentStore {
         guard !ids.isEmpty else { return (0, 0) }
         var conflicts = 0
         var written = 0
+        // With the default resolver nothing is written: count live conflicts from the index.
+        // Otherwise only documents that may contend need their trees (deletesWin/LWW also
+        // look at tombstoned branches, so they read every touched document).
+        if resolvers.isDefaultOnly { return (try conflicted(among: ids).count, 0) }
         let trees = try revisionTrees(ids)
         for id in ids.sorted() {
             guard let tree = trees[id], let ctx = tree.conflictContext(id) else { continue }
