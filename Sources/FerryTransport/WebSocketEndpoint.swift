@@ -49,8 +49,7 @@ final class WebSocketEndpoint: MessageEndpoint {
                             try await self.fail(outbound, .protocolError, "continuation frame without a message")
                             return
                         }
-                        var data = frame.unmaskedData
-                        message!.append(contentsOf: data.readBytes(length: data.readableBytes) ?? [])
+                        message!.append(contentsOf: frame.unmaskedData.readableBytesView)
                         if message!.count > self.maximumMessageSize {
                             try await self.fail(outbound, .messageTooLarge, "message exceeds \(self.maximumMessageSize) bytes")
                             return
