@@ -17,19 +17,21 @@ deps:
 build: deps
 	$(SWIFT) build
 
-# Until the network layer lands, the peer is a long-running store process that
-# prints every change committed to ./ferry-data (ferry watch).
+# Starts a peer on ./ferry-data: the TLS WebSocket listener on port $(PORT), with a
+# generated identity. It prints its node ID and how another node can connect.
+PORT ?= 4985
 run: build
-	.build/debug/ferry watch --data $(DATA)
+	.build/debug/ferry serve --data $(DATA) --port $(PORT)
 
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test
 
 bench: deps
-	$(SWIFT) build -c release --product ferry-bench
+	$(SWIFT) build -c release
 	.build/release/ferry-bench store
 	.build/release/ferry-bench sync
+	.build/release/ferry-bench net
 
 clean:
 	$(SWIFT) package clean
