@@ -11,6 +11,18 @@ public enum PeerTrust: Sendable, Equatable {
     case pinned(Set<String>)
     /// Any certificate: an explicit, logged development opt-in.
     case acceptAnyPeer
+
+    /// Pins the certificate in a PEM file (its fingerprint), e.g. one copied from the peer's
+    /// `DATA/identity/cert.pem`.
+    public static func pinnedCertificate(pemFile path: String) throws(TransportError) -> PeerTrust {
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+            throw .identity("cannot read the pinned certificate \(path)")
+        }
+        guard let der = try? NIOSSLCertificate(bytes: Array(text.utf8), format: .pem).toDERBytes() else {
+            throw .identity("\(path) is not a PEM certificate")
+        }
+        return .pinned([NodeIdentity.fingerprint(der)])
+    }
 }
 
 /// Records what the verification callback saw, so errors can say which peer was refused.

@@ -25,6 +25,8 @@ public struct WebSocketConnector: Sendable {
     public var headers: [(String, String)] = []
     public var connectTimeout: TimeAmount = .seconds(10)
     public var maxMessageSize = 64 << 20
+    /// WebSocket ping interval while connected; keeps idle links inside listeners' idle timeouts.
+    public var pingInterval: Duration? = .seconds(30)
     public var logger = Logger(label: "ferry.connector")
 
     /// Parses `wss://host:port/db/sync` (port defaults to 4985).
@@ -117,7 +119,7 @@ public struct WebSocketConnector: Sendable {
         deadline.cancel()
         switch result {
         case .websocket(let channel):
-            return WebSocketEndpoint(channel, isClient: true, maximumMessageSize: maxMessageSize, logger: logger)
+            return WebSocketEndpoint(channel, isClient: true, maximumMessageSize: maxMessageSize, logger: logger, pingInterval: pingInterval)
         case .refused(let statusFuture):
             let status: HTTPResponseStatus
             do { status = try await withTimeout(statusFuture, connectTimeout) } catch { throw classify(error, record: record) }

@@ -19,16 +19,30 @@ final class WebSocketEndpoint: MessageEndpoint {
     let maximumMessageSize: Int
     let logger: Logger
 
+    /// Sends a WebSocket ping this often while connected (nil: never), so idle links stay
+    /// alive through the peer's idle timeout and dead ones are noticed.
+    let pingInterval: Duration?
+
     init(
         _ asyncChannel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, isClient: Bool, maximumMessageSize: Int,
-        logger: Logger
+        logger: Logger, pingInterval: Duration? = nil
     ) {
+        self.pingInterval = pingInterval
         (incoming, continuation) = AsyncThrowingStream.makeStream(of: [UInt8].self, throwing: (any Error).self)
         channel = asyncChannel.channel
         self.isClient = isClient
         self.maximumMessageSize = maximumMessageSize
         self.logger = logger
         Task { await self.pump(asyncChannel) }
+        if let pingInterval {
+            Task { [weak self] in
+                while let self, !self.closed.withLock({ $0 }) {
+                    try? await Task.sleep(for: pingInterval)
+                    guard let writer = self.outbound.withLock({ $0 }) else { continue }
+                    try? await writer.write(WebSocketFrame(fin: true, opcode: .ping, maskKey: self.mask, data: ByteBuffer()))
+                }
+            }
+        }
     }
 
     private func pump(_ asyncChannel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>) async {

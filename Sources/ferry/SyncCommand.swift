@@ -18,7 +18,8 @@ struct Sync: AsyncParsableCommand {
 
     @OptionGroup var global: GlobalOptions
     @Argument(help: "A data directory, wss://… URL, or unix:PATH.") var path: String?
-    @Option(help: "The peer's node ID (required for wss:// URLs).") var pin: String?
+    @Option(help: "The peer's node ID (for wss:// URLs).") var pin: String?
+    @Option(help: "Pin the peer's certificate from a PEM file instead of --pin.") var pinCert: String?
     @Option(help: "Replicate over this command's stdin/stdout.") var exec: String?
     @Option(help: "HTTP Basic credentials USER:PASSWORD for a password-protected listener.") var password: String?
     @Flag(help: "Only push local changes to PATH.") var push = false
@@ -31,8 +32,8 @@ struct Sync: AsyncParsableCommand {
 
     func validate() throws {
         if (path == nil) == (exec == nil) { throw ValidationError("give either a TARGET or --exec COMMAND") }
-        if let path, path.hasPrefix("wss://") || path.hasPrefix("ws://"), pin == nil {
-            throw ValidationError("a wss:// target needs --pin NODEID (the peer's `ferry id`)")
+        if let path, path.hasPrefix("wss://") || path.hasPrefix("ws://"), pin == nil && pinCert == nil {
+            throw ValidationError("a wss:// target needs --pin NODEID (the peer's `ferry id`) or --pin-cert FILE")
         }
         if push && pull { throw ValidationError("--push and --pull are exclusive; give neither for both") }
         if Self.resolver(named: resolve) == nil {
@@ -83,7 +84,8 @@ struct Sync: AsyncParsableCommand {
         } else if let path, path.hasPrefix("wss://") || path.hasPrefix("ws://") {
             let identity = try NodeIdentity.loadOrCreate(directory: global.dataDirectory)
             nodeID = identity.nodeID
-            var dialer = try WebSocketConnector(url: path, serverTrust: .pinned([pin!.lowercased()]), identity: identity)
+            let trust = try pinCert.map { try PeerTrust.pinnedCertificate(pemFile: $0) } ?? .pinned([pin!.lowercased()])
+            var dialer = try WebSocketConnector(url: path, serverTrust: trust, identity: identity)
             if let password, let colon = password.firstIndex(of: ":") {
                 dialer.credentials = (String(password[..<colon]), String(password[password.index(after: colon)...]))
             }

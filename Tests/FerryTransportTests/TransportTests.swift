@@ -219,6 +219,19 @@ func replicate(_ client: TestNode, url: String, pin: PeerTrust, direction: Repli
         #expect(wrongPath.status.error?.description.contains("404") == true)
     }
 
+    @Test func aServerCanBePinnedByItsCertificateFile() async throws {
+        let server = try TestNode()
+        let client = try TestNode()
+        try server.store.put(try DocumentID("pem"), body: [:])
+        let (_, task, port) = try await startListener(server, trust: .pinned([client.identity.nodeID]))
+        defer { task.cancel() }
+        let trust = try PeerTrust.pinnedCertificate(pemFile: server.identity.certificatePath)
+        #expect(trust == .pinned([server.identity.nodeID]))
+        let r = try await replicate(client, url: "wss://127.0.0.1:\(port)/ferry/sync", pin: trust)
+        #expect(r.status.error == nil)
+        #expect(throws: TransportError.self) { try PeerTrust.pinnedCertificate(pemFile: client.identity.keyPath) }
+    }
+
     @Test func aRefusedConnectionIsTransient() async throws {
         let client = try TestNode()
         let r = try await replicate(client, url: "wss://127.0.0.1:1/ferry/sync", pin: .pinned(["00"]))
