@@ -3,6 +3,7 @@ import Synchronization
 
 /// Wakes waiting change streams when a commit advances the sequence.
 final class ChangeNotifier: Sendable {
+    /// Last announced sequence and the waiting streams.
     private struct State {
         var sequence: UInt64 = 0
         var waiters: [Int: CheckedContinuation<Void, Never>] = [:]
@@ -70,6 +71,7 @@ public struct LiveChanges: AsyncSequence, Sendable {
         Iterator(store: store, cursor: since, pageSize: pageSize, poll: poll)
     }
 
+    /// Pages through the feed, then waits for commits.
     public struct Iterator: AsyncIteratorProtocol {
         let store: DocumentStore
         var cursor: UInt64

@@ -22,6 +22,7 @@ public struct StoreOptions: Sendable {
 
     public init() {}
 
+    /// How hard each commit is made durable.
     public enum Durability: String, Sendable {
         case full, normal
     }
@@ -29,6 +30,7 @@ public struct StoreOptions: Sendable {
 
 /// A revision about to be written, as a validator sees it.
 public struct ProposedRevision: Sendable {
+    /// Where a revision comes from.
     public enum Origin: Sendable, Equatable {
         case local
         case replicated

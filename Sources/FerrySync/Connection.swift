@@ -13,6 +13,7 @@ public final class Connection: Sendable {
     /// Bytes sent and received, for summaries.
     public let counters = Mutex(Counters())
 
+    /// Traffic totals of one connection.
     public struct Counters: Sendable {
         public var bytesSent = 0
         public var bytesReceived = 0
@@ -20,6 +21,7 @@ public final class Connection: Sendable {
         public var messagesReceived = 0
     }
 
+    /// Outstanding requests and lifecycle, behind the mutex.
     struct State {
         var nextNumber: UInt64 = 1
         var pending: [UInt64: CheckedContinuation<Message, any Error>] = [:]

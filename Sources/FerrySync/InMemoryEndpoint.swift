@@ -11,6 +11,7 @@ public final class InMemoryEndpoint: MessageEndpoint {
     private let state: Mutex<State>
     let faults: Faults
 
+    /// The link to the peer and send count, behind the mutex.
     struct State {
         weak var peer: InMemoryEndpoint?
         var closed = false

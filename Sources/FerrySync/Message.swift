@@ -3,6 +3,7 @@ import FerryCore
 /// One protocol message: a binary envelope (kind, request number, flags, properties)
 /// followed by an opaque body. See docs/protocol.md for the byte layout.
 public struct Message: Sendable, Equatable {
+    /// Whether a message asks, answers, or answers with an error.
     public enum Kind: UInt8, Sendable {
         case request = 0
         case response = 1

@@ -23,6 +23,7 @@ public final class Replicator: Sendable {
     private let eventBroadcaster = Broadcaster<DocumentEvent>()
     private let summaryState = LockedBox(ReplicationSummary())
 
+    /// Status and lifecycle of a replicator, behind the mutex.
     struct RunState {
         var status = ReplicatorStatus.initial
         var stopRequested = false

@@ -2,6 +2,7 @@ import FerryCore
 
 /// Everything that shapes one replicator; each field has a documented default.
 public struct ReplicatorConfiguration: Sendable {
+    /// Which way documents move.
     public enum Direction: String, Sendable {
         case push, pull, pushAndPull
         var pulls: Bool { self != .push }
@@ -54,6 +55,7 @@ public struct ReplicatorConfiguration: Sendable {
 
 /// What a replicator is doing.
 public struct ReplicatorStatus: Sendable, Equatable {
+    /// The replicator's lifecycle phase.
     public enum Activity: String, Sendable {
         case stopped, offline, connecting, idle, busy
     }
@@ -69,6 +71,7 @@ public struct ReplicatorStatus: Sendable, Equatable {
 
 /// One document replicated, or refused, in either direction.
 public struct DocumentEvent: Sendable, Equatable {
+    /// Which way a document moved.
     public enum Direction: String, Sendable { case push, pull }
     public let direction: Direction
     public let id: String

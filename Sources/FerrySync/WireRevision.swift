@@ -160,6 +160,7 @@ struct IncomingPipeline: Sendable {
     let filter: RevisionFilter?
     let maxBodyBytes: Int
 
+    /// The verdict on one incoming revision.
     enum Outcome {
         case accepted(IncomingRevision)
         case rejected(id: String, rev: String, Rejection)

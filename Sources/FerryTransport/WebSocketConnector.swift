@@ -48,6 +48,7 @@ public struct WebSocketConnector: Sendable {
         return { try await copy.connect() }
     }
 
+    /// The result of the WebSocket upgrade attempt.
     enum Upgrade: Sendable {
         case websocket(NIOAsyncChannel<WebSocketFrame, WebSocketFrame>)
         /// The server answered without upgrading; the status arrives once the buffered

@@ -57,6 +57,7 @@ public final class WebSocketListener: Service, Sendable {
     private let state = Mutex(State())
     private let boundWaiters = Mutex<[CheckedContinuation<Int, any Error>]>([])
 
+    /// Bound port, live connections and lifecycle, behind the mutex.
     struct State {
         var boundPort: Int?
         var failure: (any Error)?
@@ -113,6 +114,7 @@ public final class WebSocketListener: Service, Sendable {
         }
     }
 
+    /// What an accepted TCP connection turned into.
     enum Upgrade: Sendable {
         case websocket(NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, HandshakeRecord)
         case refused

@@ -8,6 +8,7 @@ import Logging
 
 /// Benchmarks that print their figures, each against a baseline measured in the same run.
 @main
+/// The benchmark command: each subcommand prints figures against same-run baselines.
 struct FerryBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ferry-bench",
@@ -231,6 +232,7 @@ struct DocumentGenerator {
     }
 }
 
+/// Median, minimum and maximum of repeated measurements.
 struct Stats {
     let median: Double
     let min: Double
@@ -243,6 +245,7 @@ struct Stats {
     }
 }
 
+/// A benchmark that could not run, with the reason.
 struct BenchError: Error, CustomStringConvertible {
     let description: String
     init(_ d: String) { description = d }

@@ -134,6 +134,7 @@ struct NetBench: AsyncParsableCommand {
         return ((exe as NSString).deletingLastPathComponent as NSString).appendingPathComponent("ferry")
     }
 
+    /// A finished child process: exit status and peak resident memory.
     struct Spawned {
         let status: Int32
         let maxRSSKiB: Int

@@ -3,6 +3,7 @@ import FerryCore
 import FerryStore
 import Foundation
 
+/// `ferry put`: creates a document or updates a current revision.
 struct Put: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Create a document, or update it with --rev. Prints the new revision.",
@@ -35,6 +36,7 @@ struct Put: AsyncParsableCommand {
     }
 }
 
+/// `ferry get`: prints a document or one of its retained revisions.
 struct Get: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Print a document (its current revision, or --rev).")
 
@@ -53,6 +55,7 @@ struct Get: AsyncParsableCommand {
     }
 }
 
+/// `ferry rm`: writes a tombstone on a leaf revision.
 struct Remove: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "rm", abstract: "Delete a document: writes a tombstone revision that replicates.")
@@ -76,6 +79,7 @@ struct Remove: AsyncParsableCommand {
     }
 }
 
+/// `ferry ls`: lists documents in ID order.
 struct List: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "ls", abstract: "List documents in ID order.")
 
@@ -102,6 +106,7 @@ struct List: AsyncParsableCommand {
     }
 }
 
+/// `ferry changes`: prints the changes feed after a sequence.
 struct Changes: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "The changes feed: one entry per document changed after --since, in sequence order.")
@@ -127,6 +132,7 @@ struct Changes: AsyncParsableCommand {
     }
 }
 
+/// `ferry conflicts`: lists documents with conflicting leaves.
 struct Conflicts: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "List documents that have conflicting revisions.")
 
@@ -153,6 +159,7 @@ struct Conflicts: AsyncParsableCommand {
     }
 }
 
+/// `ferry purge`: removes a document and its history locally.
 struct Purge: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Remove a document and all its history, on this node only (never replicated).")
@@ -168,6 +175,7 @@ struct Purge: AsyncParsableCommand {
     }
 }
 
+/// `ferry info`: prints database-wide figures.
 struct Info: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Database UUID, counts, last sequence, size on disk.")
 

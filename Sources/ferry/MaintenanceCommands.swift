@@ -3,6 +3,7 @@ import FerryCore
 import FerryStore
 import Foundation
 
+/// `ferry import`: loads NDJSON documents, all or nothing unless batched.
 struct Import: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Import newline-delimited JSON documents (each with \"_id\", optionally \"_rev\").",
@@ -101,12 +102,14 @@ struct LineReader {
     }
 }
 
+/// `ferry blob`: groups the blob subcommands.
 struct BlobCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "blob", abstract: "Store and read content-addressed blobs.",
         subcommands: [BlobPut.self, BlobGet.self])
 }
 
+/// `ferry blob put`: stores a file as a blob and prints its reference.
 struct BlobPut: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "put",
@@ -127,6 +130,7 @@ struct BlobPut: AsyncParsableCommand {
     }
 }
 
+/// `ferry blob get`: writes a blob's verified content out.
 struct BlobGet: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "get", abstract: "Write a blob's content to stdout or --output FILE.")
@@ -160,6 +164,7 @@ struct BlobGet: AsyncParsableCommand {
     }
 }
 
+/// `ferry compact`: re-applies retention and collects unreferenced blobs.
 struct Compact: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Prune revision history, drop old bodies, and delete unreferenced blobs.")
@@ -182,6 +187,7 @@ struct Compact: AsyncParsableCommand {
     }
 }
 
+/// `ferry check`: runs SQLite's integrity check.
 struct Check: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Run SQLite's integrity check on the database.")
 
@@ -200,6 +206,7 @@ struct Check: AsyncParsableCommand {
     }
 }
 
+/// `ferry watch`: prints each change as it commits, until interrupted.
 struct Watch: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run in the foreground and print every change as it is committed (Ctrl-C stops).",

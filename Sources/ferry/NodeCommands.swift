@@ -7,6 +7,7 @@ import FerryTransport
 import Foundation
 import Logging
 
+/// `ferry id`: prints (creating if needed) or imports this node's identity.
 struct ID: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "id", abstract: "Print this node's ID: the SHA-256 fingerprint of its certificate.",
@@ -40,6 +41,7 @@ struct ID: AsyncParsableCommand {
     }
 }
 
+/// `ferry serve`: runs this node as a peer until SIGTERM/SIGINT.
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run this node as a peer: the TLS WebSocket listener and replicators to --peer nodes.",

@@ -6,6 +6,7 @@ import FerryTransport
 import Foundation
 import Logging
 
+/// `ferry sync`: one replication with a directory, URL, Unix socket or command.
 struct Sync: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Replicate with another Ferry database: a data directory, a peer URL, a Unix socket or a command.",
