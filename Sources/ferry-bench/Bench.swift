@@ -71,11 +71,7 @@ struct StoreBench: ParsableCommand {
                      ratio.median, ratio.min, ratio.max, ratio.median >= 0.5 ? "HOLDS" : "MISSES"))
     }
 
-    func scratchDir() throws -> String {
-        let dir = (scratch as NSString).appendingPathComponent("ferry-bench-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        return dir
-    }
+    func scratchDir() throws -> String { try makeScratchDirectory(in: scratch) }
 
     func ferrySave(_ docs: [(DocumentID, JSON)]) throws -> Double {
         let dir = try scratchDir()
@@ -165,11 +161,7 @@ struct SyncBench: ParsableCommand {
         print(String(format: "ratio ferry/raw     %9.2f (min %.2f, max %.2f)", ratio.median, ratio.min, ratio.max))
     }
 
-    func scratchDir() throws -> String {
-        let dir = (scratch as NSString).appendingPathComponent("ferry-bench-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        return dir
-    }
+    func scratchDir() throws -> String { try makeScratchDirectory(in: scratch) }
 
     func pull(from source: DocumentStore) throws -> Double {
         let dir = try scratchDir()
@@ -256,4 +248,11 @@ extension Duration {
         let (s, a) = components
         return Double(s) + Double(a) / 1e18
     }
+}
+
+/// A fresh, uniquely named directory under `parent` for one measurement.
+func makeScratchDirectory(in parent: String, prefix: String = "ferry-bench") throws -> String {
+    let dir = (parent as NSString).appendingPathComponent("\(prefix)-\(UUID().uuidString)")
+    try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+    return dir
 }

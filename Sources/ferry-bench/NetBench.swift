@@ -81,11 +81,7 @@ struct NetBench: AsyncParsableCommand {
         print("peak RSS: server \(serverRSS.max()! / 1024) MiB, client \(clientRSS.max()! / 1024) MiB")
     }
 
-    func scratchDir(_ root: String) throws -> String {
-        let dir = "\(root)/raw-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        return dir
-    }
+    func scratchDir(_ root: String) throws -> String { try makeScratchDirectory(in: root, prefix: "raw") }
 
     /// Streams the same bytes one way over TLS WebSocket (64 KiB messages) between two
     /// in-process endpoints on loopback; returns documents per second.

@@ -70,7 +70,7 @@ import Testing
     }
 
     @Test func randomValuesRoundTripThroughCanonicalEncoding() throws {
-        var rng = SplitMix64(seed: 42)
+        var rng = SeededGenerator(seed: 42)
         for _ in 0..<500 {
             let v = randomJSON(&rng, depth: 0)
             let bytes = v.canonicalBytes
@@ -80,20 +80,8 @@ import Testing
     }
 }
 
-/// A small seeded generator so property tests are reproducible.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
 
-func randomJSON(_ rng: inout SplitMix64, depth: Int) -> JSON {
+func randomJSON(_ rng: inout SeededGenerator, depth: Int) -> JSON {
     let pick = Int.random(in: 0..<(depth > 3 ? 5 : 7), using: &rng)
     switch pick {
     case 0: return .null

@@ -56,7 +56,7 @@ struct RevisionFactory {
         let inserts: [([RevisionID], Bool)] = [
             (base + branchA, false), (base + branchB, false), (base + branchC, false), (base + branchD, true),
         ]
-        var rng = SplitMix64(seed: 7)
+        var rng = SeededGenerator(seed: 7)
         var winners = Set<RevisionID>()
         var conflictSets = Set<[RevisionID]>()
         for _ in 0..<50 {
@@ -144,7 +144,7 @@ struct RevisionFactory {
         #expect(throws: RevisionTreeError.self) { try RevisionTree(encoded: bytes.dropLast()) }
         #expect(throws: RevisionTreeError.self) { try RevisionTree(encoded: [UInt8]()) }
         #expect(throws: RevisionTreeError.self) { try RevisionTree(encoded: [9] + bytes.dropFirst()) }
-        var rng = SplitMix64(seed: 3)
+        var rng = SeededGenerator(seed: 3)
         for _ in 0..<200 {
             var mutated = bytes
             mutated[Int.random(in: 0..<mutated.count, using: &rng)] = UInt8.random(in: 0...255, using: &rng)

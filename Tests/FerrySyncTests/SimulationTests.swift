@@ -41,7 +41,7 @@ struct SimulationFailure: Error, CustomStringConvertible {
 /// One seeded run.
 final class Simulation: @unchecked Sendable {
     let seed: UInt64
-    var rng: SplitMix64
+    var rng: SeededGenerator
     let nodes: [DocumentStore]
     let wallClock = LockedBox<UInt64>(1_000_000)
     var partitioned = Set<Int>()
@@ -51,7 +51,7 @@ final class Simulation: @unchecked Sendable {
 
     init(seed: UInt64, nodeCount: Int) throws {
         self.seed = seed
-        rng = SplitMix64(seed: seed)
+        rng = SeededGenerator(seed: seed)
         let clock = wallClock
         nodes = try (0..<nodeCount).map { _ in
             var options = StoreOptions()
@@ -216,15 +216,3 @@ final class Simulation: @unchecked Sendable {
     }
 }
 
-/// A small seeded generator so simulations replay.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
