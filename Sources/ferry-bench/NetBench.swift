@@ -156,12 +156,17 @@ struct NetBench: AsyncParsableCommand {
         return pid
     }
 
+    /// Waits for a child, sampling its VmHWM while it runs. (wait4's ru_maxrss is not used:
+    /// a child made by posix_spawn is charged the parent's resident memory at spawn time.)
     static func reap(_ pid: pid_t) -> Spawned {
         var status: Int32 = 0
-        var usage = rusage()
-        _ = wait4(pid, &status, 0, &usage)
+        var peak = 0
+        while waitpid(pid, &status, WNOHANG) == 0 {
+            peak = max(peak, peakRSS(pid))
+            usleep(20_000)
+        }
         let exit = (status & 0x7F) == 0 ? (status >> 8) & 0xFF : 128 + (status & 0x7F)
-        return Spawned(status: exit, maxRSSKiB: usage.ru_maxrss)
+        return Spawned(status: exit, maxRSSKiB: peak)
     }
 
     static func capture(_ path: String, _ args: [String]) throws -> String {
