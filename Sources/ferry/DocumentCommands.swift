@@ -126,7 +126,7 @@ struct Changes: AsyncParsableCommand {
         if global.json {
             Output.json(["results": .array(changes.map(Output.change)), "last_seq": .int(Int64(last))])
         } else {
-            for c in changes { Output.line("\(c.sequence)\t\(c.id)\t\(c.revision)\(c.deleted ? "\tdeleted" : "")") }
+            for c in changes { Output.line(Output.changeLine(c)) }
             Output.line("last_seq \(last)")
         }
     }

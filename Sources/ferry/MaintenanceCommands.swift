@@ -244,7 +244,7 @@ struct Watch: AsyncParsableCommand {
                     if global.json {
                         Output.json(Output.change(c))
                     } else {
-                        Output.line("\(c.sequence)\t\(c.id)\t\(c.revision)\(c.deleted ? "\tdeleted" : "")")
+                        Output.line(Output.changeLine(c))
                     }
                     fflush(nil)
                 }

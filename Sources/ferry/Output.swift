@@ -22,6 +22,11 @@ enum Output {
         exit(status)
     }
 
+    /// `SEQ<TAB>ID<TAB>REV[<TAB>deleted]`, as `changes` and `watch` print it.
+    static func changeLine(_ c: Change) -> String {
+        "\(c.sequence)\t\(c.id)\t\(c.revision)\(c.deleted ? "\tdeleted" : "")"
+    }
+
     static func change(_ c: Change) -> JSON {
         ["seq": .int(Int64(c.sequence)), "id": .string(c.id.rawValue), "rev": .string(c.revision.description),
          "deleted": .bool(c.deleted)]
