@@ -21,17 +21,14 @@ struct StoreBench: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "store", abstract: "FerryStore save throughput vs raw SQLite inserts (target ratio >= 0.5).")
 
-    @Option(help: "Documents per run.") var count = 100_000
-    @Option(help: "Approximate document size in bytes.") var size = 1024
-    @Option(help: "Runs per measurement (median reported).") var runs = 3
-    @Option(help: "Directory for scratch databases.") var scratch = NSTemporaryDirectory()
+    @OptionGroup var workload: Workload
     @Option(help: "Profile one side only: ferry or raw (prints its rate, no ratio).") var only: String?
 
     func run() throws {
-        let docs = DocumentGenerator(size: size).documents(count)
+        let docs = DocumentGenerator(size: workload.size).documents(workload.count)
         let bodies = docs.map { $0.1.canonicalBytes }
         let avg = bodies.reduce(0) { $0 + $1.count } / max(bodies.count, 1)
-        print("store: \(count) documents of ~\(avg) bytes, one transaction each run, \(runs) runs, WAL, synchronous=FULL")
+        print("store: \(workload.count) documents of ~\(avg) bytes, one transaction each run, \(workload.runs) runs, WAL, synchronous=FULL")
         if only == "encode" {
             let t0 = ContinuousClock.now
             var total = 0
@@ -39,11 +36,11 @@ struct StoreBench: ParsableCommand {
             let t1 = ContinuousClock.now
             for b in bodies { total &+= RevisionID.compute(parent: nil, deleted: false, canonicalBody: b).generation }
             let t2 = ContinuousClock.now
-            print("encode \((t1 - t0).seconds * 1e6 / Double(count)) us/doc, hash \((t2 - t1).seconds * 1e6 / Double(count)) us/doc (\(total))")
+            print("encode \((t1 - t0).seconds * 1e6 / Double(workload.count)) us/doc, hash \((t2 - t1).seconds * 1e6 / Double(workload.count)) us/doc (\(total))")
             return
         }
         if let only {
-            for _ in 1...runs {
+            for _ in 1...workload.runs {
                 let rate = only == "raw" ? try rawInsert(docs.map(\.0.rawValue), bodies) : try ferrySave(docs)
                 print(String(format: "%@ %.0f docs/s", only, rate))
             }
@@ -51,7 +48,7 @@ struct StoreBench: ParsableCommand {
         }
         var ferry: [Double] = []
         var raw: [Double] = []
-        for run in 1...runs {
+        for run in 1...workload.runs {
             // Alternate the order so neither side always runs on a warmer machine.
             if run % 2 == 1 {
                 raw.append(try rawInsert(docs.map(\.0.rawValue), bodies))
@@ -71,7 +68,7 @@ struct StoreBench: ParsableCommand {
                      ratio.median, ratio.min, ratio.max, ratio.median >= 0.5 ? "HOLDS" : "MISSES"))
     }
 
-    func scratchDir() throws -> String { try makeScratchDirectory(in: scratch) }
+    func scratchDir() throws -> String { try makeScratchDirectory(in: workload.scratch) }
 
     func ferrySave(_ docs: [(DocumentID, JSON)]) throws -> Double {
         let dir = try scratchDir()
@@ -131,25 +128,22 @@ struct SyncBench: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "sync", abstract: "Replication throughput between two stores vs raw SQLite inserts.")
 
-    @Option(help: "Documents per run.") var count = 100_000
-    @Option(help: "Approximate document size in bytes.") var size = 1024
-    @Option(help: "Runs per measurement (median reported).") var runs = 3
-    @Option(help: "Directory for scratch databases.") var scratch = NSTemporaryDirectory()
+    @OptionGroup var workload: Workload
     @Option(help: "Changes per batch.") var batch = 1000
     @Option(help: "Revisions per getRevs request.") var perRequest = 500
     @Option(help: "Target durability: full or normal.") var durability = "full"
 
     func run() throws {
-        let docs = DocumentGenerator(size: size).documents(count)
+        let docs = DocumentGenerator(size: workload.size).documents(workload.count)
         let bodies = docs.map { $0.1.canonicalBytes }
-        print("sync: \(count) documents of ~\(bodies.reduce(0) { $0 + $1.count } / max(1, count)) bytes pulled between two file stores over the in-memory endpoint, \(runs) runs")
-        let dir = (scratch as NSString).appendingPathComponent("ferry-bench-src-\(UUID().uuidString)")
+        print("sync: \(workload.count) documents of ~\(bodies.reduce(0) { $0 + $1.count } / max(1, workload.count)) bytes pulled between two file stores over the in-memory endpoint, \(workload.runs) runs")
+        let dir = (workload.scratch as NSString).appendingPathComponent("ferry-bench-src-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let source = try DocumentStore.open(directory: dir)
         try source.write { txn in for (id, body) in docs { try txn.put(id, body: body) } }
         var ferry: [Double] = []
         var raw: [Double] = []
-        for _ in 1...runs {
+        for _ in 1...workload.runs {
             raw.append(try RawSQLite.insert(docs.map(\.0.rawValue), bodies, scratch: scratchDir()))
             ferry.append(try pull(from: source))
         }
@@ -161,7 +155,7 @@ struct SyncBench: ParsableCommand {
         print(String(format: "ratio ferry/raw     %9.2f (min %.2f, max %.2f)", ratio.median, ratio.min, ratio.max))
     }
 
-    func scratchDir() throws -> String { try makeScratchDirectory(in: scratch) }
+    func scratchDir() throws -> String { try makeScratchDirectory(in: workload.scratch) }
 
     func pull(from source: DocumentStore) throws -> Double {
         let dir = try scratchDir()
@@ -255,4 +249,12 @@ func makeScratchDirectory(in parent: String, prefix: String = "ferry-bench") thr
     let dir = (parent as NSString).appendingPathComponent("\(prefix)-\(UUID().uuidString)")
     try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
     return dir
+}
+
+/// The options every benchmark shares: how many documents, how big, how many runs, where.
+struct Workload: ParsableArguments {
+    @Option(help: "Documents per run.") var count = 100_000
+    @Option(help: "Approximate document size in bytes.") var size = 1024
+    @Option(help: "Runs per measurement (median reported).") var runs = 3
+    @Option(help: "Directory for scratch data.") var scratch = NSTemporaryDirectory()
 }

@@ -13,20 +13,17 @@ struct NetBench: AsyncParsableCommand {
         commandName: "net",
         abstract: "Pull throughput between two ferry processes over TLS WebSocket (targets: ≥0.5 of raw TLS WS, ≥0.3 of raw insert).")
 
-    @Option(help: "Documents per run.") var count = 100_000
-    @Option(help: "Approximate document size in bytes.") var size = 1024
-    @Option(help: "Runs per measurement (median reported).") var runs = 3
-    @Option(help: "Directory for scratch data.") var scratch = NSTemporaryDirectory()
+    @OptionGroup var workload: Workload
 
     func run() async throws {
         let ferry = Self.ferryBinary()
-        let docs = DocumentGenerator(size: size).documents(count)
+        let docs = DocumentGenerator(size: workload.size).documents(workload.count)
         let bodies = docs.map { $0.1.canonicalBytes }
         let totalBytes = bodies.reduce(0) { $0 + $1.count }
-        let root = (scratch as NSString).appendingPathComponent("ferry-net-\(UUID().uuidString)")
+        let root = (workload.scratch as NSString).appendingPathComponent("ferry-net-\(UUID().uuidString)")
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: root) }
-        print("net: \(count) documents of ~\(totalBytes / max(1, count)) bytes, \(runs) runs, TLS 1.3 WebSocket on loopback")
+        print("net: \(workload.count) documents of ~\(totalBytes / max(1, workload.count)) bytes, \(workload.runs) runs, TLS 1.3 WebSocket on loopback")
 
         // The source node, filled once (not timed).
         let source = "\(root)/source"
@@ -48,7 +45,7 @@ struct NetBench: AsyncParsableCommand {
         var rawSQL: [Double] = []
         var serverRSS: [Int] = []
         var clientRSS: [Int] = []
-        for run in 1...runs {
+        for run in 1...workload.runs {
             rawSQL.append(try RawSQLite.insert(docs.map(\.0.rawValue), bodies, scratch: try scratchDir(root)))
             rawWS.append(try await rawWebSocketStream(bodies: bodies, root: root))
             // Start the server process and wait for node.json.
@@ -61,7 +58,7 @@ struct NetBench: AsyncParsableCommand {
             let result = try Self.spawn(ferry, ["--data", client, "sync", server.url, "--pin", sourceID, "--pull", "--json"])
             let elapsed = ContinuousClock.now - start
             guard result.status == 0 else { throw BenchError("ferry sync failed with status \(result.status)") }
-            ferryRates.append(Double(count) / elapsed.seconds)
+            ferryRates.append(Double(workload.count) / elapsed.seconds)
             clientRSS.append(result.maxRSSKiB)
             serverRSS.append(Self.peakRSS(server.pid))
             try? FileManager.default.removeItem(atPath: client)
@@ -70,7 +67,7 @@ struct NetBench: AsyncParsableCommand {
         let w = Stats(rawWS)
         let s = Stats(rawSQL)
         let mib = Double(totalBytes) / 1_048_576
-        let perDoc = Double(totalBytes) / Double(count)
+        let perDoc = Double(totalBytes) / Double(workload.count)
         print(String(format: "raw TLS WebSocket stream %9.0f docs/s  %6.1f MiB/s (min %.0f, max %.0f)", w.median, w.median * perDoc / 1_048_576, w.min, w.max))
         print(String(format: "raw SQLite insert        %9.0f docs/s (min %.0f, max %.0f)", s.median, s.min, s.max))
         print(String(format: "ferry pull over TLS WS   %9.0f docs/s  %6.1f MiB/s (min %.0f, max %.0f); %.1f MiB total", f.median, f.median * perDoc / 1_048_576, f.min, f.max, mib))
