@@ -35,13 +35,41 @@ public final class FramedEndpoint: MessageEndpoint {
             }
         }
         reader.withLock { $0 = task }
+        startWriter()
+    }
+
+    /// Frames from concurrent senders must not interleave on the byte stream, so every
+    /// write goes through one queue drained by a single task, in order.
+    private typealias PendingWrite = (bytes: [UInt8], done: CheckedContinuation<SyncError?, Never>)
+    private let writes = AsyncStream.makeStream(of: PendingWrite.self)
+
+    private func startWriter() {
+        let stream = self.stream
+        let queue = writes.stream
+        Task {
+            for await pending in queue {
+                do {
+                    try await stream.write(pending.bytes)
+                    pending.done.resume(returning: nil)
+                } catch {
+                    pending.done.resume(returning: SyncError.from(error))
+                }
+            }
+        }
     }
 
     public func send(_ message: [UInt8]) async throws(SyncError) {
-        try await stream.write(LengthFramer.frame(message))
+        let framed = LengthFramer.frame(message)
+        let failure = await withCheckedContinuation { (done: CheckedContinuation<SyncError?, Never>) in
+            if case .terminated = writes.continuation.yield((framed, done)) {
+                done.resume(returning: .disconnected("the endpoint is closed"))
+            }
+        }
+        if let failure { throw failure }
     }
 
     public func close(error: SyncError?) async {
+        writes.continuation.finish()
         await stream.close()
     }
 }
