@@ -3,6 +3,7 @@ import PackageDescription
 
 // Layers (see docs/architecture.md): dependencies point down only.
 //   ferry (CLI) -> FerryNode -> FerryTransport -> FerrySync -> FerryStore -> FerryCore
+//                         \-> FerryDiscovery (DNS-SD; knows nothing of documents)
 let package = Package(
     name: "Ferry",
     platforms: [.macOS(.v15)],
@@ -13,6 +14,7 @@ let package = Package(
         .library(name: "FerryStore", targets: ["FerryStore"]),
         .library(name: "FerrySync", targets: ["FerrySync"]),
         .library(name: "FerryTransport", targets: ["FerryTransport"]),
+        .library(name: "FerryDiscovery", targets: ["FerryDiscovery"]),
         .library(name: "FerryNode", targets: ["FerryNode"]),
     ],
     dependencies: [
@@ -25,6 +27,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
         .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
         .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
     ],
     targets: [
         .target(
@@ -66,12 +71,25 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        // Avahi's dns_sd compat library (see Sources/CDNSSD/module.modulemap).
+        .systemLibrary(name: "CDNSSD", providers: [.apt(["libavahi-compat-libdnssd-dev"])]),
+        .target(
+            name: "FerryDiscovery",
+            dependencies: [
+                "CDNSSD",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
         .target(
             name: "FerryNode",
             dependencies: [
-                "FerryCore", "FerryStore", "FerrySync", "FerryTransport",
+                "FerryCore", "FerryStore", "FerrySync", "FerryTransport", "FerryDiscovery",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "Hummingbird", package: "hummingbird"),
             ]
         ),
         .executableTarget(
@@ -99,6 +117,11 @@ let package = Package(
                 "FerrySync", "FerryStore", "FerryCore", .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
+        ),
+        .testTarget(name: "FerryDiscoveryTests", dependencies: ["FerryDiscovery"]),
+        .testTarget(
+            name: "FerryNodeTests",
+            dependencies: ["FerryNode", "FerryTransport", "FerrySync", "FerryStore", "FerryCore", "FerryDiscovery"]
         ),
         .testTarget(name: "FerryTransportTests", dependencies: ["FerryTransport", "FerrySync", "FerryStore", "FerryCore"]),
         .testTarget(name: "FerryCLITests", dependencies: ["ferry", "FerryCore", "FerryStore"]),
