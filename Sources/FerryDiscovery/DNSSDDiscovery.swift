@@ -46,6 +46,7 @@ public final class DNSSDDiscovery: PeerDiscovery, @unchecked Sendable {
     var browse: DNSSDHandle?
     var lookups: [String: PeerLookup] = [:]
     var sessionAlive = false
+    var currentAdvertisement: Advertisement?
 
     public init(configuration: Configuration, clock: any Clock<Duration> = ContinuousClock(), logger: Logger = Logger(label: "ferry.discovery")) {
         // The compat library prints a three-line warning per process unless this is set.
@@ -55,6 +56,12 @@ public final class DNSSDDiscovery: PeerDiscovery, @unchecked Sendable {
         self.logger = logger
         (events, eventSink) = AsyncStream.makeStream(bufferingPolicy: .unbounded)
         (signals, signalSink) = AsyncStream.makeStream(bufferingPolicy: .unbounded)
+        currentAdvertisement = configuration.advertisement
+    }
+
+    /// Sets what to advertise (call before `run`, e.g. once an ephemeral port is bound).
+    public func advertise(_ advertisement: Advertisement) {
+        queue.sync { currentAdvertisement = advertisement }
     }
 
     public func run() async throws {
@@ -126,7 +133,7 @@ public final class DNSSDDiscovery: PeerDiscovery, @unchecked Sendable {
     func startSession() -> String? {
         dispatchPrecondition(condition: .onQueue(queue))
         if isShuttingDown { return nil }
-        if let ad = configuration.advertisement {
+        if let ad = currentAdvertisement {
             var txt = TXTRecordRef()
             TXTRecordCreate(&txt, 0, nil)
             defer { TXTRecordDeallocate(&txt) }
@@ -199,7 +206,7 @@ public final class DNSSDDiscovery: PeerDiscovery, @unchecked Sendable {
 
     /// A lookup found (or refreshed) a peer with at least one address.
     func found(_ peer: DiscoveredPeer, lookup: PeerLookup) {
-        if peer.nodeID == configuration.advertisement?.nodeID { return lookup.cancel() }  // ourselves
+        if peer.nodeID == currentAdvertisement?.nodeID { return lookup.cancel() }  // ourselves
         if let group = configuration.group, peer.group != group {
             logger.debug("ignoring a Ferry node of another group", metadata: ["instance": "\(peer.instance)", "group": "\(peer.group)"])
             return lookup.cancel()

@@ -2,14 +2,16 @@ import FerryCore
 import FerryStore
 import FerrySync
 import FerryTransport
+import FerryDiscovery
 import Foundation
 import Logging
 import ServiceLifecycle
 import Synchronization
 
-/// The headless peer: a TLS WebSocket listener serving replication, continuous
-/// push-and-pull replicators to its configured peers, and optionally a Unix-socket
-/// listener, run as one ServiceGroup with graceful shutdown on SIGTERM/SIGINT.
+/// The headless peer: a ServiceGroup of the TLS WebSocket listener, DNS-SD discovery,
+/// the peer manager (one replication per trusted peer, plus persistent replications),
+/// the loopback admin API and, optionally, a Unix-socket listener, with graceful shutdown
+/// on SIGTERM/SIGINT.
 public final class FerryNode: Sendable {
     /// A peer to replicate with: its listener URL and pinned node ID.
     public struct Peer: Sendable, Equatable {
@@ -30,119 +32,225 @@ public final class FerryNode: Sendable {
         }
     }
 
-    /// How the node runs; every field has a documented default.
-    public struct Options: Sendable {
-        public var dataDirectory = "ferry-data"
-        /// Interface to listen on. Default all interfaces.
-        public var host = "0.0.0.0"
-        /// Listener port; 0 picks an ephemeral one (reported in node.json). Default 4985.
-        public var port = 4985
-        public var databaseName = "ferry"
-        public var peers: [Peer] = []
-        /// Node IDs trusted to connect, beyond the configured peers.
-        public var trusted: Set<String> = []
-        /// Accept any client certificate (development only; logged).
-        public var acceptAnyPeer = false
-        /// HTTP Basic credentials instead of client certificates.
-        public var password: (user: String, password: String)?
-        public var readOnly = false
-        /// Plaintext ws:// (development only; logged).
-        public var insecure = false
-        /// Also serve replication on this Unix domain socket.
-        public var unixSocket: String?
-        public var nodeName = ProcessInfo.processInfo.hostName
-        public init() {}
+    /// What the node is bound to once it is ready.
+    public struct Ready: Sendable {
+        public let nodeID: String
+        public let port: Int
+        public let adminPort: Int
+        public let url: String
+        public let adminURL: String
     }
 
-    public let options: Options
+    public let configuration: NodeConfiguration
+    public let dataDirectory: String
     public let store: DocumentStore
     public let identity: NodeIdentity
+    public let trust: TrustStore
+    public let metrics = NodeMetrics()
+    let replicationRegistry: ReplicationRegistry
     let logger: Logger
     let lock: DataDirectoryLock
+    let clock: any Clock<Duration>
 
-    /// Opens the data directory (lock, store, identity). Fails at once if another node
-    /// holds the directory, or the identity is bad.
-    public init(options: Options, logger: Logger = Logger(label: "ferry.node")) throws {
-        self.options = options
+    /// Opens the data directory (lock, store, identity, trust store, persisted replications).
+    /// Fails at once if another node holds the directory, or anything stored is bad.
+    public init(
+        configuration: NodeConfiguration, dataDirectory: String, clock: any Clock<Duration> = ContinuousClock(),
+        logger: Logger = Logger(label: "ferry.node")
+    ) throws {
+        if !NodeConfiguration.isLoopback(configuration.adminInterface) {
+            throw NodeError.badConfiguration("the admin API serves on loopback only, not \(configuration.adminInterface)")
+        }
+        self.configuration = configuration
+        self.dataDirectory = dataDirectory
         self.logger = logger
-        try FileManager.default.createDirectory(atPath: options.dataDirectory, withIntermediateDirectories: true)
-        lock = try DataDirectoryLock(directory: options.dataDirectory)
-        store = try DocumentStore.open(directory: options.dataDirectory)
-        identity = try NodeIdentity.loadOrCreate(directory: options.dataDirectory, name: options.nodeName)
+        self.clock = clock
+        try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true)
+        lock = try DataDirectoryLock(directory: dataDirectory)
+        var storeOptions = StoreOptions()
+        storeOptions.maxBodyBytes = configuration.limits.maxDocumentBytes
+        if let rule = configuration.validation {
+            storeOptions.validator = Validator { proposed in
+                rule.violation(id: proposed.id, deleted: proposed.deleted, body: proposed.body, size: proposed.body.canonicalBytes.count)
+            }
+        }
+        store = try DocumentStore.open(directory: dataDirectory, options: storeOptions)
+        identity = try NodeIdentity.loadOrCreate(directory: dataDirectory, name: configuration.name)
+        trust = try TrustStore(dataDirectory: dataDirectory, configuration: configuration)
+        replicationRegistry = try ReplicationRegistry(dataDirectory: dataDirectory)
     }
 
-    var nodeFile: String { "\(options.dataDirectory)/node.json" }
+    var nodeFile: String { "\(dataDirectory)/node.json" }
+
+    /// The pull filter the configuration declares, applied to everything incoming.
+    var pullFilter: RevisionFilter? { configuration.pullFilter?.filter(name: "config-pull") }
 
     /// The responder serving every incoming connection.
     func makeResponder() -> ReplicationResponder {
         var r = ReplicationResponder.Options()
         r.nodeID = identity.nodeID
-        r.readOnly = options.readOnly
+        r.readOnly = configuration.readOnly
+        let trust = self.trust
+        r.policyLookup = { trust.policy(for: $0) }
+        r.resolvers = configuration.resolvers
+        r.incomingFilter = pullFilter
+        r.metrics = metrics.sync
         return ReplicationResponder(store: store, options: r, logger: logger)
     }
 
-    /// Runs until SIGTERM/SIGINT (or cancellation); `onReady` gets the bound port.
-    public func run(onReady: @escaping @Sendable (Int, String) -> Void = { _, _ in }) async throws {
-        let responder = makeResponder()
+    func makeListener(responder: ReplicationResponder) -> WebSocketListener {
         var config = WebSocketListener.Configuration()
-        config.host = options.host
-        config.port = options.port
-        config.databaseName = options.databaseName
-        config.insecure = options.insecure
-        if let password = options.password {
+        config.host = configuration.interface
+        config.port = configuration.port
+        config.databaseName = configuration.group
+        config.insecure = configuration.insecure
+        config.maxConnections = configuration.limits.maxConnections
+        config.maxMessageSize = configuration.limits.maxMessageBytes
+        config.idleTimeout = .seconds(Int64(configuration.limits.idleTimeoutSeconds))
+        if let password = configuration.password {
             config.authentication = .password(user: password.user, password: password.password)
-        } else if options.acceptAnyPeer {
+        } else if configuration.acceptAnyPeer {
             config.authentication = .mutualTLS(.acceptAnyPeer)
         } else {
-            config.authentication = .mutualTLS(.pinned(options.trusted.union(options.peers.map(\.nodeID))))
+            config.authentication = .mutualTLS(.dynamic(trust.ids))
         }
-        let listener = WebSocketListener(identity: identity, configuration: config, responder: responder, logger: logger)
+        return WebSocketListener(identity: identity, configuration: config, responder: responder, logger: logger)
+    }
+
+    /// Runs until SIGTERM/SIGINT (or cancellation); `onReady` runs once both listeners are bound.
+    public func run(discovery customDiscovery: (any PeerDiscovery)? = nil, onReady: @escaping @Sendable (Ready) -> Void = { _ in }) async throws {
+        let responder = makeResponder()
+        let listener = makeListener(responder: responder)
+        let readiness = ReadinessBox()
+        let discovery: (any PeerDiscovery)?
+        if let customDiscovery {
+            discovery = customDiscovery
+        } else if configuration.discovery {
+            discovery = DNSSDDiscovery(
+                configuration: .init(advertisement: nil, group: configuration.group), clock: clock, logger: logger)
+        } else {
+            discovery = nil
+        }
+        let context = NodeContext(node: self, listener: listener)
+        let manager = PeerManager(node: context, discovery: discovery, logger: logger)
+        context.manager.withLock { $0 = manager }
+        let admin = AdminAPI(node: self, context: context, readiness: readiness)
         var services: [any Service] = [listener]
-        for peer in options.peers {
-            var connector = try WebSocketConnector(url: peer.url, serverTrust: .pinned([peer.nodeID]), identity: identity)
-            connector.logger = logger
-            var rc = ReplicatorConfiguration()
-            rc.continuous = true
-            rc.nodeID = identity.nodeID
-            rc.maxAttemptWait = .seconds(30)
-            services.append(Replicator(store: store, connector: connector.connector, configuration: rc, logger: logger))
-        }
-        if let path = options.unixSocket {
+        if let discovery { services.append(DeferredAdvertisement(discovery: discovery, listener: listener, node: self)) }
+        services.append(manager)
+        services.append(admin.application())
+        if let path = configuration.unixSocket {
             services.append(UnixSocketService(path: path, responder: responder))
         }
-        services.append(ReadinessService(node: self, listener: listener, onReady: onReady))
+        services.append(ReadinessService(node: self, listener: listener, readiness: readiness, onReady: onReady))
         let group = ServiceGroup(
             configuration: .init(services: services.map { .init(service: $0) }, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await group.run()
     }
 
-    func writeNodeFile(port: Int) throws {
-        let host = options.host == "0.0.0.0" || options.host == "::" ? "127.0.0.1" : options.host
-        let scheme = options.insecure ? "ws" : "wss"
+    func writeNodeFile(_ ready: Ready) throws {
         var info: [String: JSON] = [
-            "id": .string(identity.nodeID), "pid": .int(Int64(getpid())), "port": .int(Int64(port)),
-            "url": .string("\(scheme)://\(host):\(port)/\(options.databaseName)/sync"),
-            "database": .string(store.uuid),
+            "id": .string(identity.nodeID), "pid": .int(Int64(getpid())), "port": .int(Int64(ready.port)),
+            "url": .string(ready.url), "adminURL": .string(ready.adminURL), "adminPort": .int(Int64(ready.adminPort)),
+            "database": .string(store.uuid), "name": .string(configuration.name), "group": .string(configuration.group),
         ]
-        if let unix = options.unixSocket { info["unix"] = .string(unix) }
-        let temp = nodeFile + ".tmp"
-        try Data(JSON.object(info).canonicalBytes).write(to: URL(fileURLWithPath: temp))
-        guard rename(temp, nodeFile) == 0 else { throw NodeError.badConfiguration("cannot write \(nodeFile)") }
+        if let unix = configuration.unixSocket { info["unix"] = .string(unix) }
+        try writeAtomically(.object(info), to: nodeFile)
     }
 
     func removeNodeFile() { try? FileManager.default.removeItem(atPath: nodeFile) }
+
+    func readyInfo(port: Int, adminPort: Int) -> Ready {
+        let host = configuration.interface == "0.0.0.0" || configuration.interface == "::" ? "127.0.0.1" : configuration.interface
+        let scheme = configuration.insecure ? "ws" : "wss"
+        return Ready(
+            nodeID: identity.nodeID, port: port, adminPort: adminPort,
+            url: "\(scheme)://\(host):\(port)/\(configuration.group)/sync",
+            adminURL: "http://127.0.0.1:\(adminPort)")
+    }
 }
 
-/// Writes node.json once the listener is bound, and removes it on shutdown.
+/// What the node's services share with the peer manager and the admin API.
+final class NodeContext: Sendable {
+    let node: FerryNode
+    let listener: WebSocketListener
+    let manager = Mutex<PeerManager?>(nil)
+
+    init(node: FerryNode, listener: WebSocketListener) {
+        self.node = node
+        self.listener = listener
+    }
+
+    var configuration: NodeConfiguration { node.configuration }
+    var identity: NodeIdentity { node.identity }
+    var store: DocumentStore { node.store }
+    var trust: TrustStore { node.trust }
+    var metrics: NodeMetrics { node.metrics }
+    var clock: any Clock<Duration> { node.clock }
+    var pullFilter: RevisionFilter? { node.pullFilter }
+
+    /// Node IDs with a live inbound replication connection.
+    func inboundPeers() -> Set<String> { Set(listener.connections.compactMap(\.peerID)) }
+
+    /// Replications to run: the config file's, then those added through the API.
+    func replicationSpecs() -> [(ReplicationSpec, String)] {
+        configuration.replications.map { ($0, "config") } + node.replicationRegistry.specs.map { ($0, "api") }
+    }
+}
+
+/// Advertises on DNS-SD once the listener's port is known (it may be ephemeral).
+struct DeferredAdvertisement: Service {
+    let discovery: any PeerDiscovery
+    let listener: WebSocketListener
+    let node: FerryNode
+
+    func run() async throws {
+        if let dnssd = discovery as? DNSSDDiscovery {
+            let port = try await listener.waitUntilBound()
+            let id = node.identity.nodeID
+            dnssd.advertise(Advertisement(
+                instanceName: "\(node.configuration.name)-\(id.prefix(8))", nodeID: id, group: node.configuration.group,
+                protocolVersion: SyncProtocol.versions.max() ?? 1, port: port))
+        }
+        try await discovery.run()
+    }
+}
+
+/// Collects the two bound ports readiness waits for.
+final class ReadinessBox: Sendable {
+    private let admin = Mutex<(port: Int?, waiters: [CheckedContinuation<Int, Never>])>((nil, []))
+    func adminBound(_ port: Int) {
+        let waiters = admin.withLock { s -> [CheckedContinuation<Int, Never>] in
+            s.port = port
+            defer { s.waiters = [] }
+            return s.waiters
+        }
+        for w in waiters { w.resume(returning: port) }
+    }
+    func adminPort() async -> Int {
+        await withCheckedContinuation { c in
+            let port = admin.withLock { s -> Int? in
+                if s.port == nil { s.waiters.append(c) }
+                return s.port
+            }
+            if let port { c.resume(returning: port) }
+        }
+    }
+}
+
+/// Writes node.json once the listener and the admin API are bound, and removes it on shutdown.
 struct ReadinessService: Service {
     let node: FerryNode
     let listener: WebSocketListener
-    let onReady: @Sendable (Int, String) -> Void
+    let readiness: ReadinessBox
+    let onReady: @Sendable (FerryNode.Ready) -> Void
 
     func run() async throws {
         let port = try await listener.waitUntilBound()
-        try node.writeNodeFile(port: port)
-        onReady(port, node.identity.nodeID)
+        let adminPort = await readiness.adminPort()
+        let ready = node.readyInfo(port: port, adminPort: adminPort)
+        try node.writeNodeFile(ready)
+        onReady(ready)
         try? await gracefulShutdown()
         node.removeNodeFile()
     }
@@ -166,12 +274,15 @@ struct UnixSocketService: Service {
 public enum NodeError: FerryError, Equatable {
     case badConfiguration(String)
     case locked(String)
+    /// The request contradicts what is configured (for example, removing a config-file entry).
+    case conflict(String)
 
     public var domain: String { "node" }
     public var code: String {
         switch self {
         case .badConfiguration: return "bad_configuration"
         case .locked: return "locked"
+        case .conflict: return "conflict"
         }
     }
     public var isTransient: Bool { false }
@@ -179,6 +290,7 @@ public enum NodeError: FerryError, Equatable {
         switch self {
         case .badConfiguration(let why): return why
         case .locked(let why): return why
+        case .conflict(let why): return why
         }
     }
 }

@@ -83,3 +83,35 @@ public struct StoreInfo: Sendable, Equatable {
     public let lastSequence: UInt64
     public let sizeOnDisk: Int64
 }
+
+/// A document body as a client sends it: the JSON object with the metadata fields
+/// (`_id`, `_rev`, `_deleted`, `_conflicts`) taken out and checked.
+public struct DocumentInput: Sendable, Equatable {
+    public var body: JSON
+    public var id: String?
+    public var rev: String?
+    public var deleted: Bool
+
+    public init(parsing value: JSON) throws(StoreError) {
+        guard var fields = value.objectValue else {
+            throw .invalidBody("a document body must be a JSON object, not \(value.typeName)")
+        }
+        id = nil
+        rev = nil
+        deleted = false
+        if let v = fields.removeValue(forKey: "_id") {
+            guard let s = v.stringValue else { throw .invalidBody("_id must be a string") }
+            id = s
+        }
+        if let v = fields.removeValue(forKey: "_rev") {
+            guard let s = v.stringValue else { throw .invalidBody("_rev must be a string") }
+            rev = s
+        }
+        if let v = fields.removeValue(forKey: "_deleted") {
+            guard let b = v.boolValue else { throw .invalidBody("_deleted must be a boolean") }
+            deleted = b
+        }
+        fields.removeValue(forKey: "_conflicts")
+        body = .object(fields)
+    }
+}

@@ -29,9 +29,12 @@ public final class Connection: Sendable {
         var reader: Task<Void, Never>?
     }
 
-    public init(endpoint: any MessageEndpoint, handler: RequestHandler? = nil) {
+    let metrics: SyncMetrics?
+
+    public init(endpoint: any MessageEndpoint, handler: RequestHandler? = nil, metrics: SyncMetrics? = nil) {
         self.endpoint = endpoint
         self.handler = handler
+        self.metrics = metrics
     }
 
     /// Starts reading incoming messages. Returns at once.
@@ -53,6 +56,7 @@ public final class Connection: Sendable {
                     $0.bytesReceived += bytes.count
                     $0.messagesReceived += 1
                 }
+                metrics?.bytes(received: bytes.count)
                 let message: Message
                 do { message = try Message(decoding: bytes) } catch {
                     closeError = error
@@ -106,6 +110,7 @@ public final class Connection: Sendable {
             $0.bytesSent += bytes.count
             $0.messagesSent += 1
         }
+        metrics?.bytes(sent: bytes.count)
         try await endpoint.send(bytes)
     }
 

@@ -46,8 +46,8 @@ public struct PeerPolicy: Sendable, Equatable {
 }
 
 /// Glob matching over Unicode scalars (`*` any run, `?` any one).
-enum Glob {
-    static func matches(_ pattern: String, _ text: String) -> Bool {
+public enum Glob {
+    public static func matches(_ pattern: String, _ text: String) -> Bool {
         let p = Array(pattern.unicodeScalars)
         let t = Array(text.unicodeScalars)
         var pi = 0

@@ -15,6 +15,8 @@ public final class ReplicationResponder: Sendable {
         /// The policy of each peer, by node ID; `defaultPolicy` for the rest.
         public var policies: [String: PeerPolicy] = [:]
         public var defaultPolicy = PeerPolicy.trusted
+        /// Consulted first, per request, so a trust store can change while peers are connected.
+        public var policyLookup: (@Sendable (String) -> PeerPolicy?)?
         /// This node's identity, sent in hello.
         public var nodeID = "anonymous"
         /// Resolvers applied to documents that pushed revisions put in conflict (the same
@@ -25,9 +27,14 @@ public final class ReplicationResponder: Sendable {
         /// While a live `changes` request waits, the feed is also re-read this often, to see
         /// commits made by other processes on the same database. Default 500 ms.
         public var pollInterval: Duration = .milliseconds(500)
+        /// The pull filter for pushed revisions: the same trust boundary a replicator's
+        /// pull filter is, applied to what peers push here.
+        public var incomingFilter: RevisionFilter?
+        /// Where counters go; nil: nowhere.
+        public var metrics: SyncMetrics?
         public init() {}
 
-        func policy(for peer: String) -> PeerPolicy { policies[peer] ?? defaultPolicy }
+        func policy(for peer: String) -> PeerPolicy { policyLookup?(peer) ?? policies[peer] ?? defaultPolicy }
     }
 
     let store: DocumentStore
@@ -50,7 +57,7 @@ public final class ReplicationResponder: Sendable {
     /// peer claims in hello — selects the peer's policy and checkpoint namespace.
     public func serve(_ endpoint: any MessageEndpoint, authenticatedPeer: String? = nil) async {
         let session = ResponderSession(responder: self, authenticatedPeer: authenticatedPeer)
-        let connection = Connection(endpoint: endpoint) { request in await session.handle(request) }
+        let connection = Connection(endpoint: endpoint, handler: { request in await session.handle(request) }, metrics: options.metrics)
         await connection.run()
     }
 }
@@ -277,7 +284,7 @@ final class ResponderSession: Sendable {
     func putRevs(_ request: Message) throws -> Message {
         try requirePush()
         let wires = try WireRevision.decodeBatch(request.body)
-        let pipeline = IncomingPipeline(policy: policy, filter: nil, maxBodyBytes: store.options.maxBodyBytes)
+        let pipeline = IncomingPipeline(policy: policy, filter: options.incomingFilter, maxBodyBytes: store.options.maxBodyBytes)
         let trees = try store.revisionTrees(Set(wires.compactMap { try? DocumentID($0.id, allowReserved: true) }))
         var results: [JSON] = []
         var accepted: [(Int, IncomingRevision)] = []
@@ -289,6 +296,10 @@ final class ResponderSession: Sendable {
                 accepted.append((results.count, rev))
                 results.append(["id": .string(wire.id), "rev": .string(wire.rev), "status": "ok"])
             case .rejected(_, _, let rejection):
+                options.metrics?.rejected(stage: rejection.stage.rawValue, direction: "push")
+                responder.logger.warning(
+                    "pushed revision rejected",
+                    metadata: ["peer": "\(peer.value ?? "?")", "id": "\(wire.id)", "rev": "\(wire.rev)", "reason": "\(rejection)"])
                 results.append([
                     "id": .string(wire.id), "rev": .string(wire.rev), "status": "rejected",
                     "reason": .string(rejection.description),
@@ -302,6 +313,7 @@ final class ResponderSession: Sendable {
         for ((_, rev), outcome) in zip(accepted, outcomes) {
             if case .inserted = outcome { touched.insert(rev.id) }
         }
+        options.metrics?.received(touched.count)
         _ = try store.resolveConflicts(in: touched, using: options.resolvers, logger: responder.logger)
         for ((index, rev), outcome) in zip(accepted, outcomes) {
             switch outcome {
@@ -309,6 +321,7 @@ final class ResponderSession: Sendable {
             case .alreadyPresent: results[index] = ["id": .string(rev.id.rawValue), "rev": .string(rev.revision.description), "status": "exists"]
             case .rejected(let e):
                 let stage = e.code == "rejected" ? "validation" : "structure"
+                options.metrics?.rejected(stage: stage, direction: "push")
                 results[index] = [
                     "id": .string(rev.id.rawValue), "rev": .string(rev.revision.description), "status": "rejected",
                     "reason": .string("\(stage): \(e.description)"),

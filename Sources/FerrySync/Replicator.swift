@@ -71,7 +71,19 @@ public final class Replicator: Sendable {
         }
     }
 
-    private func count(_ change: (inout ReplicationSummary) -> Void) { summaryState.modify(change) }
+    /// Updates the summary and reports the difference to the metrics.
+    private func count(_ change: (inout ReplicationSummary) -> Void) {
+        let (old, new) = summaryState.modify { s -> (ReplicationSummary, ReplicationSummary) in
+            let old = s
+            change(&s)
+            return (old, s)
+        }
+        guard let m = configuration.metrics else { return }
+        m.pushed(new.pushed - old.pushed)
+        m.pulled(new.pulled - old.pulled)
+        m.conflicts(new.conflicts - old.conflicts)
+        m.deltas(sent: new.deltasSent - old.deltasSent, received: new.deltasReceived - old.deltasReceived)
+    }
 
     // MARK: Running
 
@@ -104,6 +116,7 @@ public final class Replicator: Sendable {
                     setActivity(.stopped)
                     break
                 }
+                configuration.metrics?.replicationError(transient: e.isTransient)
                 if !e.isTransient {
                     logger.error("replication stopped", metadata: ["error": "\(e)"])
                     setActivity(.stopped, error: e)
@@ -176,7 +189,7 @@ public final class Replicator: Sendable {
         } catch {
             throw SyncError.from(error)
         }
-        let connection = Connection(endpoint: endpoint)
+        let connection = Connection(endpoint: endpoint, metrics: configuration.metrics)
         connection.start()
         do {
             try await replicate(over: connection)
@@ -433,6 +446,8 @@ public final class Replicator: Sendable {
 
     private func reject(_ direction: DocumentEvent.Direction, id: String, rev: String, deleted: Bool, _ reason: String) {
         count { $0.rejected += 1 }
+        let stage = reason.prefix { $0 != ":" }
+        configuration.metrics?.rejected(stage: stage.isEmpty ? "other" : String(stage), direction: direction.rawValue)
         logger.warning("revision rejected", metadata: ["direction": "\(direction.rawValue)", "id": "\(id)", "rev": "\(rev)", "reason": "\(reason)"])
         eventBroadcaster.send(DocumentEvent(direction: direction, id: id, revision: rev, deleted: deleted, rejection: reason))
     }

@@ -48,6 +48,8 @@ public struct ReplicatorConfiguration: Sendable {
     /// commits made by other processes on the same database. Default 500 ms.
     public var localPollInterval: Duration = .milliseconds(500)
 
+    /// Where counters go (documents, rejections by reason, bytes, deltas, errors); nil: nowhere.
+    public var metrics: SyncMetrics?
     public init() {}
 
     var effectiveMaxAttempts: Int { maxAttempts ?? (continuous ? Int.max : 10) }

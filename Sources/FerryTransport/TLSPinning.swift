@@ -11,6 +11,8 @@ public enum PeerTrust: Sendable, Equatable {
     case pinned(Set<String>)
     /// Any certificate: an explicit, logged development opt-in.
     case acceptAnyPeer
+    /// The IDs in a set that may change while the endpoint runs (a node's trust store).
+    case dynamic(TrustedIDs)
 
     /// Pins the certificate in a PEM file (its fingerprint), e.g. one copied from the peer's
     /// `DATA/identity/cert.pem`.
@@ -23,6 +25,28 @@ public enum PeerTrust: Sendable, Equatable {
         }
         return .pinned([NodeIdentity.fingerprint(der)])
     }
+}
+
+extension PeerTrust {
+    /// Whether a node ID passes (ignoring acceptAnyPeer's logging).
+    public func admits(_ id: String) -> Bool {
+        switch self {
+        case .acceptAnyPeer: return true
+        case .pinned(let ids): return ids.contains(id)
+        case .dynamic(let set): return set.contains(id)
+        }
+    }
+}
+
+/// A set of trusted node IDs shared by the listener and the node's trust store; a change
+/// applies to the next handshake.
+public final class TrustedIDs: Sendable, Equatable {
+    private let ids: Mutex<Set<String>>
+    public init(_ ids: Set<String> = []) { self.ids = Mutex(ids) }
+    public func contains(_ id: String) -> Bool { ids.withLock { $0.contains(id) } }
+    public func replace(with new: Set<String>) { ids.withLock { $0 = new } }
+    public var all: Set<String> { ids.withLock { $0 } }
+    public static func == (a: TrustedIDs, b: TrustedIDs) -> Bool { a === b }
 }
 
 /// Records what the verification callback saw, so errors can say which peer was refused.
@@ -80,8 +104,8 @@ enum TLSContexts {
                 logger.warning("accepting an unpinned peer certificate (acceptAnyPeer)", metadata: ["peer": "\(id)"])
                 record.accepted(id)
                 promise.succeed(.certificateVerified)
-            case .pinned(let ids):
-                if ids.contains(id) {
+            case .pinned, .dynamic:
+                if trust.admits(id) {
                     record.accepted(id)
                     promise.succeed(.certificateVerified)
                 } else {

@@ -3,6 +3,7 @@ import FerryCore
 import FerryStore
 import Foundation
 import Logging
+import Synchronization
 
 /// The `ferry` command: a thin CLI over FerryStore (parse, call, print).
 @main
@@ -22,10 +23,9 @@ struct Ferry: AsyncParsableCommand {
     )
 
     static func main() async {
-        let level = ProcessInfo.processInfo.environment["FERRY_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .warning
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
+            handler.logLevel = LogLevel.current
             return handler
         }
         do {
@@ -89,6 +89,17 @@ struct GlobalOptions: ParsableArguments {
 
     func openStore() throws -> DocumentStore {
         try DocumentStore.open(directory: dataDirectory)
+    }
+}
+
+/// The log level of loggers created from now on: $FERRY_LOG_LEVEL if set, else the
+/// config's (for serve), else warning.
+enum LogLevel {
+    static let environment = ProcessInfo.processInfo.environment["FERRY_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:))
+    private static let box = Mutex<Logger.Level>(environment ?? .warning)
+    static var current: Logger.Level { box.withLock { $0 } }
+    static func set(_ level: Logger.Level) {
+        if environment == nil { box.withLock { $0 = level } }
     }
 }
 

@@ -44,19 +44,29 @@ struct ID: AsyncParsableCommand {
 /// `ferry serve`: runs this node as a peer until SIGTERM/SIGINT.
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Run this node as a peer: the TLS WebSocket listener and replicators to --peer nodes.",
+        abstract: "Run this node as a peer: TLS WebSocket listener, DNS-SD discovery, replication with trusted peers, admin API.",
         discussion: """
-            Writes DATA/node.json ({"id","pid","port","url"}) when ready and removes it on a clean \
-            exit. SIGTERM or SIGINT stop it gracefully. Peers are given as URL#NODEID, where NODEID \
-            is the other node's `ferry id`; they are dialled and also trusted to connect here.
+            With no configuration it runs on ./ferry-data with a generated identity, listens on \
+            port 4985, serves the admin API on 127.0.0.1:4986 and discovers peers over DNS-SD. \
+            --config FILE reads a JSON config (docs/operations.md); flags override it. \
+            Writes DATA/node.json ({"id","pid","port","url","adminURL"}) when ready and removes \
+            it on a clean exit. SIGTERM or SIGINT stop it gracefully (exit 0). Peers are given \
+            as URL#NODEID, where NODEID is the other node's `ferry id`; they are dialled and \
+            trusted to connect here.
             """)
 
     @OptionGroup var global: GlobalOptions
-    @Option(help: "Listener port; 0 picks a free one (see node.json).") var port = 4985
-    @Option(help: "Interface address to listen on.") var interface = "0.0.0.0"
-    @Option(help: "Database name in the URL path /NAME/sync.") var database = "ferry"
+    @Option(help: "JSON config file (see docs/operations.md). Flags override it.") var config: String?
+    @Option(help: "Listener port; 0 picks a free one (see node.json). Default 4985.") var port: Int?
+    @Option(help: "Interface address to listen on. Default 0.0.0.0.") var interface: String?
+    @Option(help: "Admin API port on 127.0.0.1; 0 picks a free one. Default 4986.") var adminPort: Int?
+    @Option(help: "Node name (DNS-SD instance, certificate CN). Default: the host name.") var name: String?
+    @Option(name: [.customLong("group"), .customLong("database")], help: "Group: the database name in /NAME/sync and in DNS-SD. Default ferry.")
+    var group: String?
     @Option(help: "A peer to replicate with: wss://HOST:PORT/ferry/sync#NODEID (repeatable).") var peer: [String] = []
     @Option(help: "A node ID allowed to connect (repeatable).") var trust: [String] = []
+    @Flag(inversion: .prefixedNo, help: "Discover peers over DNS-SD (avahi). Default on.") var discovery: Bool?
+    @Flag(help: "Trust on first use: pin the first node seen in this group.") var tofu = false
     @Flag(help: "Refuse pushes from peers.") var readOnly = false
     @Flag(help: "DEVELOPMENT ONLY: plaintext ws:// instead of TLS.") var insecure = false
     @Flag(help: "DEVELOPMENT ONLY: accept any client certificate.") var acceptAnyPeer = false
@@ -65,11 +75,40 @@ struct Serve: AsyncParsableCommand {
     @Flag(help: "Serve one replication session on stdin/stdout, then exit (for --exec over ssh).") var stdio = false
 
     func validate() throws {
-        if !(0...65535).contains(port) { throw ValidationError("--port must be 0...65535") }
+        if let port, !(0...65535).contains(port) { throw ValidationError("--port must be 0...65535") }
+        if let adminPort, !(0...65535).contains(adminPort) { throw ValidationError("--admin-port must be 0...65535") }
         if let password, !password.contains(":") { throw ValidationError("--password takes USER:PASSWORD") }
         for id in trust where id.count != 64 || !id.allSatisfy(\.isHexDigit) {
             throw ValidationError("--trust \(id): a node ID is 64 hex digits (see `ferry id`)")
         }
+    }
+
+    /// The config file (if any) with the flags applied over it.
+    func nodeConfiguration() throws -> NodeConfiguration {
+        var c = try config.map { try NodeConfiguration.load(file: $0) } ?? NodeConfiguration()
+        if let port { c.port = port }
+        if let interface { c.interface = interface }
+        if let adminPort { c.adminPort = adminPort }
+        if let name { c.name = name }
+        if let group { c.group = group }
+        if let discovery { c.discovery = discovery }
+        if tofu { c.trustMode = .tofu }
+        if readOnly { c.readOnly = true }
+        for text in peer {
+            let p = try FerryNode.Peer(parsing: text)
+            c.peers.removeAll { $0.nodeID == p.nodeID }
+            c.peers.append(.init(url: p.url, nodeID: p.nodeID))
+        }
+        for id in trust.map({ $0.lowercased() }) where !c.trust.contains(where: { $0.nodeID == id }) {
+            c.trust.append(.init(nodeID: id))
+        }
+        c.insecure = insecure
+        c.acceptAnyPeer = acceptAnyPeer
+        c.unixSocket = unix
+        if let password, let colon = password.firstIndex(of: ":") {
+            c.password = (String(password[..<colon]), String(password[password.index(after: colon)...]))
+        }
+        return c
     }
 
     func run() async throws {
@@ -83,35 +122,27 @@ struct Serve: AsyncParsableCommand {
             await ReplicationResponder(store: store, options: options).serve(endpoint)
             return
         }
-        var options = FerryNode.Options()
-        options.dataDirectory = global.dataDirectory
-        options.host = interface
-        options.port = port
-        options.databaseName = database
-        options.peers = try peer.map { try FerryNode.Peer(parsing: $0) }
-        options.trusted = Set(trust.map { $0.lowercased() })
-        options.readOnly = readOnly
-        options.insecure = insecure
-        options.acceptAnyPeer = acceptAnyPeer
-        options.unixSocket = unix
-        if let password, let colon = password.firstIndex(of: ":") {
-            options.password = (String(password[..<colon]), String(password[password.index(after: colon)...]))
-        }
-        let node = try FerryNode(options: options, logger: Logger(label: "ferry"))
+        let configuration = try nodeConfiguration()
+        LogLevel.set(configuration.logLevel)
+        let dataDir = global.data ?? configuration.dataDirectory ?? global.dataDirectory
+        let node = try FerryNode(configuration: configuration, dataDirectory: dataDir, logger: Logger(label: "ferry"))
         let json = global.json
-        let dataDir = global.dataDirectory
-        let scheme = insecure ? "ws, NO TLS" : "wss, TLS 1.3"
-        let dbName = database
-        try await node.run { port, id in
+        let scheme = configuration.insecure ? "ws, NO TLS" : "wss, TLS 1.3"
+        try await node.run { ready in
             if json {
-                Output.json(["id": .string(id), "port": .int(Int64(port)), "pid": .int(Int64(getpid()))])
+                Output.json([
+                    "id": .string(ready.nodeID), "port": .int(Int64(ready.port)), "adminPort": .int(Int64(ready.adminPort)),
+                    "url": .string(ready.url), "adminURL": .string(ready.adminURL), "pid": .int(Int64(getpid())),
+                ])
             } else {
                 Output.line("""
-                    Ferry node \(id)
-                    listening on port \(port) (\(scheme)); data in \(dataDir)
+                    Ferry node \(ready.nodeID)
+                    listening on port \(ready.port) (\(scheme)); admin API \(ready.adminURL); data in \(dataDir)
+                    discovery: \(configuration.discovery ? "DNS-SD on (_ferry._tcp, group \(configuration.group))" : "off")
                     To let another node replicate with this one, run there:
-                      ferry serve --peer wss://<this-host>:\(port)/\(dbName)/sync#\(id)
-                    and trust it here with --trust <its ferry id>. Ctrl-C stops.
+                      ferry trust add \(ready.nodeID)
+                    (or, without discovery: ferry serve --peer wss://<this-host>:\(ready.port)/\(configuration.group)/sync#\(ready.nodeID))
+                    and trust it here with `ferry trust add <its ferry id>`. Ctrl-C stops.
                     """)
             }
             fflush(nil)

@@ -66,25 +66,7 @@ enum Input {
 
     /// Splits `_id`, `_rev` and `_deleted` off a body given on the command line or in an import.
     static func splitMeta(_ value: JSON) throws -> (body: JSON, id: String?, rev: String?, deleted: Bool) {
-        guard var fields = value.objectValue else {
-            throw CLIError(message: "invalid document body: a document body must be a JSON object, not \(value.typeName)")
-        }
-        var id: String?
-        var rev: String?
-        var deleted = false
-        if let v = fields.removeValue(forKey: "_id") {
-            guard let s = v.stringValue else { throw CLIError(message: "_id must be a string") }
-            id = s
-        }
-        if let v = fields.removeValue(forKey: "_rev") {
-            guard let s = v.stringValue else { throw CLIError(message: "_rev must be a string") }
-            rev = s
-        }
-        if let v = fields.removeValue(forKey: "_deleted") {
-            guard let b = v.boolValue else { throw CLIError(message: "_deleted must be a boolean") }
-            deleted = b
-        }
-        fields.removeValue(forKey: "_conflicts")
-        return (.object(fields), id, rev, deleted)
+        let input = try DocumentInput(parsing: value)
+        return (input.body, input.id, input.rev, input.deleted)
     }
 }

@@ -1,0 +1,63 @@
+import FerryCore
+import Foundation
+import Synchronization
+
+/// Replications added through the admin API, persisted in DATA/replications.json so they
+/// resume after a restart (CouchDB's `_replicator` database, as a file).
+final class ReplicationRegistry: Sendable {
+    let file: String
+    private let state: Mutex<[ReplicationSpec]>
+
+    init(dataDirectory: String) throws(ConfigError) {
+        file = "\(dataDirectory)/replications.json"
+        var specs: [ReplicationSpec] = []
+        if let data = FileManager.default.contents(atPath: file) {
+            let json: JSON
+            do { json = try JSON.parse(Array(data)) } catch { throw ConfigError(file: file, key: "", reason: "not valid JSON: \(error)") }
+            let reader = ConfigReader(file: file)
+            let top = try reader.object(json, "", allowed: ["replications"])
+            if case .array(let items)? = top["replications"] {
+                for (i, item) in items.enumerated() {
+                    specs.append(try reader.replication(item, "replications[\(i)]", defaultID: "r\(i)"))
+                }
+            }
+        }
+        state = Mutex(specs)
+    }
+
+    var specs: [ReplicationSpec] { state.withLock { $0 } }
+
+    /// Adds (or replaces, by ID) a replication and saves.
+    func add(_ spec: ReplicationSpec) throws(NodeError) {
+        let old = state.withLock { s -> [ReplicationSpec] in
+            let old = s
+            s.removeAll { $0.id == spec.id }
+            s.append(spec)
+            return old
+        }
+        do { try save() } catch {
+            state.withLock { $0 = old }
+            throw error
+        }
+    }
+
+    /// Removes a replication; false if it was not stored here.
+    func remove(_ id: String) throws(NodeError) -> Bool {
+        let old = state.withLock { s -> [ReplicationSpec]? in
+            guard s.contains(where: { $0.id == id }) else { return nil }
+            let old = s
+            s.removeAll { $0.id == id }
+            return old
+        }
+        guard let old else { return false }
+        do { try save() } catch {
+            state.withLock { $0 = old }
+            throw error
+        }
+        return true
+    }
+
+    private func save() throws(NodeError) {
+        try writeAtomically(["replications": .array(specs.map(\.json))], to: file)
+    }
+}

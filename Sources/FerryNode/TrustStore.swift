@@ -1,0 +1,150 @@
+import FerryCore
+import FerrySync
+import FerryTransport
+import Foundation
+import Synchronization
+
+/// The node's trusted peers and their policies: the config file's entries and static
+/// peers (read-only), plus entries added at run time, persisted in DATA/trust.json.
+/// Keeps the listener's pinned-ID set in step, so a change applies to the next handshake.
+public final class TrustStore: Sendable {
+    /// A trusted node as the API shows it.
+    public struct Entry: Sendable, Equatable {
+        public var nodeID: String
+        public var name: String?
+        public var policy: PeerPolicy
+        /// "config", "peer" (a static peer), "api" (added at run time) or "tofu".
+        public var source: String
+    }
+
+    let file: String
+    let fixed: [String: Entry]
+    let added: Mutex<[String: Entry]>
+    /// The IDs the TLS listener admits.
+    public let ids = TrustedIDs()
+
+    /// Loads DATA/trust.json (absent means empty) beside the config's entries.
+    public init(dataDirectory: String, configuration: NodeConfiguration) throws(ConfigError) {
+        file = "\(dataDirectory)/trust.json"
+        var fixed: [String: Entry] = [:]
+        for p in configuration.peers { fixed[p.nodeID] = Entry(nodeID: p.nodeID, name: p.name, policy: .trusted, source: "peer") }
+        for t in configuration.trust { fixed[t.nodeID] = Entry(nodeID: t.nodeID, name: t.name, policy: t.policy, source: "config") }
+        self.fixed = fixed
+        var added: [String: Entry] = [:]
+        if let data = FileManager.default.contents(atPath: file) {
+            let json: JSON
+            do { json = try JSON.parse(Array(data)) } catch { throw ConfigError(file: file, key: "", reason: "not valid JSON: \(error)") }
+            let reader = ConfigReader(file: file)
+            let top = try reader.object(json, "", allowed: ["peers"])
+            if case .array(let items)? = top["peers"] {
+                for (i, item) in items.enumerated() {
+                    let key = "peers[\(i)]"
+                    let source = item["source"]?.stringValue ?? "api"
+                    var clean = item.objectValue ?? [:]
+                    clean["source"] = nil
+                    let t = try reader.trustEntry(.object(clean), key)
+                    added[t.nodeID] = Entry(nodeID: t.nodeID, name: t.name, policy: t.policy, source: source)
+                }
+            }
+        }
+        self.added = Mutex(added)
+        refreshIDs()
+    }
+
+    /// Every trusted entry, fixed ones first winning over added ones, sorted by ID.
+    public var entries: [Entry] {
+        let added = self.added.withLock { $0 }
+        return added.merging(fixed) { _, f in f }.values.sorted { $0.nodeID < $1.nodeID }
+    }
+
+    public func entry(_ id: String) -> Entry? { fixed[id] ?? added.withLock { $0[id] } }
+    public func isTrusted(_ id: String) -> Bool { entry(id) != nil }
+    public func policy(for id: String) -> PeerPolicy? { entry(id)?.policy }
+    /// Whether a TOFU entry exists already (TOFU pins only the first node seen).
+    public var hasTOFUEntry: Bool { added.withLock { $0.values.contains { $0.source == "tofu" } } }
+
+    /// Adds or replaces a run-time entry and saves the file.
+    public func add(_ entry: Entry) throws(NodeError) {
+        if fixed[entry.nodeID] != nil {
+            throw .conflict("node \(entry.nodeID) is trusted by the config file; change it there")
+        }
+        let old = added.withLock { a -> Entry? in
+            let old = a[entry.nodeID]
+            a[entry.nodeID] = entry
+            return old
+        }
+        do { try save() } catch {
+            added.withLock { $0[entry.nodeID] = old }
+            throw error
+        }
+        refreshIDs()
+    }
+
+    /// Removes a run-time entry; false if there was none.
+    @discardableResult
+    public func remove(_ id: String) throws(NodeError) -> Bool {
+        if fixed[id] != nil { throw .conflict("node \(id) is trusted by the config file; remove it there") }
+        guard let old = added.withLock({ $0.removeValue(forKey: id) }) else { return false }
+        do { try save() } catch {
+            added.withLock { $0[id] = old }
+            throw error
+        }
+        refreshIDs()
+        return true
+    }
+
+    func refreshIDs() {
+        ids.replace(with: Set(fixed.keys).union(added.withLock { Set($0.keys) }))
+    }
+
+    func save() throws(NodeError) {
+        let list = added.withLock { $0 }.values.sorted { $0.nodeID < $1.nodeID }.map { e -> JSON in
+            var o = e.json.objectValue!
+            o["source"] = .string(e.source)
+            return .object(o)
+        }
+        try writeAtomically(JSON.object(["peers": .array(list)]), to: file)
+    }
+}
+
+extension TrustStore.Entry {
+    public var json: JSON {
+        var o: [String: JSON] = ["id": .string(nodeID), "policy": policy.json, "source": .string(source)]
+        if let name { o["name"] = .string(name) }
+        return .object(o)
+    }
+}
+
+extension PeerPolicy {
+    /// The policy in the config file's form.
+    public var json: JSON {
+        ["read": read.json, "write": write.json, "mayDelete": .bool(mayDelete)]
+    }
+}
+
+extension AccessRule {
+    public var json: JSON {
+        if admitsEverything { return "all" }
+        if self == .none { return "none" }
+        return [
+            "ids": .array(idPatterns.map { .string($0) }), "prefixes": .array(idPrefixes.map { .string($0) }),
+            "types": .array(types.map { .string($0) }),
+        ]
+    }
+}
+
+/// Writes JSON to a file through a temporary file and rename, so a crash never leaves half a file.
+func writeAtomically(_ json: JSON, to path: String) throws(NodeError) {
+    let temp = path + ".tmp"
+    var bytes = json.canonicalBytes
+    bytes.append(0x0A)
+    guard FileManager.default.createFile(atPath: temp, contents: Data(bytes)) else {
+        throw .badConfiguration("cannot write \(temp)")
+    }
+    let fd = open(temp, O_RDONLY)
+    if fd >= 0 {
+        fsync(fd)
+        close(fd)
+    }
+    guard rename(temp, path) == 0 else { throw .badConfiguration("cannot replace \(path): errno \(errno)") }
+}

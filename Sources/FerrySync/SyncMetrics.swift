@@ -1,0 +1,37 @@
+import CoreMetrics
+
+/// Reports replication counters through swift-metrics; the node plugs in a Prometheus
+/// factory, a library user any backend. Names are documented in docs/operations.md.
+public struct SyncMetrics: Sendable {
+    let factory: any MetricsFactory
+
+    public init(factory: any MetricsFactory = MetricsSystem.factory) { self.factory = factory }
+
+    func add(_ label: String, _ n: Int, _ dimensions: [(String, String)] = []) {
+        guard n > 0 else { return }
+        Counter(label: label, dimensions: dimensions, factory: factory).increment(by: n)
+    }
+
+    /// Revisions this node's replicators sent, and peers accepted.
+    func pushed(_ n: Int) { add("ferry_documents_pushed_total", n) }
+    /// Revisions this node's replicators fetched and stored.
+    func pulled(_ n: Int) { add("ferry_documents_pulled_total", n) }
+    /// Revisions peers pushed into this node and it stored.
+    func received(_ n: Int) { add("ferry_documents_received_total", n) }
+    /// Revisions refused at the trust boundary (or by the peer), by stage.
+    func rejected(stage: String, direction: String) {
+        add("ferry_documents_rejected_total", 1, [("reason", stage), ("direction", direction)])
+    }
+    func conflicts(_ n: Int) { add("ferry_conflicts_total", n) }
+    func deltas(sent: Int = 0, received: Int = 0) {
+        add("ferry_deltas_total", sent, [("direction", "sent")])
+        add("ferry_deltas_total", received, [("direction", "received")])
+    }
+    func bytes(sent: Int = 0, received: Int = 0) {
+        add("ferry_bytes_sent_total", sent)
+        add("ferry_bytes_received_total", received)
+    }
+    func replicationError(transient: Bool) {
+        add("ferry_replication_errors_total", 1, [("transient", transient ? "true" : "false")])
+    }
+}
