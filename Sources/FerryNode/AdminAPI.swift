@@ -28,7 +28,7 @@ struct AdminAPI: Sendable {
         router.add(middleware: JSONErrorMiddleware(logger: node.logger))
         router.get("/") { _, _ in try nodeInfo() }
         router.get("/docs") { request, _ in try listDocuments(request) }
-        router.get("/docs/**") { request, ctx in try getDocument(request, id: try documentID(ctx)) }
+        router.get("/docs/**") { request, ctx in try getDocument(request, id: try documentID(ctx, allowReserved: true)) }
         router.put("/docs/**") { request, ctx in try await putDocument(request, id: try documentID(ctx)) }
         router.delete("/docs/**") { request, ctx in try deleteDocument(request, id: try documentID(ctx)) }
         router.get("/changes") { request, _ in try await changes(request) }
@@ -64,9 +64,9 @@ struct AdminAPI: Sendable {
 
     // MARK: documents
 
-    func documentID(_ ctx: BasicRequestContext) throws -> DocumentID {
+    func documentID(_ ctx: BasicRequestContext, allowReserved: Bool = false) throws -> DocumentID {
         let raw = ctx.parameters.getCatchAll().map { String($0).removingPercentEncoding ?? String($0) }.joined(separator: "/")
-        do { return try DocumentID(raw) } catch { throw APIError(.badRequest, "bad_id", error.description) }
+        do { return try DocumentID(raw, allowReserved: allowReserved) } catch { throw APIError(.badRequest, "bad_id", error.description) }
     }
 
     func getDocument(_ request: Request, id: DocumentID) throws -> Response {
@@ -96,7 +96,8 @@ struct AdminAPI: Sendable {
         guard let r = request.uri.queryParameters.get("rev") else {
             throw APIError(.badRequest, "bad_request", "DELETE needs ?rev= with the revision being deleted")
         }
-        let rev = try node.store.delete(id, revision: try revision(r))
+        let keep = request.uri.queryParameters.get("keepProperties") == "true"
+        let rev = try node.store.delete(id, revision: try revision(r), keepProperties: keep)
         return json(["id": .string(id.rawValue), "rev": .string(rev.description), "deleted": true])
     }
 

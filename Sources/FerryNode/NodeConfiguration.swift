@@ -457,3 +457,10 @@ struct ConfigReader {
         return spec
     }
 }
+
+extension NodeConfiguration.TrustEntry {
+    /// Parses an entry in the config file's form (`{"id","name","policy"}`); `source` names it in errors.
+    public init(parsing json: JSON, source: String) throws(ConfigError) {
+        self = try ConfigReader(file: source).trustEntry(json, "")
+    }
+}

@@ -73,14 +73,12 @@ public final class PeerManager: Service, Sendable {
             reconcile(peer.nodeID)
         }
         for (spec, source) in node.replicationSpecs() { startReplication(spec, source: source) }
-        await withGracefulShutdownHandler {
-            if let discovery {
-                for await event in discovery.events { self.handle(event) }
-            }
-            try? await gracefulShutdown()
-        } onGracefulShutdown: {
-            self.state.withLock { $0.stopping = true }
+        // The discovery service stops after this one (reverse start order), so its event
+        // stream must not be what ends this loop.
+        if let discovery {
+            for await event in discovery.events.cancelOnGracefulShutdown() { self.handle(event) }
         }
+        try? await gracefulShutdown()
         await stopAll()
     }
 

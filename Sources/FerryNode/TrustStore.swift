@@ -15,6 +15,12 @@ public final class TrustStore: Sendable {
         public var policy: PeerPolicy
         /// "config", "peer" (a static peer), "api" (added at run time) or "tofu".
         public var source: String
+        public init(nodeID: String, name: String?, policy: PeerPolicy, source: String) {
+            self.nodeID = nodeID
+            self.name = name
+            self.policy = policy
+            self.source = source
+        }
     }
 
     let file: String

@@ -26,12 +26,19 @@ struct Put: AsyncParsableCommand {
             throw CLIError(message: "--rev \(r) and _rev \(b) in the body disagree")
         }
         let parent = try (rev ?? parsed.rev).map(Input.revision)
-        let store = try global.openStore()
-        let newRev = try store.put(docID, body: parsed.body, parent: parent)
-        if global.json {
-            Output.json(["id": .string(id), "rev": .string(newRev.description)])
+        let newRev: String
+        if let node = NodeClient.running(on: global.dataDirectory) {
+            // Through the running node, so the change replicates at once.
+            let query = parent.map { "?rev=\($0)" } ?? ""
+            let reply = try await node.call("PUT", "/docs/\(NodeClient.path(docID.rawValue))\(query)", body: parsed.body)
+            newRev = reply["rev"]?.stringValue ?? "?"
         } else {
-            Output.line(newRev.description)
+            newRev = try global.openStore().put(docID, body: parsed.body, parent: parent).description
+        }
+        if global.json {
+            Output.json(["id": .string(id), "rev": .string(newRev)])
+        } else {
+            Output.line(newRev)
         }
     }
 }
@@ -48,9 +55,18 @@ struct Get: AsyncParsableCommand {
     func run() async throws {
         let docID = try DocumentID(id, allowReserved: true)
         let revision = try rev.map(Input.revision)
-        let store = try global.openStore()
-        guard let doc = try store.document(docID, revision: revision) else { throw StoreError.notFound(docID) }
-        let value = doc.json(includeConflicts: conflicts)
+        let value: JSON
+        if let node = NodeClient.running(on: global.dataDirectory) {
+            var query: [String] = []
+            if let revision { query.append("rev=\(revision)") }
+            if conflicts { query.append("conflicts=true") }
+            value = try await node.call(
+                "GET", "/docs/\(NodeClient.path(docID.rawValue))\(query.isEmpty ? "" : "?" + query.joined(separator: "&"))")
+        } else {
+            let store = try global.openStore()
+            guard let doc = try store.document(docID, revision: revision) else { throw StoreError.notFound(docID) }
+            value = doc.json(includeConflicts: conflicts)
+        }
         if global.json { Output.json(value) } else { Output.line(value.prettyString) }
     }
 }
@@ -69,12 +85,18 @@ struct Remove: AsyncParsableCommand {
     func run() async throws {
         let docID = try Input.documentID(id)
         let revision = try Input.revision(rev)
-        let store = try global.openStore()
-        let newRev = try store.delete(docID, revision: revision, keepProperties: keepProperties)
-        if global.json {
-            Output.json(["id": .string(id), "rev": .string(newRev.description)])
+        let newRev: String
+        if let node = NodeClient.running(on: global.dataDirectory) {
+            let keep = keepProperties ? "&keepProperties=true" : ""
+            let reply = try await node.call("DELETE", "/docs/\(NodeClient.path(docID.rawValue))?rev=\(revision)\(keep)")
+            newRev = reply["rev"]?.stringValue ?? "?"
         } else {
-            Output.line(newRev.description)
+            newRev = try global.openStore().delete(docID, revision: revision, keepProperties: keepProperties).description
+        }
+        if global.json {
+            Output.json(["id": .string(id), "rev": .string(newRev)])
+        } else {
+            Output.line(newRev)
         }
     }
 }

@@ -20,7 +20,9 @@ final class ServeProcess: @unchecked Sendable {
         try? FileManager.default.removeItem(atPath: cli.dataDirectory + "/node.json")
         let p = Process()
         p.executableURL = URL(fileURLWithPath: FerryCLI.binary)
-        p.arguments = ["serve", "--port", "0", "--interface", "127.0.0.1", "--data", cli.dataDirectory] + extra
+        // Ephemeral ports, and no DNS-SD unless a test asks for it (--discovery).
+        let discovery = extra.contains("--discovery") ? [] : ["--no-discovery"]
+        p.arguments = ["serve", "--port", "0", "--admin-port", "0", "--interface", "127.0.0.1", "--data", cli.dataDirectory] + discovery + extra
         FileManager.default.createFile(atPath: log, contents: nil)
         let handle = FileHandle(forWritingAtPath: log)!
         handle.seekToEndOfFile()

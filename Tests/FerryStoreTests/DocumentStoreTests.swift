@@ -321,3 +321,28 @@ import Testing
         #expect(FileManager.default.contents(atPath: path) == Data(repeating: 0x41, count: 8192))
     }
 }
+
+@Suite struct ContentDigestTests {
+    @Test func digestIsEqualIffDocumentsRevisionsAndConflictsAreEqual() throws {
+        let a = try DocumentStore.inMemory()
+        let b = try DocumentStore.inMemory()
+        #expect(try a.contentDigest() == b.contentDigest())
+        let r1 = try a.put(try DocumentID("x"), body: ["v": 1])
+        #expect(try a.contentDigest() != b.contentDigest())
+        _ = try b.put(try DocumentID("x"), body: ["v": 1])
+        // Same edit, same revision ID: equal although written separately.
+        #expect(try a.contentDigest() == b.contentDigest())
+        // A conflicting leaf makes them differ; the same leaf on both makes them equal again.
+        let other: JSON = ["v": 2]
+        let c1 = IncomingRevision(
+            id: try DocumentID("x"), revision: RevisionID.compute(parent: nil, deleted: false, canonicalBody: other.canonicalBytes),
+            history: [], deleted: false, body: other)
+        _ = try a.insertRevisions([c1])
+        #expect(try a.contentDigest() != b.contentDigest())
+        _ = try b.insertRevisions([c1])
+        #expect(try a.contentDigest() == b.contentDigest())
+        // Deleting changes the current revision.
+        _ = try a.delete(try DocumentID("x"), revision: r1)
+        #expect(try a.contentDigest() != b.contentDigest())
+    }
+}

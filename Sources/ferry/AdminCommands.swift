@@ -1,0 +1,164 @@
+import ArgumentParser
+import FerryCore
+import FerryNode
+import Foundation
+
+/// `ferry status`: the running node, its peers and its replications.
+struct Status: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show the running node (through its admin API): identity, documents, peers and replications.")
+
+    @OptionGroup var global: GlobalOptions
+
+    func run() async throws {
+        let node = try NodeClient.required(on: global.dataDirectory)
+        let info = try await node.call("GET", "/")
+        let peers = try await node.call("GET", "/peers")
+        let replications = try await node.call("GET", "/replications")
+        if global.json {
+            Output.json(["node": info, "peers": peers["peers"] ?? [], "replications": replications["replications"] ?? []])
+            return
+        }
+        Output.line("""
+            node     \(info["id"]?.stringValue ?? "?") (\(info["name"]?.stringValue ?? "?"), version \(info["version"]?.stringValue ?? "?"))
+            group    \(info["group"]?.stringValue ?? "?"), listening on port \(info["port"]?.intValue ?? 0), admin \(node.adminURL)
+            docs     \(info["docCount"]?.intValue ?? 0) live, \(info["deletedCount"]?.intValue ?? 0) deleted, \(info["conflictedCount"]?.intValue ?? 0) conflicted; last sequence \(info["lastSequence"]?.intValue ?? 0)
+            digest   \(info["digest"]?.stringValue ?? "?")
+            """)
+        PeerTable.print(peers["peers"])
+        if case .array(let list)? = replications["replications"], !list.isEmpty {
+            Output.line("replications:")
+            for r in list {
+                let s = r["status"]
+                Output.line(
+                    "  \(r["id"]?.stringValue ?? "?")  \(r["direction"]?.stringValue ?? "?") \(r["url"]?.stringValue ?? "?")  \(s?["activity"]?.stringValue ?? "?")  pushed \(s?["pushed"]?.intValue ?? 0) pulled \(s?["pulled"]?.intValue ?? 0) rejected \(s?["rejected"]?.intValue ?? 0)\(s?["error"]?.stringValue.map { "  error: \($0)" } ?? "")"
+                )
+            }
+        }
+    }
+}
+
+/// `ferry peers`: every peer the running node knows, trusted or not.
+struct Peers: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List the peers the running node knows (discovered or static), whether trusted and connected.")
+
+    @OptionGroup var global: GlobalOptions
+
+    func run() async throws {
+        let node = try NodeClient.required(on: global.dataDirectory)
+        let peers = try await node.call("GET", "/peers")
+        if global.json { Output.json(peers["peers"] ?? []) } else { PeerTable.print(peers["peers"]) }
+    }
+}
+
+/// Prints peers one per line.
+enum PeerTable {
+    static func print(_ peers: JSON?) {
+        guard case .array(let list)? = peers, !list.isEmpty else {
+            Output.line("peers: none seen yet")
+            return
+        }
+        Output.line("peers:")
+        for p in list {
+            let trusted = p["trusted"]?.boolValue == true ? "trusted" : "UNTRUSTED"
+            let connected = p["connected"]?.boolValue == true ? "connected" : "not connected"
+            let addresses = (p["addresses"].flatMap { if case .array(let a) = $0 { return a.compactMap(\.stringValue) } else { return nil } } ?? []).joined(separator: ",")
+            let activity = p["replication"]?["activity"]?.stringValue.map { ", replication \($0)" } ?? ""
+            Output.line(
+                "  \(p["id"]?.stringValue ?? "?")  \(p["name"]?.stringValue ?? "-")  \(addresses.isEmpty ? "-" : addresses):\(p["port"]?.intValue.map(String.init) ?? "-")  [\(p["source"]?.stringValue ?? "?")] \(trusted), \(connected)\(activity)"
+            )
+        }
+    }
+}
+
+/// `ferry trust`: the node's trust store (which node IDs may replicate, and how).
+struct Trust: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Manage the trust store: the node IDs allowed to replicate with this node.",
+        discussion: """
+            Changes go through the running node when there is one (they apply to the next \
+            connection), else to DATA/trust.json. Entries from a config file are read-only here.
+            """,
+        subcommands: [TrustAdd.self, TrustList.self, TrustRemove.self])
+}
+
+struct TrustAdd: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "add", abstract: "Trust a node ID, optionally with a restricted policy.")
+
+    @OptionGroup var global: GlobalOptions
+    @Argument(help: "The node ID (its `ferry id`).") var id: String
+    @Option(help: "A name to show for it.") var name: String?
+    @Option(help: "Document-ID globs it may read (repeatable; default all).") var read: [String] = []
+    @Option(help: "Document-ID globs it may write (repeatable; default all).") var write: [String] = []
+    @Option(help: "Document types it may write (repeatable).") var writeType: [String] = []
+    @Flag(help: "Refuse its deletions.") var noDelete = false
+    @Flag(help: "Read only: it may pull, but none of its writes are accepted.") var readOnly = false
+
+    func run() async throws {
+        var entry: [String: JSON] = ["id": .string(id.lowercased())]
+        if let name { entry["name"] = .string(name) }
+        var policy: [String: JSON] = [:]
+        if !read.isEmpty { policy["read"] = ["ids": .array(read.map(JSON.string))] }
+        if readOnly {
+            policy["write"] = "none"
+        } else if !write.isEmpty || !writeType.isEmpty {
+            policy["write"] = ["ids": .array(write.map(JSON.string)), "types": .array(writeType.map(JSON.string))]
+        }
+        if noDelete || readOnly { policy["mayDelete"] = false }
+        if !policy.isEmpty { entry["policy"] = .object(policy) }
+        let result: JSON
+        if let node = NodeClient.running(on: global.dataDirectory) {
+            result = try await node.call("POST", "/trust", body: .object(entry))
+        } else {
+            let store = try TrustStore(dataDirectory: global.dataDirectory, configuration: NodeConfiguration())
+            let t = try NodeConfiguration.TrustEntry(parsing: .object(entry), source: "ferry trust add")
+            let e = TrustStore.Entry(nodeID: t.nodeID, name: t.name, policy: t.policy, source: "api")
+            try store.add(e)
+            result = e.json
+        }
+        if global.json { Output.json(result) } else { Output.line("trusted \(result["id"]?.stringValue ?? id)") }
+    }
+}
+
+struct TrustList: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "ls", abstract: "List trusted node IDs with their policies.")
+
+    @OptionGroup var global: GlobalOptions
+
+    func run() async throws {
+        let entries: JSON
+        if let node = NodeClient.running(on: global.dataDirectory) {
+            entries = try await node.call("GET", "/trust")["trusted"] ?? []
+        } else {
+            let store = try TrustStore(dataDirectory: global.dataDirectory, configuration: NodeConfiguration())
+            entries = .array(store.entries.map(\.json))
+        }
+        if global.json {
+            Output.json(entries)
+        } else if case .array(let list) = entries {
+            if list.isEmpty { Output.line("no trusted nodes (add one with `ferry trust add ID`)") }
+            for e in list {
+                Output.line("\(e["id"]?.stringValue ?? "?")\t\(e["name"]?.stringValue ?? "-")\t\(e["source"]?.stringValue ?? "?")\t\(e["policy"].map { "\($0)" } ?? "")")
+            }
+        }
+    }
+}
+
+struct TrustRemove: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "rm", abstract: "Stop trusting a node ID.")
+
+    @OptionGroup var global: GlobalOptions
+    @Argument var id: String
+
+    func run() async throws {
+        let id = self.id.lowercased()
+        if let node = NodeClient.running(on: global.dataDirectory) {
+            _ = try await node.call("DELETE", "/trust/\(id)")
+        } else {
+            let store = try TrustStore(dataDirectory: global.dataDirectory, configuration: NodeConfiguration())
+            guard try store.remove(id) else { throw CLIError(message: "node \(id) is not in the trust store", status: 3) }
+        }
+        if global.json { Output.json(["id": .string(id), "removed": true]) } else { Output.line("removed \(id)") }
+    }
+}
