@@ -1,22 +1,44 @@
 #!/usr/bin/env bash
-# Installs the system packages Ferry builds against, idempotently.
-# As root it uses apt-get; otherwise it says what to install and fails.
+# Installs the system packages Ferry builds and tests against, idempotently.
+# As root it uses apt-get (and pip for the test-only python-zeroconf); otherwise it says
+# what to install and fails.
 set -euo pipefail
 
 need=()
 [ -f /usr/include/sqlite3.h ] || need+=(libsqlite3-dev)
-# The tests use the openssl CLI as an independent TLS client.
+# DNS-SD: Avahi's Bonjour-compatible library (build) and the daemon, D-Bus and
+# avahi-browse (discovery tests, confined to loopback by scripts/avahi-loopback.sh).
+[ -f /usr/include/avahi-compat-libdns_sd/dns_sd.h ] || need+=(libavahi-compat-libdnssd-dev)
+command -v avahi-daemon >/dev/null || need+=(avahi-daemon)
+command -v avahi-browse >/dev/null || need+=(avahi-utils)
+command -v dbus-daemon >/dev/null || need+=(dbus)
+# The tests use the openssl CLI as an independent TLS client, curl-backed URLSession for the admin API.
 command -v openssl >/dev/null || need+=(openssl)
+ldconfig -p 2>/dev/null | grep -q 'libcurl.so.4 ' || need+=(libcurl4)
 
-[ ${#need[@]} -eq 0 ] && exit 0
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+        echo "Installing system packages: ${need[*]}" >&2
+        export DEBIAN_FRONTEND=noninteractive
+        # Never let the package start avahi-daemon on the real interfaces (mDNS must not
+        # leave the machine): deny service starts while installing.
+        created_policy=
+        if [ ! -e /usr/sbin/policy-rc.d ]; then
+            printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && created_policy=1
+        fi
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+        [ -n "$created_policy" ] && rm -f /usr/sbin/policy-rc.d
+    else
+        echo "Ferry needs these system packages: ${need[*]}" >&2
+        echo "Install them with:  sudo apt-get install -y ${need[*]}" >&2
+        exit 1
+    fi
+fi
 
-if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
-    echo "Installing system packages: ${need[*]}" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq "${need[@]}" >/dev/null
-else
-    echo "Ferry needs these system packages: ${need[*]}" >&2
-    echo "Install them with:  sudo apt-get install -y ${need[*]}" >&2
-    exit 1
+# python-zeroconf: an mDNS client independent of avahi, for the discovery tests only.
+if command -v python3 >/dev/null && ! python3 -c 'import zeroconf' 2>/dev/null; then
+    echo "Installing python-zeroconf (tests only)" >&2
+    python3 -m pip install -q zeroconf 2>/dev/null || python3 -m pip install -q --break-system-packages zeroconf \
+        || echo "warning: could not install python-zeroconf; that discovery check will fail" >&2
 fi

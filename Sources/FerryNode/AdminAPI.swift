@@ -97,6 +97,8 @@ struct AdminAPI: Sendable {
             throw APIError(.badRequest, "bad_request", "DELETE needs ?rev= with the revision being deleted")
         }
         let keep = request.uri.queryParameters.get("keepProperties") == "true"
+        // The store calls this a conflict (no such leaf); over HTTP a missing document is 404.
+        guard try node.store.revisionTree(id) != nil else { throw StoreError.notFound(id) }
         let rev = try node.store.delete(id, revision: try revision(r), keepProperties: keep)
         return json(["id": .string(id.rawValue), "rev": .string(rev.description), "deleted": true])
     }

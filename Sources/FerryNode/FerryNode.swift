@@ -126,8 +126,9 @@ public final class FerryNode: Sendable {
         if let customDiscovery {
             discovery = customDiscovery
         } else if configuration.discovery {
-            discovery = DNSSDDiscovery(
-                configuration: .init(advertisement: nil, group: configuration.group), clock: clock, logger: logger)
+            var dc = DNSSDDiscovery.Configuration(advertisement: nil, group: configuration.group)
+            dc.retryInterval = .seconds(configuration.discoveryRetrySeconds)
+            discovery = DNSSDDiscovery(configuration: dc, clock: clock, logger: logger)
         } else {
             discovery = nil
         }

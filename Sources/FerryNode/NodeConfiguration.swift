@@ -61,6 +61,8 @@ public struct NodeConfiguration: Sendable {
     public var adminPort = 4986
     public var adminInterface = "127.0.0.1"
     public var discovery = true
+    /// Seconds between attempts to reach avahi-daemon while it is away. Default 5.
+    public var discoveryRetrySeconds = 5
     public var trustMode = TrustMode.pinned
     public var peers: [StaticPeer] = []
     public var trust: [TrustEntry] = []
@@ -310,8 +312,9 @@ struct ConfigReader {
             if let p = o["port"] { c.adminPort = try int(p, "admin.port", 0...65535) }
         }
         if let v = top["discovery"] {
-            let o = try object(v, "discovery", allowed: ["enabled", "trust"])
+            let o = try object(v, "discovery", allowed: ["enabled", "trust", "retrySeconds"])
             if let e = o["enabled"] { c.discovery = try bool(e, "discovery.enabled") }
+            if let r = o["retrySeconds"] { c.discoveryRetrySeconds = try int(r, "discovery.retrySeconds", 1...3600) }
             if let t = o["trust"] {
                 guard let mode = NodeConfiguration.TrustMode(rawValue: try string(t, "discovery.trust")) else {
                     throw fail("discovery.trust", "must be \"pinned\" or \"tofu\"")

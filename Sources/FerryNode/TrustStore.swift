@@ -142,6 +142,7 @@ extension AccessRule {
 /// Writes JSON to a file through a temporary file and rename, so a crash never leaves half a file.
 func writeAtomically(_ json: JSON, to path: String) throws(NodeError) {
     let temp = path + ".tmp"
+    try? FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
     var bytes = json.canonicalBytes
     bytes.append(0x0A)
     guard FileManager.default.createFile(atPath: temp, contents: Data(bytes)) else {

@@ -126,22 +126,32 @@ public final class Connection: Sendable {
         let message = Message(kind: .request, number: number, properties: [("Profile", profile)] + properties, body: body)
         let reply: Message
         do {
-            reply = try await withCheckedThrowingContinuation { (c: CheckedContinuation<Message, any Error>) in
-                let closed = state.withLock { s -> SyncError? in
-                    if let e = s.closedWith { return e }
-                    s.pending[number] = c
-                    return nil
-                }
-                if let closed {
-                    c.resume(throwing: closed)
-                    return
-                }
-                Task {
-                    do { try await self.sendRaw(message) } catch {
-                        let w = self.state.withLock { $0.pending.removeValue(forKey: number) }
-                        w?.resume(throwing: error)
+            // Cancellation fails the wait at once (a late reply is then ignored), so a task
+            // group racing a long-poll against a stop never waits out the heartbeat.
+            reply = try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (c: CheckedContinuation<Message, any Error>) in
+                    let closed = state.withLock { s -> SyncError? in
+                        if let e = s.closedWith { return e }
+                        s.pending[number] = c
+                        return nil
+                    }
+                    if let closed {
+                        c.resume(throwing: closed)
+                        return
+                    }
+                    if Task.isCancelled {
+                        state.withLock { $0.pending.removeValue(forKey: number) }?.resume(throwing: CancellationError())
+                        return
+                    }
+                    Task {
+                        do { try await self.sendRaw(message) } catch {
+                            let w = self.state.withLock { $0.pending.removeValue(forKey: number) }
+                            w?.resume(throwing: error)
+                        }
                     }
                 }
+            } onCancel: {
+                state.withLock { $0.pending.removeValue(forKey: number) }?.resume(throwing: CancellationError())
             }
         } catch {
             throw SyncError.from(error)

@@ -14,16 +14,20 @@ final class ServeProcess: @unchecked Sendable {
     }
 
     var id: String { (try? cli.run(["id"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? "" }
+    var pid: Int32? { process?.processIdentifier }
 
     /// Starts `ferry serve --port 0 …` and waits until node.json appears (not a fixed sleep).
-    func start(_ extra: [String] = []) throws -> JSON {
+    func start(_ extra: [String] = [], environment: [String: String] = [:]) throws -> JSON {
         try? FileManager.default.removeItem(atPath: cli.dataDirectory + "/node.json")
         let p = Process()
         p.executableURL = URL(fileURLWithPath: FerryCLI.binary)
         // Ephemeral ports, and no DNS-SD unless a test asks for it (--discovery).
         let discovery = extra.contains("--discovery") ? [] : ["--no-discovery"]
         p.arguments = ["serve", "--port", "0", "--admin-port", "0", "--interface", "127.0.0.1", "--data", cli.dataDirectory] + discovery + extra
-        FileManager.default.createFile(atPath: log, contents: nil)
+        if !environment.isEmpty {
+            p.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+        }
+        if !FileManager.default.fileExists(atPath: log) { FileManager.default.createFile(atPath: log, contents: nil) }
         let handle = FileHandle(forWritingAtPath: log)!
         handle.seekToEndOfFile()
         p.standardOutput = handle

@@ -1,0 +1,76 @@
+import FerryCore
+import Foundation
+import Testing
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// A running node's admin API, as the tests drive it.
+struct Admin {
+    let base: String
+
+    init(_ nodeFile: JSON) {
+        base = nodeFile["adminURL"]?.stringValue ?? "http://127.0.0.1:0"
+    }
+
+    struct Reply {
+        let status: Int
+        let text: String
+        var json: JSON { (try? JSON.parse(text)) ?? .null }
+    }
+
+    @discardableResult
+    func call(_ method: String, _ path: String, body: String? = nil) async throws -> Reply {
+        var request = URLRequest(url: URL(string: base + path)!)
+        request.httpMethod = method
+        request.timeoutInterval = 30
+        if let body { request.httpBody = Data(body.utf8) }
+        let (data, response) = try await URLSession.shared.data(for: request)
+        return Reply(status: (response as? HTTPURLResponse)?.statusCode ?? 0, text: String(decoding: data, as: UTF8.self))
+    }
+
+    func get(_ path: String) async throws -> JSON { try await call("GET", path).json }
+
+    var digest: String { get async throws { try await get("/")["digest"]?.stringValue ?? "" } }
+}
+
+/// Polls an async condition until it holds or the deadline passes (waiting on state, never a fixed sleep).
+func waitUntil(
+    _ what: String, timeout: Double = 30, sourceLocation: SourceLocation = #_sourceLocation, _ condition: () async throws -> Bool
+) async throws {
+    let deadline = Date().addingTimeInterval(timeout)
+    while Date() < deadline {
+        if try await condition() { return }
+        try await Task.sleep(for: .milliseconds(50))
+    }
+    Issue.record("timed out after \(timeout) s waiting for: \(what)", sourceLocation: sourceLocation)
+    throw CLIFailure("timed out waiting for: \(what)")
+}
+
+/// The repository's scripts directory.
+let scriptsDirectory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../scripts").standardized.path
+
+/// Runs a command and returns its exit status and output.
+@discardableResult
+func shell(_ command: String, timeout: Double = 60) -> (status: Int32, output: String) {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: "/bin/bash")
+    p.arguments = ["-c", command]
+    let out = Pipe()
+    p.standardOutput = out
+    p.standardError = out
+    do { try p.run() } catch { return (-1, "\(error)") }
+    let data = out.fileHandleForReading.readDataToEndOfFile()
+    p.waitUntilExit()
+    return (p.terminationStatus, String(decoding: data, as: UTF8.self))
+}
+
+/// Starts the loopback-confined avahi-daemon; nil when running, else why not. Where the
+/// machine allows it (root: CI), a failure is a test failure, never a silent skip.
+func startLoopbackAvahi() -> String? {
+    let r = shell("\(scriptsDirectory)/avahi-loopback.sh start")
+    return r.status == 0 ? nil : r.output
+}
+
+var avahiRequired: Bool { getuid() == 0 || ProcessInfo.processInfo.environment["CI"] != nil }
