@@ -302,6 +302,23 @@ import Testing
         #expect(node.stop() == 0)
     }
 
+    @Test func aNodeRegistersAgainWhenAvahiDaemonRestarts() async throws {
+        guard avahi() else { return }
+        let config = NSTemporaryDirectory() + "ferry-retry-\(UUID().uuidString).json"
+        defer { try? FileManager.default.removeItem(atPath: config) }
+        try #"{"discovery":{"enabled":true,"retrySeconds":1}}"#.write(toFile: config, atomically: true, encoding: .utf8)
+        let node = ServeProcess()
+        let info = try node.start(["--discovery", "--config", config, "--name", "restart-\(getpid())"])
+        let id = try #require(info["id"]?.stringValue)
+        func advertised() -> Bool { shell("avahi-browse -rpt _ferry._tcp", timeout: 10).output.contains("id=\(id)") }
+        try await waitUntil("the node is advertised") { advertised() }
+        #expect(shell("\(scriptsDirectory)/avahi-loopback.sh stop").status == 0)
+        #expect(startLoopbackAvahi() == nil)
+        try await waitUntil("the node noticed avahi went away") { node.logText.contains("registering again") }
+        try await waitUntil("the node is advertised again") { advertised() }
+        #expect(node.stop() == 0)
+    }
+
     @Test func withoutAvahiTheNodeWarnsOnceAndSyncsWithStaticPeers() async throws {
         // No D-Bus system bus at this address: the compat library cannot reach avahi-daemon.
         let env = ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=/nonexistent/ferry-no-dbus", "FERRY_LOG_LEVEL": "debug"]

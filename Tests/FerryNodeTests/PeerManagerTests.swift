@@ -1,0 +1,154 @@
+import FerryCore
+import FerryDiscovery
+import FerryStore
+import FerryTransport
+import Foundation
+import Testing
+
+@testable import FerryNode
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// A FerryNode run in-process with a scripted discovery; stopped by cancelling its task.
+struct InProcessNode {
+    let node: FerryNode
+    let discovery: StaticDiscovery
+    let task: Task<Void, any Error>
+    let ready: FerryNode.Ready
+    let directory: String
+
+    static func start(
+        _ configure: (inout NodeConfiguration) -> Void, peers: [DiscoveredPeer] = [],
+        directory: String = NSTemporaryDirectory() + "ferry-node-\(UUID().uuidString)"
+    ) async throws -> InProcessNode {
+        var c = NodeConfiguration()
+        c.port = 0
+        c.adminPort = 0
+        c.interface = "127.0.0.1"
+        c.name = "test"
+        configure(&c)
+        let dir = directory
+        let node = try FerryNode(configuration: c, dataDirectory: dir)
+        let discovery = StaticDiscovery(peers: peers)
+        let (stream, continuation) = AsyncStream<FerryNode.Ready>.makeStream()
+        let task = Task { try await node.run(discovery: discovery) { continuation.yield($0) } }
+        var it = stream.makeAsyncIterator()
+        guard let ready = await it.next() else { throw NodeError.badConfiguration("node never became ready") }
+        return InProcessNode(node: node, discovery: discovery, task: task, ready: ready, directory: dir)
+    }
+
+    func get(_ path: String) async throws -> JSON {
+        let (data, _) = try await URLSession.shared.data(from: URL(string: ready.adminURL + path)!)
+        return try JSON.parse(Array(data))
+    }
+
+    func stop() async {
+        task.cancel()
+        _ = try? await task.value
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}
+
+func peer(_ id: String, port: Int, instance: String? = nil) -> DiscoveredPeer {
+    DiscoveredPeer(
+        instance: instance ?? "peer-\(id.prefix(4))", nodeID: id, group: "ferry", protocolVersion: 1, host: "h.local",
+        addresses: ["127.0.0.1"], port: port, source: "dns-sd")
+}
+
+func until(_ what: String, _ condition: () async throws -> Bool) async throws {
+    let deadline = Date().addingTimeInterval(20)
+    while Date() < deadline {
+        if try await condition() { return }
+        try await Task.sleep(for: .milliseconds(20))
+    }
+    Issue.record("timed out: \(what)")
+}
+
+@Suite(.serialized) struct PeerManagerTests {
+    @Test func trustOnFirstUsePinsOnlyTheFirstPeerSeen() async throws {
+        let first = String(repeating: "e", count: 64)
+        let second = String(repeating: "d", count: 64)
+        let n = try await InProcessNode.start({ $0.trustMode = .tofu }, peers: [peer(first, port: 1)])
+        try await until("the first peer is pinned") { n.node.trust.entry(first)?.source == "tofu" }
+        n.discovery.report(.appeared(peer(second, port: 2)))
+        try await until("the second peer is listed") {
+            guard case .array(let list)? = try await n.get("/peers")["peers"] else { return false }
+            return list.contains { $0["id"]?.stringValue == second }
+        }
+        #expect(!n.node.trust.isTrusted(second))
+        let trust = try await n.get("/trust")
+        #expect(trust["trusted"] == .array([n.node.trust.entry(first)!.json]))
+        await n.stop()
+    }
+
+    @Test func withoutTOFUDiscoveredPeersAreListedButNotTrustedOrDialled() async throws {
+        let other = String(repeating: "f", count: 64)
+        let n = try await InProcessNode.start({ _ in }, peers: [peer(other, port: 1)])
+        try await until("the peer is listed") {
+            guard case .array(let list)? = try await n.get("/peers")["peers"] else { return false }
+            return list.first?["id"]?.stringValue == other
+        }
+        let p = try await n.get("/peers")["peers"]
+        guard case .array(let list)? = p else { return }
+        #expect(list[0]["trusted"] == false && list[0]["dialled"] == false && list[0]["url"] == nil)
+        #expect(n.node.trust.entries.isEmpty)
+        await n.stop()
+    }
+
+    @Test func aPeerThatMovesIsDialledAtItsNewAddress() async throws {
+        let other = String(repeating: "f", count: 64)  // higher than any real ID: this node dials
+        let n = try await InProcessNode.start({ $0.trust = [.init(nodeID: other)] }, peers: [peer(other, port: 1111)])
+        func url() async throws -> String? {
+            guard case .array(let list)? = try await n.get("/peers")["peers"] else { return nil }
+            return list.first?["url"]?.stringValue
+        }
+        try await until("dialling the first address") { try await url() == "wss://127.0.0.1:1111/ferry/sync" }
+        n.discovery.report(.appeared(peer(other, port: 2222)))
+        try await until("dialling the new address") { try await url() == "wss://127.0.0.1:2222/ferry/sync" }
+        await n.stop()
+    }
+
+    @Test func theHigherIDWaitsForTheLowerToDial() async throws {
+        let lower = String(repeating: "0", count: 64)  // lower than any real ID: it dials, not us
+        let n = try await InProcessNode.start({ $0.trust = [.init(nodeID: lower)] }, peers: [peer(lower, port: 1111)])
+        try await until("the peer is listed") {
+            guard case .array(let list)? = try await n.get("/peers")["peers"] else { return false }
+            return list.first?["trusted"] == true
+        }
+        guard case .array(let list)? = try await n.get("/peers")["peers"] else { return }
+        #expect(list[0]["dialled"] == false)
+        await n.stop()
+    }
+}
+
+@Suite(.serialized) struct NodePolicyTests {
+    @Test func theConfiguredPullFilterRejectsIncomingRevisionsAndCountsThem() async throws {
+        let dirA = NSTemporaryDirectory() + "ferry-node-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dirA, withIntermediateDirectories: true)
+        let idA = try NodeIdentity.loadOrCreate(directory: dirA, name: "a").nodeID
+        let b = try await InProcessNode.start({ $0.trust = [.init(nodeID: idA)]; $0.discovery = false })
+        _ = try b.node.store.put(try DocumentID("typed"), body: ["type": "note"])
+        _ = try b.node.store.put(try DocumentID("untyped"), body: ["text": "no type"])
+        var rule = DocumentRule()
+        rule.required = ["type": "string"]
+        let a = try await InProcessNode.start(
+            {
+                $0.peers = [.init(url: b.ready.url, nodeID: b.ready.nodeID)]
+                $0.pullFilter = rule
+                $0.discovery = false
+            }, directory: dirA)
+        try await until("the typed document arrives") { try a.node.store.document(try DocumentID("typed")) != nil }
+        try await until("the rejection is counted") {
+            let (data, _) = try await URLSession.shared.data(from: URL(string: a.ready.adminURL + "/metrics")!)
+            let text = String(decoding: data, as: UTF8.self)
+            return text.split(separator: "\n").contains {
+                $0.hasPrefix("ferry_documents_rejected_total{") && $0.contains(#"reason="filter""#) && $0.contains(#"direction="pull""#)
+            }
+        }
+        #expect(try a.node.store.document(try DocumentID("untyped")) == nil)
+        await a.stop()
+        await b.stop()
+    }
+}
