@@ -127,6 +127,16 @@ let package = Package(
         ),
         .testTarget(name: "FerryTransportTests", dependencies: ["FerryTransport", "FerrySync", "FerryStore", "FerryCore"]),
         .testTarget(name: "FerryCLITests", dependencies: ["ferry", "FerryCore", "FerryStore"]),
+        // Integration/: the multi-process harness (real `ferry serve` nodes, the LAN lab)
+        // and the scenarios run against it (`make integration`).
+        .target(name: "IntegrationHarness", dependencies: ["FerryCore"], path: "Integration/Harness"),
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: [
+                "IntegrationHarness", "FerryCore", "FerrySync", "FerryTransport", "ferry",
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
+            ],
+            path: "Integration/Scenarios"),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -85,13 +85,20 @@ public final class FerryNode: Sendable {
     /// The pull filter the configuration declares, applied to everything incoming.
     var pullFilter: RevisionFilter? { configuration.pullFilter?.filter(name: "config-pull") }
 
-    /// The responder serving every incoming connection.
-    func makeResponder() -> ReplicationResponder {
+    /// Nothing readable or writable: the policy of a peer that is no longer trusted.
+    static let denyAll = PeerPolicy(read: .none, write: .none, mayDelete: false)
+
+    /// The responder serving incoming connections. `authenticated` says whether the
+    /// transport proves peer IDs (mutual TLS): then a peer missing from the trust store
+    /// (trust revoked while it was connected) gets nothing. Password, acceptAnyPeer and
+    /// Unix-socket clients (authenticated by the socket's file permissions) get the full policy.
+    func makeResponder(authenticated: Bool) -> ReplicationResponder {
         var r = ReplicationResponder.Options()
         r.nodeID = identity.nodeID
         r.readOnly = configuration.readOnly
         let trust = self.trust
         r.policyLookup = { trust.policy(for: $0) }
+        r.defaultPolicy = authenticated ? Self.denyAll : .trusted
         r.resolvers = configuration.resolvers
         r.incomingFilter = pullFilter
         r.metrics = metrics.sync
@@ -119,7 +126,8 @@ public final class FerryNode: Sendable {
 
     /// Runs until SIGTERM/SIGINT (or cancellation); `onReady` runs once both listeners are bound.
     public func run(discovery customDiscovery: (any PeerDiscovery)? = nil, onReady: @escaping @Sendable (Ready) -> Void = { _ in }) async throws {
-        let responder = makeResponder()
+        let pinned = configuration.password == nil && !configuration.acceptAnyPeer
+        let responder = makeResponder(authenticated: pinned)
         let listener = makeListener(responder: responder)
         let readiness = ReadinessBox()
         let discovery: (any PeerDiscovery)?
@@ -141,7 +149,7 @@ public final class FerryNode: Sendable {
         services.append(manager)
         services.append(admin.application())
         if let path = configuration.unixSocket {
-            services.append(UnixSocketService(path: path, responder: responder))
+            services.append(UnixSocketService(path: path, responder: makeResponder(authenticated: false)))
         }
         services.append(ReadinessService(node: self, listener: listener, readiness: readiness, onReady: onReady))
         let group = ServiceGroup(

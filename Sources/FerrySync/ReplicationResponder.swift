@@ -172,12 +172,13 @@ final class ResponderSession: Sendable {
         let timeout = Duration.milliseconds(min(max(0, body["timeoutMs"]?.intValue ?? 0), 600_000))
         var docIDs: Set<String>?
         if case .array(let ids)? = body["docIDs"] { docIDs = Set(ids.compactMap(\.stringValue)) }
-        let readRule = policy.read
         var page = try store.changesWithLeaves(since: since, limit: limit)
         if page.isEmpty && live {
             let wait = min(timeout, options.maxLongPoll)
             page = try await waitForChanges(since: since, limit: limit, for: wait)
         }
+        // Read after the wait: a policy changed during a long-poll applies to its answer.
+        let readRule = policy.read
         var entries: [JSON] = []
         var trees: [DocumentID: RevisionTree] = [:]
         if !readRule.types.isEmpty {

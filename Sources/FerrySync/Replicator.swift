@@ -430,7 +430,7 @@ public final class Replicator: Sendable {
                 touched.insert(rev.id)
                 eventBroadcaster.send(
                     DocumentEvent(direction: .pull, id: rev.id.rawValue, revision: rev.revision.description, deleted: rev.deleted, rejection: nil))
-            case .alreadyPresent: break
+            case .alreadyPresent: configuration.metrics?.duplicates(1)
             case .rejected(let e):
                 let stage = e.code == "rejected" ? "validation" : "structure"
                 reject(.pull, id: rev.id.rawValue, rev: rev.revision.description, deleted: rev.deleted, "\(stage): \(e.description)")

@@ -16,6 +16,8 @@ public struct SyncMetrics: Sendable {
     func pushed(_ n: Int) { add("ferry_documents_pushed_total", n) }
     /// Revisions this node's replicators fetched and stored.
     func pulled(_ n: Int) { add("ferry_documents_pulled_total", n) }
+    /// Revisions fetched that this node already had (re-transferred, e.g. after a crash).
+    func duplicates(_ n: Int) { add("ferry_documents_duplicate_total", n) }
     /// Revisions peers pushed into this node and it stored.
     func received(_ n: Int) { add("ferry_documents_received_total", n) }
     /// Revisions refused at the trust boundary (or by the peer), by stage.

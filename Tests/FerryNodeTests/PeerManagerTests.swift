@@ -152,3 +152,32 @@ func until(_ what: String, _ condition: () async throws -> Bool) async throws {
         await b.stop()
     }
 }
+
+@Suite(.serialized) struct TrustRevocationTests {
+    @Test func aPeerWhoseTrustIsRevokedWhileConnectedGetsNothingMore() async throws {
+        let dirA = NSTemporaryDirectory() + "ferry-node-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dirA, withIntermediateDirectories: true)
+        let idA = try NodeIdentity.loadOrCreate(directory: dirA, name: "a").nodeID
+        let b = try await InProcessNode.start({ $0.discovery = false })
+        try b.node.trust.add(.init(nodeID: idA, name: "a", policy: .trusted, source: "api"))
+        let a = try await InProcessNode.start(
+            {
+                $0.peers = [.init(url: b.ready.url, nodeID: b.ready.nodeID)]
+                $0.discovery = false
+            }, directory: dirA)
+        _ = try a.node.store.put(try DocumentID("before"), body: [:])
+        try await until("before arrives at B") { try b.node.store.document(try DocumentID("before")) != nil }
+        // Revoke while A's connection stays open: A's pushes are now refused by policy.
+        try b.node.trust.remove(idA)
+        _ = try a.node.store.put(try DocumentID("after"), body: [:])
+        _ = try b.node.store.put(try DocumentID("secret"), body: [:])
+        try await until("A sees its push refused") {
+            guard case .array(let list)? = try await a.get("/peers")["peers"] else { return false }
+            return (list.first?["replication"]?["rejected"]?.intValue ?? 0) >= 1
+        }
+        #expect(try b.node.store.document(try DocumentID("after")) == nil)
+        #expect(try a.node.store.document(try DocumentID("secret")) == nil)
+        await a.stop()
+        await b.stop()
+    }
+}

@@ -1,0 +1,82 @@
+import FerryCore
+import Foundation
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// A node's admin API. On this machine it is plain HTTP on 127.0.0.1; a LAN-lab node's
+/// API is on the lab host's own loopback, so calls run `curl` inside that host.
+public struct AdminClient: Sendable {
+    public let base: String
+    public let host: LabHost?
+
+    public struct Reply: Sendable {
+        public let status: Int
+        public let text: String
+        public var json: JSON { (try? JSON.parse(text)) ?? .null }
+    }
+
+    @discardableResult
+    public func call(_ method: String, _ path: String, body: String? = nil) async throws -> Reply {
+        if let host {
+            var args = host.nsenterArguments + ["curl", "-s", "-m", "60", "-X", method, "-w", "\\n%{http_code}"]
+            if let body { args += ["--data-binary", body] }
+            args.append(base + path)
+            let r = try Shell.run(args, executable: "/usr/bin/nsenter")
+            guard let cut = r.stdout.lastIndex(of: "\n"), let status = Int(r.stdout[r.stdout.index(after: cut)...]) else {
+                throw HarnessError("admin call on \(host.name) failed: \(r.stderr)")
+            }
+            return Reply(status: status, text: String(r.stdout[..<cut]))
+        }
+        var request = URLRequest(url: URL(string: base + path)!)
+        request.httpMethod = method
+        request.timeoutInterval = 60
+        if let body { request.httpBody = Data(body.utf8) }
+        let (data, response) = try await URLSession.shared.data(for: request)
+        return Reply(status: (response as? HTTPURLResponse)?.statusCode ?? 0, text: String(decoding: data, as: UTF8.self))
+    }
+
+    public func get(_ path: String) async throws -> JSON {
+        let r = try await call("GET", path)
+        guard r.status == 200 else { throw HarnessError("GET \(path) → \(r.status): \(r.text)") }
+        return r.json
+    }
+
+    /// PUT a document; returns its new revision.
+    @discardableResult
+    public func put(_ id: String, _ body: String, rev: String? = nil) async throws -> String {
+        let r = try await call("PUT", "/docs/\(id)\(rev.map { "?rev=\($0)" } ?? "")", body: body)
+        guard r.status == 201, let rev = r.json["rev"]?.stringValue else { throw HarnessError("PUT \(id) → \(r.status): \(r.text)") }
+        return rev
+    }
+
+    public var digest: String { get async throws { try await get("/")["digest"]?.stringValue ?? "" } }
+
+    /// Every document's current revision (tombstones included), by ID, paging through /docs.
+    public func revisions() async throws -> [String: String] {
+        var out: [String: String] = [:]
+        var after: String?
+        while true {
+            let page = try await get("/docs?limit=10000&deleted=true" + (after.map { "&after=\($0.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? $0)" } ?? ""))
+            if case .array(let rows)? = page["rows"] {
+                for r in rows { if let id = r["id"]?.stringValue, let rev = r["rev"]?.stringValue { out[id] = rev } }
+            }
+            guard let next = page["next"]?.stringValue else { return out }
+            after = next
+        }
+    }
+
+    /// A Prometheus counter or gauge summed over its label sets (0 when absent).
+    public func metric(_ name: String, labelsContaining: [String] = []) async throws -> Double {
+        let text = try await call("GET", "/metrics").text
+        var total = 0.0
+        for line in text.split(separator: "\n") where line.hasPrefix(name) && !line.hasPrefix("#") {
+            let head = line.prefix { $0 != " " }
+            guard head == name || head.hasPrefix(name + "{") else { continue }
+            guard labelsContaining.allSatisfy({ head.contains($0) }) else { continue }
+            total += Double(line.split(separator: " ").last ?? "0") ?? 0
+        }
+        return total
+    }
+}

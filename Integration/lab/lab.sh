@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# The LAN lab: K hosts as network namespaces on one bridge, each with a private /run, its
+# own D-Bus and its own avahi-daemon confined to its eth0. Nothing leaves the lab: the
+# bridge has no uplink, and every avahi-daemon only uses its host's eth0 inside the lab.
+# Run as root. State (pids, configs) lives in $FERRY_LAB_STATE (default /var/tmp/ferry-lab).
+#
+#   lab.sh up K            create hosts h1..hK (10.213.0.N/24); prints "hN HOLDER_PID" lines
+#   lab.sh run N CMD...    run a command on host hN (its network and mounts)
+#   lab.sh holder N        print hN's holder pid (for nsenter --target PID --mount --net)
+#   lab.sh partition N     take hN's link down (a cable pulled)
+#   lab.sh heal N          bring it back
+#   lab.sh down            kill every recorded pid and delete the namespaces (idempotent,
+#                          also after a failed `up`)
+set -euo pipefail
+# Not under /run: each host mounts its own /run, and must still read its avahi config here.
+state=${FERRY_LAB_STATE:-/var/tmp/ferry-lab}
+prefix=ferrylab
+bridge_ns=${prefix}-br
+
+need_root() { [ "$(id -u)" -eq 0 ] || { echo "lab: needs root" >&2; exit 1; }; }
+
+down() {
+    if [ -d "$state" ]; then
+        for f in "$state"/*.pid; do
+            [ -e "$f" ] || continue
+            pid=$(cat "$f")
+            # The holder's children (dbus, avahi) live in its namespaces: kill them first.
+            pkill -KILL -P "$pid" 2>/dev/null || true
+            for child in $(cat "$state"/"$(basename "$f" .pid)".children 2>/dev/null); do kill -KILL "$child" 2>/dev/null || true; done
+            kill -KILL "$pid" 2>/dev/null || true
+            rm -f "$f"
+        done
+    fi
+    for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^${prefix}-" || true); do
+        # Anything still running inside (a ferry node, avahi) dies with the namespace's processes.
+        for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
+        ip netns del "$ns" 2>/dev/null || true
+    done
+    rm -rf "$state"
+}
+
+up() {
+    local k=$1
+    need_root
+    command -v avahi-daemon >/dev/null || { echo "lab: avahi-daemon not installed (scripts/install-deps.sh)" >&2; exit 1; }
+    down
+    mkdir -p "$state"
+    trap 'echo "lab: setup failed; tearing down" >&2; down' ERR
+    ip netns add "$bridge_ns"
+    ip -n "$bridge_ns" link add br0 type bridge
+    ip -n "$bridge_ns" link set br0 type bridge mcast_snooping 0
+    ip -n "$bridge_ns" link set br0 up
+    for n in $(seq 1 "$k"); do
+        local ns=${prefix}-h$n
+        ip netns add "$ns"
+        ip link add "p$n" netns "$bridge_ns" type veth peer name eth0 netns "$ns"
+        ip -n "$bridge_ns" link set "p$n" master br0
+        ip -n "$bridge_ns" link set "p$n" up
+        ip -n "$ns" addr add "10.213.0.$n/24" dev eth0
+        ip -n "$ns" link set eth0 up
+        ip -n "$ns" link set lo up
+        cat > "$state/avahi-h$n.conf" <<CONF
+[server]
+host-name=h$n
+use-ipv4=yes
+use-ipv6=no
+allow-interfaces=eth0
+enable-dbus=yes
+ratelimit-interval-usec=1000000
+ratelimit-burst=1000
+[wide-area]
+enable-wide-area=no
+[publish]
+publish-hinfo=no
+publish-workstation=no
+[reflector]
+enable-reflector=no
+CONF
+        ip netns exec "$ns" unshare --mount --propagation private -- bash -c "
+            mount -t tmpfs -o mode=755 tmpfs /run
+            mkdir -p /run/dbus /run/avahi-daemon
+            dbus-daemon --system --fork
+            avahi-daemon -f '$state/avahi-h$n.conf' --no-drop-root --no-chroot --no-rlimits -D
+            exec sleep infinity" > "$state/h$n.out" 2>&1 &
+        echo $! > "$state/h$n.pid"
+    done
+    # Wait until every host's avahi-daemon answers (not a fixed sleep).
+    for n in $(seq 1 "$k"); do
+        local pid
+        pid=$(cat "$state/h$n.pid")
+        for _ in $(seq 1 200); do
+            if nsenter --target "$pid" --mount --net -- avahi-daemon --check 2>/dev/null; then break; fi
+            sleep 0.05
+        done
+        if ! nsenter --target "$pid" --mount --net -- avahi-daemon --check; then
+            echo "lab: avahi on h$n did not start: $(cat "$state/h$n.out")" >&2
+            down
+            exit 1
+        fi
+        # Record the daemons so `down` finds them even if the holder dies first.
+        ip netns pids "${prefix}-h$n" | grep -vx "$pid" > "$state/h$n.children" || true
+        echo "h$n $pid"
+    done
+    trap - ERR
+}
+
+holder() { cat "$state/h$1.pid"; }
+
+case "${1:-}" in
+up) up "${2:?lab.sh up K}" ;;
+down) need_root; down ;;
+holder) holder "${2:?host number}" ;;
+run)
+    n=${2:?host number}
+    shift 2
+    exec nsenter --target "$(holder "$n")" --mount --net -- "$@"
+    ;;
+partition) ip -n "$bridge_ns" link set "p${2:?host number}" down ;;
+heal) ip -n "$bridge_ns" link set "p${2:?host number}" up ;;
+*) sed -n 2,14p "$0"; exit 64 ;;
+esac
