@@ -59,18 +59,24 @@ public struct ConflictResolver: Sendable {
 
     /// Field-level three-way merge of the live leaves against their nearest common
     /// ancestor. Where both sides changed a field differently, the better leaf (by the
-    /// winner rule) wins. Falls back to the default when an ancestor body is gone.
+    /// winner rule) wins. Leaves with no common ancestor (the same ID created on two peers)
+    /// merge against an empty base. When a body it needs is no longer retained it falls
+    /// back to lastWriteWins, so a conflict never stays unresolved under this policy.
     public static let merge = ConflictResolver(name: "merge") { ctx in
         guard ctx.liveLeaves.count > 1 else {
             return ctx.contendingTombstones.isEmpty ? .keepConflict : .keep(ctx.liveLeaves[0].id)
         }
         let first = ctx.liveLeaves[0]
-        guard var merged = ctx.body(of: first)?.objectValue else { return .keepConflict }
+        guard var merged = ctx.body(of: first)?.objectValue else { return lastWriteWins.resolve(ctx) }
         for other in ctx.liveLeaves.dropFirst() {
-            guard let ancestorID = ctx.tree.commonAncestor(first.id, other.id),
-                let ancestor = ctx.tree.revision(ancestorID), let base = ctx.body(of: ancestor)?.objectValue,
-                let theirs = ctx.body(of: other)?.objectValue
-            else { return .keepConflict }
+            guard let theirs = ctx.body(of: other)?.objectValue else { return lastWriteWins.resolve(ctx) }
+            var base: [String: JSON] = [:]
+            if let ancestorID = ctx.tree.commonAncestor(first.id, other.id) {
+                guard let ancestor = ctx.tree.revision(ancestorID), let body = ctx.body(of: ancestor)?.objectValue else {
+                    return lastWriteWins.resolve(ctx)
+                }
+                base = body
+            }
             merged = ThreeWayMerge.merge(base: base, ours: merged, theirs: theirs)
         }
         return .merge(.object(merged))

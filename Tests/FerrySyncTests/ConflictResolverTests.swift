@@ -86,7 +86,7 @@ import Testing
         #expect(try peers[0].revisionTree(docID("doc"))!.revisions.count <= 8)
     }
 
-    @Test func mergeFallsBackToTheDefaultWhenTheAncestorBodyIsGone() async throws {
+    @Test func mergeFallsBackToLastWriteWinsWhenTheAncestorBodyIsGone() async throws {
         var options = StoreOptions()
         options.retainedAncestorBodies = 0
         let a = try DocumentStore.inMemory(options: options)
@@ -96,7 +96,23 @@ import Testing
         try a.put(docID("doc"), body: ["type": "note", "v": 1], parent: base)
         try b.put(docID("doc"), body: ["type": "note", "v": 2], parent: base)
         await sync(a, b) { $0.resolvers = ResolverSet(fallback: .merge) }
-        #expect(try a.conflicts(of: docID("doc")).count == 1)
+        await sync(a, b) { $0.resolvers = ResolverSet(fallback: .merge) }
+        #expect(try a.conflicts(of: docID("doc")).isEmpty)
+        #expect(try a.document(docID("doc"))?.body["v"] == 2)  // the later edit
+        #expect(try b.document(docID("doc"))?.revision == a.document(docID("doc"))?.revision)
+    }
+
+    @Test func mergeJoinsTheSameIDCreatedOnTwoPeers() async throws {
+        let a = try DocumentStore.inMemory()
+        let b = try DocumentStore.inMemory()
+        try a.put(docID("doc"), body: ["from-a": 1, "shared": "a"])
+        try b.put(docID("doc"), body: ["from-b": 2, "shared": "b"])
+        await sync(a, b) { $0.resolvers = ResolverSet(fallback: .merge) }
+        await sync(a, b) { $0.resolvers = ResolverSet(fallback: .merge) }
+        let doc = try #require(try a.document(docID("doc")))
+        #expect(doc.conflicts.isEmpty)
+        #expect(doc.body["from-a"] == 1 && doc.body["from-b"] == 2)
+        #expect(try b.document(docID("doc"))?.revision == doc.revision)
     }
 
     @Test func aCustomResolverDecides() async throws {
