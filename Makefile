@@ -2,13 +2,14 @@
 SWIFT ?= swift
 DATA ?= ferry-data
 
-.PHONY: all deps build run test bench clean help
+.PHONY: all deps build run test integration bench clean help
 
 all: build
 
 help:
 	@echo "make run    build and start Ferry on ./$(DATA)"
-	@echo "make test   run every test"
+	@echo "make test   run every test (the integration scenarios included)"
+	@echo "make integration   run only the integration scenarios (Integration/)"
 	@echo "make bench  release-build and run the benchmarks"
 
 deps:
@@ -23,9 +24,16 @@ PORT ?= 4985
 run: build
 	.build/debug/ferry serve --data $(DATA) --port $(PORT)
 
+# Every test: unit, store, sync, transport, CLI and node tests, and the integration
+# scenarios (the LAN-lab ones need root and `ip netns`; elsewhere they say loudly that
+# they were skipped).
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test
+
+integration: deps
+	$(SWIFT) build --build-tests
+	$(SWIFT) test --filter IntegrationTests
 
 bench: deps
 	$(SWIFT) build -c release

@@ -14,6 +14,10 @@ command -v avahi-browse >/dev/null || need+=(avahi-utils)
 command -v dbus-daemon >/dev/null || need+=(dbus)
 # The tests use the openssl CLI as an independent TLS client, curl-backed URLSession for the admin API.
 command -v openssl >/dev/null || need+=(openssl)
+# The LAN lab (Integration/lab): network namespaces, nsenter/unshare, and curl inside hosts.
+command -v ip >/dev/null || need+=(iproute2)
+command -v nsenter >/dev/null || need+=(util-linux)
+command -v curl >/dev/null || need+=(curl)
 ldconfig -p 2>/dev/null | grep -q 'libcurl.so.4 ' || need+=(libcurl4)
 
 if [ ${#need[@]} -gt 0 ]; then

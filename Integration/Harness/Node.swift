@@ -167,31 +167,39 @@ public enum Ferry {
 }
 
 /// Runs programs and collects their output.
+///
+/// Hand-rolled over posix_spawn and waitpid rather than Foundation's Process: with scripts
+/// that leave daemons behind (the lab's avahi and D-Bus), Process.waitUntilExit was seen
+/// to miss the child's exit and hang with the child a zombie.
 public enum Shell {
     public static func run(_ arguments: [String], executable: String) throws -> Ferry.Result {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: executable)
-        p.arguments = arguments
+        let dir = NSTemporaryDirectory() + "ferry-shell-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let outPath = dir + "/out", errPath = dir + "/err"
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, outPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        posix_spawn_file_actions_addopen(&actions, 2, errPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
         var env = ProcessInfo.processInfo.environment
         env.removeValue(forKey: "FERRY_DATA")
-        p.environment = env
-        let out = Pipe()
-        let err = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        p.standardInput = FileHandle.nullDevice
-        try p.run()
-        // Read both pipes concurrently so neither fills up and blocks the child.
-        let errBox = DataBox()
-        let group = DispatchGroup()
-        let handle = err.fileHandleForReading
-        DispatchQueue.global().async(group: group) { errBox.data = handle.readDataToEndOfFile() }
-        let outData = out.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        group.wait()
-        return Ferry.Result(
-            status: p.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
-            stderr: String(decoding: errBox.data, as: UTF8.self))
+        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+        let envp = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            for p in argv { free(p) }
+            for p in envp { free(p) }
+        }
+        var pid: pid_t = 0
+        let rc = posix_spawn(&pid, executable, &actions, nil, argv, envp)
+        guard rc == 0 else { throw HarnessError("cannot run \(executable): errno \(rc)") }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        let exitStatus = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+        let out = (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? ""
+        let err = (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? ""
+        return Ferry.Result(status: exitStatus, stdout: out, stderr: err)
     }
 
     /// `bash -c COMMAND`.
