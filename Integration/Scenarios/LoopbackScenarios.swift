@@ -1,4 +1,5 @@
 import FerryCore
+import FerrySync
 import Foundation
 import IntegrationHarness
 import Testing
@@ -140,7 +141,7 @@ import Testing
         let peerArgs = ["--peer", "\(source.url)#\(idS)"]
         try await receiver.start(peerArgs)
         var points = (0..<10).map { _ in Int.random(in: 1..<(total - total / 20)) }.sorted()
-        let batch = 200  // ReplicatorConfiguration.batchSize
+        let batch = ReplicatorConfiguration().batchSize
         var kills = 0
         while let point = points.first {
             points.removeFirst()

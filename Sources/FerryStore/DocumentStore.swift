@@ -82,14 +82,28 @@ public final class DocumentStore: Sendable {
 
     /// Runs `body` as one write transaction. If it throws, nothing it did is kept.
     /// Changes are announced to live change streams after the commit.
-    public func write<T>(_ body: (StoreTransaction) throws -> T) throws(StoreError) -> T {
+    ///
+    /// `durability: .normal` relaxes this one commit to `synchronous=NORMAL` (no fsync; WAL
+    /// order still holds, so a power loss can only drop it together with every later
+    /// commit). Replication uses it for revisions that exist on the peer and for its
+    /// checkpoints, which roll back with them: a lost batch is pulled again. Local edits
+    /// keep the store's durability.
+    public func write<T>(durability: StoreOptions.Durability? = nil, _ body: (StoreTransaction) throws -> T) throws(StoreError) -> T {
+        let relaxed = durability == .normal && options.durability == .full && path != nil
         let result: (T, UInt64)
         do {
-            result = try writer.write { db -> (T, UInt64) in
-                let txn = try StoreTransaction(db: db, store: self)
-                let value = try body(txn)
-                try txn.finish()
-                return (value, txn.lastSequence)
+            result = try writer.writeWithoutTransaction { db -> (T, UInt64) in
+                if relaxed { try db.execute(sql: "PRAGMA synchronous = NORMAL") }
+                defer { if relaxed { try? db.execute(sql: "PRAGMA synchronous = FULL") } }
+                var out: (T, UInt64)?
+                try db.inTransaction {
+                    let txn = try StoreTransaction(db: db, store: self)
+                    let value = try body(txn)
+                    try txn.finish()
+                    out = (value, txn.lastSequence)
+                    return .commit
+                }
+                return out!
             }
         } catch {
             throw StoreError.wrap(error)
@@ -122,8 +136,10 @@ public final class DocumentStore: Sendable {
     /// Inserts existing revisions with their history in one transaction. Each revision
     /// is checked (size, digest, history, blobs, validation); a bad one is reported as
     /// rejected and the rest still go in. Idempotent.
-    public func insertRevisions(_ revisions: [IncomingRevision]) throws(StoreError) -> [InsertOutcome] {
-        try write { txn in revisions.map { txn.insertExisting($0) } }
+    public func insertRevisions(_ revisions: [IncomingRevision], durability: StoreOptions.Durability? = nil) throws(StoreError)
+        -> [InsertOutcome]
+    {
+        try write(durability: durability) { txn in revisions.map { txn.insertExisting($0) } }
     }
 
     // MARK: Reading
@@ -345,9 +361,9 @@ public final class DocumentStore: Sendable {
         }
     }
 
-    public func putLocalDocument(_ id: String, body: JSON) throws(StoreError) {
+    public func putLocalDocument(_ id: String, body: JSON, durability: StoreOptions.Durability? = nil) throws(StoreError) {
         guard !id.isEmpty else { throw .invalidBody("local document ID is empty") }
-        try write { txn in
+        try write(durability: durability) { txn in
             try txn.db.execute(
                 sql: "INSERT OR REPLACE INTO local_documents (id, body) VALUES (?, ?)",
                 arguments: [id, Data(body.canonicalBytes)])

@@ -147,7 +147,7 @@ final class ResponderSession: Sendable {
         guard let value = body["value"], value.objectValue != nil else {
             throw SyncError.protocolViolation("setCheckpoint lacks an object value")
         }
-        try store.putLocalDocument(key, body: value)
+        try store.putLocalDocument(key, body: value, durability: .normal)  // rolls back with the pushed revisions it covers
         return reply(request, [:])
     }
 
@@ -309,7 +309,7 @@ final class ResponderSession: Sendable {
                 results.append(["id": .string(wire.id), "rev": .string(wire.rev), "status": "needFull"])
             }
         }
-        let outcomes = try store.insertRevisions(accepted.map(\.1))
+        let outcomes = try store.insertRevisions(accepted.map(\.1), durability: .normal)
         var touched = Set<DocumentID>()
         for ((_, rev), outcome) in zip(accepted, outcomes) {
             if case .inserted = outcome { touched.insert(rev.id) }

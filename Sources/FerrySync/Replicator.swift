@@ -257,10 +257,31 @@ public final class Replicator: Sendable {
         return min(local, remote)
     }
 
-    func saveCheckpoint(_ connection: Connection, key: String, seq: UInt64) async throws {
+    /// Saves the local copy of a checkpoint, and the peer's copy when `remote` is true.
+    /// A peer copy that lags only makes a restart re-read changes the local trees (pull) or
+    /// the peer's revsDiff (push) then skip: nothing is transferred twice because of it.
+    func saveCheckpoint(_ connection: Connection, key: String, seq: UInt64, remote: Bool = true) async throws {
         let value: JSON = ["seq": .int(Int64(seq))]
-        try store.putLocalDocument("checkpoint/\(key)", body: value)
-        _ = try await connection.requestJSON(SyncProtocol.Profile.setCheckpoint, ["id": .string(key), "value": value])
+        // Relaxed like the batch it covers: a power loss can only take both back together.
+        try store.putLocalDocument("checkpoint/\(key)", body: value, durability: .normal)
+        if remote {
+            _ = try await connection.requestJSON(SyncProtocol.Profile.setCheckpoint, ["id": .string(key), "value": value])
+        }
+    }
+
+    /// Counts batches between writes of the peer's copy of a checkpoint.
+    struct RemoteCheckpointPacer {
+        let every: Int
+        var batches = 0
+        /// True when this batch should also write the peer's copy.
+        mutating func due() -> Bool {
+            batches += 1
+            if batches >= every {
+                batches = 0
+                return true
+            }
+            return false
+        }
     }
 
     // MARK: Pull
@@ -269,6 +290,8 @@ public final class Replicator: Sendable {
         let key = checkpointKey(remoteDB: remoteDB, direction: "pull")
         var since = try await startCheckpoint(connection, key: key)
         var caughtUp = false
+        var pacer = RemoteCheckpointPacer(every: configuration.remoteCheckpointEvery)
+        var remoteSaved = since
         var prefetched: (since: UInt64, task: Task<JSON, any Error>)?
         defer { prefetched?.task.cancel() }
         while true {
@@ -299,9 +322,10 @@ public final class Replicator: Sendable {
             }
             let lastSeq = UInt64(max(0, last))
             if entries.isEmpty {
-                if lastSeq > since {
-                    since = lastSeq
+                if lastSeq > since || remoteSaved < since {
+                    since = max(since, lastSeq)
                     try await saveCheckpoint(connection, key: key, seq: since)
+                    remoteSaved = since
                 }
                 if !configuration.continuous { return }
                 caughtUp = true
@@ -320,7 +344,9 @@ public final class Replicator: Sendable {
             prefetched = (lastSeq, Task { try await connection.requestJSON(SyncProtocol.Profile.changes, nextBody) })
             try await pullBatch(entries, connection)
             since = lastSeq
-            try await saveCheckpoint(connection, key: key, seq: since)
+            let remote = pacer.due()
+            try await saveCheckpoint(connection, key: key, seq: since, remote: remote)
+            if remote { remoteSaved = since }
             update { $0.completed += entries.count }
             markIdleIfCaughtUp()
         }
@@ -421,7 +447,7 @@ public final class Replicator: Sendable {
             }
         }
         try await fetchMissingBlobs(for: accepted, connection)
-        let outcomes = try store.insertRevisions(accepted)
+        let outcomes = try store.insertRevisions(accepted, durability: .normal)
         var touched = Set<DocumentID>()
         for (rev, outcome) in zip(accepted, outcomes) {
             switch outcome {
@@ -482,10 +508,16 @@ public final class Replicator: Sendable {
     private func pushLoop(_ connection: Connection, remoteDB: String) async throws {
         let key = checkpointKey(remoteDB: remoteDB, direction: "push")
         var since = try await startCheckpoint(connection, key: key)
+        var pacer = RemoteCheckpointPacer(every: configuration.remoteCheckpointEvery)
+        var remoteSaved = since
         while true {
             if stopRequested { return }
             let page = try store.changesWithLeaves(since: since, limit: configuration.batchSize)
             guard let last = page.last else {
+                if remoteSaved < since {
+                    try await saveCheckpoint(connection, key: key, seq: since)
+                    remoteSaved = since
+                }
                 if !configuration.continuous { return }
                 markIdleIfCaughtUp()
                 try await waitForLocalChange(after: since)
@@ -497,7 +529,9 @@ public final class Replicator: Sendable {
             }
             try await pushBatch(page, connection)
             since = last.0.sequence
-            try await saveCheckpoint(connection, key: key, seq: since)
+            let remote = pacer.due()
+            try await saveCheckpoint(connection, key: key, seq: since, remote: remote)
+            if remote { remoteSaved = since }
             update { $0.completed += page.count }
             markIdleIfCaughtUp()
         }
