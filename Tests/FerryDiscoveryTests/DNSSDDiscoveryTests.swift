@@ -26,14 +26,25 @@ let requireAvahi = ProcessInfo.processInfo.environment["CI"] != nil || getuid() 
 
 func id(_ c: Character) -> String { String(repeating: c, count: 64) }
 
-/// Collects events until `predicate` holds over everything seen.
-func waitFor(_ stream: AsyncStream<DiscoveryEvent>, until predicate: @escaping ([DiscoveryEvent]) -> Bool) async -> [DiscoveryEvent] {
-    var seen: [DiscoveryEvent] = []
-    for await event in stream {
-        seen.append(event)
-        if predicate(seen) { break }
+/// Collects events until `predicate` holds over everything seen, or 60 s pass.
+func waitFor(_ stream: AsyncStream<DiscoveryEvent>, until predicate: @escaping @Sendable ([DiscoveryEvent]) -> Bool) async -> [DiscoveryEvent] {
+    await withTaskGroup(of: [DiscoveryEvent]?.self) { group in
+        group.addTask {
+            var seen: [DiscoveryEvent] = []
+            for await event in stream {
+                seen.append(event)
+                if predicate(seen) { break }
+            }
+            return seen
+        }
+        group.addTask {
+            try? await Task.sleep(for: .seconds(60))
+            return nil
+        }
+        let first = await group.next() ?? nil
+        group.cancelAll()
+        return first ?? []
     }
-    return seen
 }
 
 @Suite(.serialized) struct DNSSDDiscoveryTests {
