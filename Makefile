@@ -35,11 +35,16 @@ integration: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --filter IntegrationTests
 
+# Prints each figure and writes Benchmarks/results/latest.json (git-ignored).
+REPORT ?= Benchmarks/results/latest.json
 bench: deps
 	$(SWIFT) build -c release
-	.build/release/ferry-bench store
+	rm -f $(REPORT)
+	.build/release/ferry-bench store --report $(REPORT)
 	.build/release/ferry-bench sync
-	.build/release/ferry-bench net
+	.build/release/ferry-bench net --report $(REPORT)
+	.build/release/ferry-bench delta --report $(REPORT)
+	@echo "report: $(REPORT)"
 
 clean:
 	$(SWIFT) package clean

@@ -13,7 +13,7 @@ struct FerryBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ferry-bench",
         abstract: "Ferry benchmarks: each figure is a ratio against a baseline measured in the same run.",
-        subcommands: [StoreBench.self, SyncBench.self, NetBench.self])
+        subcommands: [StoreBench.self, SyncBench.self, NetBench.self, DeltaBench.self])
 }
 
 /// Saves documents through FerryStore and inserts the same documents with raw prepared SQLite statements.
@@ -66,6 +66,14 @@ struct StoreBench: ParsableCommand {
         print(String(format: "FerryStore save     %9.0f docs/s (min %.0f, max %.0f)", f.median, f.min, f.max))
         print(String(format: "ratio ferry/raw     %9.2f (min %.2f, max %.2f)  target >= 0.50  %@",
                      ratio.median, ratio.min, ratio.max, ratio.median >= 0.5 ? "HOLDS" : "MISSES"))
+        if let report = workload.report {
+            try BenchReport.record([
+                Figure(
+                    id: "P6", name: "Local saves: FerryStore save throughput relative to raw prepared SQLite inserts",
+                    value: f.median, unit: "docs/s", baseline: r.median, ratio: ratio.median, target: ">= 0.5",
+                    holds: ratio.median >= 0.5, runs: zip(ferry, raw).map { ($0, $1, $0 / $1) })
+            ], in: report)
+        }
     }
 
     func scratchDir() throws -> String { try makeScratchDirectory(in: workload.scratch) }
@@ -257,4 +265,5 @@ struct Workload: ParsableArguments {
     @Option(help: "Approximate document size in bytes.") var size = 1024
     @Option(help: "Runs per measurement (median reported).") var runs = 3
     @Option(help: "Directory for scratch data.") var scratch = NSTemporaryDirectory()
+    @Option(help: "Also record the figures in this JSON report (e.g. Benchmarks/results/latest.json).") var report: String?
 }

@@ -76,6 +76,18 @@ struct NetBench: AsyncParsableCommand {
         print(String(format: "ratio ferry/raw TLS WS   %9.2f (min %.2f, max %.2f)  target >= 0.50  %@", rw.median, rw.min, rw.max, rw.median >= 0.5 ? "HOLDS" : "MISSES"))
         print(String(format: "ratio ferry/raw insert   %9.2f (min %.2f, max %.2f)  target >= 0.30  %@", rs.median, rs.min, rs.max, rs.median >= 0.3 ? "HOLDS" : "MISSES"))
         print("peak RSS: server \(serverRSS.max()! / 1024) MiB, client \(clientRSS.max()! / 1024) MiB")
+        if let report = workload.report {
+            try BenchReport.record([
+                Figure(
+                    id: "P1", name: "Bulk pull throughput over TLS WebSocket, relative to a raw TLS WebSocket stream of the same bytes",
+                    value: f.median, unit: "docs/s", baseline: w.median, ratio: rw.median, target: ">= 0.5",
+                    holds: rw.median >= 0.5, runs: zip(ferryRates, rawWS).map { ($0, $1, $0 / $1) }),
+                Figure(
+                    id: "P1-insert", name: "Bulk pull throughput over TLS WebSocket, relative to raw prepared SQLite inserts",
+                    value: f.median, unit: "docs/s", baseline: s.median, ratio: rs.median, target: ">= 0.3",
+                    holds: rs.median >= 0.3, runs: zip(ferryRates, rawSQL).map { ($0, $1, $0 / $1) }),
+            ], in: report)
+        }
     }
 
     func scratchDir(_ root: String) throws -> String { try makeScratchDirectory(in: root, prefix: "raw") }
