@@ -39,6 +39,7 @@ enable-wide-area=no
 publish-hinfo=no
 publish-workstation=no
 publish-addresses=yes
+publish-aaaa-on-ipv4=no
 [reflector]
 enable-reflector=no
 CONF

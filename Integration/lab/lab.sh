@@ -56,6 +56,8 @@ up() {
         ip link add "p$n" netns "$bridge_ns" type veth peer name eth0 netns "$ns"
         ip -n "$bridge_ns" link set "p$n" master br0
         ip -n "$bridge_ns" link set "p$n" up
+        # IPv4 only: no link-local IPv6 addresses for avahi to hand out.
+        ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 || true
         ip -n "$ns" addr add "10.213.0.$n/24" dev eth0
         ip -n "$ns" link set eth0 up
         ip -n "$ns" link set lo up
@@ -73,6 +75,7 @@ enable-wide-area=no
 [publish]
 publish-hinfo=no
 publish-workstation=no
+publish-aaaa-on-ipv4=no
 [reflector]
 enable-reflector=no
 CONF
