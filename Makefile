@@ -44,6 +44,7 @@ bench: deps
 	.build/release/ferry-bench sync
 	.build/release/ferry-bench net --report $(REPORT)
 	.build/release/ferry-bench delta --report $(REPORT)
+	.build/release/ferry-bench latency --report $(REPORT)
 	@echo "report: $(REPORT)"
 
 clean:

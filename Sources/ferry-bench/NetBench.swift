@@ -188,7 +188,9 @@ struct NetBench: AsyncParsableCommand {
 
     static func startServe(_ ferry: String, data: String, trust: String) throws -> (pid: pid_t, url: String) {
         try? FileManager.default.removeItem(atPath: "\(data)/node.json")
-        let pid = try launch(ferry, ["--data", data, "serve", "--port", "0", "--interface", "127.0.0.1", "--trust", trust], quiet: true)
+        let pid = try launch(
+            ferry, ["--data", data, "serve", "--port", "0", "--admin-port", "0", "--no-discovery", "--interface", "127.0.0.1", "--trust", trust],
+            quiet: true)
         let deadline = Date().addingTimeInterval(30)
         while Date() < deadline {
             if let d = FileManager.default.contents(atPath: "\(data)/node.json"), let info = try? JSON.parse(Array(d)),

@@ -1,0 +1,190 @@
+import ArgumentParser
+import FerryCore
+import FerryTransport
+import Foundation
+import Logging
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// P2: propagation latency. Five `ferry serve` nodes in continuous sync (one link per pair);
+/// one write at a time on node 1; the time until it is visible on the first peer and on all
+/// four, read through long-poll change feeds opened before the write. Same-run baseline:
+/// the round-trip time of a small message over a raw TLS WebSocket on this machine.
+struct LatencyBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "latency", abstract: "P2: write-to-visible latency across 5 nodes (one peer p50 <= 5 ms; all 4 p50 <= 20 ms, p99 <= 100 ms).")
+
+    @Option(help: "Writes, one at a time.") var writes = 1000
+    @Option(help: "Nodes in the mesh.") var nodes = 5
+    @Option(help: "Directory for scratch data.") var scratch = NSTemporaryDirectory()
+    @Option(help: "Also record the figures in this JSON report.") var report: String?
+
+    struct NodeProcess {
+        let pid: pid_t
+        let admin: String
+    }
+
+    func run() async throws {
+        let root = try makeScratchDirectory(in: scratch, prefix: "ferry-bench-latency")
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let ferry = NetBench.ferryBinary()
+        let dirs = (1...nodes).map { "\(root)/n\($0)" }
+        let ids = try dirs.map { try NetBench.capture(ferry, ["--data", $0, "id"]).trimmingCharacters(in: .whitespacesAndNewlines) }
+        var started: [NodeProcess] = []
+        var urls = [String](repeating: "", count: nodes)
+        defer { for n in started { kill(n.pid, SIGTERM) } }
+        // Start from the last node, so that each node can dial every node after it.
+        for i in (0..<nodes).reversed() {
+            var args = ["--data", dirs[i], "serve", "--port", "0", "--admin-port", "0", "--no-discovery", "--interface", "127.0.0.1"]
+            for (j, id) in ids.enumerated() where j != i { args += ["--trust", id] }
+            for j in (i + 1)..<nodes { args += ["--peer", "\(urls[j])#\(ids[j])"] }
+            let pid = try NetBench.launch(ferry, args, quiet: true)
+            let info = try await waitForNodeFile(dirs[i], pid: pid)
+            urls[i] = info["url"]?.stringValue ?? ""
+            started.append(NodeProcess(pid: pid, admin: info["adminURL"]?.stringValue ?? ""))
+        }
+        let byIndex = started.reversed().map { $0 }  // index 0 is node 1
+        // Wait until every node sees all its links up.
+        try await waitUntilMeshIsUp(byIndex)
+        let rtt = try await rawRoundTrip(root: root, count: 200)
+        print("latency: \(nodes) nodes, \(writes) writes on node 1, long-poll change feeds on the others; raw TLS WebSocket RTT p50 \(fmt(rtt.p50)) ms")
+        var first: [Double] = []
+        var all: [Double] = []
+        let writer = byIndex[0]
+        for k in 0..<writes {
+            let since = try await lastSequences(Array(byIndex.dropFirst()))
+            let start = ContinuousClock.now
+            let arrivals = try await withThrowingTaskGroup(of: Double.self) { group in
+                for (peer, seq) in zip(byIndex.dropFirst(), since) {
+                    group.addTask {
+                        _ = try await get(peer.admin + "/changes?since=\(seq)&feed=longpoll&timeout=10000")
+                        return (ContinuousClock.now - start).seconds * 1000
+                    }
+                }
+                try await Task.sleep(for: .microseconds(200))  // let the long-polls reach the nodes first
+                let t0 = ContinuousClock.now
+                _ = try await request("PUT", writer.admin + "/docs/lat-\(k)", body: #"{"k":\#(k)}"#)
+                let offset = (t0 - start).seconds * 1000
+                var out: [Double] = []
+                for try await t in group { out.append(t - offset) }
+                return out
+            }
+            first.append(arrivals.min() ?? 0)
+            all.append(arrivals.max() ?? 0)
+        }
+        let p1 = Percentiles(first), pa = Percentiles(all)
+        print(String(format: "one peer   p50 %7.2f ms  p99 %7.2f ms  target p50 <= 5 ms    %@", p1.p50, p1.p99, p1.p50 <= 5 ? "HOLDS" : "MISSES"))
+        print(String(format: "all peers  p50 %7.2f ms  p99 %7.2f ms  target p50 <= 20, p99 <= 100 ms  %@", pa.p50, pa.p99, pa.p50 <= 20 && pa.p99 <= 100 ? "HOLDS" : "MISSES"))
+        print(String(format: "ratio one-peer p50 / raw RTT p50  %.1f", p1.p50 / rtt.p50))
+        if let report {
+            try BenchReport.record([
+                Figure(
+                    id: "P2-one", name: "Propagation latency to the first of 4 peers, p50 (p99 in runs)", value: p1.p50, unit: "ms",
+                    baseline: rtt.p50, ratio: p1.p50 / rtt.p50, target: "p50 <= 5 ms", holds: p1.p50 <= 5,
+                    runs: [(p1.p50, rtt.p50, p1.p50 / rtt.p50), (p1.p99, rtt.p99, p1.p99 / rtt.p99)]),
+                Figure(
+                    id: "P2-all", name: "Propagation latency to all 4 peers, p50 (p99 in runs)", value: pa.p50, unit: "ms",
+                    baseline: rtt.p50, ratio: pa.p50 / rtt.p50, target: "p50 <= 20 ms, p99 <= 100 ms", holds: pa.p50 <= 20 && pa.p99 <= 100,
+                    runs: [(pa.p50, rtt.p50, pa.p50 / rtt.p50), (pa.p99, rtt.p99, pa.p99 / rtt.p99)]),
+            ], in: report)
+        }
+    }
+
+    func fmt(_ v: Double) -> String { String(format: "%.3f", v) }
+
+    func waitForNodeFile(_ dir: String, pid: pid_t) async throws -> JSON {
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline {
+            if let d = FileManager.default.contents(atPath: "\(dir)/node.json"), let info = try? JSON.parse(Array(d)),
+                info["pid"]?.intValue == Int64(pid)
+            {
+                return info
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        throw BenchError("node in \(dir) did not become ready")
+    }
+
+    func waitUntilMeshIsUp(_ nodes: [NodeProcess]) async throws {
+        let deadline = Date().addingTimeInterval(60)
+        while Date() < deadline {
+            var up = true
+            // Node i lists the nodes it dials (those after it); each link must be up and idle.
+            for (i, n) in nodes.enumerated() {
+                let peers = try await get(n.admin + "/peers")["peers"]
+                guard case .array(let list)? = peers, list.count == self.nodes - 1 - i,
+                    list.allSatisfy({ $0["connected"] == true && $0["replication"]?["activity"] == "idle" })
+                else {
+                    up = false
+                    break
+                }
+            }
+            if up { return }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        throw BenchError("the mesh did not come up")
+    }
+
+    func lastSequences(_ nodes: [NodeProcess]) async throws -> [Int64] {
+        var out: [Int64] = []
+        for n in nodes { out.append(try await get(n.admin + "/")["lastSequence"]?.intValue ?? 0) }
+        return out
+    }
+
+    /// Median and 99th percentile of small-message round trips over a raw TLS WebSocket.
+    func rawRoundTrip(root: String, count: Int) async throws -> Percentiles {
+        let serverID = try NodeIdentity.loadOrCreate(directory: "\(root)/rtt-server")
+        let clientID = try NodeIdentity.loadOrCreate(directory: "\(root)/rtt-client")
+        var config = WebSocketListener.Configuration()
+        config.host = "127.0.0.1"
+        config.port = 0
+        config.authentication = .mutualTLS(.pinned([clientID.nodeID]))
+        var quiet = Logger(label: "bench")
+        quiet.logLevel = .error
+        let listener = WebSocketListener(identity: serverID, configuration: config, logger: quiet) { endpoint, _ in
+            do { for try await m in endpoint.incoming { try await endpoint.send(m) } } catch {}
+        }
+        let serving = Task { try await listener.run() }
+        defer { serving.cancel(); listener.stop() }
+        let port = try await listener.waitUntilBound()
+        var connector = try WebSocketConnector(url: "wss://127.0.0.1:\(port)/ferry/sync", serverTrust: .pinned([serverID.nodeID]), identity: clientID)
+        connector.logger = quiet
+        let endpoint = try await connector.connect()
+        var it = endpoint.incoming.makeAsyncIterator()
+        var times: [Double] = []
+        for _ in 0..<count {
+            let t = ContinuousClock.now
+            try await endpoint.send(Array(repeating: 7, count: 64))
+            _ = try await it.next()
+            times.append((ContinuousClock.now - t).seconds * 1000)
+        }
+        await endpoint.close(error: nil)
+        return Percentiles(times)
+    }
+}
+
+/// p50 and p99 of a sample.
+struct Percentiles {
+    let p50: Double
+    let p99: Double
+    init(_ values: [Double]) {
+        let s = values.sorted()
+        p50 = s.isEmpty ? 0 : s[s.count / 2]
+        p99 = s.isEmpty ? 0 : s[min(s.count - 1, Int(Double(s.count) * 0.99))]
+    }
+}
+
+func get(_ url: String) async throws -> JSON {
+    try await request("GET", url, body: nil)
+}
+
+func request(_ method: String, _ url: String, body: String?) async throws -> JSON {
+    var r = URLRequest(url: URL(string: url)!)
+    r.httpMethod = method
+    r.timeoutInterval = 30
+    if let body { r.httpBody = Data(body.utf8) }
+    let (data, _) = try await URLSession.shared.data(for: r)
+    return (try? JSON.parse(Array(data))) ?? .null
+}
