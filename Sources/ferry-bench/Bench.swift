@@ -171,20 +171,11 @@ struct SyncBench: ParsableCommand {
         var options = StoreOptions()
         options.durability = durability == "normal" ? .normal : .full
         let target = try DocumentStore.open(directory: dir, options: options)
-        let responder = ReplicationResponder(store: source)
         var config = ReplicatorConfiguration()
         config.direction = .pull
         config.batchSize = batch
         config.maxRevisionsPerRequest = perRequest
-        var logger = Logger(label: "bench")
-        logger.logLevel = .error
-        let replicator = Replicator(
-            store: target,
-            connector: {
-                let (client, server) = InMemoryEndpoint.pair()
-                Task { await responder.serve(server) }
-                return client
-            }, configuration: config, logger: logger)
+        let replicator = inMemoryReplicator(from: source, into: target, config)
         let start = ContinuousClock.now
         let done = DispatchSemaphore(value: 0)
         Task {
@@ -198,6 +189,20 @@ struct SyncBench: ParsableCommand {
         guard n == (try source.documentCount) else { throw BenchError("replicated \(n) documents") }
         return Double(n) / elapsed.seconds
     }
+}
+
+/// A quiet replicator from `source` into `target` over an in-memory endpoint pair.
+func inMemoryReplicator(from source: DocumentStore, into target: DocumentStore, _ config: ReplicatorConfiguration) -> Replicator {
+    let responder = ReplicationResponder(store: source)
+    var logger = Logger(label: "bench")
+    logger.logLevel = .error
+    return Replicator(
+        store: target,
+        connector: {
+            let (client, server) = InMemoryEndpoint.pair()
+            Task { await responder.serve(server) }
+            return client
+        }, configuration: config, logger: logger)
 }
 
 /// Deterministic documents of roughly a given size.

@@ -59,19 +59,10 @@ struct DeltaBench: AsyncParsableCommand {
     }
 
     func pull(_ source: DocumentStore, into target: DocumentStore, deltas: Bool) async throws -> ReplicationSummary {
-        let responder = ReplicationResponder(store: source)
         var config = ReplicatorConfiguration()
         config.direction = .pull
         config.deltas = deltas
-        var logger = Logger(label: "bench")
-        logger.logLevel = .error
-        let replicator = Replicator(
-            store: target,
-            connector: {
-                let (client, server) = InMemoryEndpoint.pair()
-                Task { await responder.serve(server) }
-                return client
-            }, configuration: config, logger: logger)
+        let replicator = inMemoryReplicator(from: source, into: target, config)
         await replicator.run()
         if let error = replicator.status.error { throw BenchError("replication failed: \(error)") }
         return replicator.summary

@@ -135,23 +135,11 @@ struct LatencyBench: AsyncParsableCommand {
 
     /// Median and 99th percentile of small-message round trips over a raw TLS WebSocket.
     func rawRoundTrip(root: String, count: Int) async throws -> Percentiles {
-        let serverID = try NodeIdentity.loadOrCreate(directory: "\(root)/rtt-server")
-        let clientID = try NodeIdentity.loadOrCreate(directory: "\(root)/rtt-client")
-        var config = WebSocketListener.Configuration()
-        config.host = "127.0.0.1"
-        config.port = 0
-        config.authentication = .mutualTLS(.pinned([clientID.nodeID]))
-        var quiet = Logger(label: "bench")
-        quiet.logLevel = .error
-        let listener = WebSocketListener(identity: serverID, configuration: config, logger: quiet) { endpoint, _ in
+        let raw = try await RawWebSocket.start(root: root, name: "rtt") { endpoint in
             do { for try await m in endpoint.incoming { try await endpoint.send(m) } } catch {}
         }
-        let serving = Task { try await listener.run() }
-        defer { serving.cancel(); listener.stop() }
-        let port = try await listener.waitUntilBound()
-        var connector = try WebSocketConnector(url: "wss://127.0.0.1:\(port)/ferry/sync", serverTrust: .pinned([serverID.nodeID]), identity: clientID)
-        connector.logger = quiet
-        let endpoint = try await connector.connect()
+        defer { raw.stop() }
+        let endpoint = try await raw.connect()
         var it = endpoint.incoming.makeAsyncIterator()
         var times: [Double] = []
         for _ in 0..<count {

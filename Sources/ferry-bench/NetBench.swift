@@ -95,28 +95,16 @@ struct NetBench: AsyncParsableCommand {
     /// Streams the same bytes one way over TLS WebSocket (64 KiB messages) between two
     /// in-process endpoints on loopback; returns documents per second.
     func rawWebSocketStream(bodies: [[UInt8]], root: String) async throws -> Double {
-        let serverID = try NodeIdentity.loadOrCreate(directory: "\(root)/raw-server")
-        let clientID = try NodeIdentity.loadOrCreate(directory: "\(root)/raw-client")
-        var config = WebSocketListener.Configuration()
-        config.host = "127.0.0.1"
-        config.port = 0
-        config.authentication = .mutualTLS(.pinned([clientID.nodeID]))
-        var quiet = Logger(label: "bench")
-        quiet.logLevel = .error
         let total = bodies.reduce(0) { $0 + $1.count }
         let received = AsyncStream<Int>.makeStream()
-        let listener = WebSocketListener(identity: serverID, configuration: config, logger: quiet) { endpoint, _ in
+        let raw = try await RawWebSocket.start(root: root, name: "raw") { endpoint in
             var n = 0
             do { for try await m in endpoint.incoming { n += m.count; if n >= total { break } } } catch {}
             received.continuation.yield(n)
         }
-        let serving = Task { try await listener.run() }
-        defer { serving.cancel(); listener.stop() }
-        let port = try await listener.waitUntilBound()
-        var connector = try WebSocketConnector(url: "wss://127.0.0.1:\(port)/ferry/sync", serverTrust: .pinned([serverID.nodeID]), identity: clientID)
-        connector.logger = quiet
+        defer { raw.stop() }
         let start = ContinuousClock.now
-        let endpoint = try await connector.connect()
+        let endpoint = try await raw.connect()
         var chunk: [UInt8] = []
         chunk.reserveCapacity(70_000)
         for b in bodies {
@@ -210,5 +198,37 @@ struct NetBench: AsyncParsableCommand {
             return Int(line.split(separator: " ").dropFirst().first ?? "0") ?? 0
         }
         return 0
+    }
+}
+
+/// A raw TLS 1.3 WebSocket listener and a pinned client on loopback, without the protocol:
+/// the same-run baseline for the network benchmarks.
+struct RawWebSocket {
+    let listener: WebSocketListener
+    let serving: Task<Void, any Error>
+    let connector: WebSocketConnector
+
+    static func start(root: String, name: String, serve: @escaping @Sendable (any MessageEndpoint) async -> Void) async throws -> RawWebSocket {
+        let serverID = try NodeIdentity.loadOrCreate(directory: "\(root)/\(name)-server")
+        let clientID = try NodeIdentity.loadOrCreate(directory: "\(root)/\(name)-client")
+        var config = WebSocketListener.Configuration()
+        config.host = "127.0.0.1"
+        config.port = 0
+        config.authentication = .mutualTLS(.pinned([clientID.nodeID]))
+        var quiet = Logger(label: "bench")
+        quiet.logLevel = .error
+        let listener = WebSocketListener(identity: serverID, configuration: config, logger: quiet) { endpoint, _ in await serve(endpoint) }
+        let serving = Task { try await listener.run() }
+        let port = try await listener.waitUntilBound()
+        var connector = try WebSocketConnector(url: "wss://127.0.0.1:\(port)/ferry/sync", serverTrust: .pinned([serverID.nodeID]), identity: clientID)
+        connector.logger = quiet
+        return RawWebSocket(listener: listener, serving: serving, connector: connector)
+    }
+
+    func connect() async throws -> any MessageEndpoint { try await connector.connect() }
+
+    func stop() {
+        serving.cancel()
+        listener.stop()
     }
 }
