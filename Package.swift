@@ -126,7 +126,7 @@ let package = Package(
             dependencies: ["FerryNode", "FerryTransport", "FerrySync", "FerryStore", "FerryCore", "FerryDiscovery"]
         ),
         .testTarget(name: "FerryTransportTests", dependencies: ["FerryTransport", "FerrySync", "FerryStore", "FerryCore"]),
-        .testTarget(name: "FerryCLITests", dependencies: ["ferry", "FerryCore", "FerryStore"]),
+        .testTarget(name: "FerryCLITests", dependencies: ["ferry", "FerryCore", "FerryStore", "IntegrationHarness"]),
         // Integration/: the multi-process harness (real `ferry serve` nodes, the LAN lab)
         // and the scenarios run against it (`make integration`).
         .target(name: "IntegrationHarness", dependencies: ["FerryCore"], path: "Integration/Harness"),

@@ -142,22 +142,11 @@ public struct DocumentRule: Sendable, Equatable {
         }
         for (field, type) in required.sorted(by: { $0.key < $1.key }) {
             guard let value = body[field] else { return "required field \"\(field)\" is missing" }
-            if type != "any", Self.jsonType(value) != type {
-                return "field \"\(field)\" must be \(type), not \(Self.jsonType(value))"
+            if type != "any", value.typeName != type {
+                return "field \"\(field)\" must be \(type), not \(value.typeName)"
             }
         }
         return nil
-    }
-
-    static func jsonType(_ value: JSON) -> String {
-        switch value {
-        case .null: return "null"
-        case .bool: return "boolean"
-        case .int, .double: return "number"
-        case .string: return "string"
-        case .array: return "array"
-        case .object: return "object"
-        }
     }
 
     /// The rule as a pull filter; its name (part of checkpoint keys) changes with its content.

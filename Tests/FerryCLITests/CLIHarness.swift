@@ -1,5 +1,6 @@
 import FerryCore
 import Foundation
+import IntegrationHarness
 
 /// Runs the built `ferry` binary against a temporary data directory.
 struct FerryCLI {
@@ -12,18 +13,7 @@ struct FerryCLI {
     func cleanUp() { try? FileManager.default.removeItem(atPath: dataDirectory) }
 
     /// The `ferry` executable beside this test bundle (SwiftPM builds it first), or $FERRY_BINARY.
-    static let binary: String = {
-        if let env = ProcessInfo.processInfo.environment["FERRY_BINARY"] { return env }
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
-            ?? CommandLine.arguments[0]
-        var dir = (exe as NSString).deletingLastPathComponent
-        while !dir.isEmpty && dir != "/" {
-            let candidate = dir + "/ferry"
-            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
-            dir = (dir as NSString).deletingLastPathComponent
-        }
-        fatalError("cannot find the ferry binary near \(exe); run `swift build` first or set FERRY_BINARY")
-    }()
+    static let binary = Ferry.binary
 
     struct Result {
         let status: Int32
