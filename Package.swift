@@ -120,7 +120,7 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
-        .testTarget(name: "FerryDiscoveryTests", dependencies: ["FerryDiscovery"]),
+        .testTarget(name: "FerryDiscoveryTests", dependencies: ["FerryDiscovery", "IntegrationHarness"]),
         .testTarget(
             name: "FerryNodeTests",
             dependencies: ["FerryNode", "FerryTransport", "FerrySync", "FerryStore", "FerryCore", "FerryDiscovery"]

@@ -23,7 +23,7 @@ public struct AdminClient: Sendable {
             var args = host.nsenterArguments + ["curl", "-s", "-m", "60", "-X", method, "-w", "\\n%{http_code}"]
             if let body { args += ["--data-binary", body] }
             args.append(base + path)
-            let r = try Shell.run(args, executable: "/usr/bin/nsenter")
+            let r = try await Shell.run(args, executable: "/usr/bin/nsenter", timeout: 90)
             guard let cut = r.stdout.lastIndex(of: "\n"), let status = Int(r.stdout[r.stdout.index(after: cut)...]) else {
                 throw HarnessError("admin call on \(host.name) failed: \(r.stderr)")
             }

@@ -21,6 +21,13 @@ public final class Cluster: @unchecked Sendable {
         return node
     }
 
+    /// The node IDs of `nodes`, in order.
+    public func ids(_ nodes: [Node]) async throws -> [String] {
+        var ids: [String] = []
+        for n in nodes { ids.append(try await n.id) }
+        return ids
+    }
+
     /// Waits until every node (or `among`) reports the same digest. On timeout it throws
     /// with a diff: which documents differ, and their revision on each node.
     public func awaitConvergence(among: [Node]? = nil, timeout: Double = 60) async throws {
@@ -52,10 +59,10 @@ public final class Cluster: @unchecked Sendable {
     }
 
     /// Stops every node with SIGTERM and returns the non-zero exits and the log problems.
-    public func shutDown(allowedLogLines: [String] = []) -> [String] {
+    public func shutDown(allowedLogLines: [String] = []) async -> [String] {
         var failures: [String] = []
         for n in nodes where n.isRunning {
-            let status = n.stop()
+            let status = await n.stop()
             if status != 0 { failures.append("\(n.name) exited \(status) on SIGTERM") }
         }
         for n in nodes {
@@ -65,8 +72,9 @@ public final class Cluster: @unchecked Sendable {
     }
 
     /// Kills whatever still runs and removes the root (keeps it when KEEP_IT_ROOT is set).
+    /// Synchronous, for `defer`: SIGKILL needs no grace period.
     public func cleanUp() {
-        for n in nodes where n.isRunning { n.kill() }
+        for n in nodes { n.killNow() }
         if ProcessInfo.processInfo.environment["KEEP_IT_ROOT"] == nil {
             try? FileManager.default.removeItem(atPath: root)
         }

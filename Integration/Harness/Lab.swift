@@ -23,16 +23,16 @@ public final class Lab: @unchecked Sendable {
         .appendingPathComponent("../lab/lab.sh").standardized.path
 
     /// Why this machine cannot run the lab, or nil when it can.
-    public static var unavailableReason: String? {
+    public static func unavailableReason() async -> String? {
         if getuid() != 0 { return "the LAN lab needs root" }
-        guard (try? Shell.bash("ip netns list"))?.status == 0 else { return "`ip netns` does not work here" }
+        guard (try? await Shell.bash("ip netns list"))?.status == 0 else { return "`ip netns` does not work here" }
         guard FileManager.default.isExecutableFile(atPath: "/usr/sbin/avahi-daemon") else { return "avahi-daemon is not installed" }
         return nil
     }
 
     /// Brings up K hosts.
-    public init(hosts k: Int) throws {
-        let r = try Shell.run([Self.script, "up", String(k)], executable: "/bin/bash")
+    public init(hosts k: Int) async throws {
+        let r = try await Shell.run([Self.script, "up", String(k)], executable: "/bin/bash", timeout: 180)
         guard r.status == 0 else { throw HarnessError("lab up failed: \(r.stderr)\(r.stdout)") }
         hosts = r.stdout.split(separator: "\n").compactMap { line in
             let parts = line.split(separator: " ")
@@ -43,23 +43,23 @@ public final class Lab: @unchecked Sendable {
     }
 
     /// Pulls host N's cable.
-    public func partition(_ host: LabHost) throws {
-        let r = try Shell.run([Self.script, "partition", String(host.number)], executable: "/bin/bash")
+    public func partition(_ host: LabHost) async throws {
+        let r = try await Shell.run([Self.script, "partition", String(host.number)], executable: "/bin/bash")
         guard r.status == 0 else { throw HarnessError("partition failed: \(r.stderr)") }
     }
 
-    public func heal(_ host: LabHost) throws {
-        let r = try Shell.run([Self.script, "heal", String(host.number)], executable: "/bin/bash")
+    public func heal(_ host: LabHost) async throws {
+        let r = try await Shell.run([Self.script, "heal", String(host.number)], executable: "/bin/bash")
         guard r.status == 0 else { throw HarnessError("heal failed: \(r.stderr)") }
     }
 
     /// Runs a command on a host.
-    public func run(_ host: LabHost, _ command: [String]) throws -> Ferry.Result {
-        try Shell.run(host.nsenterArguments + command, executable: "/usr/bin/nsenter")
+    public func run(_ host: LabHost, _ command: [String]) async throws -> Ferry.Result {
+        try await Shell.run(host.nsenterArguments + command, executable: "/usr/bin/nsenter")
     }
 
     /// Kills everything the lab started and deletes its namespaces.
-    public func tearDown() {
-        _ = try? Shell.run([Self.script, "down"], executable: "/bin/bash")
+    public func tearDown() async {
+        _ = try? await Shell.run([Self.script, "down"], executable: "/bin/bash", timeout: 120)
     }
 }

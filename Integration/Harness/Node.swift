@@ -12,7 +12,7 @@ public final class Node: @unchecked Sendable {
     /// Where the node runs: this machine's namespaces, or a LAN-lab host.
     public let host: LabHost?
     public private(set) var info: JSON = .null
-    private var process: Process?
+    private var process: ChildProcess?
     private var arguments: [String] = []
     private var environment: [String: String] = [:]
 
@@ -26,15 +26,15 @@ public final class Node: @unchecked Sendable {
     }
 
     public var id: String {
-        get throws {
-            let r = try Ferry.run(["--data", dataDirectory, "id", "--name", name])
+        get async throws {
+            let r = try await Ferry.run(["--data", dataDirectory, "id", "--name", name])
             guard r.status == 0 else { throw HarnessError("ferry id failed: \(r.stderr)") }
             return r.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         }
     }
 
     public var url: String { info["url"]?.stringValue ?? "" }
-    public var pid: Int32? { process?.processIdentifier }
+    public var pid: Int32? { process?.pid }
     public var isRunning: Bool { process?.isRunning ?? false }
     public var admin: AdminClient { AdminClient(base: info["adminURL"]?.stringValue ?? "", host: host) }
 
@@ -57,31 +57,23 @@ public final class Node: @unchecked Sendable {
         var args = ["--data", dataDirectory, "serve", "--port", "0", "--admin-port", "0", "--name", name] + arguments
         if !args.contains("--discovery") && !args.contains("--config") { args.append("--no-discovery") }
         if host == nil && !args.contains("--interface") { args += ["--interface", "127.0.0.1"] }
-        let p = Process()
-        if let host {
-            p.executableURL = URL(fileURLWithPath: "/usr/bin/nsenter")
-            p.arguments = host.nsenterArguments + [Ferry.binary] + args
-        } else {
-            p.executableURL = URL(fileURLWithPath: Ferry.binary)
-            p.arguments = args
-        }
-        var env = ProcessInfo.processInfo.environment
-        env.removeValue(forKey: "FERRY_DATA")
+        let executable = host == nil ? Ferry.binary : "/usr/bin/nsenter"
+        let argv = host.map { $0.nsenterArguments + [Ferry.binary] + args } ?? args
+        var env = ProcessInfo.processInfo.environment.filter { $0.key != "FERRY_DATA" }
         env["FERRY_LOG_LEVEL"] = env["FERRY_LOG_LEVEL"] ?? "info"
         for (k, v) in environment { env[k] = v }
-        p.environment = env
-        let log = FileHandle(forWritingAtPath: logPath)!
-        log.seekToEndOfFile()
-        log.write(Data("=== start \(Date()) \(args.joined(separator: " "))\n".utf8))
-        p.standardOutput = log
-        p.standardError = log
-        try p.run()
+        if let log = FileHandle(forWritingAtPath: logPath) {
+            log.seekToEndOfFile()
+            log.write(Data("=== start \(Date()) \(args.joined(separator: " "))\n".utf8))
+            try? log.close()
+        }
+        let p = try ChildProcess.spawn(executable, argv, environment: env, stdoutPath: logPath, stderrPath: logPath)
         process = p
         let deadline = Date().addingTimeInterval(60)
         while Date() < deadline {
             if let data = FileManager.default.contents(atPath: dataDirectory + "/node.json"),
                 let json = try? JSON.parse(Array(data)), let pid = json["pid"]?.intValue,
-                host != nil || pid == Int64(p.processIdentifier)
+                host != nil || pid == Int64(p.pid)
             {
                 info = json
                 if (try? await admin.get("/")["id"]) != nil { return }
@@ -92,23 +84,32 @@ public final class Node: @unchecked Sendable {
         throw HarnessError("\(name) did not become ready:\n\(logTail())")
     }
 
-    /// SIGTERM and wait; returns the exit status (0 is a graceful stop).
+    /// SIGTERM and wait; returns the exit status (0 is a graceful stop). A node that has
+    /// not stopped after `grace` seconds is killed, and the status says so (137).
     @discardableResult
-    public func stop() -> Int32 { signal(SIGTERM) }
+    public func stop(grace: Double = 60) async -> Int32 { await signal(SIGTERM, grace: grace) }
 
     /// SIGKILL and wait: a crash.
     @discardableResult
-    public func kill() -> Int32 { signal(SIGKILL) }
+    public func kill() async -> Int32 { await signal(SIGKILL, grace: 30) }
 
-    private func signal(_ sig: Int32) -> Int32 {
-        guard let p = process else { return -1 }
-        if p.isRunning {
-            // Under nsenter the node is nsenter's child (same pid after exec).
-            Foundation.kill(p.processIdentifier, sig)
-        }
-        p.waitUntilExit()
+    /// SIGKILL without waiting for the exit (for `defer`); the child is reaped when released.
+    public func killNow() {
+        process?.signal(SIGKILL)
         process = nil
-        return p.terminationReason == .uncaughtSignal ? 128 + p.terminationStatus : p.terminationStatus
+    }
+
+    private func signal(_ sig: Int32, grace: Double) async -> Int32 {
+        guard let p = process else { return -1 }
+        // Under nsenter the node is nsenter's child (same pid after exec).
+        let (status, graceful) = await p.stop(sig, grace: grace)
+        if !graceful, let log = FileHandle(forWritingAtPath: logPath) {
+            log.seekToEndOfFile()
+            log.write(Data("=== harness: no exit \(Int(grace)) s after signal \(sig); killed\n".utf8))
+            try? log.close()
+        }
+        process = nil
+        return status
     }
 
     public var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
@@ -129,7 +130,7 @@ public final class Node: @unchecked Sendable {
     }
 
     deinit {
-        if let p = process, p.isRunning { Foundation.kill(p.processIdentifier, SIGKILL) }
+        process?.signal(SIGKILL)
     }
 }
 
@@ -161,54 +162,9 @@ public enum Ferry {
     }
 
     /// Runs `ferry ARGS` (optionally on a lab host) and waits for it.
-    public static func run(_ arguments: [String], host: LabHost? = nil) throws -> Result {
-        try Shell.run(host.map { $0.nsenterArguments + [binary] + arguments } ?? arguments, executable: host == nil ? binary : "/usr/bin/nsenter")
+    public static func run(_ arguments: [String], host: LabHost? = nil, stdin: String? = nil, timeout: Double = 120) async throws -> Result {
+        try await Shell.run(
+            host.map { $0.nsenterArguments + [binary] + arguments } ?? arguments,
+            executable: host == nil ? binary : "/usr/bin/nsenter", stdin: stdin, timeout: timeout)
     }
-}
-
-/// Runs programs and collects their output.
-///
-/// Hand-rolled over posix_spawn and waitpid rather than Foundation's Process: with scripts
-/// that leave daemons behind (the lab's avahi and D-Bus), Process.waitUntilExit was seen
-/// to miss the child's exit and hang with the child a zombie.
-public enum Shell {
-    public static func run(_ arguments: [String], executable: String) throws -> Ferry.Result {
-        let dir = NSTemporaryDirectory() + "ferry-shell-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: dir) }
-        let outPath = dir + "/out", errPath = dir + "/err"
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, outPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-        posix_spawn_file_actions_addopen(&actions, 2, errPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-        var env = ProcessInfo.processInfo.environment
-        env.removeValue(forKey: "FERRY_DATA")
-        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
-        let envp = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
-        defer {
-            for p in argv { free(p) }
-            for p in envp { free(p) }
-        }
-        var pid: pid_t = 0
-        let rc = posix_spawn(&pid, executable, &actions, nil, argv, envp)
-        guard rc == 0 else { throw HarnessError("cannot run \(executable): errno \(rc)") }
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-        let exitStatus = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
-        let out = (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? ""
-        let err = (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? ""
-        return Ferry.Result(status: exitStatus, stdout: out, stderr: err)
-    }
-
-    /// `bash -c COMMAND`.
-    public static func bash(_ command: String) throws -> Ferry.Result {
-        try run(["-c", command], executable: "/bin/bash")
-    }
-}
-
-/// Bytes filled in by one reader thread and read after it finished (DispatchGroup.wait).
-final class DataBox: @unchecked Sendable {
-    var data = Data()
 }

@@ -9,7 +9,7 @@ import Testing
 @testable import FerrySync
 
 /// Scenario 6: hostile peers against a real node, while honest peers keep syncing.
-@Suite(.serialized) struct HostileScenarios {
+@Suite(.serialized, .timeLimit(.minutes(10))) struct HostileScenarios {
     /// A raw protocol client: a pinned TLS WebSocket to the node, speaking envelopes by hand.
     struct RawClient {
         let endpoint: any MessageEndpoint
@@ -48,7 +48,7 @@ import Testing
         let a = cluster.add("a")
         let b = cluster.add("b")
         let restricted = cluster.add("restricted")
-        let (idA, idB, idR) = (try a.id, try b.id, try restricted.id)
+        let (idA, idB, idR) = (try await a.id, try await b.id, try await restricted.id)
         // A trusts B fully and R with a policy: write public/* only, no deletions, and
         // accepts documents of at most 2 KiB.
         let forgerDir = cluster.root + "/forger"
@@ -83,8 +83,8 @@ import Testing
         // 2. An unknown certificate: refused in the TLS handshake, nothing exchanged.
         let stranger = cluster.root + "/stranger"
         try FileManager.default.createDirectory(atPath: stranger, withIntermediateDirectories: true)
-        _ = try Ferry.run(["--data", stranger, "put", "from-stranger", "{}"])
-        let refused = try Ferry.run(["--data", stranger, "sync", a.url, "--pin", idA])
+        _ = try await Ferry.run(["--data", stranger, "put", "from-stranger", "{}"])
+        let refused = try await Ferry.run(["--data", stranger, "sync", a.url, "--pin", idA])
         #expect(refused.status != 0)
         #expect(try await a.admin.call("GET", "/docs/from-stranger").status == 404)
 
@@ -122,9 +122,9 @@ import Testing
         try await b.admin.put("after-the-attacks", "{}")
         try await waitFor("A still syncs with B") { try await a.admin.call("GET", "/docs/after-the-attacks").status == 200 }
         try await cluster.awaitConvergence(among: [a, b])
-        _ = a.stop()
-        let check = try Ferry.run(["--data", a.dataDirectory, "check", "--json"])
+        _ = await a.stop()
+        let check = try await Ferry.run(["--data", a.dataDirectory, "check", "--json"])
         #expect(check.stdout.contains(#""ok":true"#), "\(check.stdout)")
-        finish(cluster, allowing: expectedRefusals + ["refusing", "closing connection", "too large", "bad message"])
+        await finish(cluster, allowing: expectedRefusals + ["refusing", "closing connection", "too large", "bad message"])
     }
 }

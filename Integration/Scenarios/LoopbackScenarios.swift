@@ -5,7 +5,7 @@ import IntegrationHarness
 import Testing
 
 /// Scenarios 1–3 on this machine's loopback: real `ferry serve` processes.
-@Suite(.serialized) struct LoopbackScenarios {
+@Suite(.serialized, .timeLimit(.minutes(10))) struct LoopbackScenarios {
     /// 1. Two nodes: one-shot and continuous sync; documents, deletes, conflicts and blobs
     /// all arrive, and the digests match.
     @Test func twoNodesSyncDocumentsDeletesConflictsAndBlobs() async throws {
@@ -13,7 +13,7 @@ import Testing
         defer { cluster.cleanUp() }
         let a = cluster.add("a")
         let b = cluster.add("b")
-        let (idA, idB) = (try a.id, try b.id)
+        let (idA, idB) = (try await a.id, try await b.id)
         // Before any link: the same document edited differently on both sides (a conflict),
         // a blob on A, a document deleted on B.
         try await a.start(["--trust", idB])
@@ -22,7 +22,7 @@ import Testing
         try await b.admin.put("shared", #"{"by":"b"}"#)
         let blobFile = cluster.root + "/photo.bin"
         try Data((0..<70_000).map { UInt8($0 % 251) }).write(to: URL(fileURLWithPath: blobFile))
-        let blob = try Ferry.run(["--data", a.dataDirectory, "blob", "put", blobFile, "--json"])
+        let blob = try await Ferry.run(["--data", a.dataDirectory, "blob", "put", blobFile, "--json"])
         #expect(blob.status == 0, "\(blob.stderr)")
         let ref = blob.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         try await a.admin.put("with-blob", #"{"photo":\#(ref)}"#)
@@ -32,8 +32,8 @@ import Testing
         for i in 0..<200 { try await a.admin.put("a-\(i)", #"{"i":\#(i)}"#) }
 
         // One-shot: B pulls and pushes once through `ferry sync` while A serves.
-        _ = b.stop()
-        let once = try Ferry.run(["--data", b.dataDirectory, "sync", a.url, "--pin", idA, "--json"])
+        _ = await b.stop()
+        let once = try await Ferry.run(["--data", b.dataDirectory, "sync", a.url, "--pin", idA, "--json"])
         #expect(once.status == 0, "\(once.stderr)")
         let summary = try JSON.parse(once.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
         #expect((summary["pulled"]?.intValue ?? 0) >= 202)
@@ -53,21 +53,21 @@ import Testing
         }
         let fetched = cluster.root + "/fetched.bin"
         let digest = try JSON.parse(ref)["digest"]?.stringValue ?? ""
-        let get = try Ferry.run(["--data", b.dataDirectory, "blob", "get", digest, "-o", fetched])
+        let get = try await Ferry.run(["--data", b.dataDirectory, "blob", "get", digest, "-o", fetched])
         #expect(get.status == 0, "\(get.stderr)")
         #expect(FileManager.default.contentsEqual(atPath: fetched, andPath: blobFile))
-        finish(cluster)
+        await finish(cluster)
     }
 
     /// 2. Five-node mesh: concurrent random writes, updates, deletes and conflicting edits;
     /// after quiescing every digest is equal. Under deletesWin, lastWriteWins and merge no
     /// conflicts remain and the node stops writing (no resolver storm).
-    @Test(arguments: ["keepConflicts", "deletesWin", "lastWriteWins", "merge"])
+    @Test(.serialized, arguments: ["keepConflicts", "deletesWin", "lastWriteWins", "merge"])
     func fiveNodeMeshConvergesUnderConcurrentEdits(policy: String) async throws {
         let cluster = Cluster("mesh-\(policy)")
         defer { cluster.cleanUp() }
         let nodes = (1...5).map { cluster.add("n\($0)") }
-        let ids = try nodes.map { try $0.id }
+        let ids = try await cluster.ids(nodes)
         let config = cluster.root + "/config.json"
         try #"{"discovery":{"enabled":false},"conflicts":{"default":"\#(policy)"}}"#.write(toFile: config, atomically: true, encoding: .utf8)
         // Each pair has one link: node i dials every node after it.
@@ -115,7 +115,7 @@ import Testing
                 #expect(info["conflictedCount"]?.intValue == 0, "\(n.name) still has conflicts under \(policy)")
             }
         }
-        finish(cluster, allowing: expectedRefusals)
+        await finish(cluster, allowing: expectedRefusals)
     }
 
     /// 3. Crash and resume: the receiving node is killed with SIGKILL at 10 random points of
@@ -128,14 +128,14 @@ import Testing
         defer { cluster.cleanUp() }
         let source = cluster.add("source")
         let receiver = cluster.add("receiver")
-        let (idS, idR) = (try source.id, try receiver.id)
+        let (idS, idR) = (try await source.id, try await receiver.id)
         let ndjson = cluster.root + "/docs.ndjson"
         let pad = String(repeating: "x", count: 960)
         var text = ""
         text.reserveCapacity(total * 1000)
         for i in 0..<total { text += #"{"_id":"doc-\#(String(format: "%06d", i))","i":\#(i),"pad":"\#(pad)"}"# + "\n" }
         try text.write(toFile: ndjson, atomically: false, encoding: .utf8)
-        let imported = try Ferry.run(["--data", source.dataDirectory, "import", ndjson])
+        let imported = try await Ferry.run(["--data", source.dataDirectory, "import", ndjson])
         #expect(imported.status == 0, "\(imported.stderr)")
         try await source.start(["--trust", idR])
         let peerArgs = ["--peer", "\(source.url)#\(idS)"]
@@ -151,7 +151,7 @@ import Testing
                 return count >= point || count >= total
             }
             if count >= total { break }
-            #expect(receiver.kill() == 128 + SIGKILL)
+            #expect(await receiver.kill() == 128 + SIGKILL)
             kills += 1
             try await receiver.restart(peerArgs)
             // A restarted node counts from zero: what it re-received is what it already had.
@@ -166,9 +166,9 @@ import Testing
         }
         #expect(kills >= 5, "the pull finished before most kill points (\(kills) kills)")
         try await cluster.awaitConvergence()
-        _ = receiver.stop()
-        let check = try Ferry.run(["--data", receiver.dataDirectory, "check", "--json"])
+        _ = await receiver.stop()
+        let check = try await Ferry.run(["--data", receiver.dataDirectory, "check", "--json"])
         #expect(check.stdout.contains(#""ok":true"#), "\(check.stdout)\(check.stderr)")
-        finish(cluster, allowing: expectedRefusals)
+        await finish(cluster, allowing: expectedRefusals)
     }
 }

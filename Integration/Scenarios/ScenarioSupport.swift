@@ -27,8 +27,8 @@ func waitFor(_ what: String, timeout: Double = 60, _ condition: () async throws 
 
 /// Ends a scenario: SIGTERM every node (each must exit 0) and check every log for crashes,
 /// sanitizer reports and unexpected error lines.
-func finish(_ cluster: Cluster, allowing allowed: [String] = [], sourceLocation: SourceLocation = #_sourceLocation) {
-    let failures = cluster.shutDown(allowedLogLines: allowed)
+func finish(_ cluster: Cluster, allowing allowed: [String] = [], sourceLocation: SourceLocation = #_sourceLocation) async {
+    let failures = await cluster.shutDown(allowedLogLines: allowed)
     for f in failures { Issue.record(Comment(rawValue: f), sourceLocation: sourceLocation) }
     cluster.cleanUp()
 }

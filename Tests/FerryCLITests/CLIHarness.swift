@@ -23,31 +23,18 @@ struct FerryCLI {
         func json() throws -> JSON { try JSON.parse(stdout.trimmingCharacters(in: .whitespacesAndNewlines)) }
     }
 
+    /// Runs `ferry ARGS --data DIR` to completion (killed after `timeout` seconds), with
+    /// `stdin` as its input; never blocks a thread of the cooperative pool.
     @discardableResult
-    func run(_ arguments: [String], stdin: String? = nil, environment: [String: String] = [:], useDataFlag: Bool = true)
-        throws -> Result
-    {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Self.binary)
-        process.arguments = useDataFlag ? arguments + ["--data", dataDirectory] : arguments
-        var env = ProcessInfo.processInfo.environment
-        env.removeValue(forKey: "FERRY_DATA")
+    func run(
+        _ arguments: [String], stdin: String? = nil, environment: [String: String] = [:], useDataFlag: Bool = true,
+        timeout: Double = 120
+    ) async throws -> Result {
+        var env = ProcessInfo.processInfo.environment.filter { $0.key != "FERRY_DATA" }
         for (k, v) in environment { env[k] = v }
-        process.environment = env
-        let out = Pipe()
-        let err = Pipe()
-        let input = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        process.standardInput = input
-        try process.run()
-        if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
-        try input.fileHandleForWriting.close()
-        let outData = out.fileHandleForReading.readDataToEndOfFile()
-        let errData = err.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Result(
-            status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
-            stderr: String(decoding: errData, as: UTF8.self))
+        let r = try await Shell.run(
+            useDataFlag ? arguments + ["--data", dataDirectory] : arguments, executable: Self.binary, stdin: stdin ?? "",
+            environment: env, timeout: timeout)
+        return Result(status: r.status, stdout: r.stdout, stderr: r.stderr)
     }
 }

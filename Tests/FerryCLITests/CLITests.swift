@@ -3,139 +3,139 @@ import FerryStore
 import Foundation
 import Testing
 
-@Suite struct CLITests {
-    @Test func putGetUpdateDeleteRoundTripWithJSONOutput() throws {
+@Suite(.timeLimit(.minutes(10))) struct CLITests {
+    @Test func putGetUpdateDeleteRoundTripWithJSONOutput() async throws {
         let cli = FerryCLI()
         defer { cli.cleanUp() }
-        let put = try cli.run(["put", "order-1", #"{"item":"tea","qty":2}"#, "--json"])
+        let put = try await cli.run(["put", "order-1", #"{"item":"tea","qty":2}"#, "--json"])
         #expect(put.status == 0, "\(put.stderr)")
         let created = try put.json()
         #expect(created["id"] == "order-1")
         let rev1 = try #require(created["rev"]?.stringValue)
         #expect(rev1.hasPrefix("1-"))
 
-        let got = try cli.run(["get", "order-1", "--json"]).json()
+        let got = try await cli.run(["get", "order-1", "--json"]).json()
         #expect(got == ["_id": "order-1", "_rev": .string(rev1), "item": "tea", "qty": 2])
 
-        let update = try cli.run(["put", "order-1", "-", "--rev", rev1, "--json"], stdin: #"{"item":"tea","qty":3}"#)
+        let update = try await cli.run(["put", "order-1", "-", "--rev", rev1, "--json"], stdin: #"{"item":"tea","qty":3}"#)
         #expect(update.status == 0, "\(update.stderr)")
         let rev2 = try #require(try update.json()["rev"]?.stringValue)
         #expect(rev2.hasPrefix("2-"))
 
-        let withConflicts = try cli.run(["get", "order-1", "--conflicts", "--json"]).json()
+        let withConflicts = try await cli.run(["get", "order-1", "--conflicts", "--json"]).json()
         #expect(withConflicts["_conflicts"] == .array([]))
 
-        let old = try cli.run(["get", "order-1", "--rev", rev1, "--json"]).json()
+        let old = try await cli.run(["get", "order-1", "--rev", rev1, "--json"]).json()
         #expect(old["qty"] == 2)
 
-        let rm = try cli.run(["rm", "order-1", "--rev", rev2, "--json"])
+        let rm = try await cli.run(["rm", "order-1", "--rev", rev2, "--json"])
         #expect(rm.status == 0, "\(rm.stderr)")
-        let tomb = try cli.run(["get", "order-1", "--json"]).json()
+        let tomb = try await cli.run(["get", "order-1", "--json"]).json()
         #expect(tomb["_deleted"] == true)
-        #expect(try cli.run(["ls", "--json"]).json() == .array([]))
+        #expect(try await cli.run(["ls", "--json"]).json() == .array([]))
     }
 
-    @Test func humanOutputPrintsTheRevision() throws {
+    @Test func humanOutputPrintsTheRevision() async throws {
         let cli = FerryCLI()
         defer { cli.cleanUp() }
-        let put = try cli.run(["put", "a", "{}"])
+        let put = try await cli.run(["put", "a", "{}"])
         #expect(put.status == 0)
         #expect(try RevisionID(put.stdout.trimmingCharacters(in: .whitespacesAndNewlines)).generation == 1)
-        let info = try cli.run(["info"])
+        let info = try await cli.run(["info"])
         #expect(info.stdout.contains("1 live"))
     }
 
-    @Test func aStaleRevisionIsAConflictAndWritesNothing() throws {
+    @Test func aStaleRevisionIsAConflictAndWritesNothing() async throws {
         let cli = FerryCLI()
         defer { cli.cleanUp() }
-        let rev1 = try #require(try cli.run(["put", "d", #"{"v":1}"#, "--json"]).json()["rev"]?.stringValue)
-        try cli.run(["put", "d", #"{"v":2}"#, "--rev", rev1])
-        let stale = try cli.run(["put", "d", #"{"v":3}"#, "--rev", rev1])
+        let rev1 = try #require(try await cli.run(["put", "d", #"{"v":1}"#, "--json"]).json()["rev"]?.stringValue)
+        try await cli.run(["put", "d", #"{"v":2}"#, "--rev", rev1])
+        let stale = try await cli.run(["put", "d", #"{"v":3}"#, "--rev", rev1])
         #expect(stale.status == 4)
         #expect(stale.stderr.contains("conflict"))
         #expect(stale.stderr.split(separator: "\n").count == 1)
-        let missing = try cli.run(["put", "d", #"{"v":3}"#])
+        let missing = try await cli.run(["put", "d", #"{"v":3}"#])
         #expect(missing.status == 4)
-        #expect(try cli.run(["info", "--json"]).json()["lastSequence"] == 2)
+        #expect(try await cli.run(["info", "--json"]).json()["lastSequence"] == 2)
     }
 
-    @Test func invalidJSONSaysWhereAndWritesNothing() throws {
+    @Test func invalidJSONSaysWhereAndWritesNothing() async throws {
         let cli = FerryCLI()
         defer { cli.cleanUp() }
-        let bad = try cli.run(["put", "d", "{\"a\": [1, 2,, 3]}"])
+        let bad = try await cli.run(["put", "d", "{\"a\": [1, 2,, 3]}"])
         #expect(bad.status == 1)
         #expect(bad.stderr.contains("invalid JSON at line 1, column 13"), "\(bad.stderr)")
         #expect(bad.stdout.isEmpty)
         for args in [["put", "_hidden", "{}"], ["put", "x", "[1]"], ["put", "x", #"{"_x":1}"#], ["rm", "x", "--rev", "nope"]] {
-            let r = try cli.run(args)
+            let r = try await cli.run(args)
             #expect(r.status != 0, "\(args)")
             #expect(r.stderr.hasPrefix("ferry: "), "\(args): \(r.stderr)")
         }
-        #expect(try cli.run(["info", "--json"]).json()["docCount"] == 0)
-        #expect(try cli.run(["get", "nothing"]).status == 3)
+        #expect(try await cli.run(["info", "--json"]).json()["docCount"] == 0)
+        #expect(try await cli.run(["get", "nothing"]).status == 3)
     }
 
-    @Test func changesFeedAndInfoReportSequences() throws {
+    @Test func changesFeedAndInfoReportSequences() async throws {
         let cli = FerryCLI()
         defer { cli.cleanUp() }
-        let r = try #require(try cli.run(["put", "a", "{}", "--json"]).json()["rev"]?.stringValue)
-        try cli.run(["put", "b", "{}"])
-        try cli.run(["put", "a", #"{"x":1}"#, "--rev", r])
-        let changes = try cli.run(["changes", "--json"]).json()
+        let r = try #require(try await cli.run(["put", "a", "{}", "--json"]).json()["rev"]?.stringValue)
+        try await cli.run(["put", "b", "{}"])
+        try await cli.run(["put", "a", #"{"x":1}"#, "--rev", r])
+        let changes = try await cli.run(["changes", "--json"]).json()
         let ids = changes["results"].flatMap { if case .array(let a) = $0 { a.map { $0["id"] } } else { nil } }
         #expect(ids == ["b", "a"])
         #expect(changes["last_seq"] == 3)
-        let since = try cli.run(["changes", "--since", "2", "--json"]).json()
+        let since = try await cli.run(["changes", "--since", "2", "--json"]).json()
         #expect(since["results"].map { if case .array(let a) = $0 { a.count } else { -1 } } == 1)
-        let info = try cli.run(["info", "--json"]).json()
+        let info = try await cli.run(["info", "--json"]).json()
         #expect(info["docCount"] == 2)
         #expect(info["lastSequence"] == 3)
         #expect(info["uuid"]?.stringValue?.count == 36)
     }
 
-    @Test func dataDirectoryComesFromFlagThenEnvironment() throws {
+    @Test func dataDirectoryComesFromFlagThenEnvironment() async throws {
         let cli = FerryCLI()
         defer { cli.cleanUp() }
-        let env = try cli.run(["put", "x", "{}"], environment: ["FERRY_DATA": cli.dataDirectory], useDataFlag: false)
+        let env = try await cli.run(["put", "x", "{}"], environment: ["FERRY_DATA": cli.dataDirectory], useDataFlag: false)
         #expect(env.status == 0, "\(env.stderr)")
-        #expect(try cli.run(["info", "--json"]).json()["docCount"] == 1)
+        #expect(try await cli.run(["info", "--json"]).json()["docCount"] == 1)
         #expect(FileManager.default.fileExists(atPath: cli.dataDirectory + "/ferry.sqlite"))
     }
 
-    @Test func blobsRoundTripThroughTheCLI() throws {
+    @Test func blobsRoundTripThroughTheCLI() async throws {
         let cli = FerryCLI()
         defer { cli.cleanUp() }
         let file = NSTemporaryDirectory() + "ferry-blob-" + UUID().uuidString
         defer { try? FileManager.default.removeItem(atPath: file) }
         FileManager.default.createFile(atPath: file, contents: Data("photo bytes".utf8))
-        let ref = try cli.run(["blob", "put", file, "--content-type", "image/jpeg"]).json()
+        let ref = try await cli.run(["blob", "put", file, "--content-type", "image/jpeg"]).json()
         let digest = try #require(ref["digest"]?.stringValue)
         #expect(ref["length"] == 11)
         let doc = JSON.object(["photo": ref]).canonicalString
-        #expect(try cli.run(["put", "with-photo", doc]).status == 0)
-        let out = try cli.run(["blob", "get", digest])
+        #expect(try await cli.run(["put", "with-photo", doc]).status == 0)
+        let out = try await cli.run(["blob", "get", digest])
         #expect(out.stdout == "photo bytes")
-        let missing = try cli.run(["blob", "get", "sha256-" + String(repeating: "0", count: 64)])
+        let missing = try await cli.run(["blob", "get", "sha256-" + String(repeating: "0", count: 64)])
         #expect(missing.status == 3)
         let dangling = JSON.object(["photo": BlobReference(digest: try BlobDigest("sha256-" + String(repeating: "1", count: 64)), length: 1).json])
-        let r = try cli.run(["put", "dangling", dangling.canonicalString])
+        let r = try await cli.run(["put", "dangling", dangling.canonicalString])
         #expect(r.status == 1)
         #expect(r.stderr.contains("missing blob"))
     }
 
-    @Test func importIsAllOrNothingByDefault() throws {
+    @Test func importIsAllOrNothingByDefault() async throws {
         let cli = FerryCLI()
         defer { cli.cleanUp() }
-        let ok = try cli.run(["import", "--json"], stdin: "{\"_id\":\"a\",\"v\":1}\n\n{\"_id\":\"b\",\"v\":2}\n")
+        let ok = try await cli.run(["import", "--json"], stdin: "{\"_id\":\"a\",\"v\":1}\n\n{\"_id\":\"b\",\"v\":2}\n")
         #expect(ok.status == 0, "\(ok.stderr)")
         #expect(try ok.json()["imported"] == 2)
-        let bad = try cli.run(["import"], stdin: "{\"_id\":\"c\"}\n{\"_id\":\"d\",}\n")
+        let bad = try await cli.run(["import"], stdin: "{\"_id\":\"c\"}\n{\"_id\":\"d\",}\n")
         #expect(bad.status == 1)
         #expect(bad.stderr.contains("line 2"))
-        #expect(try cli.run(["info", "--json"]).json()["docCount"] == 2)
+        #expect(try await cli.run(["info", "--json"]).json()["docCount"] == 2)
     }
 
-    @Test func conflictsAndPurgeAreListedAndApplied() throws {
+    @Test func conflictsAndPurgeAreListedAndApplied() async throws {
         let cli = FerryCLI()
         defer { cli.cleanUp() }
         // Make a conflict the way replication would: insert a sibling revision with history.
@@ -149,16 +149,16 @@ import Testing
             ])
             #expect(outcome.count == 1)
         }
-        let conflicts = try cli.run(["conflicts", "--json"]).json()
+        let conflicts = try await cli.run(["conflicts", "--json"]).json()
         guard case .array(let entries) = conflicts, entries.count == 1 else {
             Issue.record("expected one conflicted document, got \(conflicts)")
             return
         }
         #expect(entries[0]["id"] == "c")
-        let purge = try cli.run(["purge", "c", "--json"])
+        let purge = try await cli.run(["purge", "c", "--json"])
         #expect(try purge.json() == ["id": "c", "purged": true])
-        #expect(try cli.run(["get", "c"]).status == 3)
-        #expect(try cli.run(["purge", "c"]).status == 3)
-        #expect(try cli.run(["check", "--json"]).json()["ok"] == true)
+        #expect(try await cli.run(["get", "c"]).status == 3)
+        #expect(try await cli.run(["purge", "c"]).status == 3)
+        #expect(try await cli.run(["check", "--json"]).json()["ok"] == true)
     }
 }

@@ -1,12 +1,13 @@
 import FerryCore
 import FerryStore
 import Foundation
+import IntegrationHarness
 import Testing
 
 /// Kills a writing `ferry` process with SIGKILL mid-batch and checks what survives.
-@Suite struct CrashSafetyTests {
+@Suite(.timeLimit(.minutes(10))) struct CrashSafetyTests {
     @Test(arguments: [3, 11, 27])
-    func everyAcknowledgedWriteSurvivesSIGKILL(killAfterAcks: Int) throws {
+    func everyAcknowledgedWriteSurvivesSIGKILL(killAfterAcks: Int) async throws {
         let dir = NSTemporaryDirectory() + "ferry-crash-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
@@ -16,35 +17,24 @@ import Testing
         for i in 0..<200_000 { text += "{\"_id\":\"doc-\(i)\",\"n\":\(i),\"pad\":\"xxxxxxxxxxxxxxxxxxxxxxxx\"}\n" }
         FileManager.default.createFile(atPath: input, contents: Data(text.utf8))
 
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: FerryCLI.binary)
-        process.arguments = ["import", input, "--batch-size", "100", "--data", dir + "/db"]
-        let err = Pipe()
-        process.standardError = err
-        process.standardOutput = FileHandle.nullDevice
-        try process.run()
+        let errPath = dir + "/stderr"
+        let process = try ChildProcess.spawn(
+            FerryCLI.binary, ["import", input, "--batch-size", "100", "--data", dir + "/db"], stderrPath: errPath)
 
         // Read "committed N" acknowledgements until we have enough, then kill at once.
         var acknowledged = 0
-        var acks = 0
-        var pending = ""
-        let reader = err.fileHandleForReading
-        while acks < killAfterAcks {
-            let chunk = reader.availableData
-            if chunk.isEmpty { break }
-            pending += String(decoding: chunk, as: UTF8.self)
-            while let nl = pending.firstIndex(of: "\n") {
-                let line = pending[..<nl]
-                pending = String(pending[pending.index(after: nl)...])
-                if line.hasPrefix("committed "), let n = Int(line.dropFirst(10)) {
-                    acknowledged = n
-                    acks += 1
-                }
+        let deadline = Date().addingTimeInterval(120)
+        while Date() < deadline && process.isRunning {
+            let text = (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? ""
+            let acks = text.split(separator: "\n").compactMap { line in line.hasPrefix("committed ") ? Int(line.dropFirst(10)) : nil }
+            if acks.count >= killAfterAcks {
+                acknowledged = acks[killAfterAcks - 1]
+                break
             }
+            try await Task.sleep(for: .milliseconds(1))
         }
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
-        #expect(process.terminationReason == .uncaughtSignal, "the import finished before it was killed")
+        let status = await process.stop(SIGKILL).status
+        #expect(status == 128 + SIGKILL, "the import finished before it was killed")
         #expect(acknowledged >= killAfterAcks * 100)
 
         let store = try DocumentStore.open(directory: dir + "/db")

@@ -1,5 +1,6 @@
 import FerryCore
 import Foundation
+import IntegrationHarness
 import Testing
 
 #if canImport(FoundationNetworking)
@@ -51,25 +52,21 @@ func waitUntil(
 /// The repository's scripts directory.
 let scriptsDirectory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../scripts").standardized.path
 
-/// Runs a command and returns its exit status and output.
+/// Runs a command and returns its exit status and output (stdout and stderr together).
 @discardableResult
-func shell(_ command: String, timeout: Double = 60) -> (status: Int32, output: String) {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: "/bin/bash")
-    p.arguments = ["-c", command]
-    let out = Pipe()
-    p.standardOutput = out
-    p.standardError = out
-    do { try p.run() } catch { return (-1, "\(error)") }
-    let data = out.fileHandleForReading.readDataToEndOfFile()
-    p.waitUntilExit()
-    return (p.terminationStatus, String(decoding: data, as: UTF8.self))
+func shell(_ command: String, timeout: Double = 60) async -> (status: Int32, output: String) {
+    do {
+        let r = try await Shell.bash(command, timeout: timeout)
+        return (r.status, r.stdout + r.stderr)
+    } catch {
+        return (-1, "\(error)")
+    }
 }
 
 /// Starts the loopback-confined avahi-daemon; nil when running, else why not. Where the
 /// machine allows it (root: CI), a failure is a test failure, never a silent skip.
-func startLoopbackAvahi() -> String? {
-    let r = shell("\(scriptsDirectory)/avahi-loopback.sh start")
+func startLoopbackAvahi() async -> String? {
+    let r = await shell("\(scriptsDirectory)/avahi-loopback.sh start")
     return r.status == 0 ? nil : r.output
 }
 

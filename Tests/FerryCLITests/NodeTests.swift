@@ -3,10 +3,10 @@ import Foundation
 import Testing
 
 /// The headless peer end to end: real `ferry serve` processes driven through the admin API.
-@Suite(.serialized) struct AdminAPITests {
+@Suite(.serialized, .timeLimit(.minutes(10))) struct AdminAPITests {
     @Test func everyEndpointAnswersWithTheRightStatusAndJSON() async throws {
         let node = ServeProcess()
-        let info = try node.start()
+        let info = try await node.start()
         let api = Admin(info)
 
         let root = try await api.get("/")
@@ -86,35 +86,35 @@ import Testing
         let unknown = try await api.call("GET", "/nope")
         #expect(unknown.status == 404)
         #expect(unknown.json["error"] == "not_found")
-        #expect(node.stop() == 0)
+        #expect(await node.stop() == 0)
         #expect(node.logText.contains("Fatal error") == false)
     }
 
     @Test func cliWritesGoThroughTheRunningNode() async throws {
         let node = ServeProcess()
-        let info = try node.start()
-        let put = try node.cli.run(["put", "via-cli", #"{"v":1}"#, "--json"])
+        let info = try await node.start()
+        let put = try await node.cli.run(["put", "via-cli", #"{"v":1}"#, "--json"])
         #expect(put.status == 0, "\(put.stderr)")
         let rev = try #require(try put.json()["rev"]?.stringValue)
         // The node's changes feed saw it at once: the write went through its API.
         let changes = try await Admin(info).get("/changes?since=0")
         #expect(changes["results"]?.arrayCount == 1)
-        #expect(try node.cli.run(["put", "via-cli", #"{"v":2}"#]).status == 4)  // conflict
-        #expect(try node.cli.run(["get", "missing"]).status == 3)
-        #expect(try node.cli.run(["rm", "via-cli", "--rev", rev]).status == 0)
-        let status = try node.cli.run(["status", "--json"])
+        #expect(try await node.cli.run(["put", "via-cli", #"{"v":2}"#]).status == 4)  // conflict
+        #expect(try await node.cli.run(["get", "missing"]).status == 3)
+        #expect(try await node.cli.run(["rm", "via-cli", "--rev", rev]).status == 0)
+        let status = try await node.cli.run(["status", "--json"])
         #expect(status.status == 0)
         #expect(try status.json()["node"]?["id"] == info["id"])
-        #expect(try node.cli.run(["peers"]).status == 0)
-        #expect(node.stop() == 0)
+        #expect(try await node.cli.run(["peers"]).status == 0)
+        #expect(await node.stop() == 0)
         // With no node running, status says how to start one.
-        let offline = try node.cli.run(["status"])
+        let offline = try await node.cli.run(["status"])
         #expect(offline.status == 1 && offline.stderr.contains("no ferry serve is running"))
     }
 
     @Test func adminAPIIsNotReachableOnNonLoopbackAddresses() async throws {
         let node = ServeProcess()
-        let info = try node.start()
+        let info = try await node.start()
         let adminPort = try #require(info["adminPort"]?.intValue)
         let addresses = localIPv4Addresses().filter { !$0.hasPrefix("127.") }
         #expect(!addresses.isEmpty, "this machine has no non-loopback IPv4 address to try")
@@ -122,23 +122,23 @@ import Testing
             #expect(!tcpConnects(address, Int(adminPort)), "admin API answered on \(address)")
         }
         #expect(tcpConnects("127.0.0.1", Int(adminPort)))
-        #expect(node.stop() == 0)
+        #expect(await node.stop() == 0)
     }
 
-    @Test func badConfigIsRefusedWithFileKeyAndReasonAndNothingStarts() throws {
+    @Test func badConfigIsRefusedWithFileKeyAndReasonAndNothingStarts() async throws {
         let cli = FerryCLI()
         defer { cli.cleanUp() }
         let path = NSTemporaryDirectory() + "ferry-config-\(UUID().uuidString).json"
         defer { try? FileManager.default.removeItem(atPath: path) }
         try #"{"listen":{"port":"eighty"}}"#.write(toFile: path, atomically: true, encoding: .utf8)
-        let r = try cli.run(["serve", "--config", path, "--admin-port", "0"])
+        let r = try await cli.run(["serve", "--config", path, "--admin-port", "0"])
         #expect(r.status == 1)
         #expect(r.stderr.contains(path) && r.stderr.contains("listen.port") && r.stderr.contains("must be an integer"))
         #expect(!FileManager.default.fileExists(atPath: cli.dataDirectory + "/node.json"))
         try #"{"peers":[{"url":"wss://h:1/ferry/sync"}]}"#.write(toFile: path, atomically: true, encoding: .utf8)
-        let missing = try cli.run(["serve", "--config", path])
+        let missing = try await cli.run(["serve", "--config", path])
         #expect(missing.status == 1 && missing.stderr.contains("peers[0].id"))
-        let absent = try cli.run(["serve", "--config", path + ".absent"])
+        let absent = try await cli.run(["serve", "--config", path + ".absent"])
         #expect(absent.status == 1 && absent.stderr.contains("cannot read"))
     }
 
@@ -147,28 +147,28 @@ import Testing
         let peer = ServeProcess()
         // (The DNS-SD teardown is timed in DiscoveryTests, which owns the avahi-daemon.)
         let extra: [String] = []
-        let infoPeer = try peer.start(["--trust", node.id])
+        let infoPeer = try await peer.start(["--trust", node.id])
         let url = try #require(infoPeer["url"]?.stringValue)
-        let info = try node.start(extra + ["--peer", "\(url)#\(peer.id)"])
+        let info = try await node.start(extra + ["--peer", "\(url)#\(await peer.id)"])
         // A live continuous replication (a long-poll in flight) must not delay the stop.
         try await waitUntil("the link is up") {
             try await Admin(info).get("/peers")["peers"]?.first?["replication"]?["activity"] == "idle"
         }
         let started = Date()
-        #expect(node.stop() == 0)
+        #expect(await node.stop() == 0)
         #expect(Date().timeIntervalSince(started) < 5, "SIGTERM took \(Date().timeIntervalSince(started)) s")
-        #expect(peer.stop() == 0)
+        #expect(await peer.stop() == 0)
     }
 }
 
 /// Persistent replications and per-peer policy between real processes.
-@Suite(.serialized) struct NodeReplicationTests {
+@Suite(.serialized, .timeLimit(.minutes(10))) struct NodeReplicationTests {
     @Test func aPersistentReplicationSurvivesARestart() async throws {
         let a = ServeProcess()
         let b = ServeProcess()
-        let idA = a.id
-        let infoB = try b.start(["--trust", idA])
-        let infoA = try a.start()
+        let idA = await a.id
+        let infoB = try await b.start(["--trust", idA])
+        let infoA = try await a.start()
         let apiA = Admin(infoA)
         let apiB = Admin(infoB)
         let urlB = try #require(infoB["url"]?.stringValue)
@@ -177,8 +177,8 @@ import Testing
         #expect(created.status == 201, "\(created.text)")
         try await apiA.call("PUT", "/docs/before-restart", body: "{}")
         try await waitUntil("B has before-restart") { try await apiB.call("GET", "/docs/before-restart").status == 200 }
-        #expect(a.stop() == 0)
-        let again = try a.start()
+        #expect(await a.stop() == 0)
+        let again = try await a.start()
         let apiA2 = Admin(again)
         let listed = try await apiA2.get("/replications")
         #expect(listed["replications"]?.arrayCount == 1)
@@ -189,22 +189,23 @@ import Testing
             let (da, db) = (try await apiA2.digest, try await apiB.digest)
             return da == db
         }
-        #expect(a.stop() == 0 && b.stop() == 0)
+        #expect(await a.stop() == 0)
+        #expect(await b.stop() == 0)
     }
 
     @Test func forbiddenWritesOfARestrictedPeerAreRejectedCountedAndShown() async throws {
         let a = ServeProcess()
         let b = ServeProcess()
-        let idA = a.id
+        let idA = await a.id
         // B lets A write public/* only, and no deletions.
-        let trust = try b.cli.run(["trust", "add", idA, "--name", "tablet", "--write", "public/*", "--no-delete"])
+        let trust = try await b.cli.run(["trust", "add", idA, "--name", "tablet", "--write", "public/*", "--no-delete"])
         #expect(trust.status == 0, "\(trust.stderr)")
-        let infoB = try b.start()
+        let infoB = try await b.start()
         let urlB = try #require(infoB["url"]?.stringValue)
         let idB = try #require(infoB["id"]?.stringValue)
-        try a.cli.run(["put", "public/1", #"{"v":1}"#])
-        try a.cli.run(["put", "private/1", #"{"v":1}"#])
-        let infoA = try a.start(["--peer", "\(urlB)#\(idB)"])
+        try await a.cli.run(["put", "public/1", #"{"v":1}"#])
+        try await a.cli.run(["put", "private/1", #"{"v":1}"#])
+        let infoA = try await a.start(["--peer", "\(urlB)#\(idB)"])
         let apiA = Admin(infoA)
         let apiB = Admin(infoB)
         try await waitUntil("B has public/1") { try await apiB.call("GET", "/docs/public/1").status == 200 }
@@ -223,14 +224,15 @@ import Testing
         // Allowed documents still flow after the rejection.
         try await apiA.call("PUT", "/docs/public/2", body: "{}")
         try await waitUntil("B has public/2") { try await apiB.call("GET", "/docs/public/2").status == 200 }
-        #expect(a.stop() == 0 && b.stop() == 0)
+        #expect(await a.stop() == 0)
+        #expect(await b.stop() == 0)
     }
 }
 
 /// DNS-SD discovery against a real avahi-daemon confined to loopback.
-@Suite(.serialized) struct DiscoveryTests {
-    func avahi() -> Bool {
-        if let why = startLoopbackAvahi() {
+@Suite(.serialized, .timeLimit(.minutes(10))) struct DiscoveryTests {
+    func avahi() async -> Bool {
+        if let why = await startLoopbackAvahi() {
             if avahiRequired { Issue.record("a loopback avahi-daemon is needed on this machine: \(why)") }
             print("SKIPPED: discovery test needs root and avahi-daemon: \(why)")
             return false
@@ -239,18 +241,18 @@ import Testing
     }
 
     @Test func trustingNodesWithoutPeersFindEachOtherAndAnUntrustedOneIsOnlyListed() async throws {
-        guard avahi() else { return }
+        guard await avahi() else { return }
         let group = "t\(UInt32.random(in: 0...UInt32.max))"
         let a = ServeProcess()
         let b = ServeProcess()
         let c = ServeProcess()
-        let (idA, idB, idC) = (a.id, b.id, c.id)
-        try a.cli.run(["put", "from-a", "{}"])
-        try b.cli.run(["put", "from-b", "{}"])
-        try c.cli.run(["put", "from-c", "{}"])
-        let apiA = Admin(try a.start(["--discovery", "--group", group, "--name", "a", "--trust", idB]))
-        let apiB = Admin(try b.start(["--discovery", "--group", group, "--name", "b", "--trust", idA]))
-        let apiC = Admin(try c.start(["--discovery", "--group", group, "--name", "c", "--trust", idA, "--trust", idB]))
+        let (idA, idB, idC) = (await a.id, await b.id, await c.id)
+        try await a.cli.run(["put", "from-a", "{}"])
+        try await b.cli.run(["put", "from-b", "{}"])
+        try await c.cli.run(["put", "from-c", "{}"])
+        let apiA = Admin(try await a.start(["--discovery", "--group", group, "--name", "a", "--trust", idB]))
+        let apiB = Admin(try await b.start(["--discovery", "--group", group, "--name", "b", "--trust", idA]))
+        let apiC = Admin(try await c.start(["--discovery", "--group", group, "--name", "c", "--trust", idA, "--trust", idB]))
         try await waitUntil("A and B converge over discovered links") {
             let ab = try await apiA.call("GET", "/docs/from-b").status
             let ba = try await apiB.call("GET", "/docs/from-a").status
@@ -281,46 +283,48 @@ import Testing
         let dialledByB = try await apiB.get("/peers")["peers"]?.first { $0["id"]?.stringValue == idA }?["dialled"]
         #expect(dialledByA == .bool(idA < idB))
         #expect(dialledByB == .bool(idB < idA))
-        #expect(a.stop() == 0 && b.stop() == 0 && c.stop() == 0)
+        #expect(await a.stop() == 0)
+        #expect(await b.stop() == 0)
+        #expect(await c.stop() == 0)
     }
 
-    @Test func avahiBrowseAndPythonZeroconfSeeTheNodeIDInTXT() throws {
-        guard avahi() else { return }
+    @Test func avahiBrowseAndPythonZeroconfSeeTheNodeIDInTXT() async throws {
+        guard await avahi() else { return }
         let node = ServeProcess()
-        let info = try node.start(["--discovery", "--name", "txt-check"])
+        let info = try await node.start(["--discovery", "--name", "txt-check"])
         let id = try #require(info["id"]?.stringValue)
         var seen = ""
         let deadline = Date().addingTimeInterval(15)
         while Date() < deadline {
-            seen = shell("avahi-browse -rpt _ferry._tcp", timeout: 10).output
+            seen = await shell("avahi-browse -rpt _ferry._tcp", timeout: 10).output
             if seen.contains("id=\(id)") { break }
         }
         #expect(seen.contains("\"id=\(id)\""), "avahi-browse saw: \(seen)")
         #expect(seen.contains("\"proto=1\"") && seen.contains("\"group=ferry\""))
-        let zc = shell("python3 \(scriptsDirectory)/zeroconf-browse.py \(id) 15")
+        let zc = await shell("python3 \(scriptsDirectory)/zeroconf-browse.py \(id) 15")
         #expect(zc.status == 0, "python-zeroconf saw: \(zc.output)")
-        #expect(node.stop() == 0)
+        #expect(await node.stop() == 0)
     }
 
     @Test func aNodeRegistersAgainWhenAvahiDaemonRestarts() async throws {
-        guard avahi() else { return }
+        guard await avahi() else { return }
         let config = NSTemporaryDirectory() + "ferry-retry-\(UUID().uuidString).json"
         defer { try? FileManager.default.removeItem(atPath: config) }
         try #"{"discovery":{"enabled":true,"retrySeconds":1}}"#.write(toFile: config, atomically: true, encoding: .utf8)
         let node = ServeProcess()
-        let info = try node.start(["--discovery", "--config", config, "--name", "restart-\(getpid())"])
+        let info = try await node.start(["--discovery", "--config", config, "--name", "restart-\(getpid())"])
         let id = try #require(info["id"]?.stringValue)
-        func advertised() -> Bool { shell("avahi-browse -rpt _ferry._tcp", timeout: 10).output.contains("id=\(id)") }
-        try await waitUntil("the node is advertised") { advertised() }
-        #expect(shell("\(scriptsDirectory)/avahi-loopback.sh stop").status == 0)
-        #expect(startLoopbackAvahi() == nil)
+        func advertised() async -> Bool { await shell("avahi-browse -rpt _ferry._tcp", timeout: 10).output.contains("id=\(id)") }
+        try await waitUntil("the node is advertised") { await advertised() }
+        #expect(await shell("\(scriptsDirectory)/avahi-loopback.sh stop").status == 0)
+        #expect(await startLoopbackAvahi() == nil)
         // A new daemon knows nothing of the old registrations: seeing the service again
         // means the node noticed and registered again by itself.
-        try await waitUntil("the node is advertised again", timeout: 60) { advertised() }
+        try await waitUntil("the node is advertised again", timeout: 60) { await advertised() }
         #expect(node.logText.contains("registering again"))
         // SIGTERM with DNS-SD registered and browsing still stops within 5 s.
         let started = Date()
-        #expect(node.stop() == 0)
+        #expect(await node.stop() == 0)
         #expect(Date().timeIntervalSince(started) < 5)
     }
 
@@ -332,11 +336,11 @@ import Testing
         try #"{"discovery":{"enabled":true,"retrySeconds":1}}"#.write(toFile: config, atomically: true, encoding: .utf8)
         let a = ServeProcess()
         let b = ServeProcess()
-        let idA = a.id
-        let infoA = try a.start(["--discovery", "--config", config, "--trust", b.id], environment: env)
+        let idA = await a.id
+        let infoA = try await a.start(["--discovery", "--config", config, "--trust", b.id], environment: env)
         let urlA = try #require(infoA["url"]?.stringValue)
-        let infoB = try b.start(["--discovery", "--config", config, "--peer", "\(urlA)#\(idA)"], environment: env)
-        try b.cli.run(["put", "static-works", "{}"])
+        let infoB = try await b.start(["--discovery", "--config", config, "--peer", "\(urlA)#\(idA)"], environment: env)
+        try await b.cli.run(["put", "static-works", "{}"])
         try await waitUntil("A got B's document over the static link") {
             try await Admin(infoA).call("GET", "/docs/static-works").status == 200
         }
@@ -345,7 +349,8 @@ import Testing
         #expect(warnings == 1, "\(b.logText)")
         #expect(!b.logText.contains("*** WARNING *** The program"), "the Avahi compat warning leaked")
         _ = infoB
-        #expect(a.stop() == 0 && b.stop() == 0)
+        #expect(await a.stop() == 0)
+        #expect(await b.stop() == 0)
     }
 }
 

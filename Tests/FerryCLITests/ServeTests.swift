@@ -1,11 +1,13 @@
 import FerryCore
 import Foundation
+import IntegrationHarness
 import Testing
 
 /// A `ferry serve` child process with its own data directory.
 final class ServeProcess: @unchecked Sendable {
+    // @unchecked: driven by one test at a time.
     let cli: FerryCLI
-    var process: Process?
+    var process: ChildProcess?
     let log: String
 
     init(cli: FerryCLI = FerryCLI()) {
@@ -13,52 +15,45 @@ final class ServeProcess: @unchecked Sendable {
         log = cli.dataDirectory + ".log"
     }
 
-    var id: String { (try? cli.run(["id"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? "" }
-    var pid: Int32? { process?.processIdentifier }
+    var id: String {
+        get async { (try? await cli.run(["id"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? "" }
+    }
+    var pid: Int32? { process?.pid }
 
-    /// Starts `ferry serve --port 0 …` and waits until node.json appears (not a fixed sleep).
-    func start(_ extra: [String] = [], environment: [String: String] = [:]) throws -> JSON {
+    /// Starts `ferry serve --port 0 …` and waits until node.json names it (not a fixed sleep).
+    func start(_ extra: [String] = [], environment: [String: String] = [:]) async throws -> JSON {
         try? FileManager.default.removeItem(atPath: cli.dataDirectory + "/node.json")
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: FerryCLI.binary)
         // Ephemeral ports, and no DNS-SD unless a test asks for it (--discovery).
         let discovery = extra.contains("--discovery") ? [] : ["--no-discovery"]
-        p.arguments = ["serve", "--port", "0", "--admin-port", "0", "--interface", "127.0.0.1", "--data", cli.dataDirectory] + discovery + extra
-        if !environment.isEmpty {
-            p.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
-        }
-        if !FileManager.default.fileExists(atPath: log) { FileManager.default.createFile(atPath: log, contents: nil) }
-        let handle = FileHandle(forWritingAtPath: log)!
-        handle.seekToEndOfFile()
-        p.standardOutput = handle
-        p.standardError = handle
-        try p.run()
+        let args = ["serve", "--port", "0", "--admin-port", "0", "--interface", "127.0.0.1", "--data", cli.dataDirectory] + discovery + extra
+        let env = ProcessInfo.processInfo.environment.filter { $0.key != "FERRY_DATA" }.merging(environment) { _, new in new }
+        let p = try ChildProcess.spawn(FerryCLI.binary, args, environment: env, stdoutPath: log, stderrPath: log)
         process = p
-        let deadline = Date().addingTimeInterval(30)
+        let deadline = Date().addingTimeInterval(60)
         while Date() < deadline {
             if let data = FileManager.default.contents(atPath: cli.dataDirectory + "/node.json"),
-                let info = try? JSON.parse(Array(data)), info["pid"]?.intValue == Int64(p.processIdentifier)
+                let info = try? JSON.parse(Array(data)), info["pid"]?.intValue == Int64(p.pid)
             {
                 return info
             }
             if !p.isRunning { throw CLIFailure("ferry serve exited early: \(logText)") }
-            usleep(50_000)
+            try await Task.sleep(for: .milliseconds(50))
         }
         throw CLIFailure("ferry serve did not become ready: \(logText)")
     }
 
     var logText: String { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
 
-    func stop(signal sig: Int32 = SIGTERM) -> Int32 {
+    /// Signals the node and waits for its exit status (SIGKILLed, 137, if it hangs 60 s).
+    func stop(signal sig: Int32 = SIGTERM) async -> Int32 {
         guard let p = process else { return -1 }
-        kill(p.processIdentifier, sig)
-        p.waitUntilExit()
+        let status = await p.stop(sig, grace: 60).status
         process = nil
-        return p.terminationStatus
+        return status
     }
 
     deinit {
-        if let p = process, p.isRunning { kill(p.processIdentifier, SIGKILL) }
+        process?.signal(SIGKILL)
         cli.cleanUp()
         try? FileManager.default.removeItem(atPath: log)
     }
@@ -70,92 +65,96 @@ struct CLIFailure: Error, CustomStringConvertible {
 }
 
 /// Polls `condition` until it holds or the deadline passes: waiting on state, never a fixed sleep.
-func eventually(_ seconds: Double = 30, _ condition: () throws -> Bool) rethrows -> Bool {
+func eventually(_ seconds: Double = 60, _ condition: () async throws -> Bool) async rethrows -> Bool {
     let deadline = Date().addingTimeInterval(seconds)
     while Date() < deadline {
-        if try condition() { return true }
-        usleep(50_000)
+        if try await condition() { return true }
+        try? await Task.sleep(for: .milliseconds(50))
     }
-    return try condition()
+    return try await condition()
 }
 
-@Suite(.serialized) struct ServeTests {
-    @Test func twoServeProcessesConvergeAndRecoverFromSIGKILL() throws {
+@Suite(.serialized, .timeLimit(.minutes(10))) struct ServeTests {
+    @Test func twoServeProcessesConvergeAndRecoverFromSIGKILL() async throws {
         let a = ServeProcess()
         let b = ServeProcess()
-        let idA = a.id
-        let idB = b.id
-        let infoA = try a.start(["--trust", idB])
+        let idA = await a.id
+        let idB = await b.id
+        let infoA = try await a.start(["--trust", idB])
         let urlA = try #require(infoA["url"]?.stringValue)
         #expect(infoA["id"]?.stringValue == idA)
-        _ = try b.start(["--peer", "\(urlA)#\(idA)"])
-        try a.cli.run(["put", "from-a", #"{"v":1}"#])
-        try b.cli.run(["put", "from-b", #"{"v":2}"#])
-        #expect(try eventually { try a.cli.run(["get", "from-b"]).status == 0 && b.cli.run(["get", "from-a"]).status == 0 })
+        _ = try await b.start(["--peer", "\(urlA)#\(idA)"])
+        try await a.cli.run(["put", "from-a", #"{"v":1}"#])
+        try await b.cli.run(["put", "from-b", #"{"v":2}"#])
+        #expect(try await eventually {
+            let aHasB = try await a.cli.run(["get", "from-b"]).status == 0
+            let bHasA = try await b.cli.run(["get", "from-a"]).status == 0
+            return aHasB && bHasA
+        })
         // Kill A hard, edit B, restart A on the same port (B keeps dialling A's URL).
-        _ = a.stop(signal: SIGKILL)
-        try b.cli.run(["put", "while-a-was-down", #"{"v":3}"#])
+        _ = await a.stop(signal: SIGKILL)
+        try await b.cli.run(["put", "while-a-was-down", #"{"v":3}"#])
         let port = try #require(infoA["port"]?.intValue)
         let restarted = ServeProcess(cli: a.cli)
-        _ = try restarted.startOnPort(Int(port), ["--trust", idB])
-        #expect(try eventually { try a.cli.run(["get", "while-a-was-down"]).status == 0 })
-        #expect(try a.cli.run(["check", "--json"]).json()["ok"] == true)
-        #expect(restarted.stop() == 0)
-        #expect(b.stop() == 0)
+        _ = try await restarted.startOnPort(Int(port), ["--trust", idB])
+        #expect(try await eventually { try await a.cli.run(["get", "while-a-was-down"]).status == 0 })
+        #expect(try await a.cli.run(["check", "--json"]).json()["ok"] == true)
+        #expect(await restarted.stop() == 0)
+        #expect(await b.stop() == 0)
         #expect(!FileManager.default.fileExists(atPath: b.cli.dataDirectory + "/node.json"))
     }
 
-    @Test func aSecondServeOnTheSameDataDirectoryFailsAtOnce() throws {
+    @Test func aSecondServeOnTheSameDataDirectoryFailsAtOnce() async throws {
         let a = ServeProcess()
-        _ = try a.start()
-        let second = try a.cli.run(["serve", "--port", "0"])
+        _ = try await a.start()
+        let second = try await a.cli.run(["serve", "--port", "0"])
         #expect(second.status == 1)
         #expect(second.stderr.contains("already running"))
-        #expect(a.stop() == 0)
+        #expect(await a.stop() == 0)
     }
 
-    @Test func syncOverWSSWithAPinAndRefusalOfAWrongPin() throws {
+    @Test func syncOverWSSWithAPinAndRefusalOfAWrongPin() async throws {
         let server = ServeProcess()
         let client = FerryCLI()
         defer { client.cleanUp() }
-        let clientID = try client.run(["id"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        let info = try server.start(["--trust", clientID])
+        let clientID = try await client.run(["id"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let info = try await server.start(["--trust", clientID])
         let url = try #require(info["url"]?.stringValue)
-        try server.cli.run(["put", "remote-doc", #"{"v":1}"#])
-        let ok = try client.run(["sync", url, "--pin", server.id, "--json"])
+        try await server.cli.run(["put", "remote-doc", #"{"v":1}"#])
+        let ok = try await client.run(["sync", url, "--pin", await server.id, "--json"])
         #expect(ok.status == 0, "\(ok.stderr)")
         #expect(try ok.json()["pulled"] == 1)
-        let wrong = try client.run(["sync", url, "--pin", String(repeating: "ab", count: 32)])
+        let wrong = try await client.run(["sync", url, "--pin", String(repeating: "ab", count: 32)])
         #expect(wrong.status == 1)
         #expect(wrong.stderr.contains("not the pinned one"))
-        _ = server.stop()
+        _ = await server.stop()
     }
 
-    @Test func unixSocketAndStdioEndpointsReplicateBetweenProcesses() throws {
+    @Test func unixSocketAndStdioEndpointsReplicateBetweenProcesses() async throws {
         let server = ServeProcess()
         let socket = NSTemporaryDirectory() + "ferry-\(UUID().uuidString.prefix(8)).sock"
-        _ = try server.start(["--unix", socket])
-        try server.cli.run(["put", "via-unix", #"{"v":1}"#])
+        _ = try await server.start(["--unix", socket])
+        try await server.cli.run(["put", "via-unix", #"{"v":1}"#])
         let client = FerryCLI()
         defer { client.cleanUp() }
-        try client.run(["put", "from-client", "{}"])
-        let r = try client.run(["sync", "unix:\(socket)", "--json"])
+        try await client.run(["put", "from-client", "{}"])
+        let r = try await client.run(["sync", "unix:\(socket)", "--json"])
         #expect(r.status == 0, "\(r.stderr)")
-        #expect(try client.run(["get", "via-unix"]).status == 0)
-        #expect(try server.cli.run(["get", "from-client"]).status == 0)
-        _ = server.stop()
+        #expect(try await client.run(["get", "via-unix"]).status == 0)
+        #expect(try await server.cli.run(["get", "from-client"]).status == 0)
+        _ = await server.stop()
         // stdio: the other side is a child `ferry serve --stdio` on its own data directory.
         let other = FerryCLI()
         defer { other.cleanUp() }
-        try other.run(["put", "via-stdio", "{}"])
+        try await other.run(["put", "via-stdio", "{}"])
         let command = "\(FerryCLI.binary) --data \(other.dataDirectory) serve --stdio"
-        let s = try client.run(["sync", "--exec", command, "--json"])
+        let s = try await client.run(["sync", "--exec", command, "--json"])
         #expect(s.status == 0, "\(s.stderr)")
-        #expect(try client.run(["get", "via-stdio"]).status == 0)
-        #expect(try other.run(["get", "via-unix"]).status == 0)
+        #expect(try await client.run(["get", "via-stdio"]).status == 0)
+        #expect(try await other.run(["get", "via-unix"]).status == 0)
     }
 
-    @Test func opensslSeesTLS13AndTheCertificateOfFerryID() throws {
+    @Test func opensslSeesTLS13AndTheCertificateOfFerryID() async throws {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl") else {
             Issue.record("openssl is not installed (make test installs it)")
             return
@@ -163,31 +162,25 @@ func eventually(_ seconds: Double = 30, _ condition: () throws -> Bool) rethrows
         let server = ServeProcess()
         let client = FerryCLI()
         defer { client.cleanUp() }
-        let clientID = try client.run(["id"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        let info = try server.start(["--trust", clientID])
+        let clientID = try await client.run(["id"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let info = try await server.start(["--trust", clientID])
         let port = try #require(info["port"]?.intValue)
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/bin/sh")
-        p.arguments = ["-c", """
-            echo | openssl s_client -connect 127.0.0.1:\(port) -cert \(client.dataDirectory)/identity/cert.pem \
-              -key \(client.dataDirectory)/identity/key.pem 2>/dev/null > \(client.dataDirectory)/s_client.txt; \
+        let probe = await shell("""
+            echo | openssl s_client -connect 127.0.0.1:\(port) -cert \(client.dataDirectory)/identity/cert.pem \\
+              -key \(client.dataDirectory)/identity/key.pem 2>/dev/null > \(client.dataDirectory)/s_client.txt; \\
             openssl x509 -in \(client.dataDirectory)/s_client.txt -outform DER | sha256sum
-            """]
-        let out = Pipe()
-        p.standardOutput = out
-        try p.run()
-        let fingerprint = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        p.waitUntilExit()
+            """)
+        let fingerprint = probe.output
         let transcript = (try? String(contentsOfFile: client.dataDirectory + "/s_client.txt", encoding: .utf8)) ?? ""
         #expect(transcript.contains("TLSv1.3"))
-        #expect(fingerprint.hasPrefix(server.id))
-        _ = server.stop()
+        #expect(fingerprint.hasPrefix(await server.id))
+        _ = await server.stop()
     }
 }
 
 extension ServeProcess {
     /// Starts on a fixed port (a restart keeps the address peers dial).
-    func startOnPort(_ port: Int, _ extra: [String]) throws -> JSON {
-        try start(["--port", String(port)] + extra)
+    func startOnPort(_ port: Int, _ extra: [String]) async throws -> JSON {
+        try await start(["--port", String(port)] + extra)
     }
 }

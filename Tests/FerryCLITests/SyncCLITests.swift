@@ -2,17 +2,17 @@ import FerryCore
 import Foundation
 import Testing
 
-@Suite struct SyncCLITests {
-    @Test func syncBetweenDataDirectoriesConvergesAndASecondRunTransfersNothing() throws {
+@Suite(.timeLimit(.minutes(10))) struct SyncCLITests {
+    @Test func syncBetweenDataDirectoriesConvergesAndASecondRunTransfersNothing() async throws {
         let a = FerryCLI()
         let b = FerryCLI()
         defer {
             a.cleanUp()
             b.cleanUp()
         }
-        try a.run(["put", "from-a", #"{"v":1}"#])
-        try b.run(["put", "from-b", #"{"v":2}"#])
-        let first = try a.run(["sync", b.dataDirectory, "--json"])
+        try await a.run(["put", "from-a", #"{"v":1}"#])
+        try await b.run(["put", "from-b", #"{"v":2}"#])
+        let first = try await a.run(["sync", b.dataDirectory, "--json"])
         #expect(first.status == 0, "\(first.stderr)")
         let summary = try first.json()
         #expect(summary["pushed"] == 1)
@@ -20,45 +20,45 @@ import Testing
         for key in ["rejected", "conflicts", "bytesSent", "bytesReceived", "deltasSent"] {
             #expect(summary[key]?.intValue != nil, "\(key)")
         }
-        let second = try a.run(["sync", b.dataDirectory, "--json"]).json()
+        let second = try await a.run(["sync", b.dataDirectory, "--json"]).json()
         #expect(second["pushed"] == 0)
         #expect(second["pulled"] == 0)
-        #expect(try a.run(["ls", "--json"]).json() == b.run(["ls", "--json"]).json())
+        #expect(try await a.run(["ls", "--json"]).json() == b.run(["ls", "--json"]).json())
     }
 
-    @Test func pushOnlyAndResolverFlagsWork() throws {
+    @Test func pushOnlyAndResolverFlagsWork() async throws {
         let a = FerryCLI()
         let b = FerryCLI()
         defer {
             a.cleanUp()
             b.cleanUp()
         }
-        let base = try #require(try a.run(["put", "doc", #"{"v":0}"#, "--json"]).json()["rev"]?.stringValue)
-        #expect(try b.run(["info"]).status == 0)  // creates b's data directory
-        #expect(try a.run(["sync", b.dataDirectory]).status == 0)
-        #expect(try a.run(["put", "doc", #"{"v":1}"#, "--rev", base]).status == 0)
-        #expect(try b.run(["put", "doc", #"{"v":2}"#, "--rev", base]).status == 0)
-        let pushed = try a.run(["sync", b.dataDirectory, "--push", "--json"]).json()
+        let base = try #require(try await a.run(["put", "doc", #"{"v":0}"#, "--json"]).json()["rev"]?.stringValue)
+        #expect(try await b.run(["info"]).status == 0)  // creates b's data directory
+        #expect(try await a.run(["sync", b.dataDirectory]).status == 0)
+        #expect(try await a.run(["put", "doc", #"{"v":1}"#, "--rev", base]).status == 0)
+        #expect(try await b.run(["put", "doc", #"{"v":2}"#, "--rev", base]).status == 0)
+        let pushed = try await a.run(["sync", b.dataDirectory, "--push", "--json"]).json()
         #expect(pushed["pushed"] == 1)
         #expect(pushed["pulled"] == 0)
-        let conflicts = try b.run(["conflicts", "--json"]).json()
+        let conflicts = try await b.run(["conflicts", "--json"]).json()
         #expect(conflicts.canonicalString.contains("\"doc\""))
-        let resolved = try a.run(["sync", b.dataDirectory, "--resolve", "deletesWin", "--json"])
+        let resolved = try await a.run(["sync", b.dataDirectory, "--resolve", "deletesWin", "--json"])
         #expect(resolved.status == 0, "\(resolved.stderr)")
         #expect(try resolved.json()["resolved"]?.intValue ?? 0 > 0)
-        #expect(try a.run(["conflicts", "--json"]).json() == .array([]))
-        #expect(try a.run(["get", "doc", "--json"]).json() == b.run(["get", "doc", "--json"]).json())
+        #expect(try await a.run(["conflicts", "--json"]).json() == .array([]))
+        #expect(try await a.run(["get", "doc", "--json"]).json() == b.run(["get", "doc", "--json"]).json())
     }
 
-    @Test func badSyncArgumentsAreClearErrors() throws {
+    @Test func badSyncArgumentsAreClearErrors() async throws {
         let a = FerryCLI()
         defer { a.cleanUp() }
-        let missing = try a.run(["sync", "/nonexistent/ferry"])
+        let missing = try await a.run(["sync", "/nonexistent/ferry"])
         #expect(missing.status == 1)
         #expect(missing.stderr.contains("no directory"))
-        let both = try a.run(["sync", "/tmp", "--push", "--pull"])
+        let both = try await a.run(["sync", "/tmp", "--push", "--pull"])
         #expect(both.status == 64)
-        let resolver = try a.run(["sync", "/tmp", "--resolve", "coinflip"])
+        let resolver = try await a.run(["sync", "/tmp", "--resolve", "coinflip"])
         #expect(resolver.status == 64)
         #expect(resolver.stderr.contains("coinflip"))
     }

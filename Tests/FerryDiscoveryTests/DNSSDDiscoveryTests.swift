@@ -1,4 +1,5 @@
 import Foundation
+import IntegrationHarness
 import Logging
 import ServiceLifecycle
 import Testing
@@ -7,19 +8,14 @@ import Testing
 
 /// Starts the loopback-confined avahi-daemon (scripts/avahi-loopback.sh); nil with a
 /// loud reason when this machine can't (not root, no avahi): CI runs as root and must not skip.
-func loopbackAvahi() -> String? {
+func loopbackAvahi() async -> String? {
     let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../scripts/avahi-loopback.sh").standardized.path
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: "/bin/bash")
-    p.arguments = [script, "start"]
-    let err = Pipe()
-    p.standardError = err
-    do { try p.run() } catch { return "cannot run \(script): \(error)" }
-    p.waitUntilExit()
-    if p.terminationStatus != 0 {
-        return String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    do {
+        let r = try await Shell.run([script, "start"], executable: "/bin/bash", timeout: 60)
+        return r.status == 0 ? nil : r.stderr + r.stdout
+    } catch {
+        return "cannot run \(script): \(error)"
     }
-    return nil
 }
 
 let requireAvahi = ProcessInfo.processInfo.environment["CI"] != nil || getuid() == 0
@@ -47,9 +43,9 @@ func waitFor(_ stream: AsyncStream<DiscoveryEvent>, until predicate: @escaping @
     }
 }
 
-@Suite(.serialized) struct DNSSDDiscoveryTests {
+@Suite(.serialized, .timeLimit(.minutes(10))) struct DNSSDDiscoveryTests {
     @Test func twoAdvertisersOnLoopbackFindEachOtherWithTheirNodeIDs() async throws {
-        if let why = loopbackAvahi() {
+        if let why = await loopbackAvahi() {
             if requireAvahi { Issue.record("loopback avahi-daemon needed here: \(why)") }
             print("SKIPPED: DNS-SD test needs a loopback avahi-daemon: \(why)")
             return

@@ -19,7 +19,7 @@ func configError(_ text: String) -> ConfigError? {
     } catch { return error }
 }
 
-@Suite struct NodeConfigurationTests {
+@Suite(.timeLimit(.minutes(10))) struct NodeConfigurationTests {
     @Test func emptyConfigGivesTheDocumentedDefaults() throws {
         let c = try parse("{}")
         #expect(c.port == 4985)
@@ -93,7 +93,7 @@ func configError(_ text: String) -> ConfigError? {
     }
 }
 
-@Suite struct DocumentRuleTests {
+@Suite(.timeLimit(.minutes(10))) struct DocumentRuleTests {
     func check(_ rule: DocumentRule, _ id: String, _ body: String, deleted: Bool = false) -> String? {
         let json = try! JSON.parse(body)
         return rule.violation(id: try! DocumentID(id), deleted: deleted, body: json, size: json.canonicalBytes.count)
@@ -136,7 +136,7 @@ func configError(_ text: String) -> ConfigError? {
     }
 }
 
-@Suite struct TrustStoreTests {
+@Suite(.timeLimit(.minutes(10))) struct TrustStoreTests {
     func tempDir() -> String {
         let d = NSTemporaryDirectory() + "ferry-trust-\(UUID().uuidString)"
         try! FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true)

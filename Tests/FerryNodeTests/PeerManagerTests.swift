@@ -66,7 +66,7 @@ func until(_ what: String, _ condition: () async throws -> Bool) async throws {
     Issue.record("timed out: \(what)")
 }
 
-@Suite(.serialized) struct PeerManagerTests {
+@Suite(.serialized, .timeLimit(.minutes(10))) struct PeerManagerTests {
     @Test func trustOnFirstUsePinsOnlyTheFirstPeerSeen() async throws {
         let first = String(repeating: "e", count: 64)
         let second = String(repeating: "d", count: 64)
@@ -123,7 +123,7 @@ func until(_ what: String, _ condition: () async throws -> Bool) async throws {
     }
 }
 
-@Suite(.serialized) struct NodePolicyTests {
+@Suite(.serialized, .timeLimit(.minutes(10))) struct NodePolicyTests {
     @Test func theConfiguredPullFilterRejectsIncomingRevisionsAndCountsThem() async throws {
         let dirA = NSTemporaryDirectory() + "ferry-node-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: dirA, withIntermediateDirectories: true)
@@ -153,7 +153,7 @@ func until(_ what: String, _ condition: () async throws -> Bool) async throws {
     }
 }
 
-@Suite(.serialized) struct TrustRevocationTests {
+@Suite(.serialized, .timeLimit(.minutes(10))) struct TrustRevocationTests {
     @Test func aPeerWhoseTrustIsRevokedWhileConnectedGetsNothingMore() async throws {
         let dirA = NSTemporaryDirectory() + "ferry-node-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: dirA, withIntermediateDirectories: true)

@@ -4,7 +4,7 @@ import Foundation
 import Testing
 @testable import FerrySync
 
-@Suite struct ConflictResolverTests {
+@Suite(.timeLimit(.minutes(10))) struct ConflictResolverTests {
     /// Three peers edit one document concurrently, then sync in a ring until quiet.
     func threePeerConflict(
         resolvers: ResolverSet, edits: [(JSON?, UInt64)]

@@ -4,7 +4,7 @@ import Foundation
 import Testing
 @testable import FerrySync
 
-@Suite struct MessageCodecTests {
+@Suite(.timeLimit(.minutes(10))) struct MessageCodecTests {
     @Test func envelopesRoundTrip() throws {
         let m = Message(
             kind: .request, number: 300, flags: Message.flagNoReply,
@@ -70,7 +70,7 @@ import Testing
     }
 }
 
-@Suite struct JSONDeltaTests {
+@Suite(.timeLimit(.minutes(10))) struct JSONDeltaTests {
     @Test func deltasRoundTripRandomEdits() throws {
         var rng = SystemRandomNumberGenerator()
         for _ in 0..<300 {
@@ -107,7 +107,7 @@ import Testing
     }
 }
 
-@Suite struct PolicyTests {
+@Suite(.timeLimit(.minutes(10))) struct PolicyTests {
     @Test func globsMatchWholeIDs() {
         #expect(Glob.matches("orders/*", "orders/1"))
         #expect(Glob.matches("*/2026-??-*", "log/2026-11-22"))
@@ -127,7 +127,7 @@ import Testing
     }
 }
 
-@Suite struct ByteStreamEndpointTests {
+@Suite(.timeLimit(.minutes(10))) struct ByteStreamEndpointTests {
     @Test func replicationRunsOverAFramedByteStream() async throws {
         let a = try DocumentStore.inMemory()
         let b = try DocumentStore.inMemory()

@@ -4,7 +4,7 @@ import Foundation
 import Testing
 @testable import FerrySync
 
-@Suite struct ReplicatorTests {
+@Suite(.timeLimit(.minutes(10))) struct ReplicatorTests {
     @Test func pushAndPullOneShotConvergesBothWays() async throws {
         let a = try DocumentStore.inMemory()
         let b = try DocumentStore.inMemory()
@@ -287,7 +287,7 @@ import Testing
 import ServiceLifecycle
 import Logging
 
-@Suite struct ReplicatorServiceTests {
+@Suite(.timeLimit(.minutes(10))) struct ReplicatorServiceTests {
     @Test func gracefulShutdownOfAServiceGroupStopsAContinuousReplicator() async throws {
         let a = try DocumentStore.inMemory()
         let b = try DocumentStore.inMemory()

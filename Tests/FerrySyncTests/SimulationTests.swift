@@ -11,7 +11,7 @@ import Testing
 /// hold the same documents with the same current revisions and conflicts.
 ///
 /// `FERRY_SIM_SEEDS=N` runs N seeds (default 200); `FERRY_SIM_SEED=S` replays one seed.
-@Suite struct SimulationTests {
+@Suite(.timeLimit(.minutes(10))) struct SimulationTests {
     @Test func seededSimulationsConvergeAfterHealing() async throws {
         let env = ProcessInfo.processInfo.environment
         let seeds: [UInt64]

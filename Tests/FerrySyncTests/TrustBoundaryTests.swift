@@ -17,7 +17,7 @@ func hostileLink(to store: DocumentStore, rewrite: @escaping @Sendable ([UInt8])
     return link
 }
 
-@Suite struct TrustBoundaryTests {
+@Suite(.timeLimit(.minutes(10))) struct TrustBoundaryTests {
     @Test func aRevisionWhoseBodyDoesNotMatchItsIDIsRejectedAndTheRestArrive() async throws {
         let local = try DocumentStore.inMemory()
         let remote = try DocumentStore.inMemory()

@@ -7,11 +7,9 @@ import NIOWebSocket
 import Testing
 @testable import FerryTransport
 
-/// Opens a raw TCP connection to 127.0.0.1:port with a receive timeout.
-func rawSocket(port: Int, timeoutSeconds: Int = 15) -> Int32 {
+/// Opens a raw TCP connection to 127.0.0.1:port.
+func rawSocket(port: Int) -> Int32 {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    var tv = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
     var addr = sockaddr_in()
     addr.sin_family = sa_family_t(AF_INET)
     addr.sin_port = in_port_t(UInt16(port).bigEndian)
@@ -22,17 +20,25 @@ func rawSocket(port: Int, timeoutSeconds: Int = 15) -> Int32 {
     return fd
 }
 
-/// Reads until the peer closes; returns false if the receive timeout expired first.
-func readUntilClosed(_ fd: Int32) -> Bool {
+/// Reads until the peer closes the connection (true), or `timeout` seconds pass (false).
+/// Non-blocking reads and async sleeps: a blocking read here would hold one of the
+/// cooperative pool's threads, which the server under test needs to run at all.
+func readUntilClosed(_ fd: Int32, timeout: Double = 60) async -> Bool {
+    _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
     var buf = [UInt8](repeating: 0, count: 4096)
-    while true {
+    let deadline = ContinuousClock.now + .seconds(timeout)
+    while ContinuousClock.now < deadline {
         let n = read(fd, &buf, buf.count)
         if n == 0 { return true }
-        if n < 0 { return errno != EAGAIN && errno != EWOULDBLOCK }
+        if n < 0 {
+            guard errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR else { return errno == ECONNRESET }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
     }
+    return false
 }
 
-@Suite(.serialized) struct HostilePeerTests {
+@Suite(.serialized, .timeLimit(.minutes(10))) struct HostilePeerTests {
     func connect(_ client: TestNode, _ server: TestNode, port: Int) async throws -> WebSocketEndpoint {
         var c = try WebSocketConnector(url: "wss://127.0.0.1:\(port)/ferry/sync", serverTrust: .pinned([server.identity.nodeID]), identity: client.identity)
         c.logger = quietLogger()
@@ -87,7 +93,7 @@ func readUntilClosed(_ fd: Int32) -> Bool {
         defer { close(silent) }
         // A few bytes of a TLS record, then nothing: the server must give up on its own.
         _ = [UInt8]([0x16, 0x03, 0x01]).withUnsafeBytes { write(silent, $0.baseAddress, $0.count) }
-        #expect(readUntilClosed(silent))
+        #expect(await readUntilClosed(silent))
     }
 
     @Test func aHugeLengthPrefixOrATruncatedFrameOnAUnixSocketIsClosedCleanly() async throws {
@@ -96,32 +102,36 @@ func readUntilClosed(_ fd: Int32) -> Bool {
         let responder = ReplicationResponder(store: server.store, logger: quietLogger())
         let serving = Task { try await ByteStreamTransport.serveUnix(path: path) { await responder.serve($0) } }
         defer { serving.cancel() }
-        // Wait for the socket file rather than sleeping.
-        while !FileManager.default.fileExists(atPath: path) { await Task.yield() }
-        func unixSocket() -> Int32 {
-            let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-            var tv = timeval(tv_sec: 15, tv_usec: 0)
-            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-            var addr = sockaddr_un()
-            addr.sun_family = sa_family_t(AF_UNIX)
-            withUnsafeMutableBytes(of: &addr.sun_path) { raw in
-                for (i, b) in path.utf8.enumerated() where i < raw.count - 1 { raw[i] = b }
+        // A connected Unix socket; retried until the server listens (the socket file
+        // appears at bind, a moment before listen).
+        func unixSocket() async throws -> Int32 {
+            let deadline = ContinuousClock.now + .seconds(60)
+            while true {
+                let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+                var addr = sockaddr_un()
+                addr.sun_family = sa_family_t(AF_UNIX)
+                withUnsafeMutableBytes(of: &addr.sun_path) { raw in
+                    for (i, b) in path.utf8.enumerated() where i < raw.count - 1 { raw[i] = b }
+                }
+                let rc = withUnsafePointer(to: &addr) {
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Foundation.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+                }
+                if rc == 0 { return fd }
+                close(fd)
+                guard ContinuousClock.now < deadline else { throw SyncError.disconnected("cannot connect to \(path)") }
+                try await Task.sleep(for: .milliseconds(5))
             }
-            _ = withUnsafePointer(to: &addr) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Foundation.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-            }
-            return fd
         }
-        let huge = unixSocket()
+        let huge = try await unixSocket()
         let prefix: [UInt8] = [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F]  // a length of about 2^55
         _ = prefix.withUnsafeBytes { write(huge, $0.baseAddress, $0.count) }
-        #expect(readUntilClosed(huge))
+        #expect(await readUntilClosed(huge))
         close(huge)
-        let truncated = unixSocket()
+        let truncated = try await unixSocket()
         let partial: [UInt8] = [0x40, 0xFE, 0x00]  // promises 64 bytes, sends 2
         _ = partial.withUnsafeBytes { write(truncated, $0.baseAddress, $0.count) }
         shutdown(truncated, Int32(SHUT_WR))
-        #expect(readUntilClosed(truncated))
+        #expect(await readUntilClosed(truncated))
         close(truncated)
         // Still serving.
         try server.store.put(try DocumentID("ok"), body: [:])

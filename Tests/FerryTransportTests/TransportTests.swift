@@ -59,7 +59,7 @@ func replicate(_ client: TestNode, url: String, pin: PeerTrust, direction: Repli
     return r
 }
 
-@Suite struct IdentityTests {
+@Suite(.timeLimit(.minutes(10))) struct IdentityTests {
     @Test func theNodeIDIsTheSHA256OfTheCertificateDERAndStable() throws {
         let node = try TestNode()
         #expect(node.identity.nodeID.count == 64)
@@ -128,7 +128,7 @@ func replicate(_ client: TestNode, url: String, pin: PeerTrust, direction: Repli
     }
 }
 
-@Suite(.serialized) struct TLSReplicationTests {
+@Suite(.serialized, .timeLimit(.minutes(10))) struct TLSReplicationTests {
     @Test func aPinnedServerIsAcceptedAndReplicationConverges() async throws {
         let server = try TestNode()
         let client = try TestNode()
