@@ -13,7 +13,7 @@ struct FerryBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ferry-bench",
         abstract: "Ferry benchmarks: each figure is a ratio against a baseline measured in the same run.",
-        subcommands: [StoreBench.self, SyncBench.self, NetBench.self, DeltaBench.self, LatencyBench.self])
+        subcommands: [StoreBench.self, SyncBench.self, NetBench.self, DeltaBench.self, LatencyBench.self, ScaleBench.self, SyncthingBench.self])
 }
 
 /// Saves documents through FerryStore and inserts the same documents with raw prepared SQLite statements.
@@ -209,25 +209,46 @@ func inMemoryReplicator(from source: DocumentStore, into target: DocumentStore, 
 struct DocumentGenerator {
     let size: Int
 
-    func documents(_ count: Int) -> [(DocumentID, JSON)] {
+    func documents(_ count: Int) -> [(DocumentID, JSON)] { (0..<count).map(document) }
+
+    /// Document number `i`: the same on every call, so large sets can be streamed.
+    func document(_ i: Int) -> (DocumentID, JSON) {
         let words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"]
-        return (0..<count).map { i in
-            var fields: [String: JSON] = [
-                "type": "reading", "seq": .int(Int64(i)), "station": .string("st-\(i % 97)"),
-                "value": .number(Double(i % 1000) / 8), "ok": .bool(i % 3 != 0),
-                "tags": .array((0..<4).map { .string(words[(i + $0) % words.count]) }),
-            ]
-            let base = JSON.object(fields).canonicalBytes.count
-            let pad = max(0, size - base - 12)
-            var note = ""
-            var k = i
-            while note.utf8.count < pad {
-                note += words[Int(UInt(bitPattern: k) % UInt(words.count))] + " "
-                k = k &* 31 &+ 7
-            }
-            fields["note"] = .string(String(note.prefix(pad)))
-            return (try! DocumentID(String(format: "doc-%08d", i)), .object(fields))
+        var fields: [String: JSON] = [
+            "type": "reading", "seq": .int(Int64(i)), "station": .string("st-\(i % 97)"),
+            "value": .number(Double(i % 1000) / 8), "ok": .bool(i % 3 != 0),
+            "tags": .array((0..<4).map { .string(words[(i + $0) % words.count]) }),
+        ]
+        let base = JSON.object(fields).canonicalBytes.count
+        let pad = max(0, size - base - 12)
+        var note = ""
+        var k = i
+        while note.utf8.count < pad {
+            note += words[Int(UInt(bitPattern: k) % UInt(words.count))] + " "
+            k = k &* 31 &+ 7
         }
+        fields["note"] = .string(String(note.prefix(pad)))
+        return (try! DocumentID(String(format: "doc-%08d", i)), .object(fields))
+    }
+
+    /// Writes documents 0..<count as NDJSON (each with "_id") for `ferry import`, streaming.
+    func writeNDJSON(_ count: Int, to path: String) throws {
+        FileManager.default.createFile(atPath: path, contents: nil)
+        guard let out = FileHandle(forWritingAtPath: path) else { throw BenchError("cannot write \(path)") }
+        defer { try? out.close() }
+        var chunk: [UInt8] = []
+        for i in 0..<count {
+            let (id, body) = document(i)
+            var o = body.objectValue!
+            o["_id"] = .string(id.rawValue)
+            chunk.append(contentsOf: JSON.object(o).canonicalBytes)
+            chunk.append(0x0A)
+            if chunk.count > 1 << 20 {
+                try out.write(contentsOf: chunk)
+                chunk.removeAll(keepingCapacity: true)
+            }
+        }
+        try out.write(contentsOf: chunk)
     }
 }
 
