@@ -37,14 +37,17 @@ integration: deps
 
 # Prints each figure and writes Benchmarks/results/latest.json (git-ignored).
 REPORT ?= Benchmarks/results/latest.json
-bench: deps
+bench:
+	@scripts/install-deps.sh --bench
 	$(SWIFT) build -c release
 	rm -f $(REPORT)
 	.build/release/ferry-bench store --report $(REPORT)
 	.build/release/ferry-bench sync
 	.build/release/ferry-bench net --report $(REPORT)
-	.build/release/ferry-bench delta --report $(REPORT)
 	.build/release/ferry-bench latency --report $(REPORT)
+	.build/release/ferry-bench delta --report $(REPORT)
+	.build/release/ferry-bench scale --report $(REPORT)
+	.build/release/ferry-bench syncthing --report $(REPORT)
 	@echo "report: $(REPORT)"
 
 clean:

@@ -19,6 +19,10 @@ command -v ip >/dev/null || need+=(iproute2)
 command -v nsenter >/dev/null || need+=(util-linux)
 command -v curl >/dev/null || need+=(curl)
 ldconfig -p 2>/dev/null | grep -q 'libcurl.so.4 ' || need+=(libcurl4)
+# `make bench` only (scripts/install-deps.sh --bench): Syncthing, the side-by-side peer of P7.
+if [ "${1:-}" = "--bench" ]; then
+    command -v syncthing >/dev/null || need+=(syncthing)
+fi
 
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then

@@ -246,7 +246,9 @@ struct SyncthingBench: AsyncParsableCommand {
     /// Runs this same command again inside `unshare --net` (a namespace with only loopback).
     func reexecInPrivateNetwork() throws {
         guard getuid() == 0 else {
-            throw BenchError("the Syncthing benchmark runs Syncthing in a private network namespace and needs root (sudo)")
+            // Not a failure of `make bench`: the other figures stand; this one says why it is absent.
+            print("P7 not measured: the Syncthing benchmark runs Syncthing in a private network namespace and needs root (sudo)")
+            return
         }
         let exe = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
         let args = ["--net", "--", exe] + Array(CommandLine.arguments.dropFirst()) + ["--in-namespace"]
