@@ -228,7 +228,10 @@ public final class Replicator: Sendable {
         try await withThrowingTaskGroup(of: Void.self) { group in
             if direction.pulls { group.addTask { try await self.pullLoop(connection, remoteDB: remoteDB) } }
             if direction.pushes { group.addTask { try await self.pushLoop(connection, remoteDB: remoteDB) } }
-            try await group.waitForAll()
+            // Not waitForAll(): it waits for every child before rethrowing, so a pull that
+            // fails on a dropped connection would wait for an idle push loop's next local
+            // change. The first error ends the group, which cancels the other loop.
+            while try await group.next() != nil {}
         }
     }
 
@@ -296,6 +299,7 @@ public final class Replicator: Sendable {
         defer { prefetched?.task.cancel() }
         while true {
             if stopRequested { return }
+            try Task.checkCancellation()
             let live = configuration.continuous && caughtUp
             var request: [String: JSON] = [
                 "since": .int(Int64(since)), "limit": .int(Int64(configuration.batchSize)), "live": .bool(live),
@@ -512,6 +516,9 @@ public final class Replicator: Sendable {
         var remoteSaved = since
         while true {
             if stopRequested { return }
+            // Cancelled when the pull side failed: end here (an idle wait returns at once
+            // once cancelled, so the loop must not go round again).
+            try Task.checkCancellation()
             let page = try store.changesWithLeaves(since: since, limit: configuration.batchSize)
             guard let last = page.last else {
                 if remoteSaved < since {

@@ -42,9 +42,25 @@ extension PeerTrust {
 /// applies to the next handshake.
 public final class TrustedIDs: Sendable, Equatable {
     private let ids: Mutex<Set<String>>
+    private let revocationHandlers = Mutex<[@Sendable (Set<String>) -> Void]>([])
     public init(_ ids: Set<String> = []) { self.ids = Mutex(ids) }
     public func contains(_ id: String) -> Bool { ids.withLock { $0.contains(id) } }
-    public func replace(with new: Set<String>) { ids.withLock { $0 = new } }
+
+    /// Replaces the set; the IDs that left it are handed to every revocation handler.
+    public func replace(with new: Set<String>) {
+        let revoked = ids.withLock { old -> Set<String> in
+            defer { old = new }
+            return old.subtracting(new)
+        }
+        guard !revoked.isEmpty else { return }
+        for handler in revocationHandlers.withLock({ $0 }) { handler(revoked) }
+    }
+
+    /// Calls `handler` with the IDs removed by each later `replace(with:)`.
+    public func onRevocation(_ handler: @escaping @Sendable (Set<String>) -> Void) {
+        revocationHandlers.withLock { $0.append(handler) }
+    }
+
     public var all: Set<String> { ids.withLock { $0 } }
     public static func == (a: TrustedIDs, b: TrustedIDs) -> Bool { a === b }
 }

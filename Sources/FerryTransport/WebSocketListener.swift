@@ -85,6 +85,25 @@ public final class WebSocketListener: Service, Sendable {
         self.configuration = configuration
         self.serveConnection = serveConnection
         self.logger = logger
+        // A peer whose trust is revoked loses its live connections at once, not only its
+        // next handshake.
+        if case .mutualTLS(.dynamic(let trusted)) = configuration.authentication {
+            trusted.onRevocation { [weak self] revoked in self?.disconnect(peers: revoked) }
+        }
+    }
+
+    /// Closes every live connection authenticated as one of `peers`, with a permanent
+    /// "forbidden" error; returns how many were closed.
+    @discardableResult
+    public func disconnect(peers: Set<String>) -> Int {
+        let doomed = state.withLock { s in
+            s.connections.values.filter { $0.peerID.map(peers.contains) ?? false }.compactMap { s.endpoints[$0.id] }
+        }
+        guard !doomed.isEmpty else { return 0 }
+        logger.warning("closing the connections of peers no longer trusted", metadata: ["peers": "\(peers.sorted())", "connections": "\(doomed.count)"])
+        let error = SyncError(code: "forbidden", message: "this node no longer trusts you", isTransient: false)
+        Task { for endpoint in doomed { await endpoint.close(error: error) } }
+        return doomed.count
     }
 
     public var boundPort: Int? { state.withLock { $0.boundPort } }

@@ -156,3 +156,42 @@ func readUntilClosed(_ fd: Int32, timeout: Double = 60) async -> Bool {
         #expect(tls.status.error != nil)
     }
 }
+
+@Suite(.serialized, .timeLimit(.minutes(10))) struct RevocationTests {
+    @Test func revokingAConnectedPeerClosesItsConnectionAndItsReplicatorNotices() async throws {
+        let server = try TestNode()
+        let client = try TestNode()
+        let trusted = TrustedIDs([client.identity.nodeID])
+        let (listener, task, port) = try await startListener(server, trust: .dynamic(trusted))
+        defer { task.cancel() }
+        var connector = try WebSocketConnector(url: "wss://127.0.0.1:\(port)/ferry/sync", serverTrust: .pinned([server.identity.nodeID]), identity: client.identity)
+        connector.logger = quietLogger()
+        let dial = connector
+        var config = ReplicatorConfiguration()
+        config.continuous = true
+        config.maxAttempts = 1
+        config.nodeID = client.identity.nodeID
+        let replicator = Replicator(store: client.store, connector: { try await dial.connect() }, configuration: config, logger: quietLogger())
+        let running = Task { await replicator.run() }
+        defer { replicator.stop() }
+        try await waitUntil { replicator.status.activity == .idle && listener.connections.count == 1 }
+        trusted.replace(with: [])
+        try await waitUntil { listener.connections.isEmpty }
+        // The replicator sees the close as it happens, not at its next local change.
+        try await waitUntil { replicator.status.activity == .stopped }
+        // The close says why; the next attempt is refused in the TLS handshake.
+        #expect(replicator.status.error?.description.contains("no longer trusts") == true, "\(String(describing: replicator.status.error))")
+        await running.value
+    }
+
+    func waitUntil(_ condition: () -> Bool) async throws {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while !condition() {
+            guard ContinuousClock.now < deadline else {
+                Issue.record("timed out")
+                return
+            }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+    }
+}
