@@ -192,7 +192,10 @@ struct SyncBench: ParsableCommand {
 }
 
 /// A quiet replicator from `source` into `target` over an in-memory endpoint pair.
-func inMemoryReplicator(from source: DocumentStore, into target: DocumentStore, _ config: ReplicatorConfiguration) -> Replicator {
+func inMemoryReplicator(
+    from source: DocumentStore, into target: DocumentStore, _ config: ReplicatorConfiguration,
+    wrap: @escaping @Sendable (any MessageEndpoint) -> any MessageEndpoint = { $0 }
+) -> Replicator {
     let responder = ReplicationResponder(store: source)
     var logger = Logger(label: "bench")
     logger.logLevel = .error
@@ -201,7 +204,7 @@ func inMemoryReplicator(from source: DocumentStore, into target: DocumentStore, 
         connector: {
             let (client, server) = InMemoryEndpoint.pair()
             Task { await responder.serve(server) }
-            return client
+            return wrap(client)
         }, configuration: config, logger: logger)
 }
 

@@ -61,16 +61,7 @@ struct DeltaBench: AsyncParsableCommand {
         // The summary counts a connection's bytes when it closes; this one stays open, so
         // the endpoint itself counts.
         let counted = ByteCounter()
-        let responder = ReplicationResponder(store: source)
-        var logger = Logger(label: "bench")
-        logger.logLevel = .error
-        let replicator = Replicator(
-            store: target,
-            connector: {
-                let (client, server) = InMemoryEndpoint.pair()
-                Task { await responder.serve(server) }
-                return CountingEndpoint(client, bytes: counted)
-            }, configuration: config, logger: logger)
+        let replicator = inMemoryReplicator(from: source, into: target, config) { CountingEndpoint($0, bytes: counted) }
         let running = Task { await replicator.run() }
         defer { replicator.stop() }
         func settled(at revision: RevisionID) async throws -> Int {

@@ -41,7 +41,7 @@ struct LatencyBench: AsyncParsableCommand {
             for (j, id) in ids.enumerated() where j != i { args += ["--trust", id] }
             for j in (i + 1)..<nodes { args += ["--peer", "\(urls[j])#\(ids[j])"] }
             let pid = try NetBench.launch(ferry, args, quiet: true)
-            let info = try await waitForNodeFile(dirs[i], pid: pid)
+            let info = try await NetBench.waitForNodeFile(dirs[i], pid: pid)
             urls[i] = info["url"]?.stringValue ?? ""
             started.append(NodeProcess(pid: pid, admin: info["adminURL"]?.stringValue ?? ""))
         }
@@ -93,19 +93,6 @@ struct LatencyBench: AsyncParsableCommand {
     }
 
     func fmt(_ v: Double) -> String { String(format: "%.3f", v) }
-
-    func waitForNodeFile(_ dir: String, pid: pid_t) async throws -> JSON {
-        let deadline = Date().addingTimeInterval(30)
-        while Date() < deadline {
-            if let d = FileManager.default.contents(atPath: "\(dir)/node.json"), let info = try? JSON.parse(Array(d)),
-                info["pid"]?.intValue == Int64(pid)
-            {
-                return info
-            }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        throw BenchError("node in \(dir) did not become ready")
-    }
 
     func waitUntilMeshIsUp(_ nodes: [NodeProcess]) async throws {
         let deadline = Date().addingTimeInterval(60)

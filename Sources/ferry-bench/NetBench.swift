@@ -27,14 +27,7 @@ struct NetBench: AsyncParsableCommand {
 
         // The source node, filled once (not timed).
         let source = "\(root)/source"
-        var ndjson = Data()
-        for (id, body) in docs {
-            var o = body.objectValue!
-            o["_id"] = .string(id.rawValue)
-            ndjson.append(contentsOf: JSON.object(o).canonicalBytes)
-            ndjson.append(0x0A)
-        }
-        FileManager.default.createFile(atPath: "\(root)/docs.ndjson", contents: ndjson)
+        try DocumentGenerator(size: workload.size).writeNDJSON(workload.count, to: "\(root)/docs.ndjson")
         _ = try Self.spawn(ferry, ["--data", source, "import", "\(root)/docs.ndjson", "--batch-size", "10000"])
         let clientTemplate = "\(root)/client-id"
         let clientID = try Self.capture(ferry, ["--data", clientTemplate, "id"]).trimmingCharacters(in: .whitespacesAndNewlines)
@@ -51,9 +44,7 @@ struct NetBench: AsyncParsableCommand {
             // Start the server process and wait for node.json.
             let server = try Self.startServe(ferry, data: source, trust: clientID)
             defer { kill(server.pid, SIGKILL); _ = Self.reap(server.pid) }
-            let client = "\(root)/client-\(run)"
-            try FileManager.default.createDirectory(atPath: client, withIntermediateDirectories: true)
-            try FileManager.default.copyItem(atPath: "\(clientTemplate)/identity", toPath: "\(client)/identity")
+            let client = try Self.makeReceiver("\(root)/client-\(run)", identityFrom: clientTemplate)
             let start = ContinuousClock.now
             let result = try Self.spawn(ferry, ["--data", client, "sync", server.url, "--pin", sourceID, "--pull", "--json"])
             let elapsed = ContinuousClock.now - start
@@ -189,6 +180,28 @@ struct NetBench: AsyncParsableCommand {
             usleep(20_000)
         }
         throw BenchError("ferry serve did not become ready")
+    }
+
+    /// An empty data directory at `path` that reuses the identity in `template` (so the
+    /// serving node trusts it); returns `path`.
+    static func makeReceiver(_ path: String, identityFrom template: String) throws -> String {
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: "\(template)/identity", toPath: "\(path)/identity")
+        return path
+    }
+
+    /// Waits until `dir/node.json` names `pid` (the node is ready) and returns it.
+    static func waitForNodeFile(_ dir: String, pid: pid_t) async throws -> JSON {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline {
+            if let d = FileManager.default.contents(atPath: "\(dir)/node.json"), let info = try? JSON.parse(Array(d)),
+                info["pid"]?.intValue == Int64(pid)
+            {
+                return info
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        throw BenchError("ferry serve in \(dir) did not become ready")
     }
 
     /// VmHWM of a running process, in KiB.

@@ -19,6 +19,15 @@ struct ScaleBench: AsyncParsableCommand {
     @Option(help: "Directory for scratch data (needs about 2.5 × large × size bytes).") var scratch = NSTemporaryDirectory()
     @Option(help: "Also record the figures in this JSON report.") var report: String?
 
+    func validate() throws {
+        guard small >= 1, large >= 1, runs >= 1, size >= 64 else {
+            throw ValidationError("--small, --large and --runs must be at least 1, and --size at least 64")
+        }
+        guard changed >= 1, changed <= small, changed <= large else {
+            throw ValidationError("--changed must be between 1 and the smaller database size")
+        }
+    }
+
     /// One database size's measurements.
     struct Sample {
         var pullRSSKiB: [Int] = []
@@ -90,9 +99,7 @@ struct ScaleBench: AsyncParsableCommand {
             let server = try NetBench.startServe(ferry, data: source, trust: clientID)
             defer { kill(server.pid, SIGKILL); _ = NetBench.reap(server.pid) }
             if !receiver.isEmpty { try? FileManager.default.removeItem(atPath: receiver) }
-            receiver = "\(root)/receiver-\(count)-\(run)"
-            try FileManager.default.createDirectory(atPath: receiver, withIntermediateDirectories: true)
-            try FileManager.default.copyItem(atPath: "\(clientTemplate)/identity", toPath: "\(receiver)/identity")
+            receiver = try NetBench.makeReceiver("\(root)/receiver-\(count)-\(run)", identityFrom: clientTemplate)
             let start = ContinuousClock.now
             let pulled = try NetBench.spawn(ferry, ["--data", receiver, "sync", server.url, "--pin", sourceID, "--pull", "--json"])
             let elapsed = ContinuousClock.now - start

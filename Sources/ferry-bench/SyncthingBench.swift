@@ -25,6 +25,12 @@ struct SyncthingBench: AsyncParsableCommand {
     @Option(help: "Also record the figures in this JSON report.") var report: String?
     @Flag(help: .hidden) var inNamespace = false
 
+    func validate() throws {
+        guard files >= 1, largeFolder >= 1, runs >= 1, changes >= 1, watcherChanges >= 1, size >= 64 else {
+            throw ValidationError("--files, --large-folder, --runs, --changes and --watcher-changes must be at least 1, and --size at least 64")
+        }
+    }
+
     func run() async throws {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/syncthing") else {
             throw BenchError("syncthing is not installed (apt-get install syncthing; make bench installs it)")
@@ -196,10 +202,10 @@ struct SyncthingBench: AsyncParsableCommand {
         let base = ["serve", "--port", "0", "--admin-port", "0", "--no-discovery", "--interface", "127.0.0.1"]
         let pidB = try NetBench.launch(ferry, ["--data", dirB] + base + ["--trust", idA], quiet: true)
         defer { kill(pidB, SIGKILL); _ = NetBench.reap(pidB) }
-        let infoB = try await waitForNode(dirB, pid: pidB)
+        let infoB = try await NetBench.waitForNodeFile(dirB, pid: pidB)
         let pidA = try NetBench.launch(ferry, ["--data", dirA] + base + ["--trust", idB, "--peer", "\(infoB["url"]?.stringValue ?? "")#\(idB)"], quiet: true)
         defer { kill(pidA, SIGKILL); _ = NetBench.reap(pidA) }
-        let infoA = try await waitForNode(dirA, pid: pidA)
+        let infoA = try await NetBench.waitForNodeFile(dirA, pid: pidA)
         let adminA = infoA["adminURL"]?.stringValue ?? "", adminB = infoB["adminURL"]?.stringValue ?? ""
         // Identical documents on both sides: the first exchange only compares revisions.
         let deadline = ContinuousClock.now + .seconds(120)
@@ -228,17 +234,6 @@ struct SyncthingBench: AsyncParsableCommand {
         try? FileManager.default.removeItem(atPath: root)
         print(String(format: "  ferry (%d documents): p50 %.2f ms", preload, Percentiles(out).p50))
         return out
-    }
-
-    func waitForNode(_ dir: String, pid: pid_t) async throws -> JSON {
-        let deadline = ContinuousClock.now + .seconds(30)
-        while ContinuousClock.now < deadline {
-            if let d = FileManager.default.contents(atPath: "\(dir)/node.json"), let info = try? JSON.parse(Array(d)), info["pid"]?.intValue == Int64(pid) {
-                return info
-            }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        throw BenchError("ferry serve in \(dir) did not become ready")
     }
 
     // MARK: Process plumbing
