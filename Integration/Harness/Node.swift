@@ -15,6 +15,7 @@ public final class Node: @unchecked Sendable {
     private var process: ChildProcess?
     private var arguments: [String] = []
     private var environment: [String: String] = [:]
+    private var readinessTimeout: Double = 60
 
     public init(name: String, root: String, host: LabHost? = nil) {
         self.name = name
@@ -43,6 +44,7 @@ public final class Node: @unchecked Sendable {
     public func start(_ extra: [String] = [], environment: [String: String] = [:], timeout: Double = 60) async throws {
         arguments = extra
         self.environment = environment
+        readinessTimeout = timeout
         try await launch()
     }
 
@@ -62,14 +64,10 @@ public final class Node: @unchecked Sendable {
         var env = ProcessInfo.processInfo.environment.filter { $0.key != "FERRY_DATA" }
         env["FERRY_LOG_LEVEL"] = env["FERRY_LOG_LEVEL"] ?? "info"
         for (k, v) in environment { env[k] = v }
-        if let log = FileHandle(forWritingAtPath: logPath) {
-            log.seekToEndOfFile()
-            log.write(Data("=== start \(Date()) \(args.joined(separator: " "))\n".utf8))
-            try? log.close()
-        }
+        appendToLog("=== start \(Date()) \(args.joined(separator: " "))")
         let p = try ChildProcess.spawn(executable, argv, environment: env, stdoutPath: logPath, stderrPath: logPath)
         process = p
-        let deadline = Date().addingTimeInterval(60)
+        let deadline = Date().addingTimeInterval(readinessTimeout)
         while Date() < deadline {
             if let data = FileManager.default.contents(atPath: dataDirectory + "/node.json"),
                 let json = try? JSON.parse(Array(data)), let pid = json["pid"]?.intValue,
@@ -103,13 +101,17 @@ public final class Node: @unchecked Sendable {
         guard let p = process else { return -1 }
         // Under nsenter the node is nsenter's child (same pid after exec).
         let (status, graceful) = await p.stop(sig, grace: grace)
-        if !graceful, let log = FileHandle(forWritingAtPath: logPath) {
-            log.seekToEndOfFile()
-            log.write(Data("=== harness: no exit \(Int(grace)) s after signal \(sig); killed\n".utf8))
-            try? log.close()
-        }
+        if !graceful { appendToLog("=== harness: no exit \(Int(grace)) s after signal \(sig); killed") }
         process = nil
         return status
+    }
+
+    /// A harness line in the node's log, between its own lines.
+    private func appendToLog(_ line: String) {
+        guard let log = FileHandle(forWritingAtPath: logPath) else { return }
+        log.seekToEndOfFile()
+        log.write(Data((line + "\n").utf8))
+        try? log.close()
     }
 
     public var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
