@@ -109,6 +109,8 @@ let package = Package(
                 "FerryCore", "FerryStore", "FerrySync", "FerryTransport",
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),
         .testTarget(name: "FerryCoreTests", dependencies: ["FerryCore"]),

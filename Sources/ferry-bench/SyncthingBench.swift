@@ -2,9 +2,6 @@ import ArgumentParser
 import FerryCore
 import Foundation
 
-#if canImport(FoundationNetworking)
-    import FoundationNetworking
-#endif
 
 /// P7: Ferry side by side with Syncthing (Debian's `syncthing`): two instances of each on
 /// loopback, driven through their REST APIs, inside a private network namespace that has
@@ -336,15 +333,13 @@ final class Syncthing: @unchecked Sendable {
 
     @discardableResult
     func rest(_ method: String, _ path: String, body: JSON? = nil) async throws -> JSON {
-        var r = URLRequest(url: URL(string: "http://127.0.0.1:\(gui)\(path)")!)
-        r.httpMethod = method
-        r.timeoutInterval = 600
-        r.setValue(apiKey, forHTTPHeaderField: "X-API-Key")
-        r.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        if let body { r.httpBody = Data(body.canonicalBytes) }
-        let (data, response) = try await URLSession.shared.data(for: r)
-        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
-        guard (200..<300).contains(status) else { throw BenchError("syncthing \(method) \(path) → \(status): \(String(decoding: data, as: UTF8.self))") }
+        let reply = try await BenchHTTPClient.shared.request(
+            method, "http://127.0.0.1:\(gui)\(path)", headers: [("X-API-Key", apiKey), ("Content-Type", "application/json")],
+            body: body?.canonicalBytes, timeout: .seconds(600))
+        guard (200..<300).contains(reply.status) else {
+            throw BenchError("syncthing \(method) \(path) → \(reply.status): \(String(decoding: reply.body, as: UTF8.self))")
+        }
+        let data = reply.body
         return (try? JSON.parse(Array(data))) ?? .null
     }
 
