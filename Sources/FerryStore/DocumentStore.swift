@@ -93,8 +93,10 @@ public final class DocumentStore: Sendable {
         let result: (T, UInt64)
         do {
             result = try writer.writeWithoutTransaction { db -> (T, UInt64) in
-                if relaxed { try db.execute(sql: "PRAGMA synchronous = NORMAL") }
-                defer { if relaxed { try? db.execute(sql: "PRAGMA synchronous = FULL") } }
+                // Cached statements: preparing one (GRDB's authorizer included) costs more
+                // than running it, on paths taken per replicated batch or change.
+                if relaxed { try db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute() }
+                defer { if relaxed { try? db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute() } }
                 var out: (T, UInt64)?
                 try db.inTransaction {
                     let txn = try StoreTransaction(db: db, store: self)
@@ -190,11 +192,11 @@ public final class DocumentStore: Sendable {
     public func changesWithLeaves(since: UInt64 = 0, limit: Int = 1000) throws(StoreError) -> [(Change, [RevisionID])] {
         try read { db in
             let rows = try Row.fetchAll(
-                db,
-                sql: """
-                    SELECT sequence, id, rev, deleted, length(body) AS size, tree FROM documents
-                    WHERE sequence > ? ORDER BY sequence LIMIT ?
-                    """,
+                db.cachedStatement(
+                    sql: """
+                        SELECT sequence, id, rev, deleted, length(body) AS size, tree FROM documents
+                        WHERE sequence > ? ORDER BY sequence LIMIT ?
+                        """),
                 arguments: [Int64(bitPattern: since), limit])
             return try rows.map { row in
                 let change = Change(
@@ -260,11 +262,11 @@ public final class DocumentStore: Sendable {
     public func changes(since: UInt64 = 0, limit: Int = 1000) throws(StoreError) -> [Change] {
         try read { db in
             let rows = try Row.fetchAll(
-                db,
-                sql: """
-                    SELECT sequence, id, rev, deleted, length(body) AS size FROM documents
-                    WHERE sequence > ? ORDER BY sequence LIMIT ?
-                    """,
+                db.cachedStatement(
+                    sql: """
+                        SELECT sequence, id, rev, deleted, length(body) AS size FROM documents
+                        WHERE sequence > ? ORDER BY sequence LIMIT ?
+                        """),
                 arguments: [Int64(bitPattern: since), limit])
             return try rows.map { row in
                 Change(
@@ -283,7 +285,7 @@ public final class DocumentStore: Sendable {
 
     public var lastSequence: UInt64 {
         get throws(StoreError) {
-            try read { db in UInt64(try Int64.fetchOne(db, sql: "SELECT last_sequence FROM store_state")!) }
+            try read { db in UInt64(try Int64.fetchOne(db.cachedStatement(sql: "SELECT last_sequence FROM store_state"))!) }
         }
     }
 
@@ -355,7 +357,7 @@ public final class DocumentStore: Sendable {
     /// A local document (checkpoint, node state); never replicated.
     public func localDocument(_ id: String) throws(StoreError) -> JSON? {
         try read { db in
-            guard let data = try Data.fetchOne(db, sql: "SELECT body FROM local_documents WHERE id = ?", arguments: [id])
+            guard let data = try Data.fetchOne(db.cachedStatement(sql: "SELECT body FROM local_documents WHERE id = ?"), arguments: [id])
             else { return nil }
             return try StoredDocument.decodeBody(Array(data))
         }
@@ -364,9 +366,8 @@ public final class DocumentStore: Sendable {
     public func putLocalDocument(_ id: String, body: JSON, durability: StoreOptions.Durability? = nil) throws(StoreError) {
         guard !id.isEmpty else { throw .invalidBody("local document ID is empty") }
         try write(durability: durability) { txn in
-            try txn.db.execute(
-                sql: "INSERT OR REPLACE INTO local_documents (id, body) VALUES (?, ?)",
-                arguments: [id, Data(body.canonicalBytes)])
+            try txn.db.cachedStatement(sql: "INSERT OR REPLACE INTO local_documents (id, body) VALUES (?, ?)")
+                .execute(arguments: [id, Data(body.canonicalBytes)])
         }
     }
 

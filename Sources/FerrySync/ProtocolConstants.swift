@@ -17,5 +17,9 @@ public enum SyncProtocol {
         public static let getBlob = "getBlob"
         public static let putBlob = "putBlob"
     }
-    public static let features = ["deltas", "blobs"]
+    /// `inline`: changes replies carry small fresh revisions, and caught-up pushes send them
+    /// without revsDiff (docs/protocol.md §3.4).
+    public static let features = ["deltas", "blobs", "inline"]
+    /// The most bytes of inline revision content a changes request may ask for, per revision.
+    public static let maxInlineBytes: Int64 = 65536
 }

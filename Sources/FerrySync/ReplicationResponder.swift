@@ -67,6 +67,8 @@ final class ResponderSession: Sendable {
     let responder: ReplicationResponder
     private let peer = LockedValue<String?>(nil)
     let authenticatedPeer: String?
+    /// Revisions this peer pushed in this session: not announced back to it.
+    let peerHeld = PeerHeldRevisions()
 
     init(responder: ReplicationResponder, authenticatedPeer: String?) {
         self.responder = responder
@@ -172,6 +174,9 @@ final class ResponderSession: Sendable {
         let timeout = Duration.milliseconds(min(max(0, body["timeoutMs"]?.intValue ?? 0), 600_000))
         var docIDs: Set<String>?
         if case .array(let ids)? = body["docIDs"] { docIDs = Set(ids.compactMap(\.stringValue)) }
+        // Small fresh revisions ride along in the reply, so a caught-up peer needs no getRevs.
+        let inlineLimit = Int(min(max(0, body["inline"]?.intValue ?? 0), SyncProtocol.maxInlineBytes))
+        let inlineDeltas = body["noDeltas"] != .bool(true)
         var page = try store.changesWithLeaves(since: since, limit: limit)
         if page.isEmpty && live {
             let wait = min(timeout, options.maxLongPoll)
@@ -181,22 +186,32 @@ final class ResponderSession: Sendable {
         let readRule = policy.read
         var entries: [JSON] = []
         var trees: [DocumentID: RevisionTree] = [:]
-        if !readRule.types.isEmpty {
+        if !readRule.types.isEmpty || inlineLimit > 0 {
             trees = try store.revisionTrees(page.map(\.0.id))
         }
         for (change, leaves) in page {
             if let docIDs, !docIDs.contains(change.id.rawValue) { continue }
+            if peerHeld.peerHolds(change.id, leaves: leaves) { continue }
             if !readRule.admitsEverything {
                 let body = trees[change.id]?.winner?.body.flatMap { try? JSON.parse($0) }
                 if !readRule.admits(id: change.id, body: body) { continue }
             }
-            entries.append([
+            var entry: [JSON] = [
                 .int(Int64(change.sequence)), .string(change.id.rawValue),
                 .array(leaves.map { .string($0.description) }), .bool(change.deleted), .int(Int64(change.bodySize)),
-            ])
+            ]
+            if inlineLimit > 0, leaves.count == 1, let tree = trees[change.id],
+                let inline = WireRevision.inline(id: change.id, revision: leaves[0], tree: tree, useDeltas: inlineDeltas, limit: inlineLimit)?.inlineJSON
+            {
+                entry.append(inline)
+            }
+            entries.append(.array(entry))
         }
         let lastSeq = page.last?.0.sequence ?? since
-        return reply(request, ["changes": .array(entries), "lastSeq": .int(Int64(lastSeq))])
+        var out: [String: JSON] = ["changes": .array(entries), "lastSeq": .int(Int64(lastSeq))]
+        // A short page ends the feed as it stood: the peer need not ask again before going live.
+        if page.count < limit { out["caughtUp"] = true }
+        return reply(request, .object(out))
     }
 
     func waitForChanges(since: UInt64, limit: Int, for wait: Duration) async throws -> [(Change, [RevisionID])] {
@@ -317,6 +332,7 @@ final class ResponderSession: Sendable {
         options.metrics?.received(touched.count)
         _ = try store.resolveConflicts(in: touched, using: options.resolvers, logger: responder.logger)
         for ((index, rev), outcome) in zip(accepted, outcomes) {
+            if case .rejected = outcome {} else { peerHeld.record(rev.id, rev.revision) }
             switch outcome {
             case .inserted: break
             case .alreadyPresent: results[index] = ["id": .string(rev.id.rawValue), "rev": .string(rev.revision.description), "status": "exists"]

@@ -22,6 +22,8 @@ public final class Replicator: Sendable {
     private let statusBroadcaster = Broadcaster<ReplicatorStatus>()
     private let eventBroadcaster = Broadcaster<DocumentEvent>()
     private let summaryState = LockedBox(ReplicationSummary())
+    /// Revisions pulled from or pushed to the current connection's peer: not pushed back.
+    private let peerHeld = PeerHeldRevisions()
 
     /// Status and lifecycle of a replicator, behind the mutex.
     struct RunState {
@@ -190,6 +192,7 @@ public final class Replicator: Sendable {
             throw SyncError.from(error)
         }
         let connection = Connection(endpoint: endpoint, metrics: configuration.metrics)
+        peerHeld.reset()
         connection.start()
         do {
             try await replicate(over: connection)
@@ -225,9 +228,12 @@ public final class Replicator: Sendable {
             throw SyncError.forbidden("the peer is read-only: push is refused")
         }
         setActivity(.busy)
+        var peerFeatures = Set<String>()
+        if case .array(let f)? = hello["features"] { peerFeatures = Set(f.compactMap(\.stringValue)) }
+        let inline = configuration.inlineLimit > 0 && peerFeatures.contains("inline")
         try await withThrowingTaskGroup(of: Void.self) { group in
-            if direction.pulls { group.addTask { try await self.pullLoop(connection, remoteDB: remoteDB) } }
-            if direction.pushes { group.addTask { try await self.pushLoop(connection, remoteDB: remoteDB) } }
+            if direction.pulls { group.addTask { try await self.pullLoop(connection, remoteDB: remoteDB, inline: inline) } }
+            if direction.pushes { group.addTask { try await self.pushLoop(connection, remoteDB: remoteDB, inline: inline) } }
             // Not waitForAll(): it waits for every child before rethrowing, so a pull that
             // fails on a dropped connection would wait for an idle push loop's next local
             // change. The first error ends the group, which cancels the other loop.
@@ -287,25 +293,64 @@ public final class Replicator: Sendable {
         }
     }
 
+    /// Defers the peer's copy of a checkpoint once a continuous replication has caught up:
+    /// it is written at most `delay` after the first batch it covers.
+    struct RemoteCheckpointDeferral {
+        let delay: Duration
+        let stopwatch: @Sendable () -> @Sendable () -> Duration
+        /// Time since the first batch the peer's copy does not cover; nil when none.
+        var elapsed: (@Sendable () -> Duration)?
+
+        init(delay: Duration, clock: any Clock<Duration>) {
+            self.delay = delay
+            stopwatch = Self.stopwatches(on: clock)
+        }
+
+        static func stopwatches<C: Clock<Duration>>(on clock: C) -> @Sendable () -> @Sendable () -> Duration {
+            {
+                let start = clock.now
+                return { start.duration(to: clock.now) }
+            }
+        }
+
+        mutating func batchSaved() { if elapsed == nil { elapsed = stopwatch() } }
+        mutating func saved() { elapsed = nil }
+        /// Time left before the write is due; nil when nothing waits.
+        var remaining: Duration? { elapsed.map { delay - $0() } }
+        var isDue: Bool { (remaining ?? .seconds(1)) <= .zero }
+    }
+
     // MARK: Pull
 
-    private func pullLoop(_ connection: Connection, remoteDB: String) async throws {
+    private func pullLoop(_ connection: Connection, remoteDB: String, inline: Bool) async throws {
         let key = checkpointKey(remoteDB: remoteDB, direction: "pull")
         var since = try await startCheckpoint(connection, key: key)
         var caughtUp = false
         var pacer = RemoteCheckpointPacer(every: configuration.remoteCheckpointEvery)
+        var deferral = RemoteCheckpointDeferral(delay: configuration.remoteCheckpointDelay, clock: clock)
         var remoteSaved = since
         var prefetched: (since: UInt64, task: Task<JSON, any Error>)?
         defer { prefetched?.task.cancel() }
         while true {
             if stopRequested { return }
             try Task.checkCancellation()
+            if remoteSaved < since && deferral.isDue {
+                try await saveCheckpoint(connection, key: key, seq: since)
+                remoteSaved = since
+                deferral.saved()
+            }
             let live = configuration.continuous && caughtUp
+            var wait = configuration.heartbeat
+            // A deferred checkpoint write must not wait a whole heartbeat.
+            if live && remoteSaved < since, let remaining = deferral.remaining { wait = min(wait, max(remaining, .milliseconds(1))) }
             var request: [String: JSON] = [
                 "since": .int(Int64(since)), "limit": .int(Int64(configuration.batchSize)), "live": .bool(live),
-                "timeoutMs": .int(Int64(configuration.heartbeat.components.seconds * 1000
-                    + configuration.heartbeat.components.attoseconds / 1_000_000_000_000_000)),
+                "timeoutMs": .int(Int64(wait.components.seconds * 1000 + wait.components.attoseconds / 1_000_000_000_000_000)),
             ]
+            if live && inline {
+                request["inline"] = .int(Int64(configuration.inlineLimit))
+                if !configuration.deltas { request["noDeltas"] = true }
+            }
             if let ids = configuration.documentIDs { request["docIDs"] = .array(ids.map { .string($0.rawValue) }) }
             let body = JSON.object(request)
             let ask: @Sendable () async throws -> JSON = {
@@ -326,10 +371,16 @@ public final class Replicator: Sendable {
             }
             let lastSeq = UInt64(max(0, last))
             if entries.isEmpty {
-                if lastSeq > since || remoteSaved < since {
-                    since = max(since, lastSeq)
+                if lastSeq > since {
+                    // Only hidden documents changed: nothing to store, but the feed moved on.
+                    since = lastSeq
+                    try await saveCheckpoint(connection, key: key, seq: since, remote: false)
+                    deferral.batchSaved()
+                }
+                if remoteSaved < since && (!live || deferral.isDue) {
                     try await saveCheckpoint(connection, key: key, seq: since)
                     remoteSaved = since
+                    deferral.saved()
                 }
                 if !configuration.continuous { return }
                 caughtUp = true
@@ -340,17 +391,28 @@ public final class Replicator: Sendable {
                 $0.activity = .busy
                 $0.total += entries.count
             }
-            // While this batch is inserted, the peer already reads the next page of changes.
-            var nextRequest = request
-            nextRequest["since"] = .int(Int64(lastSeq))
-            nextRequest["live"] = false
-            let nextBody = JSON.object(nextRequest)
-            prefetched = (lastSeq, Task { try await connection.requestJSON(SyncProtocol.Profile.changes, nextBody) })
+            // A continuous replication whose page ended the peer's feed goes live next;
+            // otherwise the peer already reads the next page while this batch is inserted.
+            let endsFeed = configuration.continuous && reply["caughtUp"] == .bool(true)
+            if !endsFeed {
+                var nextRequest = request
+                nextRequest["since"] = .int(Int64(lastSeq))
+                nextRequest["live"] = false
+                nextRequest["inline"] = nil
+                let nextBody = JSON.object(nextRequest)
+                prefetched = (lastSeq, Task { try await connection.requestJSON(SyncProtocol.Profile.changes, nextBody) })
+            }
             try await pullBatch(entries, connection)
             since = lastSeq
-            let remote = pacer.due()
-            try await saveCheckpoint(connection, key: key, seq: since, remote: remote)
-            if remote { remoteSaved = since }
+            if caughtUp {
+                try await saveCheckpoint(connection, key: key, seq: since, remote: false)
+                deferral.batchSaved()
+            } else {
+                let remote = pacer.due() || endsFeed
+                try await saveCheckpoint(connection, key: key, seq: since, remote: remote)
+                if remote { remoteSaved = since }
+                caughtUp = endsFeed
+            }
             update { $0.completed += entries.count }
             markIdleIfCaughtUp()
         }
@@ -379,22 +441,26 @@ public final class Replicator: Sendable {
     }
 
     private func pullBatch(_ entries: [JSON], _ connection: Connection) async throws {
-        var wanted: [(DocumentID, RevisionID)] = []
-        var parsed: [(DocumentID, [RevisionID])] = []
+        var parsed: [(DocumentID, [RevisionID], inline: JSON?)] = []
         for e in entries {
             guard case .array(let f) = e, f.count >= 3, let idText = f[1].stringValue,
                 let id = try? DocumentID(idText, allowReserved: true), case .array(let revs) = f[2]
             else { throw SyncError.protocolViolation("changes entry is malformed") }
             let leaves = revs.compactMap { $0.stringValue.flatMap { try? RevisionID($0) } }
             if let ids = configuration.documentIDs, !ids.contains(id) { continue }
-            parsed.append((id, leaves))
+            parsed.append((id, leaves, f.count >= 6 ? f[5] : nil))
         }
         let trees = try store.revisionTrees(parsed.map(\.0))
         var requests: [JSON] = []
-        for (id, leaves) in parsed {
+        var inlined: [WireRevision] = []
+        for (id, leaves, inline) in parsed {
             let tree = trees[id]
             for rev in leaves where !(tree?.contains(rev) ?? false) {
-                wanted.append((id, rev))
+                // Carried in the changes reply: judged below like any fetched revision.
+                if let inline, leaves.count == 1, let wire = WireRevision(inline: inline, id: id.rawValue, rev: rev.description) {
+                    inlined.append(wire)
+                    continue
+                }
                 var known: [JSON] = []
                 if let tree {
                     let w = tree.winnerIndex
@@ -405,10 +471,13 @@ public final class Replicator: Sendable {
                 requests.append(["id": .string(id.rawValue), "rev": .string(rev.description), "ancestors": .array(known)])
             }
         }
-        guard !requests.isEmpty else { return }
         let pipeline = IncomingPipeline(
             policy: configuration.remotePolicy, filter: configuration.pullFilter,
             maxBodyBytes: store.options.maxBodyBytes)
+        if !inlined.isEmpty {
+            try await pullChunk(inlined, connection, pipeline: pipeline, trees: trees, deltas: configuration.deltas)
+        }
+        guard !requests.isEmpty else { return }
         let size = configuration.maxRevisionsPerRequest
         let chunks = stride(from: 0, to: requests.count, by: size).map { Array(requests[$0..<min($0 + size, requests.count)]) }
         // Two requests in flight: the peer prepares the next chunk while this side inserts one.
@@ -417,7 +486,7 @@ public final class Replicator: Sendable {
         for i in chunks.indices {
             let reply = try await next!.value
             next = i + 1 < chunks.count ? fetchRevs(chunks[i + 1], connection, deltas: configuration.deltas) : nil
-            try await pullChunk(reply, connection, pipeline: pipeline, trees: trees, deltas: configuration.deltas)
+            try await pullChunk(try WireRevision.decodeBatch(reply.body), connection, pipeline: pipeline, trees: trees, deltas: configuration.deltas)
         }
     }
 
@@ -427,10 +496,9 @@ public final class Replicator: Sendable {
     }
 
     private func pullChunk(
-        _ reply: Message, _ connection: Connection, pipeline: IncomingPipeline, trees: [DocumentID: RevisionTree],
+        _ revs: [WireRevision], _ connection: Connection, pipeline: IncomingPipeline, trees: [DocumentID: RevisionTree],
         deltas: Bool
     ) async throws {
-        let revs = try WireRevision.decodeBatch(reply.body)
         var accepted: [IncomingRevision] = []
         var retryFull: [JSON] = []
         for wire in revs {
@@ -454,6 +522,7 @@ public final class Replicator: Sendable {
         let outcomes = try store.insertRevisions(accepted, durability: .normal)
         var touched = Set<DocumentID>()
         for (rev, outcome) in zip(accepted, outcomes) {
+            if case .rejected = outcome {} else { peerHeld.record(rev.id, rev.revision) }
             switch outcome {
             case .inserted:
                 count { $0.pulled += 1 }
@@ -470,7 +539,7 @@ public final class Replicator: Sendable {
         if !retryFull.isEmpty {
             let fresh = try store.revisionTrees(retryFull.compactMap { $0["id"]?.stringValue.flatMap { try? DocumentID($0, allowReserved: true) } })
             let full = try await fetchRevs(retryFull, connection, deltas: false).value
-            try await pullChunk(full, connection, pipeline: pipeline, trees: fresh, deltas: false)
+            try await pullChunk(try WireRevision.decodeBatch(full.body), connection, pipeline: pipeline, trees: fresh, deltas: false)
         }
     }
 
@@ -509,10 +578,12 @@ public final class Replicator: Sendable {
 
     // MARK: Push
 
-    private func pushLoop(_ connection: Connection, remoteDB: String) async throws {
+    private func pushLoop(_ connection: Connection, remoteDB: String, inline: Bool) async throws {
         let key = checkpointKey(remoteDB: remoteDB, direction: "push")
         var since = try await startCheckpoint(connection, key: key)
+        var caughtUp = false
         var pacer = RemoteCheckpointPacer(every: configuration.remoteCheckpointEvery)
+        var deferral = RemoteCheckpointDeferral(delay: configuration.remoteCheckpointDelay, clock: clock)
         var remoteSaved = since
         while true {
             if stopRequested { return }
@@ -522,10 +593,17 @@ public final class Replicator: Sendable {
             let page = try store.changesWithLeaves(since: since, limit: configuration.batchSize)
             guard let last = page.last else {
                 if remoteSaved < since {
+                    if caughtUp, let remaining = deferral.remaining, remaining > .zero {
+                        markIdleIfCaughtUp()
+                        try await waitForLocalChange(after: since, atMost: remaining)
+                        continue
+                    }
                     try await saveCheckpoint(connection, key: key, seq: since)
                     remoteSaved = since
+                    deferral.saved()
                 }
                 if !configuration.continuous { return }
+                caughtUp = true
                 markIdleIfCaughtUp()
                 try await waitForLocalChange(after: since)
                 continue
@@ -534,18 +612,25 @@ public final class Replicator: Sendable {
                 $0.activity = .busy
                 $0.total += page.count
             }
-            try await pushBatch(page, connection)
+            try await pushBatch(page, connection, inline: inline && caughtUp)
             since = last.0.sequence
-            let remote = pacer.due()
-            try await saveCheckpoint(connection, key: key, seq: since, remote: remote)
-            if remote { remoteSaved = since }
+            if caughtUp {
+                try await saveCheckpoint(connection, key: key, seq: since, remote: false)
+                deferral.batchSaved()
+            } else {
+                let remote = pacer.due()
+                try await saveCheckpoint(connection, key: key, seq: since, remote: remote)
+                if remote { remoteSaved = since }
+            }
             update { $0.completed += page.count }
             markIdleIfCaughtUp()
         }
     }
 
-    private func waitForLocalChange(after since: UInt64) async throws {
+    /// Returns after a local commit past `since`, a stop, or `atMost` of the clock.
+    private func waitForLocalChange(after since: UInt64, atMost limit: Duration? = nil) async throws {
         let store = self.store
+        let clock = self.clock
         let stop = stopSignal.subscribe()
         let poll = LiveChanges.Poll(interval: configuration.localPollInterval, clock: clock)
         if stopRequested { return }
@@ -555,15 +640,18 @@ public final class Replicator: Sendable {
                 _ = try await it.next()
             }
             group.addTask { for await _ in stop { return } }
+            if let limit { group.addTask { try await clock.sleep(for: limit) } }
             try await group.next()
             group.cancelAll()
         }
     }
 
-    private func pushBatch(_ page: [(Change, [RevisionID])], _ connection: Connection) async throws {
+    private func pushBatch(_ page: [(Change, [RevisionID])], _ connection: Connection, inline: Bool) async throws {
+        var page = page.filter { !peerHeld.peerHolds($0.0.id, leaves: $0.1) }
+        if let ids = configuration.documentIDs { page = page.filter { ids.contains($0.0.id) } }
+        if inline { page = try await pushInline(page, connection) }
         var docs: [String: JSON] = [:]
         for (change, leaves) in page {
-            if let ids = configuration.documentIDs, !ids.contains(change.id) { continue }
             docs[change.id.rawValue] = .array(leaves.map { .string($0.description) })
         }
         guard !docs.isEmpty else { return }
@@ -583,20 +671,47 @@ public final class Replicator: Sendable {
                     id: id, revision: rev, tree: tree, receiverHas: ancestors, useDeltas: configuration.deltas,
                     maxHistory: configuration.maxHistory)
                 else { continue }
-                if let filter = configuration.pushFilter {
-                    let body = tree.revision(rev)?.body.flatMap { try? JSON.parse($0) } ?? [:]
-                    if !filter.admits(FilterInput(id: id, revision: rev, deleted: made.0.deleted, body: body)) { continue }
-                }
+                if !pushFilterAdmits(made.0, id: id, revision: rev, tree: tree) { continue }
                 wires.append(made)
             }
         }
+        try await putInChunks(wires, trees: trees, connection)
+    }
+
+    /// Pushes the page's small single-leaf revisions straight away, without asking revsDiff
+    /// first (the peer answers "exists" for any it already holds, "needFull" for a delta
+    /// whose base it lacks); returns the rest of the page for the usual path.
+    private func pushInline(_ page: [(Change, [RevisionID])], _ connection: Connection) async throws -> [(Change, [RevisionID])] {
+        let trees = try store.revisionTrees(page.filter { $0.1.count == 1 }.map(\.0.id))
+        var wires: [(WireRevision, Bool)] = []
+        var rest: [(Change, [RevisionID])] = []
+        for (change, leaves) in page {
+            guard leaves.count == 1, let tree = trees[change.id],
+                let wire = WireRevision.inline(
+                    id: change.id, revision: leaves[0], tree: tree, useDeltas: configuration.deltas, limit: configuration.inlineLimit)
+            else {
+                rest.append((change, leaves))
+                continue
+            }
+            if pushFilterAdmits(wire, id: change.id, revision: leaves[0], tree: tree) { wires.append((wire, wire.isDelta)) }
+        }
+        try await putInChunks(wires, trees: trees, connection)
+        return rest
+    }
+
+    private func pushFilterAdmits(_ wire: WireRevision, id: DocumentID, revision: RevisionID, tree: RevisionTree) -> Bool {
+        guard let filter = configuration.pushFilter else { return true }
+        let body = tree.revision(revision)?.body.flatMap { try? JSON.parse($0) } ?? [:]
+        return filter.admits(FilterInput(id: id, revision: revision, deleted: wire.deleted, body: body))
+    }
+
+    /// Sends revisions in putRevs requests bounded by count and bytes, blobs first.
+    private func putInChunks(_ wires: [(WireRevision, Bool)], trees: [DocumentID: RevisionTree], _ connection: Connection) async throws {
         guard !wires.isEmpty else { return }
         try await pushBlobs(for: wires.map(\.0), trees: trees, connection)
-        var start = 0
         var bytes = 0
         var chunk: [(WireRevision, Bool)] = []
-        while start < wires.count {
-            let w = wires[start]
+        for w in wires {
             let size = w.0.content.count
             if !chunk.isEmpty && (chunk.count >= configuration.maxRevisionsPerRequest || bytes + size > configuration.maxBytesPerRequest) {
                 try await putChunk(chunk, trees: trees, connection)
@@ -605,7 +720,6 @@ public final class Replicator: Sendable {
             }
             chunk.append(w)
             bytes += size
-            start += 1
         }
         if !chunk.isEmpty { try await putChunk(chunk, trees: trees, connection) }
     }
@@ -618,13 +732,14 @@ public final class Replicator: Sendable {
         var resend: [(WireRevision, Bool)] = []
         for ((wire, usedDelta), result) in zip(chunk, results) {
             switch result["status"]?.stringValue {
-            case "ok":
+            case "ok", "exists":
+                if let id = try? DocumentID(wire.id, allowReserved: true), let rev = try? RevisionID(wire.rev) { peerHeld.record(id, rev) }
+                guard result["status"]?.stringValue == "ok" else { break }
                 count {
                     $0.pushed += 1
                     if usedDelta { $0.deltasSent += 1 }
                 }
                 eventBroadcaster.send(DocumentEvent(direction: .push, id: wire.id, revision: wire.rev, deleted: wire.deleted, rejection: nil))
-            case "exists": break
             case "needFull":
                 guard usedDelta, let id = try? DocumentID(wire.id, allowReserved: true), let rev = try? RevisionID(wire.rev),
                     let tree = trees[id],

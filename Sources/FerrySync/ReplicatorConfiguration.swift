@@ -49,6 +49,16 @@ public struct ReplicatorConfiguration: Sendable {
     /// how conflict resolutions interleave in the three-peer tests (more revisions), which
     /// is not yet understood.
     public var remoteCheckpointEvery = 1
+    /// Once a continuous replication has caught up, the peer's copy of a checkpoint is
+    /// written at most this long after the first batch it covers, not after every batch
+    /// (the local copy still is). A lagging peer copy costs nothing but a re-read of
+    /// changes after a restart. Default 5 s.
+    public var remoteCheckpointDelay: Duration = .seconds(5)
+    /// Once a continuous replication has caught up, revisions whose wire form (a delta
+    /// against the parent, or a first generation's whole body) is at most this many bytes
+    /// travel inline: in the peer's changes replies, and pushed without a revsDiff round
+    /// trip. 0 turns this off. Default 4096.
+    public var inlineLimit = 4096
     /// Ancestors sent with each revision.
     public var maxHistory = 100
     /// This node's identity, sent in hello.

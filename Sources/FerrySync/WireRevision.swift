@@ -140,6 +140,55 @@ struct WireRevision: Sendable {
     }
 }
 
+extension WireRevision {
+    /// The inline form of a fresh revision, small enough to ride in a changes reply or a
+    /// push without a round trip of its own: a delta against its parent, or the whole body
+    /// of a first generation. Nil when neither fits in `limit` bytes (the revision then
+    /// travels the usual way). Only the parent is sent as history: a delta applies only
+    /// where the parent's body is held, so the receiver's tree already knows the rest.
+    static func inline(id: DocumentID, revision: RevisionID, tree: RevisionTree, useDeltas: Bool, limit: Int) -> WireRevision? {
+        guard limit > 0, tree.revision(revision)?.body != nil else { return nil }
+        if let parent = tree.history(of: revision, limit: 2).dropFirst().first {
+            guard useDeltas,
+                let (wire, usedDelta) = make(id: id, revision: revision, tree: tree, receiverHas: [parent], useDeltas: true, maxHistory: 1),
+                usedDelta, wire.content.count <= limit
+            else { return nil }
+            return wire
+        }
+        guard let (wire, _) = make(id: id, revision: revision, tree: tree, receiverHas: [], useDeltas: false, maxHistory: 1),
+            wire.content.count <= limit
+        else { return nil }
+        return wire
+    }
+
+    /// The JSON carried as a changes entry's sixth element: `history`, `hlc`, `deleted`
+    /// when true, and `delta` (against `history[0]`) or `body`.
+    var inlineJSON: JSON? {
+        guard let content = try? JSON.parse(content) else { return nil }
+        var o: [String: JSON] = ["history": .array(history.map { .string($0) }), "hlc": .int(Int64(bitPattern: hlc))]
+        if deleted { o["deleted"] = true }
+        o[isDelta ? "delta" : "body"] = content
+        return .object(o)
+    }
+
+    /// Reads a changes entry's inline revision; nil when it is malformed (the revision is
+    /// then fetched the usual way, and judged there).
+    init?(inline o: JSON, id: String, rev: String) {
+        guard case .array(let h)? = o["history"], let hlc = o["hlc"]?.intValue else { return nil }
+        let history = h.compactMap(\.stringValue)
+        guard history.count == h.count else { return nil }
+        if let delta = o["delta"], let base = history.first {
+            self.init(id: id, rev: rev, history: history, deleted: o["deleted"] == true, hlc: UInt64(bitPattern: hlc),
+                content: delta.canonicalBytes, deltaBase: base)
+        } else if let body = o["body"] {
+            self.init(id: id, rev: rev, history: history, deleted: o["deleted"] == true, hlc: UInt64(bitPattern: hlc),
+                content: body.canonicalBytes, deltaBase: nil)
+        } else {
+            return nil
+        }
+    }
+}
+
 /// Why an incoming revision was not stored.
 public struct Rejection: Sendable, Equatable, CustomStringConvertible {
     public let stage: Stage

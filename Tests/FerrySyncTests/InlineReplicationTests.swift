@@ -1,0 +1,225 @@
+import FerryCore
+import FerryStore
+import Foundation
+import Synchronization
+import Testing
+@testable import FerrySync
+
+/// A client endpoint that reports the profile of every request it sends.
+final class RequestRecorder: MessageEndpoint {
+    let inner: any MessageEndpoint
+    let profiles: AsyncStream<String>
+    private let continuation: AsyncStream<String>.Continuation
+    var transport: EndpointTransport { inner.transport }
+    var incoming: AsyncThrowingStream<[UInt8], any Error> { inner.incoming }
+
+    init(_ inner: any MessageEndpoint) {
+        self.inner = inner
+        (profiles, continuation) = AsyncStream.makeStream(of: String.self)
+    }
+
+    func send(_ message: [UInt8]) async throws(SyncError) {
+        if let m = try? Message(decoding: message), m.kind == .request { continuation.yield(m.profile ?? "?") }
+        try await inner.send(message)
+    }
+
+    func close(error: SyncError?) async {
+        continuation.finish()
+        await inner.close(error: error)
+    }
+}
+
+/// A continuous replicator from `local` to a responder on `remote`, whose requests are recorded.
+struct RecordedReplication {
+    let replicator: Replicator
+    let requests: AsyncStream<String>
+
+    init(_ local: DocumentStore, _ remote: DocumentStore, clock: any Clock<Duration> = ContinuousClock(), _ configure: (inout ReplicatorConfiguration) -> Void) {
+        var config = ReplicatorConfiguration()
+        config.continuous = true
+        config.heartbeat = .seconds(60)
+        configure(&config)
+        let link = Link(to: remote)
+        let (stream, continuation) = AsyncStream.makeStream(of: String.self)
+        requests = stream
+        let connect = link.connector
+        replicator = Replicator(
+            store: local,
+            connector: {
+                let recorder = RequestRecorder(try await connect())
+                // One connection per test: its end ends the record.
+                Task {
+                    for await p in recorder.profiles { continuation.yield(p) }
+                    continuation.finish()
+                }
+                return recorder
+            }, configuration: config, clock: clock)
+    }
+
+    /// The next requests sent, through the `n`th `profile` request.
+    func requests(through profile: String, _ n: Int = 1) async -> [String] {
+        var seen: [String] = []
+        var matched = 0
+        for await p in requests {
+            seen.append(p)
+            if p == profile { matched += 1 }
+            if matched == n { break }
+        }
+        return seen
+    }
+
+    /// Returns once the replicator reports idle.
+    func idle(_ statuses: AsyncStream<ReplicatorStatus>) async {
+        for await s in statuses where s.activity == .idle { return }
+    }
+}
+
+@Suite(.timeLimit(.minutes(10))) struct InlineReplicationTests {
+    func bigBody(_ marker: String) -> JSON {
+        var fields: [String: JSON] = ["marker": .string(marker)]
+        for i in 0..<20 { fields["f\(i)"] = .string(String(repeating: "x", count: 100)) }
+        return .object(fields)
+    }
+
+    @Test func aCaughtUpPullReceivesASmallChangeInlineWithoutGetRevs() async throws {
+        let local = try DocumentStore.inMemory()
+        let remote = try DocumentStore.inMemory()
+        let first = try remote.put(docID("doc"), body: bigBody("one"))
+        let r = RecordedReplication(local, remote) { $0.direction = .pull }
+        r.replicator.start()
+        // The first body travels the usual way; the page ended the feed, so the next
+        // changes request is live.
+        let catchUp = await r.requests(through: "changes", 2)
+        #expect(catchUp == ["hello", "getCheckpoint", "changes", "getRevs", "setCheckpoint", "changes"])
+        try remote.put(docID("doc"), body: bigBody("two"), parent: first)
+        // The change arrives in the live reply: the next request is the next live one.
+        let afterChange = await r.requests(through: "changes")
+        #expect(afterChange == ["changes"])
+        #expect(try local.document(docID("doc"))?.body == bigBody("two"))
+        #expect(r.replicator.summary.deltasReceived == 1)
+        r.replicator.stop()
+        await r.replicator.waitUntilStopped()
+    }
+
+    @Test func anInlineDeltaWhoseBaseIsGoneFallsBackToTheFullBody() async throws {
+        let local = try DocumentStore.inMemory()
+        let remote = try DocumentStore.inMemory()
+        let first = try remote.put(docID("doc"), body: bigBody("one"))
+        let r = RecordedReplication(local, remote) { $0.direction = .pull }
+        r.replicator.start()
+        _ = await r.requests(through: "changes", 2)
+        try local.purge(docID("doc"))
+        try remote.put(docID("doc"), body: bigBody("two"), parent: first)
+        let afterChange = await r.requests(through: "changes")
+        #expect(afterChange == ["getRevs", "changes"])  // the full body, asked for without deltas
+        #expect(try local.document(docID("doc"))?.body == bigBody("two"))
+        r.replicator.stop()
+        await r.replicator.waitUntilStopped()
+    }
+
+    @Test func aCaughtUpPushSendsASmallNewDocumentWithoutRevsDiff() async throws {
+        let local = try DocumentStore.inMemory()
+        let remote = try DocumentStore.inMemory()
+        let r = RecordedReplication(local, remote) { $0.direction = .push }
+        let statuses = r.replicator.statusChanges()
+        let events = r.replicator.documentEvents()
+        r.replicator.start()
+        await r.idle(statuses)  // the first, empty page: caught up
+        try local.put(docID("new"), body: ["v": 2])
+        let afterChange = await r.requests(through: "putRevs")
+        #expect(afterChange == ["hello", "getCheckpoint", "putRevs"])
+        for await e in events where e.direction == .push { break }
+        r.replicator.stop()
+        await r.replicator.waitUntilStopped()
+        #expect(try remote.document(docID("new"))?.body == ["v": 2])
+        #expect(r.replicator.summary.pushed == 1)
+    }
+
+    @Test func aDisabledInlineLimitKeepsTheRoundTrips() async throws {
+        let local = try DocumentStore.inMemory()
+        let remote = try DocumentStore.inMemory()
+        let r = RecordedReplication(local, remote) {
+            $0.direction = .push
+            $0.inlineLimit = 0
+        }
+        let statuses = r.replicator.statusChanges()
+        r.replicator.start()
+        await r.idle(statuses)
+        try local.put(docID("new"), body: ["v": 2])
+        let afterChange = await r.requests(through: "putRevs")
+        #expect(afterChange == ["hello", "getCheckpoint", "revsDiff", "putRevs"])
+        r.replicator.stop()
+        await r.replicator.waitUntilStopped()
+        #expect(try remote.document(docID("new"))?.body == ["v": 2])
+    }
+
+    @Test func onceCaughtUpThePeersCheckpointCopyWaitsForItsDelay() async throws {
+        let local = try DocumentStore.inMemory()
+        let remote = try DocumentStore.inMemory()
+        let first = try remote.put(docID("doc"), body: bigBody("one"))
+        let r = RecordedReplication(local, remote) {
+            $0.direction = .pull
+            $0.remoteCheckpointDelay = .seconds(3600)
+        }
+        r.replicator.start()
+        _ = await r.requests(through: "changes", 2)  // caught up: written at once
+        let key = r.replicator.checkpointKey(remoteDB: remote.uuid, direction: "pull")
+        let peerCopy = { try remote.localDocument("checkpoint/peer/anonymous/\(key)")?["seq"]?.intValue }
+        #expect(try peerCopy() == 1)
+        try remote.put(docID("doc"), body: bigBody("two"), parent: first)
+        let afterChange = await r.requests(through: "changes")
+        #expect(afterChange == ["changes"])
+        #expect(try r.replicator.localCheckpoint(key) == 2)
+        #expect(try peerCopy() == 1)
+        r.replicator.stop()
+        await r.replicator.waitUntilStopped()
+    }
+
+    @Test func aDueCheckpointIsWrittenBeforeTheNextLiveRequest() async throws {
+        let local = try DocumentStore.inMemory()
+        let remote = try DocumentStore.inMemory()
+        let first = try remote.put(docID("doc"), body: bigBody("one"))
+        let r = RecordedReplication(local, remote, clock: ImmediateClock()) {
+            $0.direction = .pull
+            $0.remoteCheckpointDelay = .zero
+        }
+        r.replicator.start()
+        _ = await r.requests(through: "changes", 2)
+        try remote.put(docID("doc"), body: bigBody("two"), parent: first)
+        let afterChange = await r.requests(through: "changes")
+        #expect(afterChange == ["setCheckpoint", "changes"])
+        let key = r.replicator.checkpointKey(remoteDB: remote.uuid, direction: "pull")
+        #expect(try remote.localDocument("checkpoint/peer/anonymous/\(key)")?["seq"]?.intValue == 2)
+        r.replicator.stop()
+        await r.replicator.waitUntilStopped()
+    }
+
+    @Test func aRevisionIsNotAnnouncedBackToThePeerThatPushedIt() async throws {
+        let origin = try DocumentStore.inMemory()
+        let here = try DocumentStore.inMemory()
+        let rev = try origin.put(docID("pushed"), body: ["v": 1])
+        try here.put(docID("local"), body: ["v": 2])
+        let session = ResponderSession(responder: ReplicationResponder(store: here), authenticatedPeer: nil)
+        func send(_ profile: String, _ body: [UInt8], _ n: UInt64) async throws -> Message {
+            let reply = await session.handle(Message(kind: .request, number: n, properties: [("Profile", profile)], body: body))
+            return try #require(reply)
+        }
+        let hello: JSON = ["nodeID": "origin", "protocol": [1]]
+        _ = try await send("hello", hello.canonicalBytes, 1)
+        let tree = try #require(try origin.revisionTree(docID("pushed")))
+        let (wire, _) = try #require(
+            WireRevision.make(id: docID("pushed"), revision: rev, tree: tree, receiverHas: [], useDeltas: false, maxHistory: 10))
+        let put = try await send("putRevs", WireRevision.encodeBatch([wire]), 2).json()
+        guard case .array(let results)? = put["results"] else { Issue.record("no results"); return }
+        #expect(results.first?["status"] == "ok")
+        let since: JSON = ["since": 0]
+        let changes = try await send("changes", since.canonicalBytes, 3).json()
+        guard case .array(let entries)? = changes["changes"] else { Issue.record("no changes"); return }
+        let ids = entries.map { entry -> String? in
+            guard case .array(let fields) = entry, fields.count > 1 else { return nil }
+            return fields[1].stringValue
+        }
+        #expect(ids == ["local"])  // not "pushed"
+        #expect(changes["lastSeq"] == 2)  // yet the feed moves past it
+    }
+}
