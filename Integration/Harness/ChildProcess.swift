@@ -113,7 +113,7 @@ public enum Shell {
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let outPath = dir + "/out", errPath = dir + "/err", inPath = dir + "/in"
-        if let stdin { FileManager.default.createFile(atPath: inPath, contents: Data(stdin.utf8)) }
+        if let stdin { _ = FileManager.default.createFile(atPath: inPath, contents: Data(stdin.utf8)) }
         let child = try ChildProcess.spawn(
             executable, arguments, environment: environment, stdinPath: stdin == nil ? nil : inPath,
             stdoutPath: outPath, stderrPath: errPath)

@@ -23,7 +23,7 @@ public final class Node: @unchecked Sendable {
         dataDirectory = "\(root)/\(name)"
         logPath = "\(root)/\(name).log"
         try? FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true)
-        FileManager.default.createFile(atPath: logPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
     }
 
     public var id: String {

@@ -18,9 +18,12 @@ final class Broadcaster<T: Sendable>: Sendable {
         return stream
     }
 
-    func send(_ value: T) {
-        let targets = subscribers.withLock { Array($0.values) }
-        for c in targets { c.yield(value) }
+    /// Builds the value only when someone listens: replication sends one per document.
+    func send(_ value: @autoclosure () -> T) {
+        let targets = subscribers.withLock { $0.isEmpty ? [] : Array($0.values) }
+        guard !targets.isEmpty else { return }
+        let v = value()
+        for c in targets { c.yield(v) }
     }
 
     func finish() {

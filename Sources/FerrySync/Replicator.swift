@@ -521,11 +521,13 @@ public final class Replicator: Sendable {
         try await fetchMissingBlobs(for: accepted, connection)
         let outcomes = try store.insertRevisions(accepted, durability: .normal)
         var touched = Set<DocumentID>()
+        // Counted once per chunk (each count takes a lock and feeds the metrics), before the events.
+        let pulled = outcomes.reduce(0) { n, o in if case .inserted = o { n + 1 } else { n } }
+        count { $0.pulled += pulled }
         for (rev, outcome) in zip(accepted, outcomes) {
             if case .rejected = outcome {} else { peerHeld.record(rev.id, rev.revision) }
             switch outcome {
             case .inserted:
-                count { $0.pulled += 1 }
                 touched.insert(rev.id)
                 eventBroadcaster.send(
                     DocumentEvent(direction: .pull, id: rev.id.rawValue, revision: rev.revision.description, deleted: rev.deleted, rejection: nil))
