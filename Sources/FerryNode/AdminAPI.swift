@@ -140,8 +140,8 @@ struct AdminAPI: Sendable {
             let store = node.store, clock = node.clock
             _ = try await withThrowingTaskGroup(of: Bool.self) { group in
                 group.addTask {
-                    var it = store.liveChanges(since: since, poll: .init(interval: .milliseconds(250), clock: clock)).makeAsyncIterator()
-                    return try await it.next() != nil
+                    try await store.waitForCommit(past: since, poll: .init(interval: .milliseconds(250), clock: clock))
+                    return !Task.isCancelled
                 }
                 group.addTask {
                     try await clock.sleep(for: .milliseconds(timeout))

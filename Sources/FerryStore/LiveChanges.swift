@@ -11,6 +11,9 @@ final class ChangeNotifier: Sendable {
     }
     private let state = Mutex(State())
 
+    /// The last announced sequence.
+    var current: UInt64 { state.withLock { $0.sequence } }
+
     func advance(to sequence: UInt64) {
         let woken = state.withLock { s -> [CheckedContinuation<Void, Never>] in
             guard sequence > s.sequence else { return [] }
@@ -80,19 +83,7 @@ public struct LiveChanges: AsyncSequence, Sendable {
         var buffer: [Change] = []
         var position = 0
 
-        func idle(past sequence: UInt64) async {
-            guard let poll else {
-                await store.notifier.wait(past: sequence)
-                return
-            }
-            let notifier = store.notifier
-            await withTaskGroup(of: Void.self) { group in
-                group.addTask { await notifier.wait(past: sequence) }
-                group.addTask { try? await poll.clock.sleep(for: poll.interval) }
-                await group.next()
-                group.cancelAll()
-            }
-        }
+        func idle(past sequence: UInt64) async { await store.idle(past: sequence, poll: poll) }
 
         /// The next change, or nil when the task is cancelled. Throws on store errors.
         public mutating func next() async throws -> Change? {
@@ -113,6 +104,39 @@ public struct LiveChanges: AsyncSequence, Sendable {
                     await idle(past: Swift.max(last, cursor))
                 }
             }
+        }
+    }
+}
+
+extension DocumentStore {
+    /// Returns once a commit past `sequence` exists: at once if there is one, on this
+    /// process's next commit, or, with `poll`, when a re-read of the feed finds one made by
+    /// another process. Returns early when the task is cancelled.
+    ///
+    /// For waiters that read the feed themselves afterwards: unlike `liveChanges`, a wake
+    /// by this process's commit costs no read at all.
+    public func waitForCommit(past sequence: UInt64, poll: LiveChanges.Poll? = nil) async throws(StoreError) {
+        while !Task.isCancelled {
+            if notifier.current > sequence { return }
+            let last = try lastSequence
+            notifier.advance(to: last)
+            if last > sequence { return }
+            await idle(past: sequence, poll: poll)
+        }
+    }
+
+    /// Waits for the notifier past `sequence`, or one poll interval.
+    func idle(past sequence: UInt64, poll: LiveChanges.Poll?) async {
+        guard let poll else {
+            await notifier.wait(past: sequence)
+            return
+        }
+        let notifier = self.notifier
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await notifier.wait(past: sequence) }
+            group.addTask { try? await poll.clock.sleep(for: poll.interval) }
+            await group.next()
+            group.cancelAll()
         }
     }
 }

@@ -221,8 +221,7 @@ final class ResponderSession: Sendable {
         return try await withThrowingTaskGroup(of: [(Change, [RevisionID])]?.self) { group in
             group.addTask {
                 let poll = LiveChanges.Poll(interval: pollInterval, clock: clock)
-                var iterator = store.liveChanges(since: since, poll: poll).makeAsyncIterator()
-                _ = try await iterator.next()
+                try await store.waitForCommit(past: since, poll: poll)
                 return try store.changesWithLeaves(since: since, limit: limit)
             }
             group.addTask {

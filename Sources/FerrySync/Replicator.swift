@@ -638,8 +638,7 @@ public final class Replicator: Sendable {
         if stopRequested { return }
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
-                var it = store.liveChanges(since: since, poll: poll).makeAsyncIterator()
-                _ = try await it.next()
+                try await store.waitForCommit(past: since, poll: poll)
             }
             group.addTask { for await _ in stop { return } }
             if let limit { group.addTask { try await clock.sleep(for: limit) } }

@@ -220,6 +220,30 @@ import Testing
         #expect(try await reader.value == 0)
     }
 
+    @Test func waitForCommitReturnsAtOnceWhenPastAndOnTheNextCommitOtherwise() async throws {
+        let store = try DocumentStore.inMemory()
+        _ = try store.put(docID("a"), body: ["v": 1])
+        try await store.waitForCommit(past: 0)  // already past: no wait
+        let waiter = Task {
+            try await store.waitForCommit(past: 1)
+            return try store.lastSequence
+        }
+        try store.putLocalDocument("checkpoint/x", body: ["seq": 1])  // not a change: no wake
+        _ = try store.put(docID("b"), body: ["v": 1])
+        #expect(try await waiter.value == 2)
+    }
+
+    @Test func waitForCommitSeesAnotherProcessesCommitByPolling() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-wait-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let waiting = try DocumentStore.open(directory: dir)
+        let other = try DocumentStore.open(directory: dir)  // its commits do not reach `waiting`'s notifier
+        let waiter = Task { try await waiting.waitForCommit(past: 0, poll: .init(interval: .milliseconds(5), clock: YieldingClock())) }
+        _ = try other.put(docID("elsewhere"), body: ["v": 1])
+        try await waiter.value
+        #expect(try waiting.lastSequence == 1)
+    }
+
     @Test func localDocumentsAreSeparateFromTheChangesFeed() throws {
         let store = try DocumentStore.inMemory()
         try store.putLocalDocument("checkpoint/peer", body: ["seq": 10])
