@@ -31,6 +31,8 @@ public final class Replicator: Sendable {
         var stopRequested = false
         var task: Task<Void, Never>?
         var remoteDatabase: String?
+        /// How far the push loop of the current connection has pushed, ahead of a deferred local checkpoint.
+        var pushedThrough: UInt64 = 0
     }
 
     public init(
@@ -271,11 +273,15 @@ public final class Replicator: Sendable {
     /// the peer's revsDiff (push) then skip: nothing is transferred twice because of it.
     func saveCheckpoint(_ connection: Connection, key: String, seq: UInt64, remote: Bool = true) async throws {
         let value: JSON = ["seq": .int(Int64(seq))]
-        // Relaxed like the batch it covers: a power loss can only take both back together.
-        try store.putLocalDocument("checkpoint/\(key)", body: value, durability: .normal)
+        try saveLocalCheckpoint(key: key, seq: seq)
         if remote {
             _ = try await connection.requestJSON(SyncProtocol.Profile.setCheckpoint, ["id": .string(key), "value": value])
         }
+    }
+
+    func saveLocalCheckpoint(key: String, seq: UInt64) throws {
+        // Relaxed like the batch it covers: a power loss can only take both back together.
+        try store.putLocalDocument("checkpoint/\(key)", body: ["seq": .int(Int64(seq))], durability: .normal)
     }
 
     /// Counts batches between writes of the peer's copy of a checkpoint.
@@ -329,14 +335,20 @@ public final class Replicator: Sendable {
         var pacer = RemoteCheckpointPacer(every: configuration.remoteCheckpointEvery)
         var deferral = RemoteCheckpointDeferral(delay: configuration.remoteCheckpointDelay, clock: clock)
         var remoteSaved = since
+        var localSaved = since
         var prefetched: (since: UInt64, task: Task<JSON, any Error>)?
-        defer { prefetched?.task.cancel() }
+        defer {
+            prefetched?.task.cancel()
+            // However the loop ends, the local copy covers what was stored (no network needed).
+            if localSaved < since { try? saveLocalCheckpoint(key: key, seq: since) }
+        }
         while true {
             if stopRequested { return }
             try Task.checkCancellation()
             if remoteSaved < since && deferral.isDue {
                 try await saveCheckpoint(connection, key: key, seq: since)
                 remoteSaved = since
+                localSaved = since
                 deferral.saved()
             }
             let live = configuration.continuous && caughtUp
@@ -372,14 +384,21 @@ public final class Replicator: Sendable {
             let lastSeq = UInt64(max(0, last))
             if entries.isEmpty {
                 if lastSeq > since {
-                    // Only hidden documents changed: nothing to store, but the feed moved on.
+                    // Only documents left out changed (hidden from this peer, or revisions
+                    // it sent itself): nothing to store, but the feed moved on. Once live,
+                    // both copies wait for the deferred write: in a mesh this happens on
+                    // every link for every write, and a lag only means a re-read on restart.
                     since = lastSeq
-                    try await saveCheckpoint(connection, key: key, seq: since, remote: false)
+                    if !live {
+                        try saveLocalCheckpoint(key: key, seq: since)
+                        localSaved = since
+                    }
                     deferral.batchSaved()
                 }
                 if remoteSaved < since && (!live || deferral.isDue) {
                     try await saveCheckpoint(connection, key: key, seq: since)
                     remoteSaved = since
+                    localSaved = since
                     deferral.saved()
                 }
                 if !configuration.continuous { return }
@@ -405,11 +424,13 @@ public final class Replicator: Sendable {
             try await pullBatch(entries, connection)
             since = lastSeq
             if caughtUp {
-                try await saveCheckpoint(connection, key: key, seq: since, remote: false)
+                try saveLocalCheckpoint(key: key, seq: since)
+                localSaved = since
                 deferral.batchSaved()
             } else {
                 let remote = pacer.due() || endsFeed
                 try await saveCheckpoint(connection, key: key, seq: since, remote: remote)
+                localSaved = since
                 if remote { remoteSaved = since }
                 caughtUp = endsFeed
             }
@@ -587,6 +608,10 @@ public final class Replicator: Sendable {
         var pacer = RemoteCheckpointPacer(every: configuration.remoteCheckpointEvery)
         var deferral = RemoteCheckpointDeferral(delay: configuration.remoteCheckpointDelay, clock: clock)
         var remoteSaved = since
+        var localSaved = since
+        state.withLock { $0.pushedThrough = since }
+        // However the loop ends, the local copy covers what the peer acknowledged.
+        defer { if localSaved < since { try? saveLocalCheckpoint(key: key, seq: since) } }
         while true {
             if stopRequested { return }
             // Cancelled when the pull side failed: end here (an idle wait returns at once
@@ -602,6 +627,7 @@ public final class Replicator: Sendable {
                     }
                     try await saveCheckpoint(connection, key: key, seq: since)
                     remoteSaved = since
+                    localSaved = since
                     deferral.saved()
                 }
                 if !configuration.continuous { return }
@@ -616,12 +642,16 @@ public final class Replicator: Sendable {
             }
             try await pushBatch(page, connection, inline: inline && caughtUp)
             since = last.0.sequence
+            let pushed = since
+            state.withLock { $0.pushedThrough = pushed }
             if caughtUp {
-                try await saveCheckpoint(connection, key: key, seq: since, remote: false)
+                // Both copies wait for the deferred write: a lag only re-reads changes
+                // that revsDiff then skips.
                 deferral.batchSaved()
             } else {
                 let remote = pacer.due()
                 try await saveCheckpoint(connection, key: key, seq: since, remote: remote)
+                localSaved = since
                 if remote { remoteSaved = since }
             }
             update { $0.completed += page.count }
@@ -783,8 +813,9 @@ public final class Replicator: Sendable {
     /// document-ID list and push filter). Before the first connection, every document is pending.
     public func pendingDocumentIDs() throws -> Set<DocumentID> {
         var since: UInt64 = 0
-        if let remote = state.withLock({ $0.remoteDatabase }) {
-            since = try localCheckpoint(checkpointKey(remoteDB: remote, direction: "push")) ?? 0
+        let (remote, pushed) = state.withLock { ($0.remoteDatabase, $0.pushedThrough) }
+        if let remote {
+            since = max(try localCheckpoint(checkpointKey(remoteDB: remote, direction: "push")) ?? 0, pushed)
         }
         var pending = Set<DocumentID>()
         while true {

@@ -175,6 +175,27 @@ struct RecordedReplication {
         await r.replicator.waitUntilStopped()
     }
 
+    @Test func aDeferredPushCheckpointStillReportsNothingPendingAndIsSavedLocallyOnStop() async throws {
+        let local = try DocumentStore.inMemory()
+        let remote = try DocumentStore.inMemory()
+        let r = RecordedReplication(local, remote) {
+            $0.direction = .push
+            $0.remoteCheckpointDelay = .seconds(3600)
+        }
+        let statuses = r.replicator.statusChanges()
+        let events = r.replicator.documentEvents()
+        r.replicator.start()
+        await r.idle(statuses)
+        try local.put(docID("new"), body: ["v": 1])
+        for await e in events where e.direction == .push { break }
+        let key = r.replicator.checkpointKey(remoteDB: remote.uuid, direction: "push")
+        #expect(try r.replicator.localCheckpoint(key) == nil)  // deferred
+        #expect(try r.replicator.pendingDocumentIDs().isEmpty)  // yet nothing is pending
+        r.replicator.stop()
+        await r.replicator.waitUntilStopped()
+        #expect(try r.replicator.localCheckpoint(key) == 1)  // written on the way out
+    }
+
     @Test func aDueCheckpointIsWrittenBeforeTheNextLiveRequest() async throws {
         let local = try DocumentStore.inMemory()
         let remote = try DocumentStore.inMemory()
