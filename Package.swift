@@ -114,11 +114,11 @@ let package = Package(
             ]
         ),
         .testTarget(name: "FerryCoreTests", dependencies: ["FerryCore"]),
-        .testTarget(name: "FerryStoreTests", dependencies: ["FerryStore", "FerryCore"]),
+        .testTarget(name: "FerryStoreTests", dependencies: ["FerryStore", "FerryCore", "IntegrationHarness"]),
         .testTarget(
             name: "FerrySyncTests",
             dependencies: [
-                "FerrySync", "FerryStore", "FerryCore", .product(name: "Logging", package: "swift-log"),
+                "FerrySync", "FerryStore", "FerryCore", "IntegrationHarness", .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),

@@ -190,11 +190,21 @@ public final class DocumentStore: Sendable {
     /// Like `changes`, with every leaf revision of each document (conflicts and tombstoned
     /// branches included), as replication needs them.
     public func changesWithLeaves(since: UInt64 = 0, limit: Int = 1000) throws(StoreError) -> [(Change, [RevisionID])] {
+        try changesWithTrees(since: since, limit: limit, winnerBodies: false).map { ($0.0, $0.1.leaves.map(\.id)) }
+    }
+
+    /// Like `changesWithLeaves`, with each document's whole revision tree (the winner's
+    /// body restored) from the same read: a caught-up push builds its revisions from it.
+    public func changesWithTrees(since: UInt64 = 0, limit: Int = 1000) throws(StoreError) -> [(Change, RevisionTree)] {
+        try changesWithTrees(since: since, limit: limit, winnerBodies: true)
+    }
+
+    private func changesWithTrees(since: UInt64, limit: Int, winnerBodies: Bool) throws(StoreError) -> [(Change, RevisionTree)] {
         try read { db in
             let rows = try Row.fetchAll(
                 db.cachedStatement(
                     sql: """
-                        SELECT sequence, id, rev, deleted, length(body) AS size, tree FROM documents
+                        SELECT sequence, id, rev, deleted, length(body) AS size, tree\(winnerBodies ? ", body" : "") FROM documents
                         WHERE sequence > ? ORDER BY sequence LIMIT ?
                         """),
                 arguments: [Int64(bitPattern: since), limit])
@@ -202,11 +212,17 @@ public final class DocumentStore: Sendable {
                 let change = Change(
                     sequence: UInt64(row["sequence"] as Int64), id: DocumentID(unchecked: row["id"]),
                     revision: try Self.parseStoredRev(row["rev"]), deleted: row["deleted"], bodySize: row["size"])
-                let tree: RevisionTree
+                var tree: RevisionTree
                 do { tree = try RevisionTree(encoded: row["tree"] as Data) } catch {
                     throw StoreError.corrupt("revision tree of \"\(change.id)\": \(error)")
                 }
-                return (change, tree.leaves.map(\.id))
+                if winnerBodies {
+                    guard let w = tree.winnerIndex, tree.revisions[w].id == change.revision else {
+                        throw StoreError.corrupt("document \"\(change.id)\": stored winner \(change.revision) disagrees with its tree")
+                    }
+                    if let body = row["body"] as Data? { tree.restoreBody(Array(body), at: w) }
+                }
+                return (change, tree)
             }
         }
     }

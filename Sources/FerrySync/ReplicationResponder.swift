@@ -329,7 +329,10 @@ final class ResponderSession: Sendable {
             if case .inserted = outcome { touched.insert(rev.id) }
         }
         options.metrics?.received(touched.count)
-        _ = try store.resolveConflicts(in: touched, using: options.resolvers, logger: responder.logger)
+        // The default resolver writes nothing; its count is not needed here, and reading it costs a query per push.
+        if !options.resolvers.isDefaultOnly {
+            _ = try store.resolveConflicts(in: touched, using: options.resolvers, logger: responder.logger)
+        }
         for ((index, rev), outcome) in zip(accepted, outcomes) {
             if case .rejected = outcome {} else { peerHeld.record(rev.id, rev.revision) }
             switch outcome {

@@ -617,7 +617,16 @@ public final class Replicator: Sendable {
             // Cancelled when the pull side failed: end here (an idle wait returns at once
             // once cancelled, so the loop must not go round again).
             try Task.checkCancellation()
-            let page = try store.changesWithLeaves(since: since, limit: configuration.batchSize)
+            // Once caught up, the page's trees come with it: the inline push needs them.
+            var trees: [DocumentID: RevisionTree]?
+            let page: [(Change, [RevisionID])]
+            if inline && caughtUp {
+                let withTrees = try store.changesWithTrees(since: since, limit: configuration.batchSize)
+                page = withTrees.map { ($0.0, $0.1.leaves.map(\.id)) }
+                trees = Dictionary(withTrees.map { ($0.0.id, $0.1) }, uniquingKeysWith: { $1 })
+            } else {
+                page = try store.changesWithLeaves(since: since, limit: configuration.batchSize)
+            }
             guard let last = page.last else {
                 if remoteSaved < since {
                     if caughtUp, let remaining = deferral.remaining, remaining > .zero {
@@ -640,7 +649,7 @@ public final class Replicator: Sendable {
                 $0.activity = .busy
                 $0.total += page.count
             }
-            try await pushBatch(page, connection, inline: inline && caughtUp)
+            try await pushBatch(page, connection, inline: inline && caughtUp, trees: trees)
             since = last.0.sequence
             let pushed = since
             state.withLock { $0.pushedThrough = pushed }
@@ -677,10 +686,12 @@ public final class Replicator: Sendable {
         }
     }
 
-    private func pushBatch(_ page: [(Change, [RevisionID])], _ connection: Connection, inline: Bool) async throws {
+    private func pushBatch(
+        _ page: [(Change, [RevisionID])], _ connection: Connection, inline: Bool, trees known: [DocumentID: RevisionTree]? = nil
+    ) async throws {
         var page = page.filter { !peerHeld.peerHolds($0.0.id, leaves: $0.1) }
         if let ids = configuration.documentIDs { page = page.filter { ids.contains($0.0.id) } }
-        if inline { page = try await pushInline(page, connection) }
+        if inline { page = try await pushInline(page, connection, trees: known) }
         var docs: [String: JSON] = [:]
         for (change, leaves) in page {
             docs[change.id.rawValue] = .array(leaves.map { .string($0.description) })
@@ -712,8 +723,10 @@ public final class Replicator: Sendable {
     /// Pushes the page's small single-leaf revisions straight away, without asking revsDiff
     /// first (the peer answers "exists" for any it already holds, "needFull" for a delta
     /// whose base it lacks); returns the rest of the page for the usual path.
-    private func pushInline(_ page: [(Change, [RevisionID])], _ connection: Connection) async throws -> [(Change, [RevisionID])] {
-        let trees = try store.revisionTrees(page.filter { $0.1.count == 1 }.map(\.0.id))
+    private func pushInline(
+        _ page: [(Change, [RevisionID])], _ connection: Connection, trees known: [DocumentID: RevisionTree]?
+    ) async throws -> [(Change, [RevisionID])] {
+        let trees = try known ?? store.revisionTrees(page.filter { $0.1.count == 1 }.map(\.0.id))
         var wires: [(WireRevision, Bool)] = []
         var rest: [(Change, [RevisionID])] = []
         for (change, leaves) in page {

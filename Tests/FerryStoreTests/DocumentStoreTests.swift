@@ -1,5 +1,6 @@
 import FerryCore
 import Foundation
+import IntegrationHarness
 import Testing
 @testable import FerryStore
 
@@ -238,10 +239,24 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let waiting = try DocumentStore.open(directory: dir)
         let other = try DocumentStore.open(directory: dir)  // its commits do not reach `waiting`'s notifier
-        let waiter = Task { try await waiting.waitForCommit(past: 0, poll: .init(interval: .milliseconds(5), clock: YieldingClock())) }
+        let waiter = Task { try await waiting.waitForCommit(past: 0, poll: .init(interval: .milliseconds(5), clock: ImmediateClock())) }
         _ = try other.put(docID("elsewhere"), body: ["v": 1])
         try await waiter.value
         #expect(try waiting.lastSequence == 1)
+    }
+
+    @Test func changesWithTreesCarryEachTreeWithTheWinnersBody() throws {
+        let store = try DocumentStore.inMemory()
+        let first = try store.put(docID("a"), body: ["v": 1])
+        let second = try store.put(docID("a"), body: ["v": 2], parent: first)
+        try store.put(docID("b"), body: ["w": 1])
+        let page = try store.changesWithTrees(since: 0)
+        #expect(page.map(\.0.id.rawValue) == ["a", "b"])
+        let tree = page[0].1
+        #expect(tree.leaves.map(\.id) == [second])
+        let expected: JSON = ["v": 2]
+        #expect(tree.revision(second)?.body == expected.canonicalBytes)
+        #expect(try store.changesWithLeaves(since: 0).map(\.1) == page.map { $0.1.leaves.map(\.id) })
     }
 
     @Test func localDocumentsAreSeparateFromTheChangesFeed() throws {

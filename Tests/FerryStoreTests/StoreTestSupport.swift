@@ -33,19 +33,3 @@ func incoming(_ store: DocumentStore, _ id: DocumentID, _ rev: RevisionID) throw
         body: try JSON.parse(r.body!), hlc: r.hlc)
 }
 
-/// A clock whose sleeps end at once (after a yield): polling loops in tests never wait on wall time.
-struct YieldingClock: Clock {
-    typealias Duration = Swift.Duration
-    struct Instant: InstantProtocol {
-        var offset: Swift.Duration
-        func advanced(by d: Swift.Duration) -> Instant { Instant(offset: offset + d) }
-        func duration(to other: Instant) -> Swift.Duration { other.offset - offset }
-        static func < (a: Instant, b: Instant) -> Bool { a.offset < b.offset }
-    }
-    var now: Instant { Instant(offset: .zero) }
-    var minimumResolution: Swift.Duration { .nanoseconds(1) }
-    func sleep(until deadline: Instant, tolerance: Swift.Duration?) async throws {
-        try Task.checkCancellation()
-        await Task.yield()
-    }
-}

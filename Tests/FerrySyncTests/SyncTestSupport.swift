@@ -1,27 +1,11 @@
 import FerryCore
 import FerryStore
 import Foundation
+import IntegrationHarness
 import Logging
 @testable import FerrySync
 
 func docID(_ s: String) -> DocumentID { try! DocumentID(s) }
-
-/// A clock whose sleeps end at once (after a yield), so retry backoff never waits on wall time.
-struct ImmediateClock: Clock {
-    typealias Duration = Swift.Duration
-    struct Instant: InstantProtocol {
-        var offset: Swift.Duration
-        func advanced(by d: Swift.Duration) -> Instant { Instant(offset: offset + d) }
-        func duration(to other: Instant) -> Swift.Duration { other.offset - offset }
-        static func < (a: Instant, b: Instant) -> Bool { a.offset < b.offset }
-    }
-    var now: Instant { Instant(offset: .zero) }
-    var minimumResolution: Swift.Duration { .nanoseconds(1) }
-    func sleep(until deadline: Instant, tolerance: Swift.Duration?) async throws {
-        try Task.checkCancellation()
-        await Task.yield()
-    }
-}
 
 /// Connects replicators to a responder on another store over in-memory endpoint pairs.
 struct Link: Sendable {

@@ -1,6 +1,7 @@
 import FerryCore
 import FerryStore
 import Foundation
+import IntegrationHarness
 import Testing
 @testable import FerrySync
 
