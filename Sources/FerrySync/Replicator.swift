@@ -546,7 +546,10 @@ public final class Replicator: Sendable {
         let pulled = outcomes.reduce(0) { n, o in if case .inserted = o { n + 1 } else { n } }
         count { $0.pulled += pulled }
         for (rev, outcome) in zip(accepted, outcomes) {
-            if case .rejected = outcome {} else { peerHeld.record(rev.id, rev.revision) }
+            // Only a replicator that also pushes could offer it back.
+            if configuration.direction.pushes {
+                if case .rejected = outcome {} else { peerHeld.record(rev.id, rev.revision) }
+            }
             switch outcome {
             case .inserted:
                 touched.insert(rev.id)
