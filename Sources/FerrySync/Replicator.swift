@@ -323,7 +323,8 @@ public final class Replicator: Sendable {
         mutating func saved() { elapsed = nil }
         /// Time left before the write is due; nil when nothing waits.
         var remaining: Duration? { elapsed.map { delay - $0() } }
-        var isDue: Bool { (remaining ?? .seconds(1)) <= .zero }
+        /// True when a write waits and its time has come.
+        var isDue: Bool { remaining.map { $0 <= .zero } ?? false }
     }
 
     // MARK: Pull

@@ -35,12 +35,17 @@ struct RecordedReplication {
     let replicator: Replicator
     let requests: AsyncStream<String>
 
-    init(_ local: DocumentStore, _ remote: DocumentStore, clock: any Clock<Duration> = ContinuousClock(), _ configure: (inout ReplicatorConfiguration) -> Void) {
+    /// `rewrite` changes each message the responder sends, as a hostile peer would.
+    init(
+        _ local: DocumentStore, _ remote: DocumentStore, clock: any Clock<Duration> = ContinuousClock(),
+        rewrite: (@Sendable ([UInt8]) -> [UInt8])? = nil, _ configure: (inout ReplicatorConfiguration) -> Void
+    ) {
         var config = ReplicatorConfiguration()
         config.continuous = true
         config.heartbeat = .seconds(60)
         configure(&config)
-        let link = Link(to: remote)
+        var link = Link(to: remote, quiet: rewrite != nil)
+        if let rewrite { link.faults = { _ in (.init(), .init(deliver: { [rewrite($0)] })) } }
         let (stream, continuation) = AsyncStream.makeStream(of: String.self)
         requests = stream
         let connect = link.connector
@@ -114,6 +119,52 @@ struct RecordedReplication {
         let afterChange = await r.requests(through: "changes")
         #expect(afterChange == ["getRevs", "changes"])  // the full body, asked for without deltas
         #expect(try local.document(docID("doc"))?.body == bigBody("two"))
+        r.replicator.stop()
+        await r.replicator.waitUntilStopped()
+    }
+
+    /// Rewrites `from` to `to` in the changes replies whose entries carry `member` inline.
+    static func tampering(_ member: String, _ from: String, _ to: String) -> @Sendable ([UInt8]) -> [UInt8] {
+        { bytes in
+            guard var m = try? Message(decoding: bytes), contains("\"\(member)\":", in: m.body) else { return bytes }
+            m.body = replacing(from, with: to, in: m.body)
+            return m.encoded()
+        }
+    }
+
+    @Test func aTamperedInlineDeltaIsFetchedAgainInFull() async throws {
+        let local = try DocumentStore.inMemory()
+        let remote = try DocumentStore.inMemory()
+        let first = try remote.put(docID("doc"), body: bigBody("one"))
+        let r = RecordedReplication(local, remote, rewrite: Self.tampering("delta", "\"two\"", "\"evil\"")) { $0.direction = .pull }
+        r.replicator.start()
+        _ = await r.requests(through: "changes", 2)
+        try remote.put(docID("doc"), body: bigBody("two"), parent: first)
+        let afterChange = await r.requests(through: "changes")
+        #expect(afterChange == ["getRevs", "changes"])  // the digest check refused the delta's result
+        #expect(try local.document(docID("doc"))?.body == bigBody("two"))
+        #expect(r.replicator.summary.rejected == 0)
+        r.replicator.stop()
+        await r.replicator.waitUntilStopped()
+    }
+
+    @Test func aTamperedInlineBodyIsRejectedAndNothingIsStored() async throws {
+        let local = try DocumentStore.inMemory()
+        let remote = try DocumentStore.inMemory()
+        try local.put(docID("mine"), body: ["kept": true])
+        let r = RecordedReplication(local, remote, rewrite: Self.tampering("body", "\"v\":1", "\"v\":9")) { $0.direction = .pull }
+        let events = r.replicator.documentEvents()
+        r.replicator.start()
+        _ = await r.requests(through: "changes", 2)  // an empty feed, then the live request
+        try remote.put(docID("new"), body: ["v": 1])
+        var rejection: String?
+        for await e in events where e.id == "new" {
+            rejection = e.rejection
+            break
+        }
+        #expect(rejection?.hasPrefix("digest") == true)
+        #expect(try local.document(docID("new")) == nil)
+        #expect(try local.document(docID("mine"))?.body == ["kept": true])
         r.replicator.stop()
         await r.replicator.waitUntilStopped()
     }
