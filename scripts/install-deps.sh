@@ -16,7 +16,8 @@ command -v dbus-daemon >/dev/null || need+=(dbus)
 command -v openssl >/dev/null || need+=(openssl)
 # The LAN lab (Integration/lab): network namespaces, nsenter/unshare, and curl inside hosts.
 command -v ip >/dev/null || need+=(iproute2)
-command -v nsenter >/dev/null || need+=(util-linux)
+# flock (util-linux) also serialises scripts/avahi-loopback.sh between concurrent callers.
+{ command -v nsenter && command -v flock; } >/dev/null || need+=(util-linux)
 command -v curl >/dev/null || need+=(curl)
 ldconfig -p 2>/dev/null | grep -q 'libcurl.so.4 ' || need+=(libcurl4)
 # `make bench` only (scripts/install-deps.sh --bench): Syncthing, the side-by-side peer of P7.

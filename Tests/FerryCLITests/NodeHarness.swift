@@ -63,11 +63,3 @@ func shell(_ command: String, timeout: Double = 60) async -> (status: Int32, out
     }
 }
 
-/// Starts the loopback-confined avahi-daemon; nil when running, else why not. Where the
-/// machine allows it (root: CI), a failure is a test failure, never a silent skip.
-func startLoopbackAvahi() async -> String? {
-    let r = await shell("\(scriptsDirectory)/avahi-loopback.sh start")
-    return r.status == 0 ? nil : r.output
-}
-
-var avahiRequired: Bool { getuid() == 0 || ProcessInfo.processInfo.environment["CI"] != nil }

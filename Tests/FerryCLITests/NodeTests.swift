@@ -1,5 +1,6 @@
 import FerryCore
 import Foundation
+import IntegrationHarness
 import Testing
 
 /// The headless peer end to end: real `ferry serve` processes driven through the admin API.
@@ -231,101 +232,108 @@ import Testing
 
 /// DNS-SD discovery against a real avahi-daemon confined to loopback.
 @Suite(.serialized, .timeLimit(.minutes(10))) struct DiscoveryTests {
-    func avahi() async -> Bool {
-        if let why = await startLoopbackAvahi() {
-            if avahiRequired { Issue.record("a loopback avahi-daemon is needed on this machine: \(why)") }
-            print("SKIPPED: discovery test needs root and avahi-daemon: \(why)")
-            return false
+    /// Runs `body` with the shared loopback avahi-daemon (alone with it when `exclusive`);
+    /// records a failure where the machine must have one, else says the test was skipped.
+    func withAvahi(exclusive: Bool = false, _ body: @Sendable () async throws -> Void) async throws {
+        try await LoopbackAvahi.withDaemon(exclusive: exclusive) { why in
+            if let why {
+                if LoopbackAvahi.required { Issue.record("a loopback avahi-daemon is needed on this machine: \(why)") }
+                print("SKIPPED: discovery test needs root and avahi-daemon: \(why)")
+                return
+            }
+            try await body()
         }
-        return true
     }
 
     @Test func trustingNodesWithoutPeersFindEachOtherAndAnUntrustedOneIsOnlyListed() async throws {
-        guard await avahi() else { return }
-        let group = "t\(UInt32.random(in: 0...UInt32.max))"
-        let a = ServeProcess()
-        let b = ServeProcess()
-        let c = ServeProcess()
-        let (idA, idB, idC) = (await a.id, await b.id, await c.id)
-        try await a.cli.run(["put", "from-a", "{}"])
-        try await b.cli.run(["put", "from-b", "{}"])
-        try await c.cli.run(["put", "from-c", "{}"])
-        let apiA = Admin(try await a.start(["--discovery", "--group", group, "--name", "a", "--trust", idB]))
-        let apiB = Admin(try await b.start(["--discovery", "--group", group, "--name", "b", "--trust", idA]))
-        let apiC = Admin(try await c.start(["--discovery", "--group", group, "--name", "c", "--trust", idA, "--trust", idB]))
-        try await waitUntil("A and B converge over discovered links") {
-            let ab = try await apiA.call("GET", "/docs/from-b").status
-            let ba = try await apiB.call("GET", "/docs/from-a").status
-            return ab == 200 && ba == 200
+        try await withAvahi {
+            let group = "t\(UInt32.random(in: 0...UInt32.max))"
+            let a = ServeProcess()
+            let b = ServeProcess()
+            let c = ServeProcess()
+            let (idA, idB, idC) = (await a.id, await b.id, await c.id)
+            try await a.cli.run(["put", "from-a", "{}"])
+            try await b.cli.run(["put", "from-b", "{}"])
+            try await c.cli.run(["put", "from-c", "{}"])
+            let apiA = Admin(try await a.start(["--discovery", "--group", group, "--name", "a", "--trust", idB]))
+            let apiB = Admin(try await b.start(["--discovery", "--group", group, "--name", "b", "--trust", idA]))
+            let apiC = Admin(try await c.start(["--discovery", "--group", group, "--name", "c", "--trust", idA, "--trust", idB]))
+            try await waitUntil("A and B converge over discovered links") {
+                let ab = try await apiA.call("GET", "/docs/from-b").status
+                let ba = try await apiB.call("GET", "/docs/from-a").status
+                return ab == 200 && ba == 200
+            }
+            try await waitUntil("A and B hold the same digest") {
+                let (da, db) = (try await apiA.digest, try await apiB.digest)
+                return da == db
+            }
+            try await waitUntil("A lists C as an untrusted dns-sd peer") {
+                let peers = try await apiA.get("/peers")["peers"]
+                guard case .array(let list)? = peers else { return false }
+                return list.contains { $0["id"]?.stringValue == idC && $0["trusted"] == false && $0["source"] == "dns-sd" }
+            }
+            let peersA = try await apiA.get("/peers")["peers"]
+            if case .array(let list)? = peersA {
+                let b = list.first { $0["id"]?.stringValue == idB }
+                #expect(b?["trusted"] == true && b?["source"] == "dns-sd" && b?["connected"] == true)
+                #expect(b?["addresses"]?.arrayCount ?? 0 >= 1)
+            }
+            // C trusts A and B, but they do not trust C: nothing moves either way.
+            #expect(try await apiA.call("GET", "/docs/from-c").status == 404)
+            #expect(try await apiB.call("GET", "/docs/from-c").status == 404)
+            #expect(try await apiC.call("GET", "/docs/from-a").status == 404)
+            #expect(try await apiC.call("GET", "/docs/from-b").status == 404)
+            // Exactly one of A and B dialled the other: the lower node ID.
+            let dialledByA = try await apiA.get("/peers")["peers"]?.first { $0["id"]?.stringValue == idB }?["dialled"]
+            let dialledByB = try await apiB.get("/peers")["peers"]?.first { $0["id"]?.stringValue == idA }?["dialled"]
+            #expect(dialledByA == .bool(idA < idB))
+            #expect(dialledByB == .bool(idB < idA))
+            #expect(await a.stop() == 0)
+            #expect(await b.stop() == 0)
+            #expect(await c.stop() == 0)
         }
-        try await waitUntil("A and B hold the same digest") {
-            let (da, db) = (try await apiA.digest, try await apiB.digest)
-            return da == db
-        }
-        try await waitUntil("A lists C as an untrusted dns-sd peer") {
-            let peers = try await apiA.get("/peers")["peers"]
-            guard case .array(let list)? = peers else { return false }
-            return list.contains { $0["id"]?.stringValue == idC && $0["trusted"] == false && $0["source"] == "dns-sd" }
-        }
-        let peersA = try await apiA.get("/peers")["peers"]
-        if case .array(let list)? = peersA {
-            let b = list.first { $0["id"]?.stringValue == idB }
-            #expect(b?["trusted"] == true && b?["source"] == "dns-sd" && b?["connected"] == true)
-            #expect(b?["addresses"]?.arrayCount ?? 0 >= 1)
-        }
-        // C trusts A and B, but they do not trust C: nothing moves either way.
-        #expect(try await apiA.call("GET", "/docs/from-c").status == 404)
-        #expect(try await apiB.call("GET", "/docs/from-c").status == 404)
-        #expect(try await apiC.call("GET", "/docs/from-a").status == 404)
-        #expect(try await apiC.call("GET", "/docs/from-b").status == 404)
-        // Exactly one of A and B dialled the other: the lower node ID.
-        let dialledByA = try await apiA.get("/peers")["peers"]?.first { $0["id"]?.stringValue == idB }?["dialled"]
-        let dialledByB = try await apiB.get("/peers")["peers"]?.first { $0["id"]?.stringValue == idA }?["dialled"]
-        #expect(dialledByA == .bool(idA < idB))
-        #expect(dialledByB == .bool(idB < idA))
-        #expect(await a.stop() == 0)
-        #expect(await b.stop() == 0)
-        #expect(await c.stop() == 0)
     }
 
     @Test func avahiBrowseAndPythonZeroconfSeeTheNodeIDInTXT() async throws {
-        guard await avahi() else { return }
-        let node = ServeProcess()
-        let info = try await node.start(["--discovery", "--name", "txt-check"])
-        let id = try #require(info["id"]?.stringValue)
-        var seen = ""
-        let deadline = Date().addingTimeInterval(15)
-        while Date() < deadline {
-            seen = await shell("avahi-browse -rpt _ferry._tcp", timeout: 10).output
-            if seen.contains("id=\(id)") { break }
+        try await withAvahi {
+            let node = ServeProcess()
+            let info = try await node.start(["--discovery", "--name", "txt-check"])
+            let id = try #require(info["id"]?.stringValue)
+            var seen = ""
+            let deadline = Date().addingTimeInterval(15)
+            while Date() < deadline {
+                seen = await shell("avahi-browse -rpt _ferry._tcp", timeout: 10).output
+                if seen.contains("id=\(id)") { break }
+            }
+            #expect(seen.contains("\"id=\(id)\""), "avahi-browse saw: \(seen)")
+            #expect(seen.contains("\"proto=1\"") && seen.contains("\"group=ferry\""))
+            let zc = await shell("python3 \(scriptsDirectory)/zeroconf-browse.py \(id) 15")
+            #expect(zc.status == 0, "python-zeroconf saw: \(zc.output)")
+            #expect(await node.stop() == 0)
         }
-        #expect(seen.contains("\"id=\(id)\""), "avahi-browse saw: \(seen)")
-        #expect(seen.contains("\"proto=1\"") && seen.contains("\"group=ferry\""))
-        let zc = await shell("python3 \(scriptsDirectory)/zeroconf-browse.py \(id) 15")
-        #expect(zc.status == 0, "python-zeroconf saw: \(zc.output)")
-        #expect(await node.stop() == 0)
     }
 
     @Test func aNodeRegistersAgainWhenAvahiDaemonRestarts() async throws {
-        guard await avahi() else { return }
-        let config = NSTemporaryDirectory() + "ferry-retry-\(UUID().uuidString).json"
-        defer { try? FileManager.default.removeItem(atPath: config) }
-        try #"{"discovery":{"enabled":true,"retrySeconds":1}}"#.write(toFile: config, atomically: true, encoding: .utf8)
-        let node = ServeProcess()
-        let info = try await node.start(["--discovery", "--config", config, "--name", "restart-\(getpid())"])
-        let id = try #require(info["id"]?.stringValue)
-        func advertised() async -> Bool { await shell("avahi-browse -rpt _ferry._tcp", timeout: 10).output.contains("id=\(id)") }
-        try await waitUntil("the node is advertised") { await advertised() }
-        #expect(await shell("\(scriptsDirectory)/avahi-loopback.sh stop").status == 0)
-        #expect(await startLoopbackAvahi() == nil)
-        // A new daemon knows nothing of the old registrations: seeing the service again
-        // means the node noticed and registered again by itself.
-        try await waitUntil("the node is advertised again", timeout: 60) { await advertised() }
-        #expect(node.logText.contains("registering again"))
-        // SIGTERM with DNS-SD registered and browsing still stops within 5 s.
-        let started = Date()
-        #expect(await node.stop() == 0)
-        #expect(Date().timeIntervalSince(started) < 5)
+        try await withAvahi(exclusive: true) {
+            let config = NSTemporaryDirectory() + "ferry-retry-\(UUID().uuidString).json"
+            defer { try? FileManager.default.removeItem(atPath: config) }
+            try #"{"discovery":{"enabled":true,"retrySeconds":1}}"#.write(toFile: config, atomically: true, encoding: .utf8)
+            let node = ServeProcess()
+            let info = try await node.start(["--discovery", "--config", config, "--name", "restart-\(getpid())"])
+            let id = try #require(info["id"]?.stringValue)
+            func advertised() async -> Bool { await shell("avahi-browse -rpt _ferry._tcp", timeout: 10).output.contains("id=\(id)") }
+            try await waitUntil("the node is advertised") { await advertised() }
+            #expect(await LoopbackAvahi.stop() == nil)
+            #expect(await LoopbackAvahi.start() == nil)
+            // A new daemon knows nothing of the old registrations: seeing the service again
+            // means the node noticed and registered again by itself.
+            try await waitUntil("the node is advertised again", timeout: 60) { await advertised() }
+            #expect(node.logText.contains("registering again"))
+            // SIGTERM with DNS-SD registered and browsing still stops within 5 s.
+            let started = Date()
+            #expect(await node.stop() == 0)
+            #expect(Date().timeIntervalSince(started) < 5)
+        }
     }
 
     @Test func withoutAvahiTheNodeWarnsOnceAndSyncsWithStaticPeers() async throws {

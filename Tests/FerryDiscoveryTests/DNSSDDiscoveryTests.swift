@@ -6,20 +6,6 @@ import Testing
 
 @testable import FerryDiscovery
 
-/// Starts the loopback-confined avahi-daemon (scripts/avahi-loopback.sh); nil with a
-/// loud reason when this machine can't (not root, no avahi): CI runs as root and must not skip.
-func loopbackAvahi() async -> String? {
-    let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../scripts/avahi-loopback.sh").standardized.path
-    do {
-        let r = try await Shell.run([script, "start"], executable: "/bin/bash", timeout: 60)
-        return r.status == 0 ? nil : r.stderr + r.stdout
-    } catch {
-        return "cannot run \(script): \(error)"
-    }
-}
-
-let requireAvahi = ProcessInfo.processInfo.environment["CI"] != nil || getuid() == 0
-
 func id(_ c: Character) -> String { String(repeating: c, count: 64) }
 
 /// Collects events until `predicate` holds over everything seen, or 60 s pass.
@@ -45,32 +31,34 @@ func waitFor(_ stream: AsyncStream<DiscoveryEvent>, until predicate: @escaping @
 
 @Suite(.serialized, .timeLimit(.minutes(10))) struct DNSSDDiscoveryTests {
     @Test func twoAdvertisersOnLoopbackFindEachOtherWithTheirNodeIDs() async throws {
-        if let why = await loopbackAvahi() {
-            if requireAvahi { Issue.record("loopback avahi-daemon needed here: \(why)") }
-            print("SKIPPED: DNS-SD test needs a loopback avahi-daemon: \(why)")
-            return
+        try await LoopbackAvahi.withDaemon { why in
+            if let why {
+                if LoopbackAvahi.required { Issue.record("loopback avahi-daemon needed here: \(why)") }
+                print("SKIPPED: DNS-SD test needs a loopback avahi-daemon: \(why)")
+                return
+            }
+            let suffix = UInt32.random(in: 0...UInt32.max)
+            let a = DNSSDDiscovery(configuration: .init(
+                advertisement: .init(instanceName: "ferry-a-\(suffix)", nodeID: id("a"), group: "g\(suffix)", protocolVersion: 1, port: 41001),
+                group: "g\(suffix)"))
+            let b = DNSSDDiscovery(configuration: .init(
+                advertisement: .init(instanceName: "ferry-b-\(suffix)", nodeID: id("b"), group: "g\(suffix)", protocolVersion: 1, port: 41002),
+                group: "g\(suffix)"))
+            let group = ServiceGroup(services: [a, b], logger: Logger(label: "test"))
+            let runner = Task { try await group.run() }
+            let seenByA = await waitFor(a.events) { events in
+                events.contains { if case .appeared(let p) = $0 { return p.nodeID == id("b") && !p.addresses.isEmpty }; return false }
+            }
+            guard case .appeared(let peer)? = seenByA.last else { Issue.record("no peer"); return }
+            #expect(peer.port == 41002)
+            #expect(peer.addresses.contains("127.0.0.1"))
+            #expect(peer.group == "g\(suffix)")
+            #expect(peer.protocolVersion == 1)
+            #expect(peer.source == "dns-sd")
+            // A never reports itself.
+            #expect(!seenByA.contains { if case .appeared(let p) = $0 { return p.nodeID == id("a") }; return false })
+            await group.triggerGracefulShutdown()
+            try await runner.value
         }
-        let suffix = UInt32.random(in: 0...UInt32.max)
-        let a = DNSSDDiscovery(configuration: .init(
-            advertisement: .init(instanceName: "ferry-a-\(suffix)", nodeID: id("a"), group: "g\(suffix)", protocolVersion: 1, port: 41001),
-            group: "g\(suffix)"))
-        let b = DNSSDDiscovery(configuration: .init(
-            advertisement: .init(instanceName: "ferry-b-\(suffix)", nodeID: id("b"), group: "g\(suffix)", protocolVersion: 1, port: 41002),
-            group: "g\(suffix)"))
-        let group = ServiceGroup(services: [a, b], logger: Logger(label: "test"))
-        let runner = Task { try await group.run() }
-        let seenByA = await waitFor(a.events) { events in
-            events.contains { if case .appeared(let p) = $0 { return p.nodeID == id("b") && !p.addresses.isEmpty }; return false }
-        }
-        guard case .appeared(let peer)? = seenByA.last else { Issue.record("no peer"); return }
-        #expect(peer.port == 41002)
-        #expect(peer.addresses.contains("127.0.0.1"))
-        #expect(peer.group == "g\(suffix)")
-        #expect(peer.protocolVersion == 1)
-        #expect(peer.source == "dns-sd")
-        // A never reports itself.
-        #expect(!seenByA.contains { if case .appeared(let p) = $0 { return p.nodeID == id("a") }; return false })
-        await group.triggerGracefulShutdown()
-        try await runner.value
     }
 }
