@@ -10,6 +10,12 @@ extension JSON {
         return out
     }
 
+    /// Appends `string` to `out` exactly as `canonicalBytes` encodes it, for writers that
+    /// lay out a fixed object by hand on a hot path.
+    public static func appendCanonical(string: String, to out: inout [UInt8]) {
+        JSONWriter.writeString(string, into: &out)
+    }
+
     /// The canonical encoding as a string.
     public var canonicalString: String { String(decoding: canonicalBytes, as: UTF8.self) }
 

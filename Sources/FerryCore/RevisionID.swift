@@ -5,10 +5,12 @@ import Crypto
 /// deleted flag and the canonical body, so identical edits get identical IDs.
 public struct RevisionID: Hashable, Sendable, Comparable, CustomStringConvertible {
     public let generation: Int
-    /// 64 lowercase hex characters.
-    public let digest: String
-    /// `generation-digest`, built once: it is written with every stored revision.
+    /// `generation-digest`, built once: it is written with every stored revision, and the
+    /// digest is read from its tail (one string per ID: IDs are parsed by the million).
     public let description: String
+
+    /// 64 lowercase hex characters.
+    public var digest: String { String(Substring(description.utf8.suffix(64))) }
 
     public init(generation: Int, digest: String) throws(RevisionIDError) {
         guard generation >= 1, generation <= Int(Int32.max) else { throw .invalid("\(generation)-\(digest)") }
@@ -16,14 +18,12 @@ public struct RevisionID: Hashable, Sendable, Comparable, CustomStringConvertibl
             throw .invalid("\(generation)-\(digest)")
         }
         self.generation = generation
-        self.digest = digest
         self.description = "\(generation)-\(digest)"
     }
 
-    init(uncheckedGeneration generation: Int, digest: String) {
+    private init(checkedGeneration generation: Int, description: String) {
         self.generation = generation
-        self.digest = digest
-        self.description = "\(generation)-\(digest)"
+        self.description = description
     }
 
     public static func == (a: RevisionID, b: RevisionID) -> Bool { a.description == b.description }
@@ -31,18 +31,40 @@ public struct RevisionID: Hashable, Sendable, Comparable, CustomStringConvertibl
 
     /// Parses `"3-<64 hex>"`.
     public init(_ text: String) throws(RevisionIDError) {
+        // Fast path: the canonical form (no leading zeros or sign) is kept as is, without a copy.
+        var text = text
+        if let generation = text.withUTF8({ Self.canonicalGeneration($0) }) {
+            self.init(checkedGeneration: generation, description: text)
+            return
+        }
         guard let dash = text.utf8.firstIndex(of: UInt8(ascii: "-")),
+            text.utf8[..<dash].allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
             let generation = Int(Substring(text.utf8[..<dash]))
         else { throw .invalid(text) }
         let digest = String(Substring(text.utf8[text.utf8.index(after: dash)...]))
         try self.init(generation: generation, digest: digest)
     }
 
+    /// The generation of `G-<64 lowercase hex>` with G in 1...Int32.max written without
+    /// leading zeros; nil for anything else (which the slow path then judges).
+    private static func canonicalGeneration(_ b: UnsafeBufferPointer<UInt8>) -> Int? {
+        let digits = b.count - 65
+        guard digits >= 1, digits <= 10, b[digits] == UInt8(ascii: "-"), b[0] != UInt8(ascii: "0") else { return nil }
+        var generation = 0
+        for i in 0..<digits {
+            let d = b[i] &- 0x30
+            guard d <= 9 else { return nil }
+            generation = generation * 10 + Int(d)
+        }
+        guard generation <= Int(Int32.max) else { return nil }
+        for i in (digits + 1)..<b.count where !isLowerHex(b[i]) { return nil }
+        return generation
+    }
 
     /// The winner order: higher generation first, then higher digest.
     public static func < (a: RevisionID, b: RevisionID) -> Bool {
         if a.generation != b.generation { return a.generation < b.generation }
-        return a.digest.utf8.lexicographicallyPrecedes(b.digest.utf8)
+        return a.description.utf8.suffix(64).lexicographicallyPrecedes(b.description.utf8.suffix(64))
     }
 
     /// Computes the ID of a new revision: generation is the parent's plus one, and the
@@ -53,15 +75,40 @@ public struct RevisionID: Hashable, Sendable, Comparable, CustomStringConvertibl
         if let parent { hasher.update(data: Array(parent.description.utf8)) }
         hasher.update(data: [0x00, deleted ? 0x01 : 0x00])
         hasher.update(data: canonicalBody)
-        let digest = hasher.finalize()
-        return RevisionID(uncheckedGeneration: (parent?.generation ?? 0) + 1, digest: Hex.encode(digest))
+        return RevisionID(generation: (parent?.generation ?? 0) + 1, digestBytes: hasher.finalize())
     }
 
     /// The digest as 32 raw bytes.
-    public var digestBytes: [UInt8] { Hex.decode(digest)! }
+    public var digestBytes: [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(32)
+        var high: UInt8 = 0
+        for (i, c) in description.utf8.suffix(64).enumerated() {
+            let v = Hex.value(c)!  // validated when the ID was made
+            if i % 2 == 0 { high = v } else { out.append(high << 4 | v) }
+        }
+        return out
+    }
 
-    public init(generation: Int, digestBytes: some Collection<UInt8>) {
-        self.init(uncheckedGeneration: generation, digest: Hex.encode(digestBytes))
+    /// An ID from its generation and 32 digest bytes, written straight into one string.
+    public init(generation: Int, digestBytes: some Sequence<UInt8>) {
+        let prefix = "\(generation)-"
+        let text = String(unsafeUninitializedCapacity: prefix.utf8.count + 64) { buffer in
+            var i = 0
+            for c in prefix.utf8 {
+                buffer[i] = c
+                i += 1
+            }
+            for b in digestBytes where i + 2 <= buffer.count {
+                buffer[i] = Hex.digits[Int(b >> 4)]
+                buffer[i + 1] = Hex.digits[Int(b & 0xF)]
+                i += 2
+            }
+            return i
+        }
+        precondition(text.utf8.count == prefix.utf8.count + 64, "a revision digest is 32 bytes")
+        self.generation = generation
+        self.description = text
     }
 
     static func isLowerHex(_ b: UInt8) -> Bool {

@@ -44,10 +44,22 @@ public struct IncomingRevision: Sendable {
     /// The canonical encoding of `body`, when the caller already has it (replication
     /// receives it on the wire); the store still checks it against the revision digest.
     public let canonicalBody: [UInt8]?
+    /// Set only by `verified(…)`, this module's own check that `canonicalBody` hashes to
+    /// `revision`: an insert then does not hash it a second time.
+    let digestVerified: Bool
 
     public init(
         id: DocumentID, revision: RevisionID, history: [RevisionID], deleted: Bool, body: JSON,
         hlc: HLCTimestamp = .zero, canonicalBody: [UInt8]? = nil
+    ) {
+        self.init(
+            id: id, revision: revision, history: history, deleted: deleted, body: body, hlc: hlc,
+            canonicalBody: canonicalBody, digestVerified: false)
+    }
+
+    private init(
+        id: DocumentID, revision: RevisionID, history: [RevisionID], deleted: Bool, body: JSON,
+        hlc: HLCTimestamp, canonicalBody: [UInt8]?, digestVerified: Bool
     ) {
         self.id = id
         self.revision = revision
@@ -56,12 +68,29 @@ public struct IncomingRevision: Sendable {
         self.body = body
         self.hlc = hlc
         self.canonicalBody = canonicalBody
+        self.digestVerified = digestVerified
+    }
+
+    /// The revision if `canonicalBody` hashes (with the parent and the deleted flag) to
+    /// `revision`, else nil. The trust boundary checks each digest here, once.
+    public static func verified(
+        id: DocumentID, revision: RevisionID, history: [RevisionID], deleted: Bool, body: JSON,
+        hlc: HLCTimestamp, canonicalBody: [UInt8]
+    ) -> IncomingRevision? {
+        guard RevisionID.compute(parent: history.first, deleted: deleted, canonicalBody: canonicalBody) == revision else {
+            return nil
+        }
+        return IncomingRevision(
+            id: id, revision: revision, history: history, deleted: deleted, body: body, hlc: hlc,
+            canonicalBody: canonicalBody, digestVerified: true)
     }
 }
 
 /// What happened to one incoming revision.
 public enum InsertOutcome: Sendable, Equatable {
-    case inserted(sequence: UInt64)
+    /// Stored at `sequence`. `branched`: the document now has more than one leaf (live or
+    /// deleted), so a conflict resolver may have work; a single-leaf document never does.
+    case inserted(sequence: UInt64, branched: Bool)
     case alreadyPresent
     case rejected(StoreError)
 }

@@ -89,29 +89,47 @@ public final class DocumentStore: Sendable {
     /// checkpoints, which roll back with them: a lost batch is pulled again. Local edits
     /// keep the store's durability.
     public func write<T>(durability: StoreOptions.Durability? = nil, _ body: (StoreTransaction) throws -> T) throws(StoreError) -> T {
-        let relaxed = durability == .normal && options.durability == .full && path != nil
         let result: (T, UInt64)
         do {
-            result = try writer.writeWithoutTransaction { db -> (T, UInt64) in
-                // Cached statements: preparing one (GRDB's authorizer included) costs more
-                // than running it, on paths taken per replicated batch or change.
-                if relaxed { try db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute() }
-                defer { if relaxed { try? db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute() } }
-                var out: (T, UInt64)?
-                try db.inTransaction {
-                    let txn = try StoreTransaction(db: db, store: self)
-                    let value = try body(txn)
-                    try txn.finish()
-                    out = (value, txn.lastSequence)
-                    return .commit
-                }
-                return out!
-            }
+            result = try writer.writeWithoutTransaction { db in try transact(db, durability: durability, body) }
         } catch {
             throw StoreError.wrap(error)
         }
         notifier.advance(to: result.1)
         return result.0
+    }
+
+    /// `write`, run on the database's own thread while the caller suspends: a long batch
+    /// then never holds one of the few threads of Swift's cooperative pool.
+    public func writeSuspending<T: Sendable>(
+        durability: StoreOptions.Durability? = nil, _ body: @escaping @Sendable (StoreTransaction) throws -> T
+    ) async throws(StoreError) -> T {
+        let result: (T, UInt64)
+        do {
+            result = try await writer.writeWithoutTransaction { db in try self.transact(db, durability: durability, body) }
+        } catch {
+            throw StoreError.wrap(error)
+        }
+        notifier.advance(to: result.1)
+        return result.0
+    }
+
+    /// One transaction on `db`: the body, then the store's bookkeeping, committed together.
+    private func transact<T>(_ db: Database, durability: StoreOptions.Durability?, _ body: (StoreTransaction) throws -> T) throws -> (T, UInt64) {
+        let relaxed = durability == .normal && options.durability == .full && path != nil
+        // Cached statements: preparing one (GRDB's authorizer included) costs more
+        // than running it, on paths taken per replicated batch or change.
+        if relaxed { try db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute() }
+        defer { if relaxed { try? db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute() } }
+        var out: (T, UInt64)?
+        try db.inTransaction {
+            let txn = try StoreTransaction(db: db, store: self)
+            let value = try body(txn)
+            try txn.finish()
+            out = (value, txn.lastSequence)
+            return .commit
+        }
+        return out!
     }
 
     /// Saves a new document (`parent` nil) or a new revision of a current leaf. Returns the new revision.
@@ -142,6 +160,13 @@ public final class DocumentStore: Sendable {
         -> [InsertOutcome]
     {
         try write(durability: durability) { txn in revisions.map { txn.insertExisting($0) } }
+    }
+
+    /// `insertRevisions`, suspending the caller instead of blocking its thread.
+    public func insertRevisionsSuspending(_ revisions: [IncomingRevision], durability: StoreOptions.Durability? = nil)
+        async throws(StoreError) -> [InsertOutcome]
+    {
+        try await writeSuspending(durability: durability) { txn in revisions.map { txn.insertExisting($0) } }
     }
 
     // MARK: Reading

@@ -162,9 +162,11 @@ public final class StoreTransaction {
         if canonical.count > store.options.maxBodyBytes {
             throw .tooLarge(bytes: canonical.count, limit: store.options.maxBodyBytes)
         }
-        let expected = RevisionID.compute(
-            parent: incoming.history.first, deleted: incoming.deleted, canonicalBody: canonical)
-        guard expected == incoming.revision else { throw .digestMismatch(id, incoming.revision) }
+        if !incoming.digestVerified {
+            let expected = RevisionID.compute(
+                parent: incoming.history.first, deleted: incoming.deleted, canonicalBody: canonical)
+            guard expected == incoming.revision else { throw .digestMismatch(id, incoming.revision) }
+        }
         let stored = try fetch(id)
         if let stored, stored.tree.contains(incoming.revision) { return .alreadyPresent }
         try checkBlobs(incoming.body, canonical: canonical)
@@ -182,7 +184,7 @@ public final class StoreTransaction {
             throw .invalidHistory(id, error.description)
         }
         let seq = try writeRow(id: id, key: stored?.key, tree: &tree)
-        return .inserted(sequence: seq)
+        return .inserted(sequence: seq, branched: tree.revisions.lazy.filter(\.isLeaf).count > 1)
     }
 
     // MARK: Maintenance

@@ -325,13 +325,17 @@ final class ResponderSession: Sendable {
         }
         let outcomes = try store.insertRevisions(accepted.map(\.1), durability: .normal)
         var touched = Set<DocumentID>()
+        var branched = Set<DocumentID>()
         for ((_, rev), outcome) in zip(accepted, outcomes) {
-            if case .inserted = outcome { touched.insert(rev.id) }
+            guard case .inserted(_, let hasBranches) = outcome else { continue }
+            touched.insert(rev.id)
+            if hasBranches { branched.insert(rev.id) }
         }
         options.metrics?.received(touched.count)
         // The default resolver writes nothing; its count is not needed here, and reading it costs a query per push.
+        // A document left with one leaf has nothing to resolve.
         if !options.resolvers.isDefaultOnly {
-            _ = try store.resolveConflicts(in: touched, using: options.resolvers, logger: responder.logger)
+            _ = try store.resolveConflicts(in: branched, using: options.resolvers, logger: responder.logger)
         }
         for ((index, rev), outcome) in zip(accepted, outcomes) {
             if case .rejected = outcome {} else { peerHeld.record(rev.id, rev.revision) }

@@ -338,8 +338,10 @@ public final class Replicator: Sendable {
         var remoteSaved = since
         var localSaved = since
         var prefetched: (since: UInt64, task: Task<JSON, any Error>)?
+        var planned: (since: UInt64, task: Task<PlannedBatch?, any Error>)?
         defer {
             prefetched?.task.cancel()
+            planned?.task.cancel()
             // However the loop ends, the local copy covers what was stored (no network needed).
             if localSaved < since { try? saveLocalCheckpoint(key: key, seq: since) }
         }
@@ -379,10 +381,7 @@ public final class Replicator: Sendable {
                 return
             }
             prefetched = nil
-            guard case .array(let entries)? = reply["changes"], let last = reply["lastSeq"]?.intValue else {
-                throw SyncError.protocolViolation("changes reply is malformed")
-            }
-            let lastSeq = UInt64(max(0, last))
+            let (entries, lastSeq) = try Self.changesPage(reply)
             if entries.isEmpty {
                 if lastSeq > since {
                     // Only documents left out changed (hidden from this peer, or revisions
@@ -422,7 +421,25 @@ public final class Replicator: Sendable {
                 let nextBody = JSON.object(nextRequest)
                 prefetched = (lastSeq, Task { try await connection.requestJSON(SyncProtocol.Profile.changes, nextBody) })
             }
-            try await pullBatch(entries, connection)
+            let plan: PlannedBatch
+            if let p = planned, p.since == since, let ready = try await p.task.value {
+                plan = ready
+            } else {
+                planned?.task.cancel()
+                plan = try planBatch(entries, since: since, connection)
+            }
+            planned = nil
+            try await pullBatch(plan, connection) {
+                // The next page was asked for when this one arrived: plan it beside this page's
+                // last chunk (never on the insert path), so that the peer prepares its first
+                // chunks while that one is inserted.
+                guard let next = prefetched, next.since == lastSeq, !stopRequested else { return }
+                let page = next.task
+                planned = (lastSeq, Task {
+                    let (nextEntries, _) = try Self.changesPage(try await page.value)
+                    return nextEntries.isEmpty ? nil : try self.planBatch(nextEntries, since: lastSeq, connection)
+                })
+            }
             since = lastSeq
             if caughtUp {
                 try saveLocalCheckpoint(key: key, seq: since)
@@ -438,6 +455,14 @@ public final class Replicator: Sendable {
             update { $0.completed += entries.count }
             markIdleIfCaughtUp()
         }
+    }
+
+    /// The entries and last sequence of a `changes` reply.
+    private static func changesPage(_ reply: JSON) throws(SyncError) -> (entries: [JSON], lastSeq: UInt64) {
+        guard case .array(let entries)? = reply["changes"], let last = reply["lastSeq"]?.intValue else {
+            throw .protocolViolation("changes reply is malformed")
+        }
+        return (entries, UInt64(max(0, last)))
     }
 
     /// Runs `operation`, or returns nil as soon as a stop is requested.
@@ -462,7 +487,32 @@ public final class Replicator: Sendable {
         }
     }
 
-    private func pullBatch(_ entries: [JSON], _ connection: Connection) async throws {
+    /// One page of the peer's changes feed turned into requests, with its first `getRevs`
+    /// already asked, so that the peer prepares it while the previous page is inserted.
+    private struct PlannedBatch {
+        /// The `since` of the page this plans.
+        let since: UInt64
+        let trees: [DocumentID: RevisionTree]
+        let pipeline: IncomingPipeline
+        /// Revisions that came inline in the changes reply.
+        let inlined: [WireRevision]
+        /// `getRevs` requests of at most `maxRevisionsPerRequest` revisions each.
+        let chunks: [[JSON]]
+        /// `chunks[0]` asked for and judged as it arrives.
+        var firstChecked: Task<CheckedChunk, any Error>?
+        /// The reply to `chunks[1]`, asked when planned.
+        var secondFetched: Task<Message, any Error>?
+
+        func cancel() {
+            firstChecked?.cancel()
+            secondFetched?.cancel()
+        }
+    }
+
+    /// Reads the trees of a page's documents and asks for the first chunk of what is missing.
+    /// Planned before the previous page is fully inserted, a tree may miss a revision of that
+    /// page: the request then names fewer ancestors, which costs bytes, never correctness.
+    private func planBatch(_ entries: [JSON], since: UInt64, _ connection: Connection) throws -> PlannedBatch {
         var parsed: [(DocumentID, [RevisionID], inline: JSON?)] = []
         for e in entries {
             guard case .array(let f) = e, f.count >= 3, let idText = f[1].stringValue,
@@ -493,22 +543,58 @@ public final class Replicator: Sendable {
                 requests.append(["id": .string(id.rawValue), "rev": .string(rev.description), "ancestors": .array(known)])
             }
         }
+        let size = configuration.maxRevisionsPerRequest
+        let chunks = stride(from: 0, to: requests.count, by: size).map { Array(requests[$0..<min($0 + size, requests.count)]) }
         let pipeline = IncomingPipeline(
             policy: configuration.remotePolicy, filter: configuration.pullFilter,
             maxBodyBytes: store.options.maxBodyBytes)
-        if !inlined.isEmpty {
-            try await pullChunk(inlined, connection, pipeline: pipeline, trees: trees, deltas: configuration.deltas)
+        var plan = PlannedBatch(since: since, trees: trees, pipeline: pipeline, inlined: inlined, chunks: chunks)
+        if let first = chunks.first {
+            plan.firstChecked = checkedChunk(fetchRevs(first, connection, deltas: configuration.deltas), plan)
         }
-        guard !requests.isEmpty else { return }
-        let size = configuration.maxRevisionsPerRequest
-        let chunks = stride(from: 0, to: requests.count, by: size).map { Array(requests[$0..<min($0 + size, requests.count)]) }
-        // Two requests in flight: the peer prepares the next chunk while this side inserts one.
-        var next: Task<Message, any Error>? = fetchRevs(chunks[0], connection, deltas: configuration.deltas)
-        defer { next?.cancel() }
+        if chunks.count > 1 { plan.secondFetched = fetchRevs(chunks[1], connection, deltas: configuration.deltas) }
+        return plan
+    }
+
+    /// A chunk judged as soon as its reply arrives.
+    private func checkedChunk(_ reply: Task<Message, any Error>, _ plan: PlannedBatch) -> Task<CheckedChunk, any Error> {
+        let (pipeline, trees, deltas) = (plan.pipeline, plan.trees, configuration.deltas)
+        return Task {
+            let message = try await withTaskCancellationHandler { try await reply.value } onCancel: { reply.cancel() }
+            return Self.check(try WireRevision.decodeBatch(message.body), pipeline: pipeline, trees: trees, deltas: deltas)
+        }
+    }
+
+    /// Fetches, checks and inserts a planned page. `beforeLastChunk` runs once the last
+    /// chunk is asked for (the caller plans the next page there, so the peer never idles).
+    private func pullBatch(
+        _ plan: PlannedBatch, _ connection: Connection, beforeLastChunk: () async throws -> Void
+    ) async throws {
+        // Three stages overlap: the peer prepares chunk i+2, chunk i+1 is received and judged,
+        // and chunk i is inserted.
+        var checking = plan.firstChecked
+        var fetching = plan.secondFetched
+        defer {
+            checking?.cancel()
+            fetching?.cancel()
+        }
+        if !plan.inlined.isEmpty {
+            try await pullChunk(plan.inlined, connection, pipeline: plan.pipeline, trees: plan.trees, deltas: configuration.deltas)
+        }
+        let chunks = plan.chunks
+        guard !chunks.isEmpty else { return }
+        // The plan asked for the first two chunks.
+        if chunks.count <= 2 { try await beforeLastChunk() }
         for i in chunks.indices {
-            let reply = try await next!.value
-            next = i + 1 < chunks.count ? fetchRevs(chunks[i + 1], connection, deltas: configuration.deltas) : nil
-            try await pullChunk(try WireRevision.decodeBatch(reply.body), connection, pipeline: pipeline, trees: trees, deltas: configuration.deltas)
+            guard let judged = checking else { break }
+            let checked = try await judged.value
+            checking = nil
+            if let reply = fetching {
+                checking = checkedChunk(reply, plan)
+                fetching = i + 2 < chunks.count ? fetchRevs(chunks[i + 2], connection, deltas: configuration.deltas) : nil
+                if i + 3 == chunks.count { try await beforeLastChunk() }
+            }
+            try await storeChunk(checked, connection, pipeline: plan.pipeline)
         }
     }
 
@@ -517,31 +603,58 @@ public final class Replicator: Sendable {
         return Task { try await connection.request(SyncProtocol.Profile.getRevs, body: request.canonicalBytes) }
     }
 
-    private func pullChunk(
-        _ revs: [WireRevision], _ connection: Connection, pipeline: IncomingPipeline, trees: [DocumentID: RevisionTree],
-        deltas: Bool
-    ) async throws {
+    /// The trust boundary's verdicts on one chunk, reached apart from storing it.
+    private struct CheckedChunk: Sendable {
         var accepted: [IncomingRevision] = []
+        var rejected: [(id: String, rev: String, deleted: Bool, reason: String)] = []
+        /// Deltas that could not be applied, to be fetched again in full.
         var retryFull: [JSON] = []
+        var deltas = 0
+    }
+
+    /// Judges each revision of a chunk. It touches neither the store nor the network, so
+    /// the next chunk is judged while this one is inserted.
+    private static func check(
+        _ revs: [WireRevision], pipeline: IncomingPipeline, trees: [DocumentID: RevisionTree], deltas: Bool
+    ) -> CheckedChunk {
+        var checked = CheckedChunk()
         for wire in revs {
             if wire.missing { continue }  // superseded; a later change brings the new leaf
-            if wire.isDelta { count { $0.deltasReceived += 1 } }
+            if wire.isDelta { checked.deltas += 1 }
             let outcome = pipeline.check(wire) { id, base in
                 trees[id]?.revision(base)?.body.flatMap { try? JSON.parse($0).objectValue }
             }
             switch outcome {
-            case .accepted(let rev): accepted.append(rev)
-            case .rejected(let id, let rev, let rejection): reject(.pull, id: id, rev: rev, deleted: wire.deleted, rejection.description)
+            case .accepted(let rev): checked.accepted.append(rev)
+            case .rejected(let id, let rev, let rejection):
+                checked.rejected.append((id, rev, wire.deleted, rejection.description))
             case .needFull(let id, let rev):
                 if deltas {
-                    retryFull.append(["id": .string(id), "rev": .string(rev), "ancestors": .array([])])
+                    checked.retryFull.append(["id": .string(id), "rev": .string(rev), "ancestors": .array([])])
                 } else {
-                    reject(.pull, id: id, rev: rev, deleted: wire.deleted, "structure: body could not be reconstructed")
+                    checked.rejected.append((id, rev, wire.deleted, "structure: body could not be reconstructed"))
                 }
             }
         }
+        return checked
+    }
+
+    private func pullChunk(
+        _ revs: [WireRevision], _ connection: Connection, pipeline: IncomingPipeline, trees: [DocumentID: RevisionTree],
+        deltas: Bool
+    ) async throws {
+        try await storeChunk(Self.check(revs, pipeline: pipeline, trees: trees, deltas: deltas), connection, pipeline: pipeline)
+    }
+
+    /// Stores what a chunk's check accepted, reports what it refused, and fetches in full
+    /// what arrived as an unusable delta.
+    private func storeChunk(_ checked: CheckedChunk, _ connection: Connection, pipeline: IncomingPipeline) async throws {
+        if checked.deltas > 0 { count { $0.deltasReceived += checked.deltas } }
+        for r in checked.rejected { reject(.pull, id: r.id, rev: r.rev, deleted: r.deleted, r.reason) }
+        let accepted = checked.accepted
+        let retryFull = checked.retryFull
         try await fetchMissingBlobs(for: accepted, connection)
-        let outcomes = try store.insertRevisions(accepted, durability: .normal)
+        let outcomes = try await store.insertRevisionsSuspending(accepted, durability: .normal)
         var touched = Set<DocumentID>()
         // Counted once per chunk (each count takes a lock and feeds the metrics), before the events.
         let pulled = outcomes.reduce(0) { n, o in if case .inserted = o { n + 1 } else { n } }
@@ -552,8 +665,9 @@ public final class Replicator: Sendable {
                 if case .rejected = outcome {} else { peerHeld.record(rev.id, rev.revision) }
             }
             switch outcome {
-            case .inserted:
-                touched.insert(rev.id)
+            case .inserted(_, let branched):
+                // A document left with one leaf has nothing to resolve (nor to count as a conflict).
+                if branched { touched.insert(rev.id) }
                 eventBroadcaster.send(
                     DocumentEvent(direction: .pull, id: rev.id.rawValue, revision: rev.revision.description, deleted: rev.deleted, rejection: nil))
             case .alreadyPresent: configuration.metrics?.duplicates(1)
@@ -875,3 +989,4 @@ final class LockedBox<T>: @unchecked Sendable {
         return body(&value)
     }
 }
+

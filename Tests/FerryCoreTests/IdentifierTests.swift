@@ -45,6 +45,27 @@ import Testing
         }
     }
 
+    @Test func aGenerationWithLeadingZerosIsReadAndPrintedCanonically() throws {
+        let digest = String(repeating: "ab", count: 32)
+        let r = try RevisionID("007-" + digest)
+        #expect(r.generation == 7)
+        #expect(r.description == "7-" + digest)
+        #expect(r == (try RevisionID("7-" + digest)))
+        #expect(r.digest == digest)
+        #expect(throws: RevisionIDError.self) { try RevisionID("+7-" + digest) }
+        #expect(throws: RevisionIDError.self) { try RevisionID("2147483648-" + digest) }
+        #expect(try RevisionID("2147483647-" + digest).generation == Int(Int32.max))
+        #expect(throws: RevisionIDError.self) { try RevisionID("7-" + digest + "0") }
+        #expect(throws: RevisionIDError.self) { try RevisionID("7-" + String(digest.dropLast()) + "g") }
+    }
+
+    @Test func digestBytesRoundTrip() throws {
+        let r = RevisionID.compute(parent: nil, deleted: false, canonicalBody: Array("{}".utf8))
+        #expect(r.digestBytes.count == 32)
+        #expect(RevisionID(generation: 12, digestBytes: r.digestBytes) == (try RevisionID("12-" + r.digest)))
+        #expect(Hex.encode(r.digestBytes) == r.digest)
+    }
+
     @Test func orderIsGenerationThenDigest() throws {
         let a = try RevisionID("2-" + String(repeating: "0", count: 64))
         let b = try RevisionID("2-" + String(repeating: "f", count: 64))

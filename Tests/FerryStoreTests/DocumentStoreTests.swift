@@ -66,14 +66,15 @@ import Testing
         let a = try DocumentStore.inMemory()
         let b = try DocumentStore.inMemory()
         let base = try a.put(docID("d"), body: ["v": 0])
-        #expect(try b.insertRevisions([try incoming(a, docID("d"), base)]) == [.inserted(sequence: 1)])
+        #expect(try b.insertRevisions([try incoming(a, docID("d"), base)]) == [.inserted(sequence: 1, branched: false)])
         let ra = try a.put(docID("d"), body: ["v": "a"], parent: base)
         let rb = try b.put(docID("d"), body: ["v": "b"], parent: base)
         // Exchange both ways.
         let toB = try incoming(a, docID("d"), ra)
         let toA = try incoming(b, docID("d"), rb)
-        #expect(try b.insertRevisions([toB]).count == 1)
-        #expect(try a.insertRevisions([toA]).count == 1)
+        // Each side now holds two leaves: the insert says so, so that resolvers look at it.
+        #expect(try b.insertRevisions([toB]) == [.inserted(sequence: 3, branched: true)])
+        #expect(try a.insertRevisions([toA]) == [.inserted(sequence: 3, branched: true)])
         // Idempotent.
         #expect(try a.insertRevisions([toA]) == [.alreadyPresent])
         let docA = try #require(try a.document(docID("d")))
@@ -91,6 +92,40 @@ import Testing
         #expect(leaves[0].id == docA.revision)
     }
 
+    @Test func onlyABodyThatHashesToItsRevisionIsVerifiedAndAVerifiedOneIsStored() throws {
+        let source = try DocumentStore.inMemory()
+        let target = try DocumentStore.inMemory()
+        let body: JSON = ["v": 1]
+        let rev = try source.put(docID("v"), body: body)
+        func verify(_ bytes: [UInt8], deleted: Bool = false, history: [RevisionID] = []) -> IncomingRevision? {
+            IncomingRevision.verified(
+                id: docID("v"), revision: rev, history: history, deleted: deleted, body: body, hlc: .zero, canonicalBody: bytes)
+        }
+        #expect(verify(Array(#"{"v":2}"#.utf8)) == nil)
+        #expect(verify(body.canonicalBytes, deleted: true) == nil)  // the flag is hashed too
+        #expect(verify(body.canonicalBytes, history: [rev]) == nil)  // and so is the parent
+        let verified = try #require(verify(body.canonicalBytes))
+        #expect(try target.insertRevisions([verified]) == [.inserted(sequence: 1, branched: false)])
+        #expect(try target.document(docID("v"))?.revision == rev)
+    }
+
+    @Test func aSuspendingInsertStoresTheSameAsABlockingOneAndWakesWaiters() async throws {
+        let source = try DocumentStore.inMemory()
+        let blocking = try DocumentStore.inMemory()
+        let suspending = try DocumentStore.inMemory()
+        var revisions: [IncomingRevision] = []
+        for i in 0..<5 {
+            let id = docID("d\(i)")
+            revisions.append(try incoming(source, id, try source.put(id, body: ["n": .int(Int64(i))])))
+        }
+        let woken = Task { try await suspending.waitForCommit(past: 0) }
+        let outcomes = try await suspending.insertRevisionsSuspending(revisions)
+        try await woken.value
+        #expect(outcomes == (try blocking.insertRevisions(revisions)))
+        #expect(try await suspending.insertRevisionsSuspending(revisions) == Array(repeating: .alreadyPresent, count: 5))
+        #expect(try snapshot(suspending) == snapshot(blocking))
+    }
+
     @Test func incomingRevisionsAreVerifiedAndABadOneDoesNotStopTheBatch() throws {
         let source = try DocumentStore.inMemory()
         let target = try DocumentStore.inMemory()
@@ -103,7 +138,7 @@ import Testing
             deleted: false, body: ["v": 1])
         let outcomes = try target.insertRevisions([forged, try incoming(source, docID("good"), good), orphan])
         #expect(outcomes[0] == .rejected(.digestMismatch(docID("other"), other)))
-        #expect(outcomes[1] == .inserted(sequence: 1))
+        #expect(outcomes[1] == .inserted(sequence: 1, branched: false))
         guard case .rejected(.invalidHistory) = outcomes[2] else {
             Issue.record("expected invalid history, got \(outcomes[2])")
             return

@@ -53,6 +53,26 @@ import Testing
         #expect(out == messages)
     }
 
+    @Test func revisionMetadataIsWrittenAsItsCanonicalJSON() throws {
+        let rev = "2-" + String(repeating: "c", count: 64)
+        let base = "1-" + String(repeating: "d", count: 64)
+        let cases: [WireRevision] = [
+            WireRevision(id: "plain", rev: rev, history: [base], deleted: false, hlc: 42, content: [], deltaBase: nil),
+            WireRevision(id: "q\"uote\\é\u{1}", rev: rev, history: [base, base], deleted: true, hlc: UInt64.max, content: [], deltaBase: base),
+            WireRevision(id: "first", rev: rev, history: [], deleted: false, hlc: 0, content: [], deltaBase: base),
+            .missing(id: "gone", rev: rev),
+        ]
+        for wire in cases {
+            var out: [UInt8] = []
+            wire.writeMetadata(into: &out)
+            #expect(out == wire.metadata.canonicalBytes, "\(String(decoding: out, as: UTF8.self))")
+        }
+        let decoded = try WireRevision.decodeBatch(WireRevision.encodeBatch(cases))
+        #expect(decoded.map(\.id) == cases.map(\.id))
+        #expect(decoded[1].deltaBase == base && decoded[1].deleted && decoded[1].hlc == UInt64.max)
+        #expect(decoded[3].missing)
+    }
+
     @Test func anOversizedFrameIsRefused() {
         var framer = LengthFramer(maximumMessageSize: 100)
         #expect(throws: SyncError.self) { try framer.feed(LengthFramer.frame(Array(repeating: 1, count: 101))) }

@@ -276,6 +276,38 @@ import Testing
         #expect(try !r.isDocumentPending(docID("p1")))
     }
 
+    @Test func aPullOfManyPagesOfManyChunksStoresEachRevisionOnceInTheSourcesOrder() async throws {
+        // Pages of 7 changes in chunks of 2: the next page is planned, and its first chunks
+        // fetched and judged, while the previous page is still being inserted.
+        let a = try DocumentStore.inMemory()
+        let b = try DocumentStore.inMemory()
+        for i in 0..<60 { try a.put(docID(String(format: "d%02d", i)), body: ["n": .int(Int64(i)), "secret": .bool(i % 13 == 5)]) }
+        let noSecrets = RevisionFilter(name: "no-secrets") { $0.body["secret"] != true }
+        let r = await sync(b, a, direction: .pull) {
+            $0.batchSize = 7
+            $0.maxRevisionsPerRequest = 2
+            $0.pullFilter = noSecrets
+        }
+        #expect(r.status.error == nil)
+        let refused = (0..<60).filter { $0 % 13 == 5 }.count
+        #expect(r.summary.pulled == 60 - refused)
+        #expect(r.summary.rejected == refused)
+        // Stored in the order the source's feed listed them, each once.
+        let pulledOrder = try b.changes(since: 0, limit: 100).map(\.id.rawValue)
+        let sourceOrder = try a.changes(since: 0, limit: 100).map(\.id.rawValue).filter { id in
+            !(Int(id.dropFirst()).map { $0 % 13 == 5 } ?? false)
+        }
+        #expect(pulledOrder == sourceOrder)
+        #expect(try b.lastSequence == UInt64(60 - refused))
+        // A second run finds nothing to do: the checkpoint covers every page.
+        let again = await sync(b, a, direction: .pull) {
+            $0.batchSize = 7
+            $0.maxRevisionsPerRequest = 2
+            $0.pullFilter = noSecrets
+        }
+        #expect(again.summary.pulled == 0 && again.status.total == 0)
+    }
+
     @Test func documentIDsLimitWhatIsReplicated() async throws {
         let a = try DocumentStore.inMemory()
         let b = try DocumentStore.inMemory()
