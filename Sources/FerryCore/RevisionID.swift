@@ -82,13 +82,24 @@ public struct RevisionID: Hashable, Sendable, Comparable, CustomStringConvertibl
     public var digestBytes: [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(32)
-        var high: UInt8 = 0
-        for (i, c) in description.utf8.suffix(64).enumerated() {
-            let v = Hex.value(c)!  // validated when the ID was made
-            if i % 2 == 0 { high = v } else { out.append(high << 4 | v) }
-        }
+        appendDigestBytes(to: &out)
         return out
     }
+
+    /// Appends the 32 digest bytes (tree encoding writes them for every revision).
+    public func appendDigestBytes(to out: inout [UInt8]) {
+        var text = description
+        text.withUTF8 { u in
+            var j = u.count - 64
+            while j < u.count {
+                out.append(Self.nibble(u[j]) << 4 | Self.nibble(u[j + 1]))
+                j += 2
+            }
+        }
+    }
+
+    /// The value of a lowercase hex digit (validated when the ID was made).
+    private static func nibble(_ c: UInt8) -> UInt8 { c <= 0x39 ? c &- 0x30 : c &- 0x57 }
 
     /// An ID from its generation and 32 digest bytes, written straight into one string.
     public init(generation: Int, digestBytes: some Sequence<UInt8>) {

@@ -12,7 +12,7 @@ extension RevisionTree {
         Varint.write(UInt64(revisions.count), into: &out)
         for (i, r) in revisions.enumerated() {
             Varint.write(UInt64(r.id.generation), into: &out)
-            out.append(contentsOf: r.id.digestBytes)
+            r.id.appendDigestBytes(to: &out)
             Varint.write(UInt64(r.parent.map { $0 + 1 } ?? 0), into: &out)
             let body = i == omitted ? nil : r.body
             var flags: UInt8 = 0

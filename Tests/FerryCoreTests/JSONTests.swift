@@ -115,6 +115,24 @@ func randomJSON(_ rng: inout SeededGenerator, depth: Int) -> JSON {
         }
     }
 
+    @Test func aRawControlByteIsRejectedAtEveryPositionOfALongString() {
+        for control: UInt8 in [0x00, 0x0A, 0x1F] {
+            for position in 0..<40 {
+                var bytes = Array("\"".utf8) + Array(repeating: UInt8(ascii: "a"), count: 40) + Array("\"".utf8)
+                bytes[1 + position] = control
+                #expect(throws: JSONParseError.self, "\(control) at \(position)") { try JSON.parse(bytes) }
+            }
+        }
+    }
+
+    @Test func longStringsEndAtTheirFirstQuoteWhereverItFalls() throws {
+        for length in 0..<40 {
+            let text = String(repeating: "é", count: length / 2) + String(repeating: "z", count: length - length / 2)
+            #expect(try JSON.parse(#"{"k":""# + text + #"","n":1}"#) == ["k": .string(text), "n": 1])
+            #expect(throws: JSONParseError.self) { try JSON.parse(#"""# + text) }  // unterminated
+        }
+    }
+
     @Test func multibyteTextPassesThroughUnescaped() {
         let text = String(repeating: "päivää 😀 ", count: 5)
         #expect(JSON.string(text).canonicalString == "\"" + text + "\"")
