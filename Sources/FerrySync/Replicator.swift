@@ -654,7 +654,13 @@ public final class Replicator: Sendable {
         let accepted = checked.accepted
         let retryFull = checked.retryFull
         try await fetchMissingBlobs(for: accepted, connection)
-        let outcomes = try await store.insertRevisionsSuspending(accepted, durability: .normal)
+        // A bulk chunk is inserted on the database's thread, so that judging the next chunk
+        // keeps a cooperative thread; a live change or two is inserted in place, where two
+        // thread hand-offs would cost more than the insert (the first-peer latency, P2).
+        let outcomes =
+            accepted.count >= configuration.suspendingInsertThreshold
+            ? try await store.insertRevisionsSuspending(accepted, durability: .normal)
+            : try store.insertRevisions(accepted, durability: .normal)
         var touched = Set<DocumentID>()
         // Counted once per chunk (each count takes a lock and feeds the metrics), before the events.
         let pulled = outcomes.reduce(0) { n, o in if case .inserted = o { n + 1 } else { n } }

@@ -42,6 +42,11 @@ public struct ReplicatorConfiguration: Sendable {
     /// transaction), and their estimated bytes: bounds memory in flight. Default 250, 2 MiB.
     public var maxRevisionsPerRequest = 250
     public var maxBytesPerRequest = 2 << 20
+    /// A pulled chunk of at least this many accepted revisions is inserted on the database's
+    /// own thread while the replicator suspends (judging the next chunk keeps a cooperative
+    /// thread: 2 on a 2-core machine); a smaller one, as in live sync, is inserted in place,
+    /// where two thread hand-offs would cost more than the insert. Default 32.
+    public var suspendingInsertThreshold = 32
     /// The local checkpoint is saved after every batch; the peer's copy after this many
     /// batches, and whenever the replication catches up or ends. Default 1 (every batch):
     /// with the peer's copy committed without an fsync (it rolls back with the revisions it
