@@ -341,7 +341,7 @@ public final class Replicator: Sendable {
         var planned: (since: UInt64, task: Task<PlannedBatch?, any Error>)?
         defer {
             prefetched?.task.cancel()
-            planned?.task.cancel()
+            if let planned { Self.discard(planned.task) }
             // However the loop ends, the local copy covers what was stored (no network needed).
             if localSaved < since { try? saveLocalCheckpoint(key: key, seq: since) }
         }
@@ -425,7 +425,7 @@ public final class Replicator: Sendable {
             if let p = planned, p.since == since, let ready = try await p.task.value {
                 plan = ready
             } else {
-                planned?.task.cancel()
+                if let planned { Self.discard(planned.task) }
                 plan = try planBatch(entries, since: since, connection)
             }
             planned = nil
@@ -455,6 +455,13 @@ public final class Replicator: Sendable {
             update { $0.completed += entries.count }
             markIdleIfCaughtUp()
         }
+    }
+
+    /// Drops a page planned ahead but not used: stops the planning, and the requests a
+    /// finished plan already has in flight.
+    private static func discard(_ planning: Task<PlannedBatch?, any Error>) {
+        planning.cancel()
+        Task { if case let plan?? = try? await planning.value { plan.cancel() } }
     }
 
     /// The entries and last sequence of a `changes` reply.
@@ -995,4 +1002,3 @@ final class LockedBox<T>: @unchecked Sendable {
         return body(&value)
     }
 }
-
