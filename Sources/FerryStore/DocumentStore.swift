@@ -46,15 +46,18 @@ public final class DocumentStore: Sendable {
         config.busyMode = .timeout(10)
         config.label = "ferry.store"
         let durability = options.durability
-        config.prepareDatabase { db in
-            try db.execute(sql: "PRAGMA synchronous = \(durability == .full ? "FULL" : "NORMAL")")
-            // SQLite's default page cache (about 2 MiB per connection) keeps memory flat on
-            // small machines; a larger cache did not measurably speed up saves here.
-        }
+        // SQLite's default page cache (about 2 MiB per connection) keeps memory flat on
+        // small machines; a larger cache did not measurably speed up saves here.
         do {
             let writer: any DatabaseWriter
             if let path {
                 writer = try DatabasePool(path: path, configuration: config)
+                // Set on the writer after opening: GRDB's pool switches to WAL after
+                // `prepareDatabase` and sets synchronous=NORMAL as it does, which would
+                // silently drop the fsync of every commit.
+                try writer.writeWithoutTransaction { db in
+                    try db.execute(sql: "PRAGMA synchronous = \(durability == .full ? "FULL" : "NORMAL")")
+                }
             } else {
                 writer = try DatabaseQueue(configuration: config)
             }
@@ -76,6 +79,11 @@ public final class DocumentStore: Sendable {
         self.path = path
         self.blobs = blobs
         self.options = options
+    }
+
+    /// The writer connection's `PRAGMA synchronous` level (2 FULL, 1 NORMAL), for tests.
+    func writerSynchronousLevel() throws -> Int {
+        try writer.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1 }
     }
 
     // MARK: Writing

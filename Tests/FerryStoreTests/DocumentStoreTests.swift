@@ -386,6 +386,27 @@ import Testing
         #expect(try again.lastSequence == 2)
     }
 
+    @Test func aFileStoreCommitsWithTheDurabilityItWasOpenedWithBeforeAndAfterARelaxedWrite() throws {
+        // GRDB's pool sets synchronous=NORMAL when it enables WAL; a full store must undo
+        // that on its writer, or no commit is fsynced until some relaxed write resets it.
+        let dir = TemporaryDirectory()
+        let full = try DocumentStore.open(directory: dir.path + "/full")
+        #expect(try full.writerSynchronousLevel() == 2)
+        let rev = try full.put(docID("d"), body: ["v": 1])
+        #expect(try full.writerSynchronousLevel() == 2)
+        let other = try DocumentStore.open(directory: dir.path + "/other")
+        _ = try other.insertRevisions([try incoming(full, docID("d"), rev)], durability: .normal)
+        #expect(try other.writerSynchronousLevel() == 2)
+
+        var options = StoreOptions()
+        options.durability = .normal
+        let normal = try DocumentStore.open(directory: dir.path + "/normal", options: options)
+        #expect(try normal.writerSynchronousLevel() == 1)
+        _ = try normal.insertRevisions([try incoming(full, docID("d"), rev)], durability: .normal)
+        try normal.put(docID("e"), body: ["v": 1])
+        #expect(try normal.writerSynchronousLevel() == 1)
+    }
+
     @Test func openingSomethingThatIsNotADatabaseFailsClearly() throws {
         let dir = TemporaryDirectory()
         let path = dir.path + "/" + DocumentStore.databaseFileName
