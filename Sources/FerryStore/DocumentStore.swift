@@ -97,13 +97,13 @@ public final class DocumentStore: Sendable {
     /// checkpoints, which roll back with them: a lost batch is pulled again. Local edits
     /// keep the store's durability.
     public func write<T>(durability: StoreOptions.Durability? = nil, _ body: (StoreTransaction) throws -> T) throws(StoreError) -> T {
-        let result: (T, UInt64)
+        let result: (T, UInt64, Bool)
         do {
             result = try writer.writeWithoutTransaction { db in try transact(db, durability: durability, body) }
         } catch {
             throw StoreError.wrap(error)
         }
-        notifier.advance(to: result.1)
+        notifier.advance(to: result.1, local: result.2)
         return result.0
     }
 
@@ -112,29 +112,29 @@ public final class DocumentStore: Sendable {
     public func writeSuspending<T: Sendable>(
         durability: StoreOptions.Durability? = nil, _ body: @escaping @Sendable (StoreTransaction) throws -> T
     ) async throws(StoreError) -> T {
-        let result: (T, UInt64)
+        let result: (T, UInt64, Bool)
         do {
             result = try await writer.writeWithoutTransaction { db in try self.transact(db, durability: durability, body) }
         } catch {
             throw StoreError.wrap(error)
         }
-        notifier.advance(to: result.1)
+        notifier.advance(to: result.1, local: result.2)
         return result.0
     }
 
     /// One transaction on `db`: the body, then the store's bookkeeping, committed together.
-    private func transact<T>(_ db: Database, durability: StoreOptions.Durability?, _ body: (StoreTransaction) throws -> T) throws -> (T, UInt64) {
+    private func transact<T>(_ db: Database, durability: StoreOptions.Durability?, _ body: (StoreTransaction) throws -> T) throws -> (T, UInt64, Bool) {
         let relaxed = durability == .normal && options.durability == .full && path != nil
         // Cached statements: preparing one (GRDB's authorizer included) costs more
         // than running it, on paths taken per replicated batch or change.
         if relaxed { try db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute() }
         defer { if relaxed { try? db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute() } }
-        var out: (T, UInt64)?
+        var out: (T, UInt64, Bool)?
         try db.inTransaction {
             let txn = try StoreTransaction(db: db, store: self)
             let value = try body(txn)
             try txn.finish()
-            out = (value, txn.lastSequence)
+            out = (value, txn.lastSequence, txn.madeLocalRevision)
             return .commit
         }
         return out!

@@ -6,6 +6,8 @@ final class ChangeNotifier: Sendable {
     /// Last announced sequence and the waiting streams.
     private struct State {
         var sequence: UInt64 = 0
+        /// The last sequence announced by a commit that made a revision here.
+        var localSequence: UInt64 = 0
         var waiters: [Int: CheckedContinuation<Void, Never>] = [:]
         var nextToken = 0
     }
@@ -14,10 +16,19 @@ final class ChangeNotifier: Sendable {
     /// The last announced sequence.
     var current: UInt64 { state.withLock { $0.sequence } }
 
-    func advance(to sequence: UInt64) {
+    /// How many streams are waiting now.
+    var waiterCount: Int { state.withLock { $0.waiters.count } }
+
+    /// The last sequence announced as `local`.
+    var localSequence: UInt64 { state.withLock { $0.localSequence } }
+
+    /// Announces commits through `sequence`; `local` unless they only stored replicated
+    /// revisions (commits by other processes, seen by polling, count as local).
+    func advance(to sequence: UInt64, local: Bool = true) {
         let woken = state.withLock { s -> [CheckedContinuation<Void, Never>] in
             guard sequence > s.sequence else { return [] }
             s.sequence = sequence
+            if local { s.localSequence = sequence }
             let w = Array(s.waiters.values)
             s.waiters.removeAll()
             return w
@@ -109,6 +120,15 @@ public struct LiveChanges: AsyncSequence, Sendable {
 }
 
 extension DocumentStore {
+    /// How many waits for a commit are pending on this store, for tests that must act
+    /// only once something waits.
+    package var commitWaiters: Int { notifier.waiterCount }
+
+    /// The sequence of this process's latest commit that made a revision here (a put,
+    /// delete or merge) rather than only storing replicated ones. Commits past it and up
+    /// to `lastSequence` are relays of other nodes' changes.
+    public var lastLocalCommit: UInt64 { notifier.localSequence }
+
     /// Returns once a commit past `sequence` exists: at once if there is one, on this
     /// process's next commit, or, with `poll`, when a re-read of the feed finds one made by
     /// another process. Returns early when the task is cancelled.

@@ -8,6 +8,9 @@ public final class StoreTransaction {
     let db: Database
     unowned let store: DocumentStore
     private(set) var lastSequence: UInt64
+    /// Whether this transaction made a revision here (put, delete, merge) rather than only
+    /// storing replicated ones: change waiters may treat the two differently.
+    private(set) var madeLocalRevision = false
     private let startSequence: UInt64
     private var latestHLC: HLCTimestamp
     /// Hot-path statements, fetched once per transaction rather than looked up by SQL text per row.
@@ -95,6 +98,7 @@ public final class StoreTransaction {
     private func edit(_ id: DocumentID, parent: RevisionID?, deleted: Bool, body: JSON) throws(StoreError)
         -> RevisionID
     {
+        madeLocalRevision = true
         let canonical = body.canonicalBytes
         if canonical.count > store.options.maxBodyBytes {
             throw .tooLarge(bytes: canonical.count, limit: store.options.maxBodyBytes)

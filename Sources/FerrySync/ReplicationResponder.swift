@@ -27,6 +27,9 @@ public final class ReplicationResponder: Sendable {
         /// While a live `changes` request waits, the feed is also re-read this often, to see
         /// commits made by other processes on the same database. Default 500 ms.
         public var pollInterval: Duration = .milliseconds(500)
+        /// A live `changes` request answers this much later when the only new changes are
+        /// relayed ones (see `ReplicatorConfiguration.relayDelay`). Default 10 ms.
+        public var relayDelay: Duration = .milliseconds(10)
         /// The pull filter for pushed revisions: the same trust boundary a replicator's
         /// pull filter is, applied to what peers push here.
         public var incomingFilter: RevisionFilter?
@@ -177,21 +180,43 @@ final class ResponderSession: Sendable {
         // Small fresh revisions ride along in the reply, so a caught-up peer needs no getRevs.
         let inlineLimit = Int(min(max(0, body["inline"]?.intValue ?? 0), SyncProtocol.maxInlineBytes))
         let inlineDeltas = body["noDeltas"] != .bool(true)
+        let wait = min(timeout, options.maxLongPoll)
+        let elapsed = Self.stopwatch(responder.clock)
+        var scanned = since
         var page = try store.changesWithLeaves(since: since, limit: limit)
-        if page.isEmpty && live {
-            let wait = min(timeout, options.maxLongPoll)
-            page = try await waitForChanges(since: since, limit: limit, for: wait)
-        }
-        // Read after the wait: a policy changed during a long-poll applies to its answer.
-        let readRule = policy.read
         var entries: [JSON] = []
-        var trees: [DocumentID: RevisionTree] = [:]
-        if !readRule.types.isEmpty || inlineLimit > 0 {
-            trees = try store.revisionTrees(page.map(\.0.id))
+        while true {
+            if page.isEmpty && live {
+                page = try await waitForChanges(since: scanned, limit: limit, for: wait - elapsed())
+            }
+            entries = try changeEntries(page, docIDs: docIDs, inlineLimit: inlineLimit, inlineDeltas: inlineDeltas)
+            scanned = page.last?.0.sequence ?? scanned
+            // A live wait answers only with something to send: a short page whose every
+            // change is hidden or already held by the peer (in a mesh, the echo of what it
+            // just sent us) goes on waiting from past it, instead of costing the peer a
+            // round trip per change for nothing.
+            guard live, entries.isEmpty, !page.isEmpty, page.count < limit, elapsed() < wait else { break }
+            page = try store.changesWithLeaves(since: scanned, limit: limit)
         }
-        for (change, leaves) in page {
-            if let docIDs, !docIDs.contains(change.id.rawValue) { continue }
-            if peerHeld.peerHolds(change.id, leaves: leaves) { continue }
+        var out: [String: JSON] = ["changes": .array(entries), "lastSeq": .int(Int64(scanned))]
+        // A short page ends the feed as it stood: the peer need not ask again before going live.
+        if page.count < limit { out["caughtUp"] = true }
+        return reply(request, .object(out))
+    }
+
+    /// The changes entries the peer may see, with small revisions inlined.
+    func changeEntries(_ page: [(Change, [RevisionID])], docIDs: Set<String>?, inlineLimit: Int, inlineDeltas: Bool) throws -> [JSON] {
+        var entries: [JSON] = []
+        // Read per page, after any wait: a policy changed during a long-poll applies to its answer.
+        let readRule = policy.read
+        let candidates = page.filter { change, leaves in
+            (docIDs?.contains(change.id.rawValue) ?? true) && !peerHeld.peerHolds(change.id, leaves: leaves)
+        }
+        var trees: [DocumentID: RevisionTree] = [:]
+        if !candidates.isEmpty && (!readRule.types.isEmpty || inlineLimit > 0) {
+            trees = try store.revisionTrees(candidates.map(\.0.id))
+        }
+        for (change, leaves) in candidates {
             if !readRule.admitsEverything {
                 let body = trees[change.id]?.winner?.body.flatMap { try? JSON.parse($0) }
                 if !readRule.admits(id: change.id, body: body) { continue }
@@ -207,21 +232,25 @@ final class ResponderSession: Sendable {
             }
             entries.append(.array(entry))
         }
-        let lastSeq = page.last?.0.sequence ?? since
-        var out: [String: JSON] = ["changes": .array(entries), "lastSeq": .int(Int64(lastSeq))]
-        // A short page ends the feed as it stood: the peer need not ask again before going live.
-        if page.count < limit { out["caughtUp"] = true }
-        return reply(request, .object(out))
+        return entries
+    }
+
+    /// Time elapsed on `clock` since this call.
+    static func stopwatch<C: Clock<Duration>>(_ clock: C) -> @Sendable () -> Duration {
+        let start = clock.now
+        return { start.duration(to: clock.now) }
     }
 
     func waitForChanges(since: UInt64, limit: Int, for wait: Duration) async throws -> [(Change, [RevisionID])] {
         let store = self.store
         let clock = responder.clock
         let pollInterval = options.pollInterval
+        let relayDelay = options.relayDelay
         return try await withThrowingTaskGroup(of: [(Change, [RevisionID])]?.self) { group in
             group.addTask {
                 let poll = LiveChanges.Poll(interval: pollInterval, clock: clock)
                 try await store.waitForCommit(past: since, poll: poll)
+                if relayDelay > .zero && store.lastLocalCommit <= since { try await clock.sleep(for: relayDelay) }
                 return try store.changesWithLeaves(since: since, limit: limit)
             }
             group.addTask {

@@ -805,10 +805,12 @@ public final class Replicator: Sendable {
         let clock = self.clock
         let stop = stopSignal.subscribe()
         let poll = LiveChanges.Poll(interval: configuration.localPollInterval, clock: clock)
+        let relayDelay = configuration.relayDelay
         if stopRequested { return }
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
                 try await store.waitForCommit(past: since, poll: poll)
+                if relayDelay > .zero && store.lastLocalCommit <= since { try await clock.sleep(for: relayDelay) }
             }
             group.addTask { for await _ in stop { return } }
             if let limit { group.addTask { try await clock.sleep(for: limit) } }

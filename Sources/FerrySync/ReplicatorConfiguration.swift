@@ -71,6 +71,13 @@ public struct ReplicatorConfiguration: Sendable {
     /// While idle, a continuous push also re-reads the local changes feed this often, to see
     /// commits made by other processes on the same database. Default 500 ms.
     public var localPollInterval: Duration = .milliseconds(500)
+    /// A caught-up push waits this long before passing on revisions this node only
+    /// relays (stored from other peers, not made here); local edits go at once. In a full
+    /// mesh every peer gets a write straight from its author, so relays are answered
+    /// "exists": the delay takes them out of the moments a write is being delivered, and
+    /// lets a relay that crosses one from the peer be skipped. Each hop of a partial mesh
+    /// adds it. Default 10 ms; zero relays at once.
+    public var relayDelay: Duration = .milliseconds(10)
 
     /// Where counters go (documents, rejections by reason, bytes, deltas, errors); nil: nowhere.
     public var metrics: SyncMetrics?

@@ -17,6 +17,8 @@ struct LatencyBench: AsyncParsableCommand {
     @Option(help: "Milliseconds between a write being seen everywhere and the next write, so each write meets a quiet mesh (the peers' relays of the previous one done); 0: back to back.")
     var gap = 20
     @Option(help: "Nodes in the mesh.") var nodes = 5
+    @Option(help: "mesh: every node links to every other (as DNS-SD discovery makes them); star: only node 1 links to the others, so no peer relays a write to another.")
+    var topology = "mesh"
     @Option(help: "Directory for scratch data.") var scratch = NSTemporaryDirectory()
     @Option(help: "Also record the figures in this JSON report.") var report: String?
 
@@ -25,7 +27,13 @@ struct LatencyBench: AsyncParsableCommand {
         let admin: String
     }
 
+    /// The nodes node `i` dials (each dials only nodes started before it, which are later indices).
+    func dialed(by i: Int) -> [Int] {
+        topology == "star" ? (i == 0 ? Array(1..<nodes) : []) : Array((i + 1)..<nodes)
+    }
+
     func run() async throws {
+        guard topology == "mesh" || topology == "star" else { throw BenchError("--topology must be mesh or star") }
         let root = try makeScratchDirectory(in: scratch, prefix: "ferry-bench-latency")
         defer { try? FileManager.default.removeItem(atPath: root) }
         let ferry = NetBench.ferryBinary()
@@ -38,7 +46,7 @@ struct LatencyBench: AsyncParsableCommand {
         for i in (0..<nodes).reversed() {
             var args = ["--data", dirs[i], "serve", "--port", "0", "--admin-port", "0", "--no-discovery", "--interface", "127.0.0.1"]
             for (j, id) in ids.enumerated() where j != i { args += ["--trust", id] }
-            for j in (i + 1)..<nodes { args += ["--peer", "\(urls[j])#\(ids[j])"] }
+            for j in dialed(by: i) { args += ["--peer", "\(urls[j])#\(ids[j])"] }
             let pid = try NetBench.launch(ferry, args, quiet: true)
             let info = try await NetBench.waitForNodeFile(dirs[i], pid: pid)
             urls[i] = info["url"]?.stringValue ?? ""
@@ -48,7 +56,7 @@ struct LatencyBench: AsyncParsableCommand {
         // Wait until every node sees all its links up.
         try await waitUntilMeshIsUp(byIndex)
         let rtt = try await rawRoundTrip(root: root, count: 200)
-        print("latency: \(nodes) nodes, \(writes) writes on node 1, \(gap) ms apart, long-poll change feeds on the others; raw TLS WebSocket RTT p50 \(fmt(rtt.p50)) ms")
+        print("latency: \(nodes) nodes (\(topology)), \(writes) writes on node 1, \(gap) ms apart, long-poll change feeds on the others; raw TLS WebSocket RTT p50 \(fmt(rtt.p50)) ms")
         var first: [Double] = []
         var all: [Double] = []
         var local: [Double] = []
@@ -56,7 +64,13 @@ struct LatencyBench: AsyncParsableCommand {
         let writer = byIndex[0]
         // Each feed's reply gives the sequence the next one starts after (GET / would also
         // compute each node's content digest between writes, for nothing).
+        // What the nodes use with nothing to do, so the per-write figures below can be read.
+        let idleBefore = byIndex.map { NetBench.cpuMilliseconds($0.pid) }
+        try await Task.sleep(for: .seconds(2))
+        let idle = zip(byIndex, idleBefore).map { (NetBench.cpuMilliseconds($0.pid) - $1) / 2000 * 100 }
+        print(String(format: "idle CPU: writer %.1f%%, peers %@%%", idle[0], idle.dropFirst().map { String(format: "%.1f", $0) }.joined(separator: ", ")))
         var since = try await lastSequences(byIndex)
+        let cpuBefore = byIndex.map { NetBench.cpuMilliseconds($0.pid) }
         for k in 0..<writes {
             if gap > 0 { try await Task.sleep(for: .milliseconds(gap)) }
             let start = ContinuousClock.now
@@ -85,7 +99,10 @@ struct LatencyBench: AsyncParsableCommand {
             first.append(arrivals.dropFirst().min() ?? 0)
             all.append(arrivals.dropFirst().max() ?? 0)
         }
+        let cpu = zip(byIndex, cpuBefore).map { (NetBench.cpuMilliseconds($0.pid) - $1) / Double(writes) }
         let p1 = Percentiles(first), pa = Percentiles(all), pl = Percentiles(local)
+        print(String(format: "CPU per write: writer %.2f ms, peers %.2f ms in all (each: %@)", cpu[0], cpu.dropFirst().reduce(0, +),
+            cpu.dropFirst().map { String(format: "%.2f", $0) }.joined(separator: ", ")))
         print(String(format: "the write's own reply p50 %7.2f ms", Percentiles(puts).p50))
         print(String(format: "writer's own feed p50 %7.2f ms  p99 %7.2f ms  (the write and the HTTP feed, no replication)", pl.p50, pl.p99))
         print(String(format: "one peer   p50 %7.2f ms  p99 %7.2f ms  target p50 <= 5 ms    %@", p1.p50, p1.p99, p1.p50 <= 5 ? "HOLDS" : "MISSES"))
@@ -114,7 +131,7 @@ struct LatencyBench: AsyncParsableCommand {
             // Node i lists the nodes it dials (those after it); each link must be up and idle.
             for (i, n) in nodes.enumerated() {
                 let peers = try await get(n.admin + "/peers")["peers"]
-                guard case .array(let list)? = peers, list.count == self.nodes - 1 - i,
+                guard case .array(let list)? = peers, list.count == dialed(by: i).count,
                     list.allSatisfy({ $0["connected"] == true && $0["replication"]?["activity"] == "idle" })
                 else {
                     up = false

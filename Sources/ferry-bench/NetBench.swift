@@ -204,6 +204,19 @@ struct NetBench: AsyncParsableCommand {
         throw BenchError("ferry serve in \(dir) did not become ready")
     }
 
+    /// User plus system CPU time a running process has used so far, in milliseconds
+    /// (utime and stime of /proc/PID/stat, in clock ticks).
+    static func cpuMilliseconds(_ pid: pid_t) -> Double {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return 0 }
+        // Fields after the command name, which may itself hold spaces: state is field 3,
+        // utime 14 and stime 15.
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+        return (user + system) * 1000 / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
     /// VmHWM of a running process, in KiB.
     static func peakRSS(_ pid: pid_t) -> Int {
         guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return 0 }

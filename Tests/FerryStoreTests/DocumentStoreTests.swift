@@ -386,6 +386,20 @@ import Testing
         #expect(try again.lastSequence == 2)
     }
 
+    @Test func onlyCommitsThatMakeRevisionsHereCountAsLocal() throws {
+        let source = try DocumentStore.inMemory()
+        let rev = try source.put(docID("from-peer"), body: ["v": 1])
+        let store = try DocumentStore.inMemory()
+        try store.put(docID("mine"), body: ["v": 1])
+        #expect(store.lastLocalCommit == 1)
+        _ = try store.insertRevisions([try incoming(source, docID("from-peer"), rev)])
+        #expect(try store.lastSequence == 2)
+        #expect(store.lastLocalCommit == 1)  // a relay of another node's change
+        let tree = try #require(try store.revisionTree(docID("mine")))
+        try store.delete(docID("mine"), revision: tree.winner!.id)
+        #expect(store.lastLocalCommit == 3)
+    }
+
     @Test func aFileStoreCommitsWithTheDurabilityItWasOpenedWithBeforeAndAfterARelaxedWrite() throws {
         // GRDB's pool sets synchronous=NORMAL when it enables WAL; a full store must undo
         // that on its writer, or no commit is fsynced until some relaxed write resets it.

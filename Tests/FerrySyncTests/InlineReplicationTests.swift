@@ -87,6 +87,104 @@ struct RecordedReplication {
         return .object(fields)
     }
 
+    @Test func aLiveChangesRequestWaitsPastTheRevisionsThePeerItselfPushed() async throws {
+        let source = try DocumentStore.inMemory()
+        let pushedRev = try source.put(docID("pushed"), body: ["v": 1])
+        let tree = try #require(try source.revisionTree(docID("pushed")))
+        let store = try DocumentStore.inMemory()
+        let session = ResponderSession(responder: ReplicationResponder(store: store), authenticatedPeer: nil)
+        func ask(_ number: UInt64, _ profile: String, _ body: JSON) async throws -> JSON {
+            let reply = await session.handle(Message(kind: .request, number: number, properties: [("Profile", profile)], body: body.canonicalBytes))
+            return try #require(reply).json()
+        }
+        _ = try await ask(1, SyncProtocol.Profile.hello, ["nodeID": "peer", "protocol": .array([.int(1)])])
+        let made = WireRevision.make(id: docID("pushed"), revision: pushedRev, tree: tree, receiverHas: [], useDeltas: false, maxHistory: 20)
+        let wire = try #require(made).0
+        let put = await session.handle(
+            Message(kind: .request, number: 2, properties: [("Profile", SyncProtocol.Profile.putRevs)], body: WireRevision.encodeBatch([wire])))
+        guard case .array(let results)? = try #require(put).json()["results"] else {
+            Issue.record("putRevs reply lacks results")
+            return
+        }
+        #expect(results.first?["status"] == "ok")
+        // The peer's live request: the push is all there is, and it is the peer's own, so
+        // the request goes on waiting rather than answering with nothing.
+        let answered = Mutex(false)
+        let waiting = Task {
+            defer { answered.withLock { $0 = true } }
+            return try await ask(3, SyncProtocol.Profile.changes, ["since": 0, "live": true, "timeoutMs": 60_000])
+        }
+        while store.commitWaiters == 0 && !answered.withLock({ $0 }) { await Task.yield() }
+        try store.put(docID("local"), body: ["v": 2])
+        let answer = try await waiting.value
+        guard case .array(let entries)? = answer["changes"] else {
+            Issue.record("no changes in \(answer)")
+            return
+        }
+        #expect(entries.count == 1)
+        guard case .array(let entry)? = entries.first else { return }
+        #expect(entry.count > 1 && entry[1] == "local")
+        #expect(answer["lastSeq"] == .int(Int64(try store.lastSequence)))
+    }
+
+    @Test func aLiveChangesRequestPassesOnRelayedRevisionsAfterTheRelayDelayAndLocalOnesAtOnce() async throws {
+        let clock = ManualClock()
+        let store = try DocumentStore.inMemory()
+        var options = ReplicationResponder.Options()
+        options.relayDelay = .milliseconds(10)
+        options.pollInterval = .seconds(30)
+        let responder = ReplicationResponder(store: store, options: options, clock: clock)
+        let puller = ResponderSession(responder: responder, authenticatedPeer: "puller")
+        let pusher = ResponderSession(responder: responder, authenticatedPeer: "pusher")
+        func ask(_ session: ResponderSession, _ number: UInt64, _ profile: String, _ body: [UInt8]) async throws -> JSON {
+            let reply = await session.handle(Message(kind: .request, number: number, properties: [("Profile", profile)], body: body))
+            return try #require(reply).json()
+        }
+        for session in [puller, pusher] {
+            _ = try await ask(session, 1, SyncProtocol.Profile.hello, (["nodeID": "x", "protocol": .array([.int(1)])] as JSON).canonicalBytes)
+        }
+        /// The puller's live request from `since`; `answered` counts its answer.
+        func live(since: UInt64, _ answered: Counter) -> Task<JSON, any Error> {
+            let body = (["since": .int(Int64(since)), "live": true, "timeoutMs": 60_000] as JSON).canonicalBytes
+            return Task {
+                defer { answered.increment() }
+                return try await ask(puller, since + 2, SyncProtocol.Profile.changes, body)
+            }
+        }
+        func ids(_ answer: JSON) -> [String] {
+            guard case .array(let entries)? = answer["changes"] else { return [] }
+            return entries.compactMap { if case .array(let e) = $0, e.count > 1 { e[1].stringValue } else { nil } }
+        }
+        let relayDeadline = { clock.now.offset + .milliseconds(10) }
+
+        // Another peer pushes a revision: the puller gets it one relay delay later.
+        let source = try DocumentStore.inMemory()
+        let rev = try source.put(docID("relayed"), body: ["v": 1])
+        let made = WireRevision.make(
+            id: docID("relayed"), revision: rev, tree: try #require(try source.revisionTree(docID("relayed"))), receiverHas: [],
+            useDeltas: false, maxHistory: 20)
+        let firstAnswered = Counter()
+        let first = live(since: 0, firstAnswered)
+        while store.commitWaiters == 0 && !(firstAnswered.current > 0) { await Task.yield() }
+        let deadline = relayDeadline()
+        _ = try await ask(pusher, 2, SyncProtocol.Profile.putRevs, WireRevision.encodeBatch([try #require(made).0]))
+        while !clock.pendingDeadlines.contains(deadline) && !(firstAnswered.current > 0) { await Task.yield() }
+        #expect(firstAnswered.current == 0)
+        clock.advance(by: .milliseconds(10))
+        #expect(ids(try await first.value) == ["relayed"])
+
+        // A revision made here goes at once: no relay delay starts.
+        let secondAnswered = Counter()
+        let second = live(since: try store.lastSequence, secondAnswered)
+        while store.commitWaiters == 0 && !(secondAnswered.current > 0) { await Task.yield() }
+        let noDeadline = relayDeadline()
+        try store.put(docID("local"), body: ["v": 2])
+        while !(secondAnswered.current > 0) && !clock.pendingDeadlines.contains(noDeadline) { await Task.yield() }
+        #expect(secondAnswered.current > 0)
+        clock.advance(by: .milliseconds(10))  // so that a wrongly delayed answer still comes
+        #expect(ids(try await second.value) == ["local"])
+    }
+
     @Test func aCaughtUpPullReceivesASmallChangeInlineWithoutGetRevs() async throws {
         let local = try DocumentStore.inMemory()
         let remote = try DocumentStore.inMemory()
@@ -185,6 +283,35 @@ struct RecordedReplication {
         await r.replicator.waitUntilStopped()
         #expect(try remote.document(docID("new"))?.body == ["v": 2])
         #expect(r.replicator.summary.pushed == 1)
+    }
+
+    @Test func aCaughtUpPushPassesOnARelayedRevisionOnlyAfterTheRelayDelay() async throws {
+        let clock = ManualClock()
+        let source = try DocumentStore.inMemory()
+        let rev = try source.put(docID("relayed"), body: ["v": 1])
+        let tree = try #require(try source.revisionTree(docID("relayed")))
+        let local = try DocumentStore.inMemory()
+        let remote = try DocumentStore.inMemory()
+        let r = RecordedReplication(local, remote, clock: clock) {
+            $0.direction = .push
+            $0.relayDelay = .milliseconds(10)
+        }
+        let statuses = r.replicator.statusChanges()
+        let events = r.replicator.documentEvents()
+        r.replicator.start()
+        await r.idle(statuses)  // the first, empty page: caught up
+        while local.commitWaiters == 0 { await Task.yield() }
+        let deadline = clock.now.offset + .milliseconds(10)
+        let incoming = IncomingRevision(id: docID("relayed"), revision: rev, history: [], deleted: false, body: ["v": 1], hlc: tree.revision(rev)!.hlc)
+        _ = try local.insertRevisions([incoming])  // as if pulled from a third node
+        while !clock.pendingDeadlines.contains(deadline), try remote.document(docID("relayed")) == nil { await Task.yield() }
+        #expect(try remote.document(docID("relayed")) == nil)
+        clock.advance(by: .milliseconds(10))
+        for await e in events where e.direction == .push { break }
+        #expect(try remote.document(docID("relayed"))?.revision == rev)
+        r.replicator.stop()
+        clock.advance(by: .seconds(60))  // ends the deferred checkpoint's wait
+        await r.replicator.waitUntilStopped()
     }
 
     @Test func aDisabledInlineLimitKeepsTheRoundTrips() async throws {
