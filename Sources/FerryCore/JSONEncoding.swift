@@ -1,3 +1,9 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 extension JSON {
     /// The canonical encoding: object keys sorted by their UTF-8 bytes, no
     /// insignificant whitespace, numbers in their shortest round-trip form
@@ -63,15 +69,19 @@ enum JSONWriter {
 
     /// Orders strings by their UTF-8 bytes (equivalently, by Unicode scalar value).
     static func utf8Less(_ a: String, _ b: String) -> Bool {
-        var a = a
-        var b = b
-        return a.withUTF8 { ua in
-            b.withUTF8 { ub in
+        // Native and small strings expose their UTF-8 in place: one memcmp, no copies.
+        let fast = a.utf8.withContiguousStorageIfAvailable { ua in
+            b.utf8.withContiguousStorageIfAvailable { ub -> Bool in
                 let n = Swift.min(ua.count, ub.count)
-                for i in 0..<n where ua[i] != ub[i] { return ua[i] < ub[i] }
+                if n > 0, let pa = ua.baseAddress, let pb = ub.baseAddress {
+                    let c = memcmp(pa, pb, n)
+                    if c != 0 { return c < 0 }
+                }
                 return ua.count < ub.count
             }
         }
+        if let fast, let less = fast { return less }
+        return a.utf8.lexicographicallyPrecedes(b.utf8)
     }
 
     static func newline(_ out: inout [UInt8], _ indent: Int) {

@@ -34,6 +34,9 @@ struct LatencyBench: AsyncParsableCommand {
 
     func run() async throws {
         guard topology == "mesh" || topology == "star" else { throw BenchError("--topology must be mesh or star") }
+        // Start from a quiet disk: dirty pages left by an earlier benchmark (`make bench`
+        // runs `net` just before) would otherwise be written back under the nodes' fsyncs.
+        sync()
         let root = try makeScratchDirectory(in: scratch, prefix: "ferry-bench-latency")
         defer { try? FileManager.default.removeItem(atPath: root) }
         let ferry = NetBench.ferryBinary()

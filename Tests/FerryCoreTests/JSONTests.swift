@@ -7,6 +7,18 @@ import Testing
         #expect(v.canonicalString == #"{"a":"x","b":[1,2,{"a":true,"z":null}]}"#)
     }
 
+    @Test func objectKeysAreOrderedByTheirUTF8BytesWhateverTheirLengthOrScript() {
+        let keys = [
+            "b", "a", "ab", "", "z", "Z", "é", "日本", "\u{1F600}", "ä", "a-key-long-enough-to-live-on-the-heap-2",
+            "a-key-long-enough-to-live-on-the-heap-", "a-key-long-enough-to-live-on-the-heap-10",
+        ]
+        var fields: [String: JSON] = [:]
+        for (i, k) in keys.enumerated() { fields[k] = .int(Int64(i)) }
+        let byBytes = keys.sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }
+        let expected = "{" + byBytes.map { k in "\"\(k)\":\(keys.firstIndex(of: k)!)" }.joined(separator: ",") + "}"
+        #expect(JSON.object(fields).canonicalString == expected)
+    }
+
     @Test func equalNumbersInDifferentSpellingsEncodeIdentically() throws {
         for text in ["1", "1.0", "1e0", "10e-1", "0.1e1"] {
             #expect(try JSON.parse(text).canonicalString == "1", "\(text)")
