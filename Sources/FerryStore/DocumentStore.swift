@@ -18,6 +18,7 @@ public final class DocumentStore: Sendable {
     public let blobs: BlobStore
     let clock: Mutex<HybridLogicalClock>
     let notifier = ChangeNotifier()
+    let poller = ForeignCommitPoller()
 
     /// The database file name inside a data directory.
     public static let databaseFileName = "ferry.sqlite"

@@ -58,6 +58,49 @@ final class ChangeNotifier: Sendable {
     }
 }
 
+/// Re-reads a store's last sequence every poll interval while anything waits with a poll,
+/// so that commits by other processes wake the waiters: one loop per store, where a timer
+/// and two tasks per wait used to cost every wake of a caught-up replication.
+final class ForeignCommitPoller: Sendable {
+    private struct State {
+        var running = false
+        var interval: Duration = .zero
+        /// Set by each waiter that asks; lets the loop run one more round for a waiter
+        /// that asked but is not registered with the notifier yet.
+        var asked = false
+    }
+    private let state = Mutex(State())
+
+    /// Starts the loop unless it runs; a shorter interval applies from its next round.
+    func keepPolling(_ store: DocumentStore, _ poll: LiveChanges.Poll) {
+        let start = state.withLock { s -> Bool in
+            s.asked = true
+            if s.running {
+                s.interval = Swift.min(s.interval, poll.interval)
+                return false
+            }
+            s.running = true
+            s.interval = poll.interval
+            return true
+        }
+        guard start else { return }
+        let clock = poll.clock
+        Task {
+            while true {
+                try? await clock.sleep(for: self.state.withLock { $0.interval })
+                if let last = try? store.lastSequence { store.notifier.advance(to: last) }
+                let goOn = self.state.withLock { s -> Bool in
+                    defer { s.asked = false }
+                    if s.asked || store.notifier.waiterCount > 0 { return true }
+                    s.running = false
+                    return false
+                }
+                if !goOn { return }
+            }
+        }
+    }
+}
+
 /// A gap-free async sequence of changes: the stored backlog page by page, then live
 /// commits. It holds at most one page in memory.
 ///
@@ -145,18 +188,10 @@ extension DocumentStore {
         }
     }
 
-    /// Waits for the notifier past `sequence`, or one poll interval.
+    /// Waits for the notifier past `sequence`; with `poll`, the store's poller also
+    /// announces commits made by other processes.
     func idle(past sequence: UInt64, poll: LiveChanges.Poll?) async {
-        guard let poll else {
-            await notifier.wait(past: sequence)
-            return
-        }
-        let notifier = self.notifier
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { await notifier.wait(past: sequence) }
-            group.addTask { try? await poll.clock.sleep(for: poll.interval) }
-            await group.next()
-            group.cancelAll()
-        }
+        if let poll { poller.keepPolling(self, poll) }
+        await notifier.wait(past: sequence)
     }
 }

@@ -280,6 +280,25 @@ import Testing
         #expect(try waiting.lastSequence == 1)
     }
 
+    @Test func oneStorePollSleepServesEveryWaiterAndEndsWhenNoneIsLeft() async throws {
+        let dir = TemporaryDirectory()
+        let waiting = try DocumentStore.open(directory: dir.path)
+        let other = try DocumentStore.open(directory: dir.path)
+        let clock = ManualClock()
+        let poll = LiveChanges.Poll(interval: .milliseconds(100), clock: clock)
+        let waiters = (0..<10).map { _ in Task { try await waiting.waitForCommit(past: 0, poll: poll) } }
+        while waiting.commitWaiters < 10 || clock.pendingDeadlines.isEmpty { await Task.yield() }
+        #expect(clock.pendingDeadlines == [.milliseconds(100)])  // one timer, not one per wait
+        _ = try other.put(docID("elsewhere"), body: ["v": 1])
+        clock.advance(by: .milliseconds(100))
+        for w in waiters { try await w.value }
+        // Nobody waits now: the poller's next round is its last.
+        while clock.pendingDeadlines.isEmpty { await Task.yield() }
+        clock.advance(by: .milliseconds(100))
+        for _ in 0..<1000 where !clock.pendingDeadlines.isEmpty { await Task.yield() }
+        #expect(clock.pendingDeadlines.isEmpty)
+    }
+
     @Test func changesWithTreesCarryEachTreeWithTheWinnersBody() throws {
         let store = try DocumentStore.inMemory()
         let first = try store.put(docID("a"), body: ["v": 1])
