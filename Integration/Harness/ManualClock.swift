@@ -4,13 +4,7 @@ import Synchronization
 /// open, see it pending, and then let it end.
 public final class ManualClock: Clock, Sendable {
     public typealias Duration = Swift.Duration
-    /// A point on the clock: the time advanced since it was made.
-    public struct Instant: InstantProtocol {
-        public var offset: Swift.Duration
-        public func advanced(by d: Swift.Duration) -> Instant { Instant(offset: offset + d) }
-        public func duration(to other: Instant) -> Swift.Duration { other.offset - offset }
-        public static func < (a: Instant, b: Instant) -> Bool { a.offset < b.offset }
-    }
+    public typealias Instant = TestClockInstant
 
     private struct Sleeper {
         let deadline: Instant
