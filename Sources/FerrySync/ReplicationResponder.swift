@@ -196,7 +196,7 @@ final class ResponderSession: Sendable {
             // just sent us) goes on waiting from past it, instead of costing the peer a
             // round trip per change for nothing.
             guard live, entries.isEmpty, !page.isEmpty, page.count < limit, elapsed() < wait else { break }
-            page = try store.changesWithLeaves(since: scanned, limit: limit)
+            page = []  // the wait reads the next page, at once if a commit is already past it
         }
         var out: [String: JSON] = ["changes": .array(entries), "lastSeq": .int(Int64(scanned))]
         // A short page ends the feed as it stood: the peer need not ask again before going live.
@@ -249,8 +249,7 @@ final class ResponderSession: Sendable {
         return try await withThrowingTaskGroup(of: [(Change, [RevisionID])]?.self) { group in
             group.addTask {
                 let poll = LiveChanges.Poll(interval: pollInterval, clock: clock)
-                try await store.waitForCommit(past: since, poll: poll)
-                if relayDelay > .zero && store.lastLocalCommit <= since { try await clock.sleep(for: relayDelay) }
+                try await store.waitForChangeToPassOn(past: since, poll: poll, relayDelay: relayDelay)
                 return try store.changesWithLeaves(since: since, limit: limit)
             }
             group.addTask {

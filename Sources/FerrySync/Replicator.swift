@@ -809,8 +809,7 @@ public final class Replicator: Sendable {
         if stopRequested { return }
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
-                try await store.waitForCommit(past: since, poll: poll)
-                if relayDelay > .zero && store.lastLocalCommit <= since { try await clock.sleep(for: relayDelay) }
+                try await store.waitForChangeToPassOn(past: since, poll: poll, relayDelay: relayDelay)
             }
             group.addTask { for await _ in stop { return } }
             if let limit { group.addTask { try await clock.sleep(for: limit) } }
@@ -1002,5 +1001,15 @@ final class LockedBox<T>: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         return body(&value)
+    }
+}
+
+extension DocumentStore {
+    /// `waitForCommit`, then, when every commit past `sequence` only stored revisions
+    /// relayed from other peers, `relayDelay` more on the poll's clock: what a push or a
+    /// live changes reply waits before passing changes on (local edits go at once).
+    func waitForChangeToPassOn(past sequence: UInt64, poll: LiveChanges.Poll, relayDelay: Duration) async throws {
+        try await waitForCommit(past: sequence, poll: poll)
+        if relayDelay > .zero && lastLocalCommit <= sequence { try await poll.clock.sleep(for: relayDelay) }
     }
 }
