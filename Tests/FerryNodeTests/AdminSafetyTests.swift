@@ -55,6 +55,17 @@ import Testing
         #expect(throws: NodeError.self) { try AdminKey.loadOrCreate(dataDirectory: dir) }
     }
 
+    @Test func theAdminConfigKeysAreReadAndDefaultToClosed() throws {
+        #expect(NodeConfiguration().adminAllowedOrigins.isEmpty && !NodeConfiguration().adminPublicMetrics)
+        let c = try NodeConfiguration.parse(
+            ["admin": ["allowedOrigins": ["http://localhost:8080"], "publicMetrics": true]], file: "test.json")
+        #expect(c.adminAllowedOrigins == ["http://localhost:8080"] && c.adminPublicMetrics)
+        #expect(throws: ConfigError.self) { try NodeConfiguration.parse(["admin": ["allowedOrigins": ["*"]]], file: "test.json") }
+        #expect(throws: ConfigError.self) {
+            try NodeConfiguration.parse(["admin": ["allowedOrigins": ["http://localhost:8080/app"]]], file: "test.json")
+        }
+    }
+
     @Test func aShutdownSignalWakesEveryWaiterAndLaterOnesAtOnce() async {
         let signal = ShutdownSignal()
         await withTaskGroup(of: Void.self) { group in
