@@ -6,10 +6,19 @@ import Foundation
 #endif
 
 /// A node's admin API. On this machine it is plain HTTP on 127.0.0.1; a LAN-lab node's
-/// API is on the lab host's own loopback, so calls run `curl` inside that host.
+/// API is on the lab host's own loopback, so calls run `curl` inside that host. Every call
+/// carries the node's admin key; bodies are sent as JSON.
 public struct AdminClient: Sendable {
     public let base: String
     public let host: LabHost?
+    /// The node's admin key (DATA/admin.key), or nil to call without one.
+    public let key: String?
+
+    public init(base: String, host: LabHost?, key: String?) {
+        self.base = base
+        self.host = host
+        self.key = key
+    }
 
     public struct Reply: Sendable {
         public let status: Int
@@ -20,10 +29,12 @@ public struct AdminClient: Sendable {
     @discardableResult
     public func call(_ method: String, _ path: String, body: String? = nil) async throws -> Reply {
         if let host {
-            var args = host.nsenterArguments + ["curl", "-s", "-m", "60", "-X", method, "-w", "\\n%{http_code}"]
-            if let body { args += ["--data-binary", body] }
+            // The key travels on stdin (`-H @-`), never on a command line others can read.
+            var args = host.nsenterArguments + ["curl", "-s", "-m", "60", "-X", method, "-w", "\\n%{http_code}", "-H", "@-"]
+            if let body { args += ["-H", "Content-Type: application/json", "--data-binary", body] }
             args.append(base + path)
-            let r = try await Shell.run(args, executable: "/usr/bin/nsenter", timeout: 90)
+            let headers = key.map { "Authorization: Bearer \($0)\n" } ?? ""
+            let r = try await Shell.run(args, executable: "/usr/bin/nsenter", stdin: headers, timeout: 90)
             guard let cut = r.stdout.lastIndex(of: "\n"), let status = Int(r.stdout[r.stdout.index(after: cut)...]) else {
                 throw HarnessError("admin call on \(host.name) failed: \(r.stderr)")
             }
@@ -32,7 +43,11 @@ public struct AdminClient: Sendable {
         var request = URLRequest(url: URL(string: base + path)!)
         request.httpMethod = method
         request.timeoutInterval = 60
-        if let body { request.httpBody = Data(body.utf8) }
+        if let key { request.setValue("Bearer \(key)", forHTTPHeaderField: "Authorization") }
+        if let body {
+            request.httpBody = Data(body.utf8)
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        }
         let (data, response) = try await URLSession.shared.data(for: request)
         return Reply(status: (response as? HTTPURLResponse)?.statusCode ?? 0, text: String(decoding: data, as: UTF8.self))
     }

@@ -37,7 +37,12 @@ public final class Node: @unchecked Sendable {
     public var url: String { info["url"]?.stringValue ?? "" }
     public var pid: Int32? { process?.pid }
     public var isRunning: Bool { process?.isRunning ?? false }
-    public var admin: AdminClient { AdminClient(base: info["adminURL"]?.stringValue ?? "", host: host) }
+    public var admin: AdminClient { AdminClient(base: info["adminURL"]?.stringValue ?? "", host: host, key: adminKey) }
+
+    /// The node's admin key, read from its data directory (nil before its first start).
+    public var adminKey: String? {
+        (try? String(contentsOfFile: dataDirectory + "/admin.key", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
 
     /// Starts `ferry serve` with ephemeral ports and waits for readiness: node.json naming
     /// this process, and the admin API answering.

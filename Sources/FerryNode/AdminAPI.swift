@@ -6,6 +6,7 @@ import Hummingbird
 import Logging
 import NIOCore
 import ServiceLifecycle
+import Synchronization
 
 /// Ferry's version, as the admin API and `ferry --version` report it.
 public enum FerryVersion {
@@ -19,6 +20,8 @@ struct AdminAPI: Sendable {
     let node: FerryNode
     let context: NodeContext
     let readiness: ReadinessBox
+    /// Fired when the node begins a graceful shutdown: open long-polls answer at once.
+    let shutdown = ShutdownSignal()
 
     /// Largest request body accepted (a document plus its envelope).
     var maxBodyBytes: Int { node.configuration.limits.maxDocumentBytes + 64 * 1024 }
@@ -26,6 +29,9 @@ struct AdminAPI: Sendable {
     func application() -> some Service {
         let router = Router()
         router.add(middleware: JSONErrorMiddleware(logger: node.logger))
+        router.add(middleware: AdminGuard<BasicRequestContext>(
+            key: node.adminKey, allowedOrigins: node.configuration.adminAllowedOrigins,
+            publicMetrics: node.configuration.adminPublicMetrics))
         router.get("/") { _, _ in try nodeInfo() }
         router.get("/docs") { request, _ in try listDocuments(request) }
         router.get("/docs/**") { request, ctx in try getDocument(request, id: try documentID(ctx, allowReserved: true)) }
@@ -38,15 +44,17 @@ struct AdminAPI: Sendable {
         router.delete("/replications/:id") { _, ctx in try removeReplication(ctx.parameters.require("id")) }
         router.get("/trust") { _, _ in trustList() }
         router.post("/trust") { request, _ in try await addTrust(request) }
+        router.put("/trust/:id") { request, ctx in try await setTrust(request, id: ctx.parameters.require("id")) }
         router.delete("/trust/:id") { _, ctx in try removeTrust(ctx.parameters.require("id")) }
         router.get("/metrics") { _, _ in metrics() }
         let readiness = self.readiness
-        return Application(
+        let app = Application(
             router: router,
             configuration: .init(
                 address: .hostname(node.configuration.adminInterface, port: node.configuration.adminPort), serverName: "ferry"),
             onServerRunning: { channel in readiness.adminBound(channel.localAddress?.port ?? 0) },
             logger: node.logger)
+        return AdminService(server: app, shutdown: shutdown)
     }
 
     // MARK: node
@@ -128,16 +136,21 @@ struct AdminAPI: Sendable {
     /// `GET /changes?since=N&limit=N[&feed=longpoll&timeout=ms]`.
     func changes(_ request: Request) async throws -> Response {
         let q = request.uri.queryParameters
-        let since = UInt64(try intParameter(q.get("since"), "since", default: 0, 0...Int.max))
+        let requested = UInt64(try intParameter(q.get("since"), "since", default: 0, 0...Int.max))
         let limit = try intParameter(q.get("limit"), "limit", default: 1000, 1...10_000)
         let feed = q.get("feed") ?? "normal"
         guard feed == "normal" || feed == "longpoll" else {
             throw APIError(.badRequest, "bad_request", "feed must be normal or longpoll")
         }
+        let timeout = try intParameter(q.get("timeout"), "timeout", default: 30_000, 0...300_000)
+        // A `since` past the store's end is read as the end, so `last_seq` never points
+        // past a change the client has not seen. The end is read before the changes: a
+        // commit in between is then returned now or after the answered `last_seq`.
+        let since = min(requested, try node.store.lastSequence)
         var list = try node.store.changes(since: since, limit: limit)
-        if list.isEmpty && feed == "longpoll" {
-            let timeout = try intParameter(q.get("timeout"), "timeout", default: 30_000, 0...300_000)
-            let store = node.store, clock = node.clock
+        if list.isEmpty && feed == "longpoll" && !shutdown.isFired {
+            let store = node.store, clock = node.clock, shutdown = self.shutdown
+            node.logger.debug("admin long-poll waiting", metadata: ["since": "\(since)", "timeout": "\(timeout)"])
             _ = try await withThrowingTaskGroup(of: Bool.self) { group in
                 group.addTask {
                     try await store.waitForCommit(past: since, poll: .init(interval: .milliseconds(250), clock: clock))
@@ -145,6 +158,10 @@ struct AdminAPI: Sendable {
                 }
                 group.addTask {
                     try await clock.sleep(for: .milliseconds(timeout))
+                    return false
+                }
+                group.addTask {
+                    await shutdown.wait()
                     return false
                 }
                 let first = try await group.next() ?? false
@@ -208,7 +225,10 @@ struct AdminAPI: Sendable {
         if node.configuration.replications.contains(where: { $0.id == spec.id }) {
             throw APIError(.conflict, "conflict", "replication \(spec.id) is defined in the config file")
         }
-        try node.replicationRegistry.add(spec)
+        // A new replication never replaces one by the same ID: DELETE it first.
+        guard try node.replicationRegistry.add(spec) else {
+            throw APIError(.conflict, "conflict", "replication \(spec.id) exists; DELETE /replications/\(spec.id) first to replace it")
+        }
         context.manager.withLock { $0 }?.startReplication(spec, source: "api")
         return json(spec.json, status: .created)
     }
@@ -228,16 +248,31 @@ struct AdminAPI: Sendable {
         json(["trusted": .array(node.trust.entries.map(\.json))])
     }
 
+    /// `POST /trust`: a new entry; an ID already trusted is a 409 (change it with PUT).
     func addTrust(_ request: Request) async throws -> Response {
         let body = try await readJSON(request)
         let t: NodeConfiguration.TrustEntry
-        do { t = try ConfigReader(file: "request body").trustEntry(body, "") } catch {
-            throw APIError(.badRequest, "bad_request", error.reason.isEmpty ? error.description : "\(error.key.trimmingCharacters(in: CharacterSet(charactersIn: "."))) \(error.reason)")
-        }
+        do { t = try ConfigReader(file: "request body").trustEntry(body, "") } catch { throw badBody(error) }
         let entry = TrustStore.Entry(nodeID: t.nodeID, name: t.name, policy: t.policy, source: "api")
         try node.trust.add(entry)
         context.manager.withLock { $0 }?.trustChanged()
         return json(entry.json, status: .created)
+    }
+
+    /// `PUT /trust/{id}`: changes an existing run-time entry; what the body omits stays as it is.
+    func setTrust(_ request: Request, id: String) async throws -> Response {
+        let body = try await readJSON(request)
+        let change: TrustStore.Change
+        do { change = try ConfigReader(file: "request body").trustChange(body, "", id: id.lowercased()) } catch { throw badBody(error) }
+        guard let entry = try node.trust.update(id.lowercased(), change) else {
+            throw APIError(.notFound, "not_found", "node \(id) is not in the trust store (add it with POST /trust)")
+        }
+        context.manager.withLock { $0 }?.trustChanged()
+        return json(entry.json)
+    }
+
+    func badBody(_ error: ConfigError) -> APIError {
+        APIError(.badRequest, "bad_request", error.reason.isEmpty ? error.description : "\(error.key.trimmingCharacters(in: CharacterSet(charactersIn: "."))) \(error.reason)")
     }
 
     func removeTrust(_ id: String) throws -> Response {
@@ -312,7 +347,9 @@ struct JSONErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         do {
             return try await next(request, context)
         } catch let e as APIError {
-            return json(["error": .string(e.code), "reason": .string(e.reason)], status: e.status)
+            var response = json(["error": .string(e.code), "reason": .string(e.reason)], status: e.status)
+            if e.status == .unauthorized { response.headers[.wwwAuthenticate] = #"Bearer realm="ferry""# }
+            return response
         } catch let e as any FerryError {
             let status: HTTPResponse.Status
             switch e.code {
@@ -332,6 +369,151 @@ struct JSONErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         } catch {
             logger.error("admin API request failed", metadata: ["error": "\(error)"])
             return json(["error": "internal", "reason": .string("\(error)")], status: .internalServerError)
+        }
+    }
+}
+
+/// Refuses, before routing, every request that does not come from a local client holding
+/// the admin key: a foreign `Host` (DNS rebinding), an unlisted `Origin` (a web page), a
+/// missing or wrong key, and a body that is not JSON (what an HTML form can send).
+struct AdminGuard<Context: RequestContext>: RouterMiddleware {
+    let key: AdminKey
+    let allowedOrigins: Set<String>
+    let publicMetrics: Bool
+
+    init(key: AdminKey, allowedOrigins: [String], publicMetrics: Bool) {
+        self.key = key
+        self.allowedOrigins = Set(allowedOrigins.map(AdminRequestRules.normalizedOrigin))
+        self.publicMetrics = publicMetrics
+    }
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        typealias Rules = AdminRequestRules
+        guard let authority = request.head.authority, Rules.isLoopbackAuthority(authority) else {
+            throw APIError(
+                .misdirectedRequest, "misdirected",
+                "the admin API answers only requests addressed to a loopback host (127.0.0.1, ::1 or localhost), not \(request.head.authority ?? "no Host")")
+        }
+        for origin in request.headers[values: .origin] where !allowedOrigins.contains(Rules.normalizedOrigin(origin)) {
+            throw APIError(.forbidden, "forbidden_origin", "requests from the web origin \(origin) are refused (see admin.allowedOrigins)")
+        }
+        let open = publicMetrics && request.method == .get && request.uri.path == "/metrics"
+        if !open {
+            guard let presented = Rules.bearerToken(request.headers[.authorization]), key.matches(presented) else {
+                throw APIError(.unauthorized, "unauthorized", "send the node's admin key (DATA/admin.key) as Authorization: Bearer KEY")
+            }
+        }
+        if Rules.carriesBody(request), !Rules.isJSON(request.headers[.contentType]) {
+            throw APIError(
+                .unsupportedMediaType, "unsupported_media_type",
+                "request bodies must be Content-Type: application/json, not \(request.headers[.contentType] ?? "none")")
+        }
+        return try await next(request, context)
+    }
+}
+
+/// The checks AdminGuard applies, as pure functions of header values.
+enum AdminRequestRules {
+    /// `host[:port]`, `[v6]:port`: whether the host is `localhost`, 127.0.0.0/8 or ::1.
+    static func isLoopbackAuthority(_ authority: String) -> Bool {
+        var host = Substring(authority)
+        if host.hasPrefix("[") {
+            guard let close = host.firstIndex(of: "]") else { return false }
+            host = host[host.index(after: host.startIndex)..<close]
+        } else if let colon = host.lastIndex(of: ":") {
+            host = host[..<colon]
+        }
+        let name = host.lowercased()
+        if name == "localhost" || name == "localhost." { return true }
+        var v4 = in_addr()
+        if inet_pton(AF_INET, name, &v4) == 1 { return UInt32(bigEndian: v4.s_addr) >> 24 == 127 }
+        var v6 = in6_addr()
+        var loopback = in6_addr()
+        _ = inet_pton(AF_INET6, "::1", &loopback)
+        return inet_pton(AF_INET6, name, &v6) == 1 && withUnsafeBytes(of: v6, { Array($0) }) == withUnsafeBytes(of: loopback, { Array($0) })
+    }
+
+    /// The token of `Bearer TOKEN` (scheme case-insensitive), else nil.
+    static func bearerToken(_ header: String?) -> Substring? {
+        guard let header, let space = header.firstIndex(of: " "), header[..<space].lowercased() == "bearer" else { return nil }
+        let token = header[space...].drop { $0 == " " }
+        return token.isEmpty ? nil : token
+    }
+
+    static func normalizedOrigin(_ origin: String) -> String {
+        var o = origin.trimmingCharacters(in: .whitespaces).lowercased()
+        while o.hasSuffix("/") { o.removeLast() }
+        return o
+    }
+
+    /// POST and PUT always carry a body; other methods when they say so.
+    static func carriesBody(_ request: Request) -> Bool {
+        if request.method == .post || request.method == .put || request.method == .patch { return true }
+        if request.headers[.transferEncoding] != nil { return true }
+        if let length = request.headers[.contentLength], length != "0" { return true }
+        return false
+    }
+
+    /// `application/json`, with or without parameters such as `charset=utf-8`.
+    static func isJSON(_ contentType: String?) -> Bool {
+        guard let contentType else { return false }
+        let media = contentType.split(separator: ";", maxSplits: 1).first ?? ""
+        return media.trimmingCharacters(in: .whitespaces).lowercased() == "application/json"
+    }
+}
+
+/// Runs the admin HTTP server. On graceful shutdown it first answers every open long-poll,
+/// so the server's wait for in-flight requests never sits out a long-poll's timeout.
+struct AdminService<Server: Service>: Service {
+    let server: Server
+    let shutdown: ShutdownSignal
+
+    func run() async throws {
+        try await withGracefulShutdownHandler {
+            try await server.run()
+        } onGracefulShutdown: {
+            shutdown.fire()
+        }
+    }
+}
+
+/// A one-shot signal that any number of tasks await; firing it (or cancelling a waiter) ends the wait.
+final class ShutdownSignal: Sendable {
+    private struct State {
+        var fired = false
+        var nextID = 0
+        var waiters: [Int: CheckedContinuation<Void, Never>] = [:]
+    }
+    private let state = Mutex(State())
+
+    var isFired: Bool { state.withLock { $0.fired } }
+
+    func fire() {
+        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+            s.fired = true
+            defer { s.waiters = [:] }
+            return Array(s.waiters.values)
+        }
+        for w in waiters { w.resume() }
+    }
+
+    /// Returns once fired, or once the waiting task is cancelled.
+    func wait() async {
+        let id = state.withLock { s -> Int in
+            s.nextID += 1
+            return s.nextID
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                let resumeNow = state.withLock { s -> Bool in
+                    if s.fired || Task.isCancelled { return true }
+                    s.waiters[id] = c
+                    return false
+                }
+                if resumeNow { c.resume() }
+            }
+        } onCancel: {
+            state.withLock { $0.waiters.removeValue(forKey: id) }?.resume()
         }
     }
 }

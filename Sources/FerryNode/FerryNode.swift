@@ -46,6 +46,8 @@ public final class FerryNode: Sendable {
     public let store: DocumentStore
     public let identity: NodeIdentity
     public let trust: TrustStore
+    /// The secret every admin API request carries (DATA/admin.key).
+    public let adminKey: AdminKey
     public let metrics = NodeMetrics()
     let replicationRegistry: ReplicationRegistry
     let logger: Logger
@@ -76,6 +78,7 @@ public final class FerryNode: Sendable {
         }
         store = try DocumentStore.open(directory: dataDirectory, options: storeOptions)
         identity = try NodeIdentity.loadOrCreate(directory: dataDirectory, name: configuration.name)
+        adminKey = try AdminKey.loadOrCreate(dataDirectory: dataDirectory)
         trust = try TrustStore(dataDirectory: dataDirectory, configuration: configuration)
         replicationRegistry = try ReplicationRegistry(dataDirectory: dataDirectory)
     }
@@ -162,6 +165,7 @@ public final class FerryNode: Sendable {
             "id": .string(identity.nodeID), "pid": .int(Int64(getpid())), "port": .int(Int64(ready.port)),
             "url": .string(ready.url), "adminURL": .string(ready.adminURL), "adminPort": .int(Int64(ready.adminPort)),
             "database": .string(store.uuid), "name": .string(configuration.name), "group": .string(configuration.group),
+            "adminKeyFile": .string(AdminKey.path(dataDirectory: URL(fileURLWithPath: dataDirectory).standardizedFileURL.path)),
         ]
         if let unix = configuration.unixSocket { info["unix"] = .string(unix) }
         try writeAtomically(.object(info), to: nodeFile)

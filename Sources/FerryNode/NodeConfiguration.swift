@@ -60,6 +60,11 @@ public struct NodeConfiguration: Sendable {
     /// Admin API port on 127.0.0.1; 0 picks a free one. Default 4986.
     public var adminPort = 4986
     public var adminInterface = "127.0.0.1"
+    /// Web origins (`scheme://host[:port]`) whose requests the admin API accepts; a request
+    /// with any other `Origin` header is refused. Default none.
+    public var adminAllowedOrigins: [String] = []
+    /// Whether `GET /metrics` answers without the admin key. Default false.
+    public var adminPublicMetrics = false
     public var discovery = true
     /// Seconds between attempts to reach avahi-daemon while it is away. Default 5.
     public var discoveryRetrySeconds = 5
@@ -291,7 +296,7 @@ struct ConfigReader {
             if let p = o["port"] { c.port = try int(p, "listen.port", 0...65535) }
         }
         if let v = top["admin"] {
-            let o = try object(v, "admin", allowed: ["interface", "port"])
+            let o = try object(v, "admin", allowed: ["interface", "port", "allowedOrigins", "publicMetrics"])
             if let i = o["interface"] {
                 c.adminInterface = try string(i, "admin.interface")
                 guard NodeConfiguration.isLoopback(c.adminInterface) else {
@@ -299,6 +304,15 @@ struct ConfigReader {
                 }
             }
             if let p = o["port"] { c.adminPort = try int(p, "admin.port", 0...65535) }
+            if let x = o["allowedOrigins"] {
+                c.adminAllowedOrigins = try strings(x, "admin.allowedOrigins")
+                for (i, origin) in c.adminAllowedOrigins.enumerated() {
+                    guard let u = URL(string: origin), u.scheme != nil, u.host != nil, u.path.isEmpty else {
+                        throw fail("admin.allowedOrigins[\(i)]", "must be an origin such as http://localhost:8080 (scheme, host, optional port)")
+                    }
+                }
+            }
+            if let x = o["publicMetrics"] { c.adminPublicMetrics = try bool(x, "admin.publicMetrics") }
         }
         if let v = top["discovery"] {
             let o = try object(v, "discovery", allowed: ["enabled", "trust", "retrySeconds"])
@@ -379,6 +393,24 @@ struct ConfigReader {
         return entry
     }
 
+    /// A change to an existing trust entry, `{"id"?, "name"?, "policy"?: {"read"?, "write"?,
+    /// "mayDelete"?}}`: only the keys given change (`"name": null` removes the name).
+    func trustChange(_ item: JSON, _ key: String, id: String) throws(ConfigError) -> TrustStore.Change {
+        let o = try object(item, key, allowed: ["id", "name", "policy"])
+        if let given = o["id"], try nodeID(given, "\(key).id") != id {
+            throw fail("\(key).id", "does not match the node ID in the URL")
+        }
+        var change = TrustStore.Change()
+        if let n = o["name"] { change.name = n == .null ? .some(nil) : .some(try string(n, "\(key).name")) }
+        if let p = o["policy"] {
+            let po = try object(p, "\(key).policy", allowed: ["read", "write", "mayDelete"])
+            if let r = po["read"] { change.read = try access(r, "\(key).policy.read") }
+            if let w = po["write"] { change.write = try access(w, "\(key).policy.write") }
+            if let d = po["mayDelete"] { change.mayDelete = try bool(d, "\(key).policy.mayDelete") }
+        }
+        return change
+    }
+
     func policy(_ v: JSON, _ key: String) throws(ConfigError) -> PeerPolicy {
         let o = try object(v, key, allowed: ["read", "write", "mayDelete"])
         var p = PeerPolicy()
@@ -447,6 +479,13 @@ struct ConfigReader {
             spec.documentIDs = ids
         }
         return spec
+    }
+}
+
+extension TrustStore.Change {
+    /// Parses a change in the API's form (`{"name"?, "policy"?}`) for entry `id`; `source` names it in errors.
+    public init(parsing json: JSON, id: String, source: String) throws(ConfigError) {
+        self = try ConfigReader(file: source).trustChange(json, "", id: id)
     }
 }
 

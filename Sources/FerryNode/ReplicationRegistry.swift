@@ -27,18 +27,20 @@ final class ReplicationRegistry: Sendable {
 
     var specs: [ReplicationSpec] { state.withLock { $0 } }
 
-    /// Adds (or replaces, by ID) a replication and saves.
-    func add(_ spec: ReplicationSpec) throws(NodeError) {
-        let old = state.withLock { s -> [ReplicationSpec] in
+    /// Adds a replication and saves; false (and nothing changed) when one by that ID exists.
+    func add(_ spec: ReplicationSpec) throws(NodeError) -> Bool {
+        let old = state.withLock { s -> [ReplicationSpec]? in
+            guard !s.contains(where: { $0.id == spec.id }) else { return nil }
             let old = s
-            s.removeAll { $0.id == spec.id }
             s.append(spec)
             return old
         }
+        guard let old else { return false }
         do { try save() } catch {
             state.withLock { $0 = old }
             throw error
         }
+        return true
     }
 
     /// Removes a replication; false if it was not stored here.

@@ -23,6 +23,30 @@ public final class TrustStore: Sendable {
         }
     }
 
+    /// An explicit change to an entry: only what is given changes, so nothing is widened by omission.
+    public struct Change: Sendable, Equatable {
+        /// `.some(nil)` removes the name.
+        public var name: String??
+        public var read: AccessRule?
+        public var write: AccessRule?
+        public var mayDelete: Bool?
+        public init(name: String?? = nil, read: AccessRule? = nil, write: AccessRule? = nil, mayDelete: Bool? = nil) {
+            self.name = name
+            self.read = read
+            self.write = write
+            self.mayDelete = mayDelete
+        }
+
+        func applied(to entry: Entry) -> Entry {
+            var e = entry
+            if let name { e.name = name }
+            if let read { e.policy.read = read }
+            if let write { e.policy.write = write }
+            if let mayDelete { e.policy.mayDelete = mayDelete }
+            return e
+        }
+    }
+
     let file: String
     let fixed: [String: Entry]
     let added: Mutex<[String: Entry]>
@@ -69,21 +93,44 @@ public final class TrustStore: Sendable {
     /// Whether a TOFU entry exists already (TOFU pins only the first node seen).
     public var hasTOFUEntry: Bool { added.withLock { $0.values.contains { $0.source == "tofu" } } }
 
-    /// Adds or replaces a run-time entry and saves the file.
+    /// Adds a run-time entry and saves the file. An ID already trusted is a conflict:
+    /// re-adding must never replace (and so widen) an entry's policy; `update` changes one.
     public func add(_ entry: Entry) throws(NodeError) {
         if fixed[entry.nodeID] != nil {
             throw .conflict("node \(entry.nodeID) is trusted by the config file; change it there")
         }
-        let old = added.withLock { a -> Entry? in
-            let old = a[entry.nodeID]
+        let inserted = added.withLock { a -> Bool in
+            guard a[entry.nodeID] == nil else { return false }
             a[entry.nodeID] = entry
-            return old
+            return true
+        }
+        guard inserted else {
+            throw .conflict("node \(entry.nodeID) is already trusted; change its entry with `ferry trust set` (PUT /trust/{id})")
         }
         do { try save() } catch {
-            added.withLock { $0[entry.nodeID] = old }
+            added.withLock { _ = $0.removeValue(forKey: entry.nodeID) }
             throw error
         }
         refreshIDs()
+    }
+
+    /// Applies an explicit change to a run-time entry and saves; returns the new entry, or
+    /// nil when the ID is not in the trust store.
+    @discardableResult
+    public func update(_ id: String, _ change: Change) throws(NodeError) -> Entry? {
+        if fixed[id] != nil { throw .conflict("node \(id) is trusted by the config file; change it there") }
+        let result = added.withLock { a -> (old: Entry, new: Entry)? in
+            guard let old = a[id] else { return nil }
+            let new = change.applied(to: old)
+            a[id] = new
+            return (old, new)
+        }
+        guard let result else { return nil }
+        do { try save() } catch {
+            added.withLock { $0[id] = result.old }
+            throw error
+        }
+        return result.new
     }
 
     /// Removes a run-time entry; false if there was none.

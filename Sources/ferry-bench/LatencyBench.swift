@@ -3,6 +3,7 @@ import FerryCore
 import FerryTransport
 import Foundation
 import Logging
+import Synchronization
 
 
 /// P2: propagation latency. Five `ferry serve` nodes in continuous sync (one link per pair);
@@ -189,6 +190,27 @@ func get(_ url: String) async throws -> JSON {
 }
 
 func request(_ method: String, _ url: String, body: String?) async throws -> JSON {
-    let reply = try await BenchHTTPClient.shared.request(method, url, body: body.map { Array($0.utf8) })
+    var headers = AdminKeys.shared.headers(for: url)
+    if body != nil { headers.append(("Content-Type", "application/json")) }
+    let reply = try await BenchHTTPClient.shared.request(method, url, headers: headers, body: body.map { Array($0.utf8) })
     return (try? JSON.parse(reply.body)) ?? .null
+}
+
+/// The admin keys of the nodes a benchmark started, by admin URL, so every admin call
+/// carries its node's `Authorization: Bearer KEY`.
+final class AdminKeys: Sendable {
+    static let shared = AdminKeys()
+    private let keys = Mutex<[String: String]>([:])
+
+    /// Reads the key file a node.json names.
+    func register(_ nodeFile: JSON) {
+        guard let base = nodeFile["adminURL"]?.stringValue, let file = nodeFile["adminKeyFile"]?.stringValue,
+            let key = try? String(contentsOfFile: file, encoding: .utf8)
+        else { return }
+        keys.withLock { $0[base] = key.trimmingCharacters(in: .whitespacesAndNewlines) }
+    }
+
+    func headers(for url: String) -> [(String, String)] {
+        keys.withLock { keys in keys.first { url.hasPrefix($0.key + "/") || url == $0.key }.map { [("Authorization", "Bearer \($0.value)")] } ?? [] }
+    }
 }

@@ -197,6 +197,7 @@ struct NetBench: AsyncParsableCommand {
             if let d = FileManager.default.contents(atPath: "\(dir)/node.json"), let info = try? JSON.parse(Array(d)),
                 info["pid"]?.intValue == Int64(pid)
             {
+                AdminKeys.shared.register(info)
                 return info
             }
             try await Task.sleep(for: .milliseconds(20))

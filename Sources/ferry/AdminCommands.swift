@@ -78,9 +78,10 @@ struct Trust: AsyncParsableCommand {
         abstract: "Manage the trust store: the node IDs allowed to replicate with this node.",
         discussion: """
             Changes go through the running node when there is one (they apply to the next \
-            connection), else to DATA/trust.json. Entries from a config file are read-only here.
+            connection), else to DATA/trust.json. Entries from a config file are read-only here. \
+            `add` refuses an ID already trusted; `set` changes an entry, and only what it names.
             """,
-        subcommands: [TrustAdd.self, TrustList.self, TrustRemove.self])
+        subcommands: [TrustAdd.self, TrustSet.self, TrustList.self, TrustRemove.self])
 }
 
 struct TrustAdd: AsyncParsableCommand {
@@ -121,6 +122,69 @@ struct TrustAdd: AsyncParsableCommand {
     }
 }
 
+/// `ferry trust set ID …`: changes what an existing entry says, and nothing it does not name.
+struct TrustSet: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "set", abstract: "Change a trusted node's name or policy; what is not given stays as it is.")
+
+    @OptionGroup var global: GlobalOptions
+    @Argument(help: "The node ID.") var id: String
+    @Option(help: "A new name to show for it.") var name: String?
+    @Option(help: "Document-ID globs it may read (repeatable; replaces its read rule).") var read: [String] = []
+    @Flag(help: "It may read every document.") var readAll = false
+    @Option(help: "Document-ID globs it may write (repeatable; replaces its write rule).") var write: [String] = []
+    @Option(help: "Document types it may write (repeatable; replaces its write rule).") var writeType: [String] = []
+    @Flag(help: "It may write every document.") var writeAll = false
+    @Flag(help: "Read only: none of its writes are accepted, nor its deletions.") var readOnly = false
+    @Flag(help: "Refuse its deletions.") var noDelete = false
+    @Flag(help: "Accept its deletions.") var allowDelete = false
+
+    func validate() throws {
+        if readAll && !read.isEmpty { throw ValidationError("--read-all and --read contradict each other") }
+        let writes = [writeAll, readOnly, !write.isEmpty || !writeType.isEmpty].filter { $0 }.count
+        if writes > 1 { throw ValidationError("give one of --write/--write-type, --write-all or --read-only") }
+        if noDelete && allowDelete { throw ValidationError("--no-delete and --allow-delete contradict each other") }
+        if readOnly && allowDelete { throw ValidationError("--read-only and --allow-delete contradict each other") }
+    }
+
+    /// The change in the API's form: only the keys the flags name.
+    var body: JSON {
+        var o: [String: JSON] = [:]
+        if let name { o["name"] = .string(name) }
+        var policy: [String: JSON] = [:]
+        if readAll { policy["read"] = "all" } else if !read.isEmpty { policy["read"] = ["ids": .array(read.map(JSON.string))] }
+        if writeAll {
+            policy["write"] = "all"
+        } else if readOnly {
+            policy["write"] = "none"
+        } else if !write.isEmpty || !writeType.isEmpty {
+            policy["write"] = ["ids": .array(write.map(JSON.string)), "types": .array(writeType.map(JSON.string))]
+        }
+        if readOnly || noDelete { policy["mayDelete"] = false } else if allowDelete { policy["mayDelete"] = true }
+        if !policy.isEmpty { o["policy"] = .object(policy) }
+        return .object(o)
+    }
+
+    func run() async throws {
+        let id = self.id.lowercased()
+        guard body.objectValue?.isEmpty == false else {
+            throw CLIError(message: "nothing to change: give --name, --read, --write, --read-only, --no-delete or the like")
+        }
+        let result: JSON
+        if let node = NodeClient.running(on: global.dataDirectory) {
+            result = try await node.call("PUT", "/trust/\(id)", body: body)
+        } else {
+            let store = try TrustStore(dataDirectory: global.dataDirectory, configuration: NodeConfiguration())
+            let change = try TrustStore.Change(parsing: body, id: id, source: "ferry trust set")
+            guard let e = try store.update(id, change) else {
+                throw CLIError(message: "node \(id) is not in the trust store (add it with `ferry trust add`)", status: 3)
+            }
+            result = e.json
+        }
+        if global.json { Output.json(result) } else { Output.line("\(result["id"]?.stringValue ?? id)\t\(TrustList.describe(result["policy"]))") }
+    }
+}
+
 struct TrustList: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "ls", abstract: "List trusted node IDs with their policies.")
 
@@ -139,10 +203,13 @@ struct TrustList: AsyncParsableCommand {
         } else if case .array(let list) = entries {
             if list.isEmpty { Output.line("no trusted nodes (add one with `ferry trust add ID`)") }
             for e in list {
-                Output.line("\(e["id"]?.stringValue ?? "?")\t\(e["name"]?.stringValue ?? "-")\t\(e["source"]?.stringValue ?? "?")\t\(e["policy"].map { "\($0)" } ?? "")")
+                Output.line("\(e["id"]?.stringValue ?? "?")\t\(e["name"]?.stringValue ?? "-")\t\(e["source"]?.stringValue ?? "?")\t\(Self.describe(e["policy"]))")
             }
         }
     }
+
+    /// A policy as the config file writes it (`{"mayDelete":true,"read":"all","write":"all"}`).
+    static func describe(_ policy: JSON?) -> String { policy?.canonicalString ?? "" }
 }
 
 struct TrustRemove: AsyncParsableCommand {

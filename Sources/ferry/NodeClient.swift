@@ -6,28 +6,63 @@ import Foundation
 #endif
 
 /// Talks to the admin API of the `ferry serve` running on a data directory, found through
-/// its DATA/node.json, so CLI writes go through the node and replicate at once.
+/// its DATA/node.json and authenticated with its DATA/admin.key, so CLI writes go through
+/// the node and replicate at once.
 struct NodeClient {
     let adminURL: String
     let nodeFile: [String: JSON]
+    let dataDirectory: String
 
-    /// The running node on `dataDirectory`, or nil when none runs there (no node.json, or
-    /// its pid is gone: a node killed with SIGKILL leaves a stale file behind).
+    /// The running node on `dataDirectory`, or nil when none runs there. A node runs exactly
+    /// while it holds the flock on DATA/serve.lock; node.json counts only when it names
+    /// that holder's pid (a node killed with SIGKILL leaves a stale file behind, and its pid
+    /// may since belong to another process).
     static func running(on dataDirectory: String) -> NodeClient? {
-        guard let data = FileManager.default.contents(atPath: "\(dataDirectory)/node.json"),
+        guard let holder = lockHolder(dataDirectory),
+            let data = FileManager.default.contents(atPath: "\(dataDirectory)/node.json"),
             let info = try? JSON.parse(Array(data)).objectValue,
-            let url = info["adminURL"]?.stringValue, let pid = info["pid"]?.intValue,
-            kill(pid_t(pid), 0) == 0 || errno == EPERM
+            let url = info["adminURL"]?.stringValue, let pid = info["pid"]?.intValue, pid == holder
         else { return nil }
-        return NodeClient(adminURL: url, nodeFile: info)
+        return NodeClient(adminURL: url, nodeFile: info, dataDirectory: dataDirectory)
+    }
+
+    /// The pid a running node wrote into DATA/serve.lock, or nil when the lock is free.
+    /// The probe takes a shared lock for an instant and releases it at once.
+    static func lockHolder(_ dataDirectory: String) -> Int64? {
+        let path = "\(dataDirectory)/serve.lock"
+        let fd = open(path, O_RDONLY)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        if flock(fd, LOCK_SH | LOCK_NB) == 0 {
+            flock(fd, LOCK_UN)
+            return nil
+        }
+        guard errno == EWOULDBLOCK else { return nil }
+        var buf = [UInt8](repeating: 0, count: 32)
+        let n = pread(fd, &buf, 32, 0)
+        // Held, but the pid not yet written: report a pid no node.json names.
+        guard n > 0 else { return -1 }
+        return Int64(String(decoding: buf[..<n], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
     }
 
     /// The node on `dataDirectory`, or a clear error telling how to start one.
     static func required(on dataDirectory: String) throws -> NodeClient {
         guard let client = running(on: dataDirectory) else {
+            if lockHolder(dataDirectory) != nil {
+                throw CLIError(message: "the ferry serve on \(dataDirectory) is still starting (no node.json yet); try again")
+            }
             throw CLIError(message: "no ferry serve is running on \(dataDirectory) (start one with `ferry serve --data \(dataDirectory)`)")
         }
         return client
+    }
+
+    /// The node's admin key (DATA/admin.key; this CLI runs as the node's user).
+    func adminKey() throws -> String {
+        let path = "\(dataDirectory)/admin.key"
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+            throw CLIError(message: "cannot read the admin key \(path); run the CLI as the node's user")
+        }
+        return text.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
     struct Reply {
@@ -41,6 +76,7 @@ struct NodeClient {
         var request = URLRequest(url: url)
         request.httpMethod = method
         request.timeoutInterval = 60
+        request.setValue("Bearer \(try adminKey())", forHTTPHeaderField: "Authorization")
         if let body {
             request.httpBody = Data(body.canonicalBytes)
             request.setValue("application/json", forHTTPHeaderField: "Content-Type")

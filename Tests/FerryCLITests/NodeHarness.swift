@@ -7,12 +7,16 @@ import Testing
     import FoundationNetworking
 #endif
 
-/// A running node's admin API, as the tests drive it.
+/// A running node's admin API, as the tests drive it: authenticated with the key file
+/// node.json names, bodies sent as JSON.
 struct Admin {
     let base: String
+    let key: String?
 
     init(_ nodeFile: JSON) {
         base = nodeFile["adminURL"]?.stringValue ?? "http://127.0.0.1:0"
+        key = nodeFile["adminKeyFile"]?.stringValue
+            .flatMap { try? String(contentsOfFile: $0, encoding: .utf8) }?.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
     struct Reply {
@@ -22,11 +26,16 @@ struct Admin {
     }
 
     @discardableResult
-    func call(_ method: String, _ path: String, body: String? = nil) async throws -> Reply {
+    func call(_ method: String, _ path: String, body: String? = nil, headers: [String: String] = [:]) async throws -> Reply {
         var request = URLRequest(url: URL(string: base + path)!)
         request.httpMethod = method
         request.timeoutInterval = 30
-        if let body { request.httpBody = Data(body.utf8) }
+        if let key { request.setValue("Bearer \(key)", forHTTPHeaderField: "Authorization") }
+        if let body {
+            request.httpBody = Data(body.utf8)
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        }
+        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
         let (data, response) = try await URLSession.shared.data(for: request)
         return Reply(status: (response as? HTTPURLResponse)?.statusCode ?? 0, text: String(decoding: data, as: UTF8.self))
     }

@@ -218,10 +218,11 @@ import Testing
         let metrics = try await apiB.call("GET", "/metrics").text
         let rejectedLine = metrics.split(separator: "\n").first {
             $0.hasPrefix("ferry_documents_rejected_total{") && $0.contains(#"reason="policy""#) && $0.contains(#"direction="push""#)
+                && !$0.hasSuffix(" 0")
         }
         #expect(rejectedLine != nil, "\(metrics)")
         let aMetrics = try await apiA.call("GET", "/metrics").text
-        #expect(aMetrics.contains("ferry_documents_rejected_total"))
+        #expect(aMetrics.split(separator: "\n").contains { $0.hasPrefix("ferry_documents_rejected_total{") && !$0.hasSuffix(" 0") })
         // Allowed documents still flow after the rejection.
         try await apiA.call("PUT", "/docs/public/2", body: "{}")
         try await waitUntil("B has public/2") { try await apiB.call("GET", "/docs/public/2").status == 200 }

@@ -40,8 +40,21 @@ struct InProcessNode {
     }
 
     func get(_ path: String) async throws -> JSON {
-        let (data, _) = try await URLSession.shared.data(from: URL(string: ready.adminURL + path)!)
-        return try JSON.parse(Array(data))
+        try JSON.parse(Array(try await request("GET", path).data))
+    }
+
+    /// One admin request with the node's key (and a JSON body when given).
+    func request(_ method: String, _ path: String, body: String? = nil, headers: [String: String] = [:]) async throws -> (status: Int, data: Data) {
+        var r = URLRequest(url: URL(string: ready.adminURL + path)!)
+        r.httpMethod = method
+        r.setValue("Bearer \(node.adminKey.value)", forHTTPHeaderField: "Authorization")
+        if let body {
+            r.httpBody = Data(body.utf8)
+            r.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        }
+        for (name, value) in headers { r.setValue(value, forHTTPHeaderField: name) }
+        let (data, response) = try await URLSession.shared.data(for: r)
+        return ((response as? HTTPURLResponse)?.statusCode ?? 0, data)
     }
 
     func stop() async {
@@ -141,10 +154,10 @@ func until(_ what: String, _ condition: () async throws -> Bool) async throws {
             }, directory: dirA)
         try await until("the typed document arrives") { try a.node.store.document(try DocumentID("typed")) != nil }
         try await until("the rejection is counted") {
-            let (data, _) = try await URLSession.shared.data(from: URL(string: a.ready.adminURL + "/metrics")!)
-            let text = String(decoding: data, as: UTF8.self)
+            let text = String(decoding: try await a.request("GET", "/metrics").data, as: UTF8.self)
             return text.split(separator: "\n").contains {
                 $0.hasPrefix("ferry_documents_rejected_total{") && $0.contains(#"reason="filter""#) && $0.contains(#"direction="pull""#)
+                    && (Double($0.split(separator: " ").last ?? "") ?? 0) > 0
             }
         }
         #expect(try a.node.store.document(try DocumentID("untyped")) == nil)

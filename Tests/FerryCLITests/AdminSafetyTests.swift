@@ -1,0 +1,95 @@
+import FerryCore
+import Foundation
+import IntegrationHarness
+import Testing
+
+/// The admin API of a real `ferry serve`: who may drive it, how it stops, and the CLI
+/// commands that use it.
+@Suite(.serialized, .timeLimit(.minutes(10))) struct AdminSafetyTests {
+    /// `curl` with the node's key, printing only the status code.
+    func status(_ info: JSON, _ arguments: String) async -> String {
+        let key = info["adminKeyFile"]?.stringValue ?? "/nonexistent"
+        let base = info["adminURL"]?.stringValue ?? ""
+        let r = await shell(#"curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $(cat '\#(key)')" \#(arguments) '\#(base)'"#)
+        return r.output
+    }
+
+    @Test func aForeignHostOrAWebPageIsRefusedAndTheKeyIsRequired() async throws {
+        let node = ServeProcess()
+        let info = try await node.start()
+        let keyFile = try #require(info["adminKeyFile"]?.stringValue)
+        let mode = try #require(FileManager.default.attributesOfItem(atPath: keyFile)[.posixPermissions] as? NSNumber).uint16Value
+        #expect(mode & 0o777 == 0o600)
+        #expect(await status(info, "") == "200")
+        // DNS rebinding: a page on evil.example whose name now resolves to 127.0.0.1.
+        #expect(await status(info, "-H 'Host: evil.example'") == "421")
+        let id = String(repeating: "a", count: 64)
+        let trustURL = try #require(info["adminURL"]?.stringValue) + "/trust"
+        // What any web page can send without a preflight: a "simple" cross-origin POST.
+        let simple = await shell(
+            #"curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Origin: http://evil.example' -H 'Content-Type: text/plain' --data-binary '{"id":"\#(id)"}' '\#(trustURL)'"#)
+        #expect(simple.output == "401" || simple.output == "403", "\(simple.output)")
+        let api = Admin(info)
+        let fromPage = try await api.call(
+            "POST", "/trust", body: #"{"id":"\#(id)"}"#, headers: ["Origin": "http://evil.example", "Content-Type": "text/plain"])
+        #expect(fromPage.status == 403 && fromPage.json["error"] == "forbidden_origin", "\(fromPage.text)")
+        let replication = #"{"url":"wss://10.0.0.66:4985/ferry/sync","peer":"\#(id)"}"#
+        #expect(try await api.call("POST", "/replications", body: replication, headers: ["Origin": "http://evil.example"]).status == 403)
+        #expect(try await api.call("POST", "/replications", body: replication, headers: ["Content-Type": "text/plain"]).status == 415)
+        #expect(await status(info, "-H 'Authorization: Bearer wrong'") == "401")
+        #expect(try await api.get("/trust")["trusted"]?.arrayCount == 0)
+        #expect(try await api.get("/replications")["replications"]?.arrayCount == 0)
+        #expect(await node.stop() == 0)
+    }
+
+    @Test func sigtermAnswersAnOpenLongPollAndTheNodeExits() async throws {
+        let node = ServeProcess()
+        let info = try await node.start(environment: ["FERRY_LOG_LEVEL": "debug"])
+        let api = Admin(info)
+        let last = try await api.get("/")["lastSequence"]?.intValue ?? 0
+        let started = Date()
+        async let poll = api.call("GET", "/changes?since=\(last)&feed=longpoll&timeout=60000")
+        try await waitUntil("the long-poll is waiting in the node") { node.logText.contains("admin long-poll waiting") }
+        let exit = await node.stop()
+        let answer = try await poll
+        #expect(exit == 0)
+        #expect(answer.status == 200 && answer.json["results"]?.arrayCount == 0, "\(answer.text)")
+        // Generous: without the fix it is the long-poll's 60 s (or the client's 30 s timeout).
+        #expect(Date().timeIntervalSince(started) < 10)
+    }
+
+    @Test func aStaleNodeFileWhosePidIsAliveIsIgnored() async throws {
+        let cli = FerryCLI()
+        defer { cli.cleanUp() }
+        #expect(try await cli.run(["put", "a", "{}"]).status == 0)
+        // The pid of this (live) test process, and an admin port nothing listens on.
+        let stale: JSON = ["pid": .int(Int64(getpid())), "adminURL": "http://127.0.0.1:1", "adminPort": 1]
+        FileManager.default.createFile(atPath: cli.dataDirectory + "/node.json", contents: Data(stale.canonicalBytes))
+        let get = try await cli.run(["get", "a"])
+        #expect(get.status == 0, "\(get.stderr)")
+        let status = try await cli.run(["status"])
+        #expect(status.status != 0 && status.stderr.contains("no ferry serve is running"), "\(status.stderr)")
+    }
+
+    @Test func trustAddRefusesAKnownIDTrustSetChangesOnlyWhatItNamesAndLsPrintsTheConfigForm() async throws {
+        let node = ServeProcess()
+        _ = try await node.start()
+        let id = String(repeating: "b", count: 64)
+        let add = try await node.cli.run(["trust", "add", id, "--name", "tablet", "--write", "notes/*"])
+        #expect(add.status == 0, "\(add.stderr)")
+        let again = try await node.cli.run(["trust", "add", id])
+        #expect(again.status == 4 && again.stderr.contains("trust set"), "\(again.stderr)")
+        let set = try await node.cli.run(["trust", "set", id, "--no-delete"])
+        #expect(set.status == 0, "\(set.stderr)")
+        let ls = try await node.cli.run(["trust", "ls"])
+        #expect(ls.stdout.contains(#"{"mayDelete":false,"read":"all","write":{"ids":["notes/*"],"prefixes":[],"types":[]}}"#), "\(ls.stdout)")
+        #expect(ls.stdout.contains("tablet"))
+        #expect(!ls.stdout.contains("FerryCore"))
+        #expect(await node.stop() == 0)
+        // Without a node, the same rules apply to DATA/trust.json.
+        #expect(try await node.cli.run(["trust", "add", id]).status == 4)
+        #expect(try await node.cli.run(["trust", "set", id, "--write-all"]).status == 0)
+        let offline = try await node.cli.run(["trust", "ls"])
+        #expect(offline.stdout.contains(#"{"mayDelete":false,"read":"all","write":"all"}"#), "\(offline.stdout)")
+    }
+}
