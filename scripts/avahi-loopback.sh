@@ -17,13 +17,25 @@
 #   avahi-loopback.sh start-avahi   start avahi-daemon again, waiting until it runs
 #   avahi-loopback.sh run CMD...    run a command inside the namespace (its lo and /run)
 set -euo pipefail
+# Inside the namespace the bus is the default one in its /run; an address inherited from a
+# caller may name another instance's bus.
+unset DBUS_SYSTEM_BUS_ADDRESS
 state=${FERRY_AVAHI_STATE:-/var/tmp/ferry-avahi}
 address="unix:path=$state/system_bus_socket"
 
 need_root() { [ "$(id -u)" -eq 0 ] || { echo "avahi-loopback: needs root" >&2; exit 1; }; }
 holder() { cat "$state/holder.pid" 2>/dev/null; }
-holder_alive() { local pid; pid=$(holder) && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; }
-inside() { nsenter --target "$(holder)" --net --mount -- "$@"; }
+holder_running() { local pid; pid=$(holder) && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; }
+# Set by `start` once it has started the holder: that pid is surely this instance's.
+fresh=""
+# Running, and this instance's holder, not a process that reused a stale pid: the holder
+# carries its state directory in its environment (unreadable while it is being exec'd,
+# hence `fresh`).
+holder_alive() {
+    holder_running || return 1
+    [ -n "$fresh" ] || tr '\0' '\n' < "/proc/$(holder)/environ" 2>/dev/null | grep -qxF "FERRY_AVAHI_STATE=$state"
+}
+inside() { nsenter --target "$(holder)" --net --mount --wd="$PWD" -- "$@"; }
 
 # Whether avahi-daemon answers on this instance's bus and has its host name (state 2,
 # AVAHI_SERVER_RUNNING): asked the way the tests ask, from outside the namespace.
@@ -34,21 +46,19 @@ avahi_ready() {
 
 wait_ready() {
     for _ in $(seq 1 200); do
-        holder_alive || break
+        holder_running || break
         avahi_ready && return 0
         sleep 0.05
     done
     avahi_ready || { echo "avahi-loopback: avahi-daemon did not start: $(cat "$state/holder.out" 2>/dev/null)" >&2; return 1; }
 }
 
-# Every process in the holder's network namespace (the daemons, and anything run there).
-members() {
-    local ns
-    ns=$(readlink "/proc/$(holder)/ns/net" 2>/dev/null) || return 0
-    # A stale pid file that now names a process of the machine's own namespace lists nothing.
-    [ "$ns" != "$(readlink /proc/1/ns/net)" ] || return 0
+# Every process in network namespace NS but this script (the holder becomes this script
+# when its watched PID exits); never the machine's own namespace.
+in_namespace() {
+    [ -n "$1" ] && [ "$1" != "$(readlink /proc/1/ns/net)" ] || return 0
     # shellcheck disable=SC2012 # one ls for all processes, not a readlink each
-    ls -l /proc/[0-9]*/ns/net 2>/dev/null | grep -F -- "-> $ns" | sed -E 's#.*/proc/([0-9]+)/ns/net.*#\1#' || true
+    ls -l /proc/[0-9]*/ns/net 2>/dev/null | grep -F -- "-> $1" | sed -E 's#.*/proc/([0-9]+)/ns/net.*#\1#' | grep -vx "$$" || true
 }
 
 start_avahi() {
@@ -80,14 +90,26 @@ stop_avahi() {
 }
 
 stop() {
-    local pids="" pid
-    if holder_alive; then pids=$(members); fi
-    # Daemons whose holder is gone, if their pids still name them.
-    pid=$(cat "$state/dbus.pid" 2>/dev/null) && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = dbus-daemon ] && pids="$pids $pid"
-    pid=$(cat "$state/avahi.pid" 2>/dev/null) && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = avahi-daemon ] && pids="$pids $pid"
-    # Never this script itself: the holder becomes it when its watched PID exits.
-    for pid in $pids; do [ "$pid" = $$ ] || kill -KILL "$pid" 2>/dev/null || true; done
-    for pid in $pids; do [ "$pid" = $$ ] || wait_gone "$pid"; done
+    local ns="" pids pid
+    if holder_alive; then
+        ns=$(readlink "/proc/$(holder)/ns/net" 2>/dev/null || true)
+        # The holder first, so that it starts nothing more.
+        [ "$(holder)" = $$ ] || kill -KILL "$(holder)" 2>/dev/null || true
+    fi
+    # Then everything in its namespace (the daemons, anything run there), until none is left.
+    for _ in 1 2 3 4 5; do
+        pids=$(in_namespace "$ns")
+        [ -n "$pids" ] || break
+        for pid in $pids; do kill -KILL "$pid" 2>/dev/null || true; done
+        for pid in $pids; do wait_gone "$pid"; done
+    done
+    # Daemons whose holder was already gone, if their pids still name them.
+    for name in dbus avahi; do
+        pid=$(cat "$state/$name.pid" 2>/dev/null) || continue
+        [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name-daemon" ] || continue
+        kill -KILL "$pid" 2>/dev/null || true
+        wait_gone "$pid"
+    done
     rm -rf "$state"
 }
 
@@ -142,7 +164,8 @@ CONF
         dbus-daemon --config-file='$state/dbus.conf' --fork --print-pid > '$state/dbus.pid'
         $wait_for" < /dev/null > "$state/holder.out" 2>&1 &
     echo $! > "$state/holder.pid"
-    for _ in $(seq 1 200); do [ -S "$state/system_bus_socket" ] && break; holder_alive || break; sleep 0.05; done
+    fresh=1
+    for _ in $(seq 1 200); do [ -S "$state/system_bus_socket" ] && break; holder_running || break; sleep 0.05; done
     [ -S "$state/system_bus_socket" ] || { echo "avahi-loopback: dbus-daemon did not start: $(cat "$state/holder.out")" >&2; false; }
     start_avahi
     trap - ERR
@@ -155,6 +178,6 @@ stop) need_root; stop ;;
 status) if holder_alive && avahi_ready; then echo running; else echo stopped; exit 1; fi ;;
 stop-avahi) need_root; stop_avahi ;;
 start-avahi) need_root; holder_alive || { echo "avahi-loopback: not started" >&2; exit 1; }; start_avahi ;;
-run) shift; holder_alive || { echo "avahi-loopback: not started" >&2; exit 1; }; exec nsenter --target "$(holder)" --net --mount -- "$@" ;;
+run) shift; holder_alive || { echo "avahi-loopback: not started" >&2; exit 1; }; inside "$@" ;;
 *) sed -n 2,19p "$0"; exit 64 ;;
 esac
