@@ -88,9 +88,12 @@ private actor Instance {
         return await transition?.value
     }
 
-    func leave() {
+    /// After the last user, returns once everything has stopped: the process may exit next.
+    func leave() async {
         users -= 1
-        if users == 0 { then { await LoopbackAvahi.control(["stop"]) } }
+        guard users == 0 else { return }
+        then { await LoopbackAvahi.control(["stop"]) }
+        _ = await transition?.value
     }
 
     private func then(_ step: @escaping @Sendable () async -> String?) {
