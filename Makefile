@@ -26,7 +26,8 @@ run: build
 
 # Every test: unit, store, sync, transport, CLI and node tests, and the integration
 # scenarios (the LAN-lab ones need root and `ip netns`; elsewhere they say loudly that
-# they were skipped).
+# they were skipped). The discovery tests need root too: each test process runs its own
+# avahi-daemon in a private namespace (scripts/avahi-loopback.sh) and stops it.
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test

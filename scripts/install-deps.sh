@@ -6,18 +6,19 @@ set -euo pipefail
 
 need=()
 [ -f /usr/include/sqlite3.h ] || need+=(libsqlite3-dev)
-# DNS-SD: Avahi's Bonjour-compatible library (build) and the daemon, D-Bus and
-# avahi-browse (discovery tests, confined to loopback by scripts/avahi-loopback.sh).
+# DNS-SD: Avahi's Bonjour-compatible library (build) and the daemon, D-Bus (dbus-send
+# checks readiness) and avahi-browse (discovery tests, in a private namespace started by
+# scripts/avahi-loopback.sh).
 [ -f /usr/include/avahi-compat-libdns_sd/dns_sd.h ] || need+=(libavahi-compat-libdnssd-dev)
 command -v avahi-daemon >/dev/null || need+=(avahi-daemon)
 command -v avahi-browse >/dev/null || need+=(avahi-utils)
-command -v dbus-daemon >/dev/null || need+=(dbus)
+{ command -v dbus-daemon && command -v dbus-send; } >/dev/null || need+=(dbus)
 # The tests use the openssl CLI as an independent TLS client, curl-backed URLSession for the admin API.
 command -v openssl >/dev/null || need+=(openssl)
 # The LAN lab (Integration/lab): network namespaces, nsenter/unshare, and curl inside hosts.
 command -v ip >/dev/null || need+=(iproute2)
-# flock (util-linux) also serialises scripts/avahi-loopback.sh between concurrent callers.
-{ command -v nsenter && command -v flock; } >/dev/null || need+=(util-linux)
+# scripts/avahi-loopback.sh uses unshare and nsenter too.
+{ command -v nsenter && command -v unshare; } >/dev/null || need+=(util-linux)
 command -v curl >/dev/null || need+=(curl)
 ldconfig -p 2>/dev/null | grep -q 'libcurl.so.4 ' || need+=(libcurl4)
 # `make bench` only (scripts/install-deps.sh --bench): Syncthing, the side-by-side peer of P7.

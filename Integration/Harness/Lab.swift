@@ -11,6 +11,13 @@ public struct LabHost: Sendable {
 
     /// `nsenter` arguments that run the rest of the command line on this host.
     public var nsenterArguments: [String] { ["--target", String(holderPID), "--mount", "--net", "--"] }
+
+    /// The environment for commands on a host: this process's, without FERRY_DATA, and
+    /// without the bus address LoopbackAvahi sets (a host's daemons and clients use the bus
+    /// in the host's own /run).
+    public static var environment: [String: String] {
+        ProcessInfo.processInfo.environment.filter { $0.key != "FERRY_DATA" && $0.key != "DBUS_SYSTEM_BUS_ADDRESS" }
+    }
 }
 
 /// The LAN lab (Integration/lab/lab.sh): K hosts on one bridge, torn down by recorded pids
@@ -32,7 +39,8 @@ public final class Lab: @unchecked Sendable {
 
     /// Brings up K hosts.
     public init(hosts k: Int) async throws {
-        let r = try await Shell.run([Self.script, "up", String(k)], executable: "/bin/bash", timeout: 180)
+        let r = try await Shell.run(
+            [Self.script, "up", String(k)], executable: "/bin/bash", environment: LabHost.environment, timeout: 180)
         guard r.status == 0 else { throw HarnessError("lab up failed: \(r.stderr)\(r.stdout)") }
         hosts = r.stdout.split(separator: "\n").compactMap { line in
             let parts = line.split(separator: " ")
@@ -55,7 +63,7 @@ public final class Lab: @unchecked Sendable {
 
     /// Runs a command on a host.
     public func run(_ host: LabHost, _ command: [String]) async throws -> Ferry.Result {
-        try await Shell.run(host.nsenterArguments + command, executable: "/usr/bin/nsenter")
+        try await Shell.run(host.nsenterArguments + command, executable: "/usr/bin/nsenter", environment: LabHost.environment)
     }
 
     /// Kills everything the lab started and deletes its namespaces.

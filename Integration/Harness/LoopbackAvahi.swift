@@ -1,18 +1,29 @@
 import Foundation
 
-/// The one loopback-confined avahi-daemon that discovery tests share (scripts/avahi-loopback.sh),
-/// with a lease so that a test which restarts it never runs beside one that uses it.
+/// This test process's own D-Bus and avahi-daemon, in a private network and mount namespace
+/// (scripts/avahi-loopback.sh), with a lease so that a test which restarts the daemon never
+/// runs beside one that uses it.
 ///
-/// All test targets run in one process and their suites run in parallel, so `.serialized`
-/// on a suite is not enough: the lease is process-wide.
+/// The daemons never meet the machine's own avahi-daemon or another test run's: their
+/// mDNS stays on the namespace's `lo`. Processes outside reach them through the bus socket
+/// in `state` (`DBUS_SYSTEM_BUS_ADDRESS`, set for this process and so inherited by its
+/// children); they start with the first lease and stop when the last one ends, or when
+/// this process exits. All test targets run in one process and their suites run in
+/// parallel, so `.serialized` on a suite is not enough: the lease is process-wide.
 public enum LoopbackAvahi {
-    /// Whether this machine must run the discovery tests (root or CI): there a missing
-    /// daemon is a test failure, never a silent skip.
+    /// Whether this machine must run the discovery tests (root or CI): there a daemon that
+    /// cannot start is a test failure, never a skip. Use as `.enabled(if: LoopbackAvahi.required)`.
     public static var required: Bool { getuid() == 0 || ProcessInfo.processInfo.environment["CI"] != nil }
 
     /// The control script, found from this file's place in the repository.
     public static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
         .appendingPathComponent("../../scripts/avahi-loopback.sh").standardized.path
+
+    /// This process's instance: pids, configs and the bus socket.
+    public static let state = "/var/tmp/ferry-avahi-\(getpid())"
+
+    /// The D-Bus address of the instance's system bus, usable outside the namespace.
+    public static var busAddress: String { "unix:path=\(state)/system_bus_socket" }
 
     /// Runs `body` holding the daemon: shared with other users, or alone when `exclusive`
     /// (a test that stops and restarts it). `body` gets nil when the daemon runs, else why not.
@@ -20,25 +31,34 @@ public enum LoopbackAvahi {
         exclusive: Bool = false, _ body: @Sendable (String?) async throws -> T
     ) async throws -> T {
         await lease.acquire(exclusive: exclusive)
+        let why = await instance.enter()
         do {
-            let result = try await body(await start())
+            let result = try await body(why)
+            await instance.leave()
             await lease.release(exclusive: exclusive)
             return result
         } catch {
+            await instance.leave()
             await lease.release(exclusive: exclusive)
             throw error
         }
     }
 
-    /// Starts the daemon if it is not running (idempotent); nil when running, else why not.
-    public static func start() async -> String? { await control("start") }
+    /// `argv` run inside the namespace (its `lo` and /run), e.g. an mDNS client of its own.
+    public static func inside(_ argv: [String]) -> [String] { ["env", "FERRY_AVAHI_STATE=\(state)", script, "run"] + argv }
 
-    /// Stops the daemon; nil when done, else why not. Only under an exclusive lease.
-    public static func stop() async -> String? { await control("stop") }
+    /// Stops avahi-daemon only (the bus stays); nil when done, else why not. Only under an
+    /// exclusive lease.
+    public static func stopDaemon() async -> String? { await control(["stop-avahi"]) }
 
-    private static func control(_ verb: String) async -> String? {
+    /// Starts avahi-daemon again and waits until it runs; nil when it does, else why not.
+    public static func startDaemon() async -> String? { await control(["start-avahi"]) }
+
+    static func control(_ arguments: [String]) async -> String? {
         do {
-            let r = try await Shell.run([script, verb], executable: "/bin/bash", timeout: 60)
+            var env = ProcessInfo.processInfo.environment
+            env["FERRY_AVAHI_STATE"] = state
+            let r = try await Shell.run([script] + arguments, executable: "/bin/bash", environment: env, timeout: 60)
             return r.status == 0 ? nil : r.stderr + r.stdout
         } catch {
             return "cannot run \(script): \(error)"
@@ -46,6 +66,43 @@ public enum LoopbackAvahi {
     }
 
     private static let lease = ReadWriteLease()
+    private static let instance = Instance()
+}
+
+/// Starts the namespace for the first user and stops it after the last, one transition at a time.
+private actor Instance {
+    private var users = 0
+    /// Set once, before the first client connects, and never changed: the test process's
+    /// own clients (libdbus reads it on connecting) and its children then use this bus.
+    private static let exported: Void = { setenv("DBUS_SYSTEM_BUS_ADDRESS", LoopbackAvahi.busAddress, 1) }()
+    /// The latest start or stop; each waits for the one before.
+    private var transition: Task<String?, Never>?
+
+    func enter() async -> String? {
+        users += 1
+        if users == 1 {
+            _ = Self.exported
+            // With this process's pid the namespace also stops if the process dies first.
+            then { await LoopbackAvahi.control(["start", String(getpid())]) }
+        }
+        return await transition?.value
+    }
+
+    /// After the last user, returns once everything has stopped: the process may exit next.
+    func leave() async {
+        users -= 1
+        guard users == 0 else { return }
+        then { await LoopbackAvahi.control(["stop"]) }
+        _ = await transition?.value
+    }
+
+    private func then(_ step: @escaping @Sendable () async -> String?) {
+        let previous = transition
+        transition = Task {
+            _ = await previous?.value
+            return await step()
+        }
+    }
 }
 
 /// A first-come-first-served shared/exclusive lock for async code: it suspends, never blocks a thread.

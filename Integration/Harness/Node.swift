@@ -66,7 +66,7 @@ public final class Node: @unchecked Sendable {
         if host == nil && !args.contains("--interface") { args += ["--interface", "127.0.0.1"] }
         let executable = host == nil ? Ferry.binary : "/usr/bin/nsenter"
         let argv = host.map { $0.nsenterArguments + [Ferry.binary] + args } ?? args
-        var env = ProcessInfo.processInfo.environment.filter { $0.key != "FERRY_DATA" }
+        var env = host == nil ? ProcessInfo.processInfo.environment.filter { $0.key != "FERRY_DATA" } : LabHost.environment
         env["FERRY_LOG_LEVEL"] = env["FERRY_LOG_LEVEL"] ?? "info"
         for (k, v) in environment { env[k] = v }
         appendToLog("=== start \(Date()) \(args.joined(separator: " "))")
@@ -172,6 +172,7 @@ public enum Ferry {
     public static func run(_ arguments: [String], host: LabHost? = nil, stdin: String? = nil, timeout: Double = 120) async throws -> Result {
         try await Shell.run(
             host.map { $0.nsenterArguments + [binary] + arguments } ?? arguments,
-            executable: host == nil ? binary : "/usr/bin/nsenter", stdin: stdin, timeout: timeout)
+            executable: host == nil ? binary : "/usr/bin/nsenter", stdin: stdin,
+            environment: host == nil ? nil : LabHost.environment, timeout: timeout)
     }
 }

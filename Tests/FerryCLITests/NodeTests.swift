@@ -231,22 +231,29 @@ import Testing
     }
 }
 
-/// DNS-SD discovery against a real avahi-daemon confined to loopback.
+/// DNS-SD discovery against the test run's own avahi-daemon, in its private network namespace
+/// (LoopbackAvahi): nodes reach it through its bus socket and dial each other on this
+/// machine's loopback; avahi-browse and python-zeroconf run inside the namespace.
 @Suite(.serialized, .timeLimit(.minutes(10))) struct DiscoveryTests {
-    /// Runs `body` with the shared loopback avahi-daemon (alone with it when `exclusive`);
-    /// records a failure where the machine must have one, else says the test was skipped.
+    /// Runs `body` with the test run's avahi-daemon (alone with it when `exclusive`); a
+    /// daemon that cannot start is a failure.
     func withAvahi(exclusive: Bool = false, _ body: @Sendable () async throws -> Void) async throws {
         try await LoopbackAvahi.withDaemon(exclusive: exclusive) { why in
             if let why {
-                if LoopbackAvahi.required { Issue.record("a loopback avahi-daemon is needed on this machine: \(why)") }
-                print("SKIPPED: discovery test needs root and avahi-daemon: \(why)")
+                Issue.record("the test run's avahi-daemon did not start: \(why)")
                 return
             }
             try await body()
         }
     }
 
-    @Test func trustingNodesWithoutPeersFindEachOtherAndAnUntrustedOneIsOnlyListed() async throws {
+    /// avahi-browse inside the namespace: every resolved `_ferry._tcp` service.
+    func browse() async -> String {
+        await shell(LoopbackAvahi.inside(["avahi-browse", "-rpt", "_ferry._tcp"]).joined(separator: " "), timeout: 10).output
+    }
+
+    @Test(.enabled(if: LoopbackAvahi.required, "needs root for its own network namespace"))
+    func trustingNodesWithoutPeersFindEachOtherAndAnUntrustedOneIsOnlyListed() async throws {
         try await withAvahi {
             let group = "t\(UInt32.random(in: 0...UInt32.max))"
             let a = ServeProcess()
@@ -295,7 +302,8 @@ import Testing
         }
     }
 
-    @Test func avahiBrowseAndPythonZeroconfSeeTheNodeIDInTXT() async throws {
+    @Test(.enabled(if: LoopbackAvahi.required, "needs root for its own network namespace"))
+    func avahiBrowseAndPythonZeroconfSeeTheNodeIDInTXT() async throws {
         try await withAvahi {
             let node = ServeProcess()
             let info = try await node.start(["--discovery", "--name", "txt-check"])
@@ -303,18 +311,19 @@ import Testing
             var seen = ""
             let deadline = Date().addingTimeInterval(15)
             while Date() < deadline {
-                seen = await shell("avahi-browse -rpt _ferry._tcp", timeout: 10).output
+                seen = await browse()
                 if seen.contains("id=\(id)") { break }
             }
             #expect(seen.contains("\"id=\(id)\""), "avahi-browse saw: \(seen)")
             #expect(seen.contains("\"proto=1\"") && seen.contains("\"group=ferry\""))
-            let zc = await shell("python3 \(scriptsDirectory)/zeroconf-browse.py \(id) 15")
+            let zc = await shell(LoopbackAvahi.inside(["python3", "\(scriptsDirectory)/zeroconf-browse.py", id, "15"]).joined(separator: " "))
             #expect(zc.status == 0, "python-zeroconf saw: \(zc.output)")
             #expect(await node.stop() == 0)
         }
     }
 
-    @Test func aNodeRegistersAgainWhenAvahiDaemonRestarts() async throws {
+    @Test(.enabled(if: LoopbackAvahi.required, "needs root for its own network namespace"))
+    func aNodeRegistersAgainWhenAvahiDaemonRestarts() async throws {
         try await withAvahi(exclusive: true) {
             let config = NSTemporaryDirectory() + "ferry-retry-\(UUID().uuidString).json"
             defer { try? FileManager.default.removeItem(atPath: config) }
@@ -322,10 +331,10 @@ import Testing
             let node = ServeProcess()
             let info = try await node.start(["--discovery", "--config", config, "--name", "restart-\(getpid())"])
             let id = try #require(info["id"]?.stringValue)
-            func advertised() async -> Bool { await shell("avahi-browse -rpt _ferry._tcp", timeout: 10).output.contains("id=\(id)") }
+            func advertised() async -> Bool { await browse().contains("id=\(id)") }
             try await waitUntil("the node is advertised") { await advertised() }
-            #expect(await LoopbackAvahi.stop() == nil)
-            #expect(await LoopbackAvahi.start() == nil)
+            #expect(await LoopbackAvahi.stopDaemon() == nil)
+            #expect(await LoopbackAvahi.startDaemon() == nil)
             // A new daemon knows nothing of the old registrations: seeing the service again
             // means the node noticed and registered again by itself.
             try await waitUntil("the node is advertised again", timeout: 60) { await advertised() }
