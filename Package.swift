@@ -77,7 +77,7 @@ let package = Package(
         .target(
             name: "FerryDiscovery",
             dependencies: [
-                "CDNSSD",
+                "FerryCore", "CDNSSD",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
