@@ -273,8 +273,10 @@ public final class PeerManager: Service, Sendable {
 
     /// Every known peer, with trust and link status: static and discovered peers, and every
     /// peer connected to this node's listener (an inbound-only peer has source "inbound").
+    /// Only IDs the transport proved count: a password client's hello ID is a mere claim.
     public var peers: [PeerInfo] {
-        let inbound = Dictionary(grouping: node.inboundSessions().filter { $0.peerID != nil }, by: { $0.peerID! })
+        let proven = node.inboundSessions().filter { $0.authenticated && $0.peerID != nil }
+        let inbound = Dictionary(grouping: proven, by: { $0.peerID! })
         let known = state.withLock { s in s.peers.values.sorted { $0.nodeID < $1.nodeID } }
         var list: [PeerInfo] = known.map { p in
             var sources: Set<String> = []
