@@ -1,4 +1,5 @@
 import FerryCore
+import Foundation
 import FerryStore
 import FerrySync
 import IntegrationHarness
@@ -105,5 +106,51 @@ final class Switchboard: Sendable {
         #expect(finished.withLock { $0 }, "the link waits to restart a replication that shutdown stopped")
         #expect(board.attempts.withLock { $0 } == 1)
         link.stop()
+    }
+}
+
+@Suite(.timeLimit(.minutes(5))) struct TrustChangeTests {
+    /// A peer manager over a node that is not running (links dial a closed port and retry).
+    func manager() throws -> (PeerManager, FerryNode, String) {
+        var c = NodeConfiguration()
+        c.port = 0
+        c.adminPort = 0
+        c.interface = "127.0.0.1"
+        c.discovery = false
+        let dir = NSTemporaryDirectory() + "ferry-node-\(UUID().uuidString)"
+        let node = try FerryNode(configuration: c, dataDirectory: dir)
+        let context = NodeContext(node: node, listener: node.makeListener(responder: node.makeResponder(authenticated: true)))
+        var quiet = Logger(label: "test")
+        quiet.logLevel = .critical
+        return (PeerManager(node: context, discovery: nil, logger: quiet), node, dir)
+    }
+
+    @Test func trustingADiscoveredPeerDialsItAndAChangedPolicyStartsANewLinkWithIt() async throws {
+        let (manager, node, dir) = try manager()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let other = String(repeating: "f", count: 64)  // higher than any real ID: this node dials
+        manager.handle(.appeared(peer(other, port: 1)))
+        func link() -> ReplicationLink? { manager.state.withLock { $0.peers[other]?.link } }
+        #expect(link() == nil)  // not trusted: listed, not dialled
+        try node.trust.add(.init(nodeID: other, name: nil, policy: .trusted, source: "api"))
+        manager.trustChanged()
+        let first = try #require(link())
+        #expect(first.policy == .trusted)
+        // The same entry again: the link stays (and is only told to redial).
+        try node.trust.add(.init(nodeID: other, name: nil, policy: .trusted, source: "api"))
+        manager.trustChanged()
+        #expect(link() === first)
+        // A new policy: what the peer may write here changes at once, with a new link.
+        let readOnly = PeerPolicy(read: .all, write: .none, mayDelete: false)
+        try node.trust.add(.init(nodeID: other, name: nil, policy: readOnly, source: "api"))
+        manager.trustChanged()
+        let second = try #require(link())
+        #expect(second !== first && second.policy == readOnly)
+        #expect(second.replicator.configuration.remotePolicy == readOnly)
+        // No longer trusted: no link.
+        try node.trust.remove(other)
+        manager.trustChanged()
+        #expect(link() == nil)
+        await manager.stopAll()
     }
 }
