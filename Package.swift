@@ -3,7 +3,7 @@ import PackageDescription
 
 // Layers (see docs/architecture.md): dependencies point down only.
 //   ferry (CLI) -> FerryNode -> FerryTransport -> FerrySync -> FerryStore -> FerryCore
-//                         \-> FerryDiscovery (DNS-SD; knows nothing of documents)
+//                         \-> FerryDiscovery (DNS-SD; knows nothing of documents) -> FerryCore
 let package = Package(
     name: "Ferry",
     platforms: [.macOS(.v15)],
