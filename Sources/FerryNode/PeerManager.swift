@@ -14,6 +14,8 @@ import Synchronization
 /// One-dialer rule: of two nodes that discover each other, the one with the lower node ID
 /// (lowercase hex string order) dials; the other waits for it. Static peers are always
 /// dialled (the operator asked for it). Untrusted discovered peers are listed, never dialled.
+/// Trust changes apply at once (`trustChanged()`), and peers that dialled this node are
+/// listed too, from the responder's live sessions.
 public final class PeerManager: Service, Sendable {
     /// A peer as the admin API lists it.
     public struct PeerInfo: Sendable {
