@@ -3,7 +3,7 @@ import PackageDescription
 
 // Layers (see docs/architecture.md): dependencies point down only.
 //   ferry (CLI) -> FerryNode -> FerryTransport -> FerrySync -> FerryStore -> FerryCore
-//                         \-> FerryDiscovery (DNS-SD; knows nothing of documents)
+//                         \-> FerryDiscovery (DNS-SD; knows nothing of documents) -> FerryCore
 let package = Package(
     name: "Ferry",
     platforms: [.macOS(.v15)],
@@ -77,7 +77,7 @@ let package = Package(
         .target(
             name: "FerryDiscovery",
             dependencies: [
-                "CDNSSD",
+                "FerryCore", "CDNSSD",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
@@ -125,7 +125,7 @@ let package = Package(
         .testTarget(name: "FerryDiscoveryTests", dependencies: ["FerryDiscovery", "IntegrationHarness"]),
         .testTarget(
             name: "FerryNodeTests",
-            dependencies: ["FerryNode", "FerryTransport", "FerrySync", "FerryStore", "FerryCore", "FerryDiscovery"]
+            dependencies: ["FerryNode", "FerryTransport", "FerrySync", "FerryStore", "FerryCore", "FerryDiscovery", "IntegrationHarness"]
         ),
         .testTarget(name: "FerryTransportTests", dependencies: ["FerryTransport", "FerrySync", "FerryStore", "FerryCore"]),
         .testTarget(name: "FerryCLITests", dependencies: ["ferry", "FerryCore", "FerryStore", "IntegrationHarness"]),

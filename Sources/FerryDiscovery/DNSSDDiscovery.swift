@@ -1,3 +1,4 @@
+import FerryCore
 import CDNSSD
 import Dispatch
 import Foundation
@@ -179,7 +180,7 @@ public final class DNSSDDiscovery: PeerDiscovery, @unchecked Sendable {
 
     func registered(name: String, error: DNSServiceErrorType) {
         if error == kDNSServiceErr_NoError {
-            logger.info("advertising on DNS-SD", metadata: ["instance": "\(name)", "type": "\(Advertisement.serviceType)"])
+            logger.info("advertising on DNS-SD", metadata: ["instance": "\(LogText.escape(name))", "type": "\(Advertisement.serviceType)"])
         } else {
             sessionFailed("registration: \(describe(error))")
         }
@@ -208,7 +209,9 @@ public final class DNSSDDiscovery: PeerDiscovery, @unchecked Sendable {
     func found(_ peer: DiscoveredPeer, lookup: PeerLookup) {
         if peer.nodeID == currentAdvertisement?.nodeID { return lookup.cancel() }  // ourselves
         if let group = configuration.group, peer.group != group {
-            logger.debug("ignoring a Ferry node of another group", metadata: ["instance": "\(peer.instance)", "group": "\(peer.group)"])
+            logger.debug(
+                "ignoring a Ferry node of another group",
+                metadata: ["instance": "\(LogText.escape(peer.instance))", "group": "\(LogText.escape(peer.group))"])
             return lookup.cancel()
         }
         lookup.reported = true
@@ -278,7 +281,7 @@ final class PeerLookup {
         let err = DNSServiceResolve(
             &ref, 0, interface, instance, Advertisement.serviceType, domain, resolveReply, Unmanaged.passUnretained(self).toOpaque())
         guard err == kDNSServiceErr_NoError, let ref else {
-            owner.logger.debug("resolve failed", metadata: ["instance": "\(instance)", "error": "\(describe(err))"])
+            owner.logger.debug("resolve failed", metadata: ["instance": "\(LogText.escape(instance))", "error": "\(describe(err))"])
             return
         }
         resolveHandle = DNSSDHandle(ref: ref, queue: owner.queue, owner: owner)
@@ -288,7 +291,7 @@ final class PeerLookup {
         resolveHandle?.cancel()
         resolveHandle = nil
         guard let id = txt["id"], id.count == 64, id.allSatisfy(\.isHexDigit) else {
-            owner.logger.debug("a _ferry._tcp service without a valid id TXT key", metadata: ["instance": "\(instance)"])
+            owner.logger.debug("a _ferry._tcp service without a valid id TXT key", metadata: ["instance": "\(LogText.escape(instance))"])
             return
         }
         peer = DiscoveredPeer(
@@ -300,7 +303,7 @@ final class PeerLookup {
             &ref, 0, interface, host, UInt16(kDNSServiceType_A), UInt16(kDNSServiceClass_IN), queryReply,
             Unmanaged.passUnretained(self).toOpaque())
         guard err == kDNSServiceErr_NoError, let ref else {
-            owner.logger.debug("A-record query failed", metadata: ["host": "\(host)", "error": "\(describe(err))"])
+            owner.logger.debug("A-record query failed", metadata: ["host": "\(LogText.escape(host))", "error": "\(describe(err))"])
             return
         }
         queryHandle = DNSSDHandle(ref: ref, queue: owner.queue, owner: owner)

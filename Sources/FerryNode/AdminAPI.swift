@@ -188,22 +188,40 @@ struct AdminAPI: Sendable {
                 "addresses": .array(p.addresses.map(JSON.string)), "port": p.port.map { .int(Int64($0)) } ?? .null,
                 "source": .string(p.sources.sorted().joined(separator: "+")), "trusted": .bool(p.trusted),
                 "connected": .bool(p.connected), "dialled": .bool(p.dialled),
+                "direction": p.direction.map { .string($0.rawValue) } ?? .null,
                 "lastSeen": p.lastSeen.map { .string(iso.string(from: $0)) } ?? .null,
             ]
             if let url = p.url { o["url"] = .string(url) }
-            if let status = p.status, let summary = p.summary { o["replication"] = statusJSON(status, summary) }
+            // `replication` is the link this node dialled, else the peer's link to this node;
+            // `inbound` the latter when there are both.
+            let inbound = p.inbound.map { link -> JSON in
+                var j = statusJSON(link.status, link.summary, direction: .inbound).objectValue ?? [:]
+                j["remoteAddresses"] = .array(link.remoteAddresses.map(JSON.string))
+                j["since"] = .string(iso.string(from: link.since))
+                return .object(j)
+            }
+            if let status = p.status, let summary = p.summary {
+                o["replication"] = statusJSON(status, summary, direction: .outbound)
+                if let inbound { o["inbound"] = inbound }
+            } else if let inbound {
+                o["replication"] = inbound
+            }
             return .object(o)
         } ?? [])])
     }
 
-    func statusJSON(_ status: ReplicatorStatus, _ summary: ReplicationSummary) -> JSON {
-        [
+    /// A replication's status and counters; `direction` says which side dialled (peers only).
+    func statusJSON(_ status: ReplicatorStatus, _ summary: ReplicationSummary, direction: PeerManager.Direction? = nil) -> JSON {
+        var o: [String: JSON] = [
             "activity": .string(status.activity.rawValue), "completed": .int(Int64(status.completed)), "total": .int(Int64(status.total)),
             "error": status.error.map { .string("\($0)") } ?? .null,
+            "errorCode": status.error.map { .string($0.code) } ?? .null,
             "pushed": .int(Int64(summary.pushed)), "pulled": .int(Int64(summary.pulled)), "rejected": .int(Int64(summary.rejected)),
             "conflicts": .int(Int64(summary.conflicts)), "bytesSent": .int(Int64(summary.bytesSent)),
             "bytesReceived": .int(Int64(summary.bytesReceived)),
         ]
+        if let direction { o["direction"] = .string(direction.rawValue) }
+        return .object(o)
     }
 
     func replications() -> Response {

@@ -202,8 +202,8 @@ final class NodeContext: Sendable {
     var clock: any Clock<Duration> { node.clock }
     var pullFilter: RevisionFilter? { node.pullFilter }
 
-    /// Node IDs with a live inbound replication connection.
-    func inboundPeers() -> Set<String> { Set(listener.connections.compactMap(\.peerID)) }
+    /// The live inbound replication sessions, with the peers' IDs and live counters.
+    func inboundSessions() -> [ReplicationResponder.SessionStatus] { listener.responder?.sessions ?? [] }
 
     /// Replications to run: the config file's, then those added through the API.
     func replicationSpecs() -> [(ReplicationSpec, String)] {

@@ -14,6 +14,8 @@ import Synchronization
 /// One-dialer rule: of two nodes that discover each other, the one with the lower node ID
 /// (lowercase hex string order) dials; the other waits for it. Static peers are always
 /// dialled (the operator asked for it). Untrusted discovered peers are listed, never dialled.
+/// Trust changes apply at once (`trustChanged()`), and peers that dialled this node are
+/// listed too, from the responder's live sessions.
 public final class PeerManager: Service, Sendable {
     /// A peer as the admin API lists it.
     public struct PeerInfo: Sendable {
@@ -26,10 +28,35 @@ public final class PeerManager: Service, Sendable {
         public var dialled: Bool
         /// Whether a replication connection to or from the peer is up.
         public var connected: Bool
+        /// Which way the live connections go; nil when none is up.
+        public var direction: Direction?
         public var lastSeen: Date?
         public var url: String?
+        /// The replication this node dialled, if any.
         public var status: ReplicatorStatus?
         public var summary: ReplicationSummary?
+        /// The peer's connections to this node, combined; nil when there is none.
+        public var inbound: InboundLink?
+    }
+
+    /// Which way a peer's live connections go.
+    public enum Direction: String, Sendable {
+        /// This node dialled the peer.
+        case outbound
+        /// The peer dialled this node.
+        case inbound
+        /// Both at once (each side has the other as a static peer, for example).
+        case both
+    }
+
+    /// A peer's connections to this node's listener, as one status (several only while one replaces another).
+    public struct InboundLink: Sendable {
+        /// `.busy` while a request that moves documents is answered, else `.idle`.
+        public var status: ReplicatorStatus
+        /// From this node's side: `pushed` sent to the peer, `pulled` received and stored.
+        public var summary: ReplicationSummary
+        public var remoteAddresses: [String]
+        public var since: Date
     }
 
     struct PeerState {
@@ -49,6 +76,8 @@ public final class PeerManager: Service, Sendable {
         var instances: [String: String] = [:]  // DNS-SD instance → node ID
         var replications: [String: (spec: ReplicationSpec, source: String, link: ReplicationLink)] = [:]
         var stopping = false
+        /// The trust store as last seen, to tell which entries a change touched.
+        var trustSeen: [String: PeerPolicy] = [:]
     }
 
     let node: NodeContext
@@ -63,6 +92,8 @@ public final class PeerManager: Service, Sendable {
     }
 
     public func run() async throws {
+        let trusted = currentTrust()
+        state.withLock { $0.trustSeen = trusted }
         for peer in node.configuration.peers {
             state.withLock { s in
                 var p = s.peers[peer.nodeID] ?? PeerState(nodeID: peer.nodeID)
@@ -102,15 +133,21 @@ public final class PeerManager: Service, Sendable {
             if isNew {
                 logger.info(
                     "peer discovered",
-                    metadata: ["peer": "\(peer.nodeID)", "instance": "\(peer.instance)", "addresses": "\(peer.addresses)", "trusted": "\(node.trust.isTrusted(peer.nodeID))"])
+                    metadata: [
+                        "peer": "\(LogText.escape(peer.nodeID))", "instance": "\(LogText.escape(peer.instance))",
+                        "addresses": "\(LogText.escape(peer.addresses.joined(separator: ",")))",
+                        "trusted": "\(node.trust.isTrusted(peer.nodeID))",
+                    ])
             }
             if node.configuration.trustMode == .tofu, !node.trust.isTrusted(peer.nodeID), !node.trust.hasTOFUEntry {
                 do {
                     try node.trust.add(.init(nodeID: peer.nodeID, name: peer.instance, policy: .trusted, source: "tofu"))
-                    logger.notice("trust on first use: pinned the first peer seen in this group", metadata: ["peer": "\(peer.nodeID)"])
+                    logger.notice(
+                        "trust on first use: pinned the first peer seen in this group", metadata: ["peer": "\(LogText.escape(peer.nodeID))"])
                 } catch {
-                    logger.error("could not save the TOFU trust entry", metadata: ["error": "\(error)"])
+                    logger.error("could not save the TOFU trust entry", metadata: ["error": "\(LogText.escape(describing: error))"])
                 }
+                trustChanged()
             }
             reconcile(peer.nodeID)
         case .disappeared(let instance):
@@ -120,7 +157,7 @@ public final class PeerManager: Service, Sendable {
                 return id
             }
             if let id {
-                logger.info("peer went away", metadata: ["peer": "\(id)", "instance": "\(instance)"])
+                logger.info("peer went away", metadata: ["peer": "\(LogText.escape(id))", "instance": "\(LogText.escape(instance))"])
                 // Its replicator keeps retrying with backoff: the peer may only be restarting.
             }
         case .unavailable, .available:
@@ -138,28 +175,48 @@ public final class PeerManager: Service, Sendable {
         return "\(scheme)://\(address):\(port)/\(node.configuration.group)/sync"
     }
 
-    /// Starts, restarts (new address) or stops the link to one peer to match what is known.
-    func reconcile(_ id: String) {
-        let (toStop, toStart): (ReplicationLink?, ReplicationLink?) = state.withLock { s in
-            guard !s.stopping, var p = s.peers[id] else { return (nil, nil) }
+    /// Starts, restarts (new address or policy) or stops the link to one peer to match what
+    /// is known. With `redial`, a link kept as it is ends any wait and dials at once.
+    func reconcile(_ id: String, redial: Bool = false) {
+        let policy = node.trust.policy(for: id)
+        let (toStop, toStart, kept): (ReplicationLink?, ReplicationLink?, ReplicationLink?) = state.withLock { s in
+            guard !s.stopping, var p = s.peers[id] else { return (nil, nil, nil) }
             let url = dialURL(p)
-            if let link = p.link, link.url == url { return (nil, nil) }
+            if let link = p.link, link.url == url, link.policy == policy { return (nil, nil, link) }
             let old = p.link
             p.link = url.map { makeLink(url: $0, peerID: id, spec: nil) }
             s.peers[id] = p
-            return (old, p.link)
+            return (old, p.link, nil)
         }
         if let toStop {
-            logger.info("peer link changed", metadata: ["peer": "\(id)", "old": "\(toStop.url)", "new": "\(toStart?.url ?? "none")"])
+            logger.info(
+                "peer link changed",
+                metadata: ["peer": "\(LogText.escape(id))", "old": "\(LogText.escape(toStop.url))", "new": "\(LogText.escape(toStart?.url ?? "none"))"])
             toStop.stop()
         }
         toStart?.start()
+        if redial, let kept { kept.redial() }
     }
 
-    /// Re-evaluates every peer (after the trust store changed).
+    /// Re-evaluates every peer after the trust store changed: a newly trusted peer is dialled
+    /// at once (when this node is the one to dial), a link whose peer's entry changed starts
+    /// again with the new policy or, unchanged, ends its retry wait and dials now, and a
+    /// peer no longer trusted loses its link.
     public func trustChanged() {
-        let ids = state.withLock { Array($0.peers.keys) }
-        for id in ids { reconcile(id) }
+        let now = currentTrust()
+        let (ids, changed, replications) = state.withLock { s -> ([String], Set<String>, [ReplicationLink]) in
+            var changed = Set<String>()
+            for (id, policy) in now where s.trustSeen[id] != policy { changed.insert(id) }
+            for id in s.trustSeen.keys where now[id] == nil { changed.insert(id) }
+            s.trustSeen = now
+            return (Array(s.peers.keys), changed, s.replications.values.filter { changed.contains($0.spec.peerID) }.map(\.link))
+        }
+        for id in ids { reconcile(id, redial: changed.contains(id)) }
+        for link in replications { link.redial() }
+    }
+
+    func currentTrust() -> [String: PeerPolicy] {
+        Dictionary(node.trust.entries.map { ($0.nodeID, $0.policy) }, uniquingKeysWith: { a, _ in a })
     }
 
     func makeLink(url: String, peerID: String, spec: ReplicationSpec?) -> ReplicationLink {
@@ -173,6 +230,7 @@ public final class PeerManager: Service, Sendable {
         rc.pullFilter = node.pullFilter
         rc.metrics = node.metrics.sync
         rc.maxAttemptWait = .seconds(30)
+        let policy = node.trust.policy(for: peerID)
         let identity = node.identity, logger = self.logger
         let connector: Replicator.Connector = {
             var c = try WebSocketConnector(url: url, serverTrust: .pinned([peerID]), identity: identity)
@@ -180,8 +238,9 @@ public final class PeerManager: Service, Sendable {
             return try await c.connector()
         }
         return ReplicationLink(
-            url: url, peerID: peerID,
-            replicator: Replicator(store: node.store, connector: connector, configuration: rc, logger: logger.with("peer", peerID)),
+            url: url, peerID: peerID, policy: policy,
+            replicator: Replicator(
+                store: node.store, connector: connector, configuration: rc, clock: node.clock, logger: logger.with("peer", peerID)),
             clock: node.clock, logger: logger)
     }
 
@@ -214,23 +273,69 @@ public final class PeerManager: Service, Sendable {
         }
     }
 
-    /// Every known peer, with trust and link status.
+    /// Every known peer, with trust and link status: static and discovered peers, and every
+    /// peer connected to this node's listener (an inbound-only peer has source "inbound").
+    /// Only IDs the transport proved count: a password client's hello ID is a mere claim.
     public var peers: [PeerInfo] {
-        let inbound = node.inboundPeers()
-        return state.withLock { s in
-            s.peers.values.sorted { $0.nodeID < $1.nodeID }.map { p in
-                var sources: Set<String> = []
-                if p.staticURL != nil { sources.insert("static") }
-                if p.discovered || p.instance != nil { sources.insert("dns-sd") }
-                let linkActive = p.link.map { [.idle, .busy].contains($0.replicator.status.activity) } ?? false
-                return PeerInfo(
-                    nodeID: p.nodeID, name: p.name ?? node.trust.entry(p.nodeID)?.name, addresses: p.addresses, port: p.port,
-                    sources: sources, trusted: node.trust.isTrusted(p.nodeID), dialled: p.link != nil,
-                    connected: linkActive || inbound.contains(p.nodeID),
-                    lastSeen: p.lastSeen, url: p.link?.url, status: p.link?.replicator.status,
-                    summary: p.link?.replicator.summary)
-            }
+        let proven = node.inboundSessions().filter { $0.authenticated && $0.peerID != nil }
+        let inbound = Dictionary(grouping: proven, by: { $0.peerID! })
+        let known = state.withLock { s in s.peers.values.sorted { $0.nodeID < $1.nodeID } }
+        var list: [PeerInfo] = known.map { p in
+            var sources: Set<String> = []
+            if p.staticURL != nil { sources.insert("static") }
+            if p.discovered || p.instance != nil { sources.insert("dns-sd") }
+            let status = p.link?.replicator.status
+            return info(
+                nodeID: p.nodeID, name: p.name, addresses: p.addresses, port: p.port, sources: sources, lastSeen: p.lastSeen,
+                link: p.link, status: status, inbound: inbound[p.nodeID] ?? [])
         }
+        let listed = Set(known.map(\.nodeID))
+        for (id, sessions) in inbound where !listed.contains(id) {
+            list.append(info(
+                nodeID: id, name: nil, addresses: [], port: nil, sources: ["inbound"], lastSeen: nil, link: nil, status: nil,
+                inbound: sessions))
+        }
+        return list.sorted { $0.nodeID < $1.nodeID }
+    }
+
+    func info(
+        nodeID: String, name: String?, addresses: [String], port: Int?, sources: Set<String>, lastSeen: Date?, link: ReplicationLink?,
+        status: ReplicatorStatus?, inbound sessions: [ReplicationResponder.SessionStatus]
+    ) -> PeerInfo {
+        let outboundUp = status.map { [.idle, .busy].contains($0.activity) } ?? false
+        let inbound = Self.inboundLink(sessions)
+        let direction: Direction? =
+            switch (outboundUp, inbound != nil) {
+            case (true, true): .both
+            case (true, false): .outbound
+            case (false, true): .inbound
+            case (false, false): nil
+            }
+        return PeerInfo(
+            nodeID: nodeID, name: name ?? node.trust.entry(nodeID)?.name, addresses: addresses, port: port, sources: sources,
+            trusted: node.trust.isTrusted(nodeID), dialled: link != nil, connected: direction != nil, direction: direction,
+            lastSeen: lastSeen ?? sessions.map(\.connectedAt).max(), url: link?.url, status: status,
+            summary: link?.replicator.summary, inbound: inbound)
+    }
+
+    /// One peer's inbound sessions as one status; nil when there is none.
+    static func inboundLink(_ sessions: [ReplicationResponder.SessionStatus]) -> InboundLink? {
+        guard let first = sessions.first else { return nil }
+        var summary = ReplicationSummary()
+        for s in sessions.map(\.summary) {
+            summary.pushed += s.pushed
+            summary.pulled += s.pulled
+            summary.rejected += s.rejected
+            summary.conflicts += s.conflicts
+            summary.bytesSent += s.bytesSent
+            summary.bytesReceived += s.bytesReceived
+            summary.blobsSent += s.blobsSent
+            summary.blobsReceived += s.blobsReceived
+        }
+        let busy = sessions.contains(where: \.busy)
+        return InboundLink(
+            status: ReplicatorStatus(activity: busy ? .busy : .idle, completed: 0, total: 0, error: nil), summary: summary,
+            remoteAddresses: sessions.compactMap(\.remoteAddress), since: sessions.map(\.connectedAt).min() ?? first.connectedAt)
     }
 
     /// Number of peers with a live connection either way.
@@ -246,23 +351,29 @@ public final class PeerManager: Service, Sendable {
     }
 }
 
-/// One replicator kept running: restarted with backoff after it stops on an error
-/// (a permanent error too: the peer may be reconfigured), until `stop()`.
+/// One replicator kept running: restarted after it stops on a permanent error (the peer
+/// may be reconfigured), until `stop()`. The replicator itself retries transient failures,
+/// and refusals by a peer that does not trust this node yet, with its own backoff.
 final class ReplicationLink: Sendable {
     let url: String
     let peerID: String
+    /// The peer's policy in the trust store when the link was made (nil: not in it).
+    let policy: PeerPolicy?
     let replicator: Replicator
     let clock: any Clock<Duration>
     let logger: Logger
     private let task = Mutex<Task<Void, Never>?>(nil)
     private let stopped = Mutex(false)
+    /// Ends a restart wait early; set when `redial()` comes while none is under way.
+    private let wake = Mutex<(pending: Bool, waiter: CheckedContinuation<Void, Never>?)>((false, nil))
 
-    /// Wait after a replicator stops on an error before starting it again.
+    /// Wait after a replicator stops on a permanent error before starting it again.
     static let restartWait: Duration = .seconds(30)
 
-    init(url: String, peerID: String, replicator: Replicator, clock: any Clock<Duration>, logger: Logger) {
+    init(url: String, peerID: String, policy: PeerPolicy?, replicator: Replicator, clock: any Clock<Duration>, logger: Logger) {
         self.url = url
         self.peerID = peerID
+        self.policy = policy
         self.replicator = replicator
         self.clock = clock
         self.logger = logger
@@ -272,12 +383,62 @@ final class ReplicationLink: Sendable {
         let t = Task { [self] in
             while !stopped.withLock({ $0 }) {
                 await replicator.run()
-                if stopped.withLock({ $0 }) || !replicator.configuration.continuous && replicator.status.error == nil { break }
-                logger.info("replication stopped; restarting later", metadata: ["peer": "\(peerID)", "error": "\(replicator.status.error.map { "\($0)" } ?? "none")"])
-                do { try await clock.sleep(for: Self.restartWait) } catch { break }
+                if stopped.withLock({ $0 }) { break }
+                // Without an error, the replicator finished (one-shot) or was stopped by the
+                // node's graceful shutdown: nothing to restart.
+                guard let error = replicator.status.error else { break }
+                logger.warning(
+                    "replication stopped on a permanent error; starting it again later",
+                    metadata: [
+                        "peer": "\(LogText.escape(peerID))", "error": "\(LogText.escape(describing: error))",
+                        "retryIn": "\(Self.restartWait)",
+                    ])
+                await restartWait()
             }
         }
         task.withLock { $0 = t }
+    }
+
+    /// Sleeps `restartWait`, or less if `redial()` or `stop()` comes first.
+    private func restartWait() async {
+        let clock = self.clock
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { try? await clock.sleep(for: Self.restartWait) }
+            group.addTask {
+                await withTaskCancellationHandler {
+                    await withCheckedContinuation { c in
+                        let now = self.wake.withLock { w -> Bool in
+                            if w.pending || Task.isCancelled {
+                                w.pending = false
+                                return true
+                            }
+                            w.waiter = c
+                            return false
+                        }
+                        if now { c.resume() }
+                    }
+                } onCancel: {
+                    self.wake.withLock { w -> CheckedContinuation<Void, Never>? in
+                        defer { w.waiter = nil }
+                        return w.waiter
+                    }?.resume()
+                }
+            }
+            await group.next()
+            group.cancelAll()
+        }
+        wake.withLock { $0.pending = false }
+    }
+
+    /// Dials at once: ends a restart wait, or the replicator's own retry wait, and resets its backoff.
+    func redial() {
+        let waiter = wake.withLock { w -> CheckedContinuation<Void, Never>? in
+            defer { w.waiter = nil }
+            if w.waiter == nil { w.pending = true }
+            return w.waiter
+        }
+        waiter?.resume()
+        replicator.retryNow()
     }
 
     func stop() {

@@ -195,7 +195,7 @@ extension DocumentStore {
             } catch {
                 // A local edit raced the resolution; the next exchange resolves again.
                 guard error.code == "conflict" else { throw error }
-                logger.debug("conflict resolution raced a local edit", metadata: ["id": "\(id)"])
+                logger.debug("conflict resolution raced a local edit", metadata: ["id": "\(LogText.escape(id.rawValue))"])
             }
         }
         return (conflicts, written)

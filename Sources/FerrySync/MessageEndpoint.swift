@@ -12,6 +12,12 @@ public protocol MessageEndpoint: Sendable {
     var incoming: AsyncThrowingStream<[UInt8], any Error> { get }
     /// Closes the endpoint; `error` tells the peer why (nil for a normal close).
     func close(error: SyncError?) async
+    /// The peer's network address, when the transport has one (for listings, not trust).
+    var remoteAddress: String? { get }
+}
+
+extension MessageEndpoint {
+    public var remoteAddress: String? { nil }
 }
 
 /// The two kinds of transport a message endpoint can sit on.

@@ -61,9 +61,59 @@ public final class ReplicationResponder: Sendable {
     public func serve(_ endpoint: any MessageEndpoint, authenticatedPeer: String? = nil) async {
         let session = ResponderSession(responder: self, authenticatedPeer: authenticatedPeer)
         let connection = Connection(endpoint: endpoint, handler: { request in await session.handle(request) }, metrics: options.metrics)
+        let live = LiveSession(session: session, connection: connection, remoteAddress: endpoint.remoteAddress, connectedAt: Date())
+        let id = live.session.sessionID
+        liveSessions.withLock { $0[id] = live }
+        defer { _ = liveSessions.withLock { $0.removeValue(forKey: id) } }
         await connection.run()
     }
+
+    /// One peer connected to this responder, as the node lists it.
+    public struct SessionStatus: Sendable {
+        /// Numbers sessions in the order they connected.
+        public let id: Int
+        /// The node ID the transport proved, else the one the peer claimed in hello (nil before hello).
+        public let peerID: String?
+        /// Whether `peerID` was proven by the transport (mutual TLS) rather than claimed.
+        public let authenticated: Bool
+        public let remoteAddress: String?
+        public let connectedAt: Date
+        /// Whether a request that moves documents or blobs is being answered now.
+        public let busy: Bool
+        /// From this node's side: `pushed` counts revisions sent to the peer, `pulled`
+        /// revisions received from it and stored, `rejected` those refused at the trust
+        /// boundary; the byte counts include the traffic so far.
+        public let summary: ReplicationSummary
+    }
+
+    /// Every session open now, oldest first, with live counters.
+    public var sessions: [SessionStatus] {
+        liveSessions.withLock { Array($0.values) }.sorted { $0.session.sessionID < $1.session.sessionID }.map { $0.status }
+    }
+
+    private let liveSessions = Mutex<[Int: LiveSession]>([:])
 }
+
+/// A session being served, with its connection (for live traffic counts).
+struct LiveSession: Sendable {
+    let session: ResponderSession
+    let connection: Connection
+    let remoteAddress: String?
+    let connectedAt: Date
+
+    var status: ReplicationResponder.SessionStatus {
+        var summary = session.counts.value
+        let c = connection.counters.withLock { $0 }
+        summary.bytesSent = c.bytesSent
+        summary.bytesReceived = c.bytesReceived
+        return .init(
+            id: session.sessionID, peerID: session.peerID, authenticated: session.authenticatedPeer != nil,
+            remoteAddress: remoteAddress, connectedAt: connectedAt, busy: session.working.value > 0, summary: summary)
+    }
+}
+
+/// Numbers responder sessions across the process.
+private let sessionNumbers = Mutex(0)
 
 /// One peer's session with a responder: remembers the peer's identity after hello.
 final class ResponderSession: Sendable {
@@ -72,17 +122,40 @@ final class ResponderSession: Sendable {
     let authenticatedPeer: String?
     /// Revisions this peer pushed in this session: not announced back to it.
     let peerHeld = PeerHeldRevisions()
+    let sessionID: Int
+    /// Documents moved in this session (bytes come from the connection).
+    let counts = LockedValue(ReplicationSummary())
+    /// Requests that move documents or blobs being answered now.
+    let working = LockedValue(0)
 
     init(responder: ReplicationResponder, authenticatedPeer: String?) {
         self.responder = responder
         self.authenticatedPeer = authenticatedPeer
+        sessionID = sessionNumbers.withLock { n -> Int in
+            n += 1
+            return n
+        }
     }
+
+    /// The proven or claimed node ID of the peer; nil before hello.
+    var peerID: String? { peer.value }
+
+    /// The peer's ID as logs show it (claimed IDs are the peer's text).
+    var peerForLog: String { LogText.escape(peer.value ?? "?") }
+
+    static let workingProfiles: Set<String> = [
+        SyncProtocol.Profile.getRevs, SyncProtocol.Profile.putRevs, SyncProtocol.Profile.revsDiff,
+        SyncProtocol.Profile.getBlob, SyncProtocol.Profile.putBlob,
+    ]
 
     var store: DocumentStore { responder.store }
     var options: ReplicationResponder.Options { responder.options }
     var policy: PeerPolicy { options.policy(for: peer.value ?? "") }
 
     func handle(_ request: Message) async -> Message? {
+        let counted = Self.workingProfiles.contains(request.profile ?? "")
+        if counted { working.modify { $0 += 1 } }
+        defer { if counted { working.modify { $0 -= 1 } } }
         do {
             let profile = request.profile ?? ""
             if profile != SyncProtocol.Profile.hello && peer.value == nil {
@@ -105,7 +178,12 @@ final class ResponderSession: Sendable {
             return reply
         } catch {
             let e = SyncError.from(error)
-            responder.logger.warning("request failed", metadata: ["profile": "\(request.profile ?? "?")", "error": "\(e)"])
+            responder.logger.warning(
+                "request failed",
+                metadata: [
+                    "peer": "\(peerForLog)", "profile": "\(LogText.escape(request.profile ?? "?"))",
+                    "error": "\(LogText.escape(describing: e))",
+                ])
             return Message.errorReply(to: request.number, e)
         }
     }
@@ -229,6 +307,7 @@ final class ResponderSession: Sendable {
                 let inline = WireRevision.inline(id: change.id, revision: leaves[0], tree: tree, useDeltas: inlineDeltas, limit: inlineLimit)?.inlineJSON
             {
                 entry.append(inline)
+                counts.modify { $0.pushed += 1 }
             }
             entries.append(.array(entry))
         }
@@ -320,6 +399,8 @@ final class ResponderSession: Sendable {
             }
             out.append(wire)
         }
+        let sent = out.count(where: { !$0.missing })
+        counts.modify { $0.pushed += sent }
         return Message(kind: .response, number: request.number, body: WireRevision.encodeBatch(out))
     }
 
@@ -342,7 +423,11 @@ final class ResponderSession: Sendable {
                 options.metrics?.rejected(stage: rejection.stage.rawValue, direction: "push")
                 responder.logger.warning(
                     "pushed revision rejected",
-                    metadata: ["peer": "\(peer.value ?? "?")", "id": "\(wire.id)", "rev": "\(wire.rev)", "reason": "\(rejection)"])
+                    metadata: [
+                        "peer": "\(peerForLog)", "id": "\(LogText.escape(wire.id))", "rev": "\(LogText.escape(wire.rev))",
+                        "reason": "\(LogText.escape(describing: rejection))",
+                    ])
+                counts.modify { $0.rejected += 1 }
                 results.append([
                     "id": .string(wire.id), "rev": .string(wire.rev), "status": "rejected",
                     "reason": .string(rejection.description),
@@ -368,9 +453,10 @@ final class ResponderSession: Sendable {
         for ((index, rev), outcome) in zip(accepted, outcomes) {
             if case .rejected = outcome {} else { peerHeld.record(rev.id, rev.revision) }
             switch outcome {
-            case .inserted: break
+            case .inserted: counts.modify { $0.pulled += 1 }
             case .alreadyPresent: results[index] = ["id": .string(rev.id.rawValue), "rev": .string(rev.revision.description), "status": "exists"]
             case .rejected(let e):
+                counts.modify { $0.rejected += 1 }
                 let stage = e.code == "rejected" ? "validation" : "structure"
                 options.metrics?.rejected(stage: stage, direction: "push")
                 results[index] = [
@@ -404,6 +490,7 @@ final class ResponderSession: Sendable {
         guard let content = try store.blobs.get(digest) else {
             throw SyncError(code: "not_found", message: "no blob \(digest)", isTransient: false)
         }
+        counts.modify { $0.blobsSent += 1 }
         return Message(kind: .response, number: request.number, body: content)
     }
 
@@ -416,6 +503,7 @@ final class ResponderSession: Sendable {
             throw SyncError.protocolViolation("blob content does not match digest \(digest)")
         }
         try store.blobs.put(request.body)
+        counts.modify { $0.blobsReceived += 1 }
         return reply(request, [:])
     }
 }
@@ -428,6 +516,7 @@ final class LockedValue<T: Sendable>: Sendable {
         get { storage.withLock { $0 } }
         set { storage.withLock { $0 = newValue } }
     }
+    func modify(_ change: (inout T) -> Void) { storage.withLock { change(&$0) } }
 }
 
 import Synchronization

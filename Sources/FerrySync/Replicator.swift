@@ -21,7 +21,8 @@ public final class Replicator: Sendable {
     private let state = Mutex(RunState())
     private let statusBroadcaster = Broadcaster<ReplicatorStatus>()
     private let eventBroadcaster = Broadcaster<DocumentEvent>()
-    private let summaryState = LockedBox(ReplicationSummary())
+    /// Totals of finished connections, and the connection up now (its traffic counts live).
+    private let summaryState = LockedBox(SummaryState())
     /// Revisions pulled from or pushed to the current connection's peer: not pushed back.
     private let peerHeld = PeerHeldRevisions()
 
@@ -33,6 +34,8 @@ public final class Replicator: Sendable {
         var remoteDatabase: String?
         /// How far the push loop of the current connection has pushed, ahead of a deferred local checkpoint.
         var pushedThrough: UInt64 = 0
+        /// `retryNow()` was called; the next wait before an attempt ends at once.
+        var retryRequested = false
     }
 
     public init(
@@ -49,7 +52,8 @@ public final class Replicator: Sendable {
     // MARK: Observing
 
     public var status: ReplicatorStatus { state.withLock { $0.status } }
-    public var summary: ReplicationSummary { summaryState.read { $0 } }
+    /// Totals so far; the traffic of the connection up now is included as it happens.
+    public var summary: ReplicationSummary { summaryState.read(\.current) }
 
     /// Every status change from now on; finishes when the replicator stops for good.
     public func statusChanges() -> AsyncStream<ReplicatorStatus> { statusBroadcaster.subscribe() }
@@ -78,9 +82,9 @@ public final class Replicator: Sendable {
     /// Updates the summary and reports the difference to the metrics.
     private func count(_ change: (inout ReplicationSummary) -> Void) {
         let (old, new) = summaryState.modify { s -> (ReplicationSummary, ReplicationSummary) in
-            let old = s
-            change(&s)
-            return (old, s)
+            let old = s.totals
+            change(&s.totals)
+            return (old, s.totals)
         }
         guard let m = configuration.metrics else { return }
         m.pushed(new.pushed - old.pushed)
@@ -104,12 +108,14 @@ public final class Replicator: Sendable {
     private func runUntilDone() async {
         state.withLock {
             $0.stopRequested = false
+            $0.retryRequested = false
         }
         var attempt = 0
+        var refusals = 0
         while true {
             if stopRequested || Task.isCancelled { break }
             setActivity(.connecting)
-            let progressBefore = summary
+            let progressBefore = summary.documentProgress
             do {
                 try await connectAndReplicate()
                 setActivity(.stopped)
@@ -121,37 +127,99 @@ public final class Replicator: Sendable {
                     break
                 }
                 configuration.metrics?.replicationError(transient: e.isTransient)
-                if !e.isTransient {
-                    logger.error("replication stopped", metadata: ["error": "\(e)"])
+                let wait: Duration
+                if e.isNotTrustedByPeer && configuration.continuous {
+                    // Trust is set up on both sides by hand, one after the other: the peer
+                    // may trust this node in a moment, and only a new attempt can tell.
+                    refusals += 1
+                    attempt = 0
+                    if refusals == 1 {
+                        logger.notice(
+                            "the peer does not trust this node (yet); retrying until it does",
+                            metadata: ["error": "\(LogText.escape(describing: e))"])
+                    } else {
+                        logger.debug("the peer still does not trust this node", metadata: ["attempt": "\(refusals)"])
+                    }
+                    wait = notTrustedBackoff(refusal: refusals)
+                } else if !e.isTransient {
+                    logger.error("replication stopped", metadata: ["error": "\(LogText.escape(describing: e))"])
                     setActivity(.stopped, error: e)
                     break
-                }
-                attempt = summary == progressBefore ? attempt + 1 : 1
-                if attempt >= configuration.effectiveMaxAttempts {
-                    logger.error("replication gave up", metadata: ["error": "\(e)", "attempts": "\(attempt)"])
-                    setActivity(.stopped, error: e)
-                    break
-                }
-                logger.info("replication offline, will retry", metadata: ["error": "\(e)", "attempt": "\(attempt)"])
-                setActivity(.offline, error: e)
-                let wait = backoff(attempt: attempt)
-                let clock = self.clock
-                do {
-                    // A stop ends the wait at once.
-                    guard try await untilStopped({ try await clock.sleep(for: wait) }) != nil else {
-                        setActivity(.stopped)
+                } else {
+                    refusals = 0
+                    attempt = summary.documentProgress == progressBefore ? attempt + 1 : 1
+                    if attempt >= configuration.effectiveMaxAttempts {
+                        logger.error(
+                            "replication gave up", metadata: ["error": "\(LogText.escape(describing: e))", "attempts": "\(attempt)"])
+                        setActivity(.stopped, error: e)
                         break
                     }
-                } catch {
-                    setActivity(.stopped)
-                    break
+                    logger.info(
+                        "replication offline, will retry", metadata: ["error": "\(LogText.escape(describing: e))", "attempt": "\(attempt)"])
+                    wait = backoff(attempt: attempt)
                 }
+                setActivity(.offline, error: e)
+                switch await retryWait(wait) {
+                case .stopped:
+                    setActivity(.stopped)
+                case .elapsed:
+                    continue
+                case .retryNow:
+                    attempt = 0
+                    refusals = 0
+                    continue
+                }
+                break
             }
         }
         if status.activity != .stopped { setActivity(.stopped) }
         statusBroadcaster.finish()
         eventBroadcaster.finish()
     }
+
+    /// How a wait before the next connection attempt ended.
+    enum RetryWaitEnd { case elapsed, retryNow, stopped }
+
+    /// Waits `wait` on the clock; `stop()` and `retryNow()` end the wait at once.
+    private func retryWait(_ wait: Duration) async -> RetryWaitEnd {
+        let clock = self.clock
+        let retry = retrySignal.subscribe()
+        if state.withLock({ s -> Bool in
+            defer { s.retryRequested = false }
+            return s.retryRequested
+        }) { return .retryNow }
+        do {
+            let end = try await untilStopped { () async throws -> RetryWaitEnd in
+                try await withThrowingTaskGroup(of: RetryWaitEnd.self) { group in
+                    group.addTask {
+                        try await clock.sleep(for: wait)
+                        return .elapsed
+                    }
+                    group.addTask {
+                        for await _ in retry { return .retryNow }
+                        return .elapsed
+                    }
+                    let first = try await group.next() ?? .elapsed
+                    group.cancelAll()
+                    return first
+                }
+            }
+            state.withLock { $0.retryRequested = false }
+            return end ?? .stopped
+        } catch {
+            return .stopped
+        }
+    }
+
+    /// Ends a wait before the next connection attempt now and starts counting attempts
+    /// afresh (for example, because this node's trust in the peer just changed). Does
+    /// nothing to a connection that is up.
+    public func retryNow() {
+        state.withLock { $0.retryRequested = true }
+        retrySignal.send(())
+    }
+
+    private let retrySignal = Broadcaster<Void>()
 
     /// Starts `run()` in a task of its own.
     public func start() {
@@ -180,8 +248,17 @@ public final class Replicator: Sendable {
     var stopRequested: Bool { state.withLock { $0.stopRequested } }
 
     func backoff(attempt: Int) -> Duration {
-        let base = configuration.initialAttemptWait * Int(min(1 << min(attempt - 1, 30), 1 << 30))
-        let capped = min(base, configuration.maxAttemptWait)
+        Self.jitteredBackoff(attempt: attempt, first: configuration.initialAttemptWait, cap: configuration.maxAttemptWait)
+    }
+
+    /// The wait after the peer refused this node as not trusted, for the `refusal`-th time in a row.
+    func notTrustedBackoff(refusal: Int) -> Duration {
+        Self.jitteredBackoff(attempt: refusal, first: configuration.notTrustedRetryWait, cap: configuration.maxNotTrustedRetryWait)
+    }
+
+    static func jitteredBackoff(attempt: Int, first: Duration, cap: Duration) -> Duration {
+        let base = first * Int(min(1 << min(max(attempt, 1) - 1, 30), 1 << 30))
+        let capped = min(base, cap)
         // Jitter in [0.5, 1.0) so peers that failed together do not retry together.
         return capped * Double.random(in: 0.5..<1.0)
     }
@@ -195,6 +272,16 @@ public final class Replicator: Sendable {
         }
         let connection = Connection(endpoint: endpoint, metrics: configuration.metrics)
         peerHeld.reset()
+        summaryState.modify { $0.live = connection }
+        // However the connection ends, its traffic moves from live into the totals at once.
+        defer {
+            summaryState.modify { s in
+                let c = connection.counters.withLock { $0 }
+                s.totals.bytesSent += c.bytesSent
+                s.totals.bytesReceived += c.bytesReceived
+                s.live = nil
+            }
+        }
         connection.start()
         do {
             try await replicate(over: connection)
@@ -202,11 +289,6 @@ public final class Replicator: Sendable {
         } catch {
             await connection.close(error: SyncError.from(error))
             throw error
-        }
-        let c = connection.counters.withLock { $0 }
-        count {
-            $0.bytesSent += c.bytesSent
-            $0.bytesReceived += c.bytesReceived
         }
     }
 
@@ -701,7 +783,12 @@ public final class Replicator: Sendable {
         count { $0.rejected += 1 }
         let stage = reason.prefix { $0 != ":" }
         configuration.metrics?.rejected(stage: stage.isEmpty ? "other" : String(stage), direction: direction.rawValue)
-        logger.warning("revision rejected", metadata: ["direction": "\(direction.rawValue)", "id": "\(id)", "rev": "\(rev)", "reason": "\(reason)"])
+        logger.warning(
+            "revision rejected",
+            metadata: [
+                "direction": "\(direction.rawValue)", "id": "\(LogText.escape(id))", "rev": "\(LogText.escape(rev))",
+                "reason": "\(LogText.escape(reason))",
+            ])
         eventBroadcaster.send(DocumentEvent(direction: direction, id: id, revision: rev, deleted: deleted, rejection: reason))
     }
 
@@ -982,6 +1069,26 @@ public final class Replicator: Sendable {
     public func isDocumentPending(_ id: DocumentID) throws -> Bool {
         try pendingDocumentIDs().contains(id)
     }
+}
+
+/// A replicator's totals, and the connection whose traffic is not in them yet.
+struct SummaryState {
+    var totals = ReplicationSummary()
+    var live: Connection?
+
+    var current: ReplicationSummary {
+        guard let live else { return totals }
+        var s = totals
+        let c = live.counters.withLock { $0 }
+        s.bytesSent += c.bytesSent
+        s.bytesReceived += c.bytesReceived
+        return s
+    }
+}
+
+extension ReplicationSummary {
+    /// The document counts only: what says an attempt got somewhere (traffic alone does not).
+    var documentProgress: [Int] { [pushed, pulled, rejected, conflicts, resolved, blobsSent, blobsReceived] }
 }
 
 /// A value behind an NSLock, for read-modify-write with non-escaping closures.

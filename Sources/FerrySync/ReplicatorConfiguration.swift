@@ -29,6 +29,13 @@ public struct ReplicatorConfiguration: Sendable {
     /// The first retry waits this long; each further one doubles, up to `maxAttemptWait`.
     public var initialAttemptWait: Duration = .milliseconds(250)
     public var maxAttemptWait: Duration = .seconds(300)
+    /// A continuous replication that the peer refuses because it does not trust this node
+    /// (`not_trusted_by_peer`) retries after this, doubling up to `maxNotTrustedRetryWait`,
+    /// however long that lasts: only a new attempt can tell when the peer's operator has
+    /// added this node, and then replication should start at once. Defaults 200 ms and 1.5 s
+    /// (each wait is jittered down to half).
+    public var notTrustedRetryWait: Duration = .milliseconds(200)
+    public var maxNotTrustedRetryWait: Duration = .milliseconds(1500)
     /// How long a live changes request waits on the peer before it answers empty.
     public var heartbeat: Duration = .seconds(30)
     /// Send and accept deltas. Default true.
@@ -100,6 +107,13 @@ public struct ReplicatorStatus: Sendable, Equatable {
     public var error: SyncError?
 
     public static let initial = ReplicatorStatus(activity: .stopped, completed: 0, total: 0, error: nil)
+
+    public init(activity: Activity, completed: Int, total: Int, error: SyncError?) {
+        self.activity = activity
+        self.completed = completed
+        self.total = total
+        self.error = error
+    }
 }
 
 /// One document replicated, or refused, in either direction.
@@ -129,4 +143,5 @@ public struct ReplicationSummary: Sendable, Equatable {
     public var deltasReceived = 0
     public var blobsSent = 0
     public var blobsReceived = 0
+    public init() {}
 }

@@ -34,6 +34,15 @@ public struct SyncError: FerryError, Equatable {
         SyncError(code: "timeout", message: why, isTransient: true)
     }
 
+    /// The code of a refusal because the peer does not trust this node (its listener
+    /// refused this node's certificate). Permanent for one attempt, but the peer's operator
+    /// may add this node's ID at any moment: a continuous replication keeps retrying it
+    /// promptly, with a short capped backoff.
+    public static let notTrustedByPeerCode = "not_trusted_by_peer"
+
+    /// Whether the peer refused this node as not trusted.
+    public var isNotTrustedByPeer: Bool { code == Self.notTrustedByPeerCode }
+
     /// Maps any error to a SyncError, keeping the domain, code and transience of Ferry errors.
     public static func from(_ error: any Error) -> SyncError {
         if let e = error as? SyncError { return e }

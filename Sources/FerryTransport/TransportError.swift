@@ -1,4 +1,5 @@
 import FerryCore
+import FerrySync
 
 /// Errors of identity, TLS and connection handling, each saying whether a retry may help.
 public struct TransportError: FerryError, Equatable {
@@ -21,6 +22,11 @@ public struct TransportError: FerryError, Equatable {
     /// The peer's certificate is not the pinned one (client) or not trusted (listener).
     public static func untrustedPeer(_ why: String) -> TransportError {
         TransportError(code: "untrusted_peer", message: why, isTransient: false)
+    }
+    /// The peer's listener refused this node's certificate: it does not trust this node
+    /// (yet). Permanent for this attempt; continuous replications retry it promptly.
+    public static func notTrustedByPeer(_ why: String) -> TransportError {
+        TransportError(code: SyncError.notTrustedByPeerCode, message: why, isTransient: false)
     }
     public static func refused(_ why: String) -> TransportError {
         TransportError(code: "refused", message: why, isTransient: false)

@@ -152,10 +152,10 @@ public struct WebSocketConnector: Sendable {
         }
         if let e = error as? NIOSSLError {
             // A listener that does not trust our certificate aborts the handshake.
-            return TransportError.untrustedPeer("TLS handshake with \(host):\(port) failed (is this node trusted there?): \(e)")
+            return TransportError.notTrustedByPeer("TLS handshake with \(host):\(port) failed (is this node trusted there?): \(e)")
         }
         if let e = error as? BoringSSLError {
-            return TransportError.untrustedPeer("TLS handshake with \(host):\(port) failed (is this node trusted there?): \(e)")
+            return TransportError.notTrustedByPeer("TLS handshake with \(host):\(port) failed (is this node trusted there?): \(e)")
         }
         if error is ChannelError {
             return TransportError.connectFailed("cannot connect to \(host):\(port): \(error)")

@@ -16,6 +16,7 @@ final class WebSocketEndpoint: MessageEndpoint {
     private let ready = Mutex<[CheckedContinuation<Void, Never>]>([])
     private let channel: any Channel
     let isClient: Bool
+    let remoteAddress: String?
     let maximumMessageSize: Int
     let logger: Logger
 
@@ -30,6 +31,7 @@ final class WebSocketEndpoint: MessageEndpoint {
         self.pingInterval = pingInterval
         (incoming, continuation) = AsyncThrowingStream.makeStream(of: [UInt8].self, throwing: (any Error).self)
         channel = asyncChannel.channel
+        remoteAddress = channel.remoteAddress.map { a in a.ipAddress.map { "\($0):\(a.port ?? 0)" } ?? "\(a)" }
         self.isClient = isClient
         self.maximumMessageSize = maximumMessageSize
         self.logger = logger

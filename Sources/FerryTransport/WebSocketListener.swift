@@ -68,9 +68,13 @@ public final class WebSocketListener: Service, Sendable {
         var stopping = false
     }
 
+    /// The responder serving every connection, when the listener was made with one: its
+    /// `sessions` list the connected peers with live counters.
+    public let responder: ReplicationResponder?
+
     /// A listener that serves replication with `responder`.
     public convenience init(identity: NodeIdentity, configuration: Configuration, responder: ReplicationResponder, logger: Logger = Logger(label: "ferry.listener")) {
-        self.init(identity: identity, configuration: configuration, logger: logger) { endpoint, peer in
+        self.init(identity: identity, configuration: configuration, logger: logger, responder: responder) { endpoint, peer in
             await responder.serve(endpoint, authenticatedPeer: peer)
         }
     }
@@ -79,8 +83,9 @@ public final class WebSocketListener: Service, Sendable {
     /// (with the peer's node ID, or nil under password authentication).
     public init(
         identity: NodeIdentity, configuration: Configuration, logger: Logger = Logger(label: "ferry.listener"),
-        serveConnection: @escaping @Sendable (any MessageEndpoint, String?) async -> Void
+        responder: ReplicationResponder? = nil, serveConnection: @escaping @Sendable (any MessageEndpoint, String?) async -> Void
     ) {
+        self.responder = responder
         self.identity = identity
         self.configuration = configuration
         self.serveConnection = serveConnection
@@ -262,7 +267,7 @@ public final class WebSocketListener: Service, Sendable {
         do {
             result = try await upgrade.get()
         } catch {
-            logger.info("connection refused during handshake", metadata: ["error": "\(error)"])
+            logger.info("connection refused during handshake", metadata: ["error": "\(LogText.escape(describing: error))"])
             return
         }
         guard case .websocket(let channel, let record) = result else { return }
@@ -315,7 +320,7 @@ final class RefusalResponder: ChannelInboundHandler, Sendable {
     func handlerAdded(context: ChannelHandlerContext) {
         let (decided, uri) = refusal.value
         let status = decided ?? .badRequest
-        logger.info("refused an HTTP request", metadata: ["status": "\(status.code)", "uri": "\(uri)"])
+        logger.info("refused an HTTP request", metadata: ["status": "\(status.code)", "uri": "\(LogText.escape(uri))"])
         var headers = HTTPHeaders()
         headers.add(name: "Content-Length", value: "0")
         headers.add(name: "Connection", value: "close")

@@ -62,13 +62,30 @@ enum PeerTable {
         Output.line("peers:")
         for p in list {
             let trusted = p["trusted"]?.boolValue == true ? "trusted" : "UNTRUSTED"
-            let connected = p["connected"]?.boolValue == true ? "connected" : "not connected"
-            let addresses = (p["addresses"].flatMap { if case .array(let a) = $0 { return a.compactMap(\.stringValue) } else { return nil } } ?? []).joined(separator: ",")
+            var connected = p["connected"]?.boolValue == true ? "connected" : "not connected"
+            if let direction = p["direction"]?.stringValue { connected += " (\(direction))" }
             let activity = p["replication"]?["activity"]?.stringValue.map { ", replication \($0)" } ?? ""
+            let error = p["replication"]?["error"]?.stringValue.map { "  error: \($0)" } ?? ""
+            // Names and addresses come from other nodes (DNS-SD): shown escaped, never raw.
             Output.line(
-                "  \(p["id"]?.stringValue ?? "?")  \(p["name"]?.stringValue ?? "-")  \(addresses.isEmpty ? "-" : addresses):\(p["port"]?.intValue.map(String.init) ?? "-")  [\(p["source"]?.stringValue ?? "?")] \(trusted), \(connected)\(activity)"
+                "  \(p["id"]?.stringValue ?? "?")  \(LogText.escape(p["name"]?.stringValue ?? "-"))  \(LogText.escape(location(p)))  [\(p["source"]?.stringValue ?? "?")] \(trusted), \(connected)\(activity)\(LogText.escape(error))"
             )
         }
+    }
+
+    /// Where the peer is: the URL this node dials (a static peer's), else the discovered
+    /// addresses and port, else the address an inbound peer connected from.
+    static func location(_ p: JSON) -> String {
+        if let url = p["url"]?.stringValue { return url }
+        let addresses = strings(p["addresses"])
+        if !addresses.isEmpty { return addresses.joined(separator: ",") + ":" + (p["port"]?.intValue.map(String.init) ?? "-") }
+        let remote = strings(p["replication"]?["remoteAddresses"])
+        return remote.isEmpty ? "-" : "from " + remote.joined(separator: ",")
+    }
+
+    static func strings(_ json: JSON?) -> [String] {
+        if case .array(let a)? = json { return a.compactMap(\.stringValue) }
+        return []
     }
 }
 

@@ -57,6 +57,11 @@ struct InProcessNode {
         return ((response as? HTTPURLResponse)?.statusCode ?? 0, data)
     }
 
+    /// A route's body as text (`/metrics`).
+    func text(_ path: String) async throws -> String {
+        String(decoding: try await request("GET", path).data, as: UTF8.self)
+    }
+
     func stop() async {
         task.cancel()
         _ = try? await task.value
@@ -196,6 +201,48 @@ func until(_ what: String, _ condition: () async throws -> Bool) async throws {
         #expect(try b.node.store.document(try DocumentID("after")) == nil)
         #expect(try a.node.store.document(try DocumentID("secret")) == nil)
         await a.stop()
+        await b.stop()
+    }
+}
+
+@Suite(.serialized, .timeLimit(.minutes(10))) struct InboundPeerTests {
+    @Test func aPeerThatDialledThisNodeIsListedInboundWithALiveStatusAndCounted() async throws {
+        let dirA = NSTemporaryDirectory() + "ferry-node-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dirA, withIntermediateDirectories: true)
+        let idA = try NodeIdentity.loadOrCreate(directory: dirA, name: "a").nodeID
+        // B trusts A but knows no address of it: A dials, B only answers.
+        let b = try await InProcessNode.start({ $0.trust = [.init(nodeID: idA, name: "tablet")]; $0.discovery = false })
+        let a = try await InProcessNode.start(
+            {
+                $0.peers = [.init(url: b.ready.url, nodeID: b.ready.nodeID)]
+                $0.discovery = false
+            }, directory: dirA)
+        func aOnB() async throws -> JSON? {
+            guard case .array(let list)? = try await b.get("/peers")["peers"] else { return nil }
+            return list.first { $0["id"]?.stringValue == idA }
+        }
+        try await until("B lists A as connected inbound") { try await aOnB()?["direction"] == "inbound" }
+        let listed = try #require(try await aOnB())
+        #expect(listed["connected"] == true && listed["dialled"] == false && listed["trusted"] == true)
+        #expect(listed["source"] == "inbound" && listed["name"] == "tablet")
+        #expect(listed["replication"]?["direction"] == "inbound")
+        #expect(listed["replication"]?["activity"]?.stringValue == "idle" || listed["replication"]?["activity"]?.stringValue == "busy")
+        // A's side: the link it dialled, outbound.
+        guard case .array(let onA)? = try await a.get("/peers")["peers"] else { throw NodeError.badConfiguration("no peers list") }
+        let bOnA = onA.first
+        #expect(bOnA?["direction"] == "outbound" && bOnA?["replication"]?["direction"] == "outbound")
+        // The counters move while the connection lives.
+        let before = try #require(listed["replication"]?["bytesReceived"]?.intValue)
+        _ = try a.node.store.put(try DocumentID("live"), body: ["v": 1])
+        try await until("B counts A's push while connected") {
+            let r = try await aOnB()?["replication"]
+            return (r?["bytesReceived"]?.intValue ?? 0) > before && (r?["pulled"]?.intValue ?? 0) >= 1
+        }
+        #expect(try await aOnB()?["connected"] == true)
+        let metrics = try await b.text("/metrics")
+        #expect(metrics.split(separator: "\n").contains { $0 == "ferry_connected_peers 1" || $0 == "ferry_connected_peers 1.0" }, "\(metrics)")
+        await a.stop()
+        try await until("B no longer lists A once it has gone") { try await aOnB() == nil }
         await b.stop()
     }
 }

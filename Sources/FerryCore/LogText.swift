@@ -1,0 +1,45 @@
+/// Makes text that came from another node (hello fields, request profiles, error reasons,
+/// document and revision IDs, DNS-SD names and TXT values) safe to put in a log line.
+///
+/// A log line is one line of plain text: a peer that could put a newline in it could forge
+/// whole log lines, and one that could put ANSI escape codes in it could rewrite the
+/// operator's terminal. `escape` keeps printable text as it is and writes every control or
+/// invisible formatting character as a visible escape, so the line reads back unambiguously.
+public enum LogText {
+    /// The text with `\` doubled, newline, carriage return and tab as `\n`, `\r`, `\t`,
+    /// and every other control, format (bidirectional overrides, zero-width characters) or
+    /// line/paragraph-separator scalar as `\u{XXXX}`.
+    public static func escape(_ text: some StringProtocol) -> String {
+        // Most peer text is plain: return it unchanged without building a new string.
+        if !text.unicodeScalars.contains(where: needsEscape) { return String(text) }
+        var out = ""
+        out.reserveCapacity(text.utf8.count + 8)
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            default:
+                if needsEscape(scalar) {
+                    out += "\\u{" + String(scalar.value, radix: 16, uppercase: true) + "}"
+                } else {
+                    out.unicodeScalars.append(scalar)
+                }
+            }
+        }
+        return out
+    }
+
+    /// The description of a value (typically an error carrying a peer's reason), escaped.
+    public static func escape(describing value: Any) -> String { escape(String(describing: value)) }
+
+    static func needsEscape(_ scalar: Unicode.Scalar) -> Bool {
+        if scalar == "\\" { return true }
+        if scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) { return true }
+        switch scalar.properties.generalCategory {
+        case .control, .format, .lineSeparator, .paragraphSeparator, .surrogate, .privateUse, .unassigned: return true
+        default: return false
+        }
+    }
+}

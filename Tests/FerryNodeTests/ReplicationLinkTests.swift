@@ -1,0 +1,156 @@
+import FerryCore
+import Foundation
+import FerryStore
+import FerrySync
+import IntegrationHarness
+import Logging
+import Synchronization
+import Testing
+
+@testable import FerryNode
+
+/// A replicator whose connector fails with `failure` until `open` is set, then serves from `remote`.
+final class Switchboard: Sendable {
+    let open = Mutex(false)
+    let attempts = Mutex(0)
+    let failure: SyncError
+    let responder: ReplicationResponder
+    init(_ failure: SyncError, remote: DocumentStore) {
+        self.failure = failure
+        var quiet = Logger(label: "test")
+        quiet.logLevel = .critical
+        responder = ReplicationResponder(store: remote, logger: quiet)
+    }
+
+    var connector: Replicator.Connector {
+        {
+            self.attempts.withLock { $0 += 1 }
+            if !self.open.withLock({ $0 }) { throw self.failure }
+            let (client, server) = InMemoryEndpoint.pair()
+            Task { await self.responder.serve(server) }
+            return client
+        }
+    }
+}
+
+@Suite(.timeLimit(.minutes(5))) struct ReplicationLinkTests {
+    func link(_ board: Switchboard, clock: ManualClock) throws -> ReplicationLink {
+        var quiet = Logger(label: "test")
+        quiet.logLevel = .critical
+        var rc = ReplicatorConfiguration()
+        rc.continuous = true
+        rc.maxAttemptWait = .seconds(30)
+        let replicator = Replicator(store: try DocumentStore.inMemory(), connector: board.connector, configuration: rc, clock: clock, logger: quiet)
+        return ReplicationLink(url: "wss://peer/ferry/sync", peerID: "peer", policy: nil, replicator: replicator, clock: clock, logger: quiet)
+    }
+
+    func spin(_ what: String, _ condition: () -> Bool) async throws {
+        for _ in 0..<2_000_000 {
+            if condition() { return }
+            await Task.yield()
+        }
+        Issue.record("never happened: \(what)")
+        throw CancellationError()
+    }
+
+    @Test func redialEndsTheRestartWaitAfterAPermanentErrorAtOnce() async throws {
+        let clock = ManualClock()
+        let board = Switchboard(.forbidden("not yet"), remote: try DocumentStore.inMemory())
+        let link = try link(board, clock: clock)
+        link.start()
+        try await spin("the link waits to restart") {
+            board.attempts.withLock { $0 } == 1 && clock.pendingDeadlines == [ReplicationLink.restartWait]
+        }
+        board.open.withLock { $0 = true }
+        link.redial()  // the clock never moves
+        try await spin("the replication is up") { link.replicator.status.activity == .idle }
+        #expect(board.attempts.withLock { $0 } == 2)
+        link.stop()
+        await link.wait()
+    }
+
+    @Test func redialEndsTheReplicatorsBackoffAtOnce() async throws {
+        let clock = ManualClock()
+        let board = Switchboard(.disconnected("connection refused"), remote: try DocumentStore.inMemory())
+        let link = try link(board, clock: clock)
+        link.start()
+        for n in 1...8 {
+            try await spin("attempt \(n) waits") { board.attempts.withLock { $0 } == n && clock.pendingDeadlines.count == 1 }
+            if n < 8 { clock.advance(by: clock.pendingDeadlines[0] - clock.now.offset) }
+        }
+        board.open.withLock { $0 = true }
+        link.redial()
+        try await spin("the replication is up") { link.replicator.status.activity == .idle }
+        #expect(board.attempts.withLock { $0 } == 9)
+        link.stop()
+        await link.wait()
+    }
+
+    @Test func aReplicationStoppedByShutdownIsNotRestartedOrLoggedAsAnError() async throws {
+        let clock = ManualClock()
+        let board = Switchboard(.forbidden("x"), remote: try DocumentStore.inMemory())
+        board.open.withLock { $0 = true }
+        let link = try link(board, clock: clock)
+        link.start()
+        try await spin("the replication is up") { link.replicator.status.activity == .idle }
+        // What graceful shutdown does to the replicator (the link itself is not stopped).
+        link.replicator.stop()
+        let finished = Mutex(false)
+        Task {
+            await link.wait()
+            finished.withLock { $0 = true }
+        }
+        try await spin("the link ends or waits to restart") {
+            finished.withLock { $0 } || clock.pendingDeadlines.contains(ReplicationLink.restartWait)
+        }
+        #expect(finished.withLock { $0 }, "the link waits to restart a replication that shutdown stopped")
+        #expect(board.attempts.withLock { $0 } == 1)
+        link.stop()
+    }
+}
+
+@Suite(.timeLimit(.minutes(5))) struct TrustChangeTests {
+    /// A peer manager over a node that is not running (links dial a closed port and retry).
+    func manager() throws -> (PeerManager, FerryNode, String) {
+        var c = NodeConfiguration()
+        c.port = 0
+        c.adminPort = 0
+        c.interface = "127.0.0.1"
+        c.discovery = false
+        let dir = NSTemporaryDirectory() + "ferry-node-\(UUID().uuidString)"
+        let node = try FerryNode(configuration: c, dataDirectory: dir)
+        let context = NodeContext(node: node, listener: node.makeListener(responder: node.makeResponder(authenticated: true)))
+        var quiet = Logger(label: "test")
+        quiet.logLevel = .critical
+        return (PeerManager(node: context, discovery: nil, logger: quiet), node, dir)
+    }
+
+    @Test func trustingADiscoveredPeerDialsItAndAChangedPolicyStartsANewLinkWithIt() async throws {
+        let (manager, node, dir) = try manager()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let other = String(repeating: "f", count: 64)  // higher than any real ID: this node dials
+        manager.handle(.appeared(peer(other, port: 1)))
+        func link() -> ReplicationLink? { manager.state.withLock { $0.peers[other]?.link } }
+        #expect(link() == nil)  // not trusted: listed, not dialled
+        try node.trust.add(.init(nodeID: other, name: nil, policy: .trusted, source: "api"))
+        manager.trustChanged()
+        let first = try #require(link())
+        #expect(first.policy == .trusted)
+        // The same entry again: the link stays (and is only told to redial).
+        try node.trust.add(.init(nodeID: other, name: nil, policy: .trusted, source: "api"))
+        manager.trustChanged()
+        #expect(link() === first)
+        // A new policy: what the peer may write here changes at once, with a new link.
+        let readOnly = PeerPolicy(read: .all, write: .none, mayDelete: false)
+        try node.trust.add(.init(nodeID: other, name: nil, policy: readOnly, source: "api"))
+        manager.trustChanged()
+        let second = try #require(link())
+        #expect(second !== first && second.policy == readOnly)
+        #expect(second.replicator.configuration.remotePolicy == readOnly)
+        // No longer trusted: no link.
+        try node.trust.remove(other)
+        manager.trustChanged()
+        #expect(link() == nil)
+        await manager.stopAll()
+    }
+}
