@@ -125,7 +125,11 @@ let package = Package(
         .testTarget(name: "FerryDiscoveryTests", dependencies: ["FerryDiscovery", "IntegrationHarness"]),
         .testTarget(
             name: "FerryNodeTests",
-            dependencies: ["FerryNode", "FerryTransport", "FerrySync", "FerryStore", "FerryCore", "FerryDiscovery", "IntegrationHarness"]
+            dependencies: [
+                "FerryNode", "FerryTransport", "FerrySync", "FerryStore", "FerryCore", "FerryDiscovery", "IntegrationHarness",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+            ]
         ),
         .testTarget(name: "FerryTransportTests", dependencies: ["FerryTransport", "FerrySync", "FerryStore", "FerryCore"]),
         .testTarget(name: "FerryCLITests", dependencies: ["ferry", "FerryCore", "FerryStore", "IntegrationHarness"]),

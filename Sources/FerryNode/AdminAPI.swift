@@ -26,9 +26,10 @@ struct AdminAPI: Sendable {
     /// Largest request body accepted (a document plus its envelope).
     var maxBodyBytes: Int { node.configuration.limits.maxDocumentBytes + 64 * 1024 }
 
-    func application() -> some Service {
+    /// The routes behind the error middleware and the guard; `application()` serves them.
+    func router() -> Router<BasicRequestContext> {
         let router = Router()
-        router.add(middleware: JSONErrorMiddleware(logger: node.logger))
+        router.add(middleware: APIErrorMiddleware(logger: node.logger))
         router.add(middleware: AdminGuard<BasicRequestContext>(
             key: node.adminKey, allowedOrigins: node.configuration.adminAllowedOrigins,
             publicMetrics: node.configuration.adminPublicMetrics))
@@ -47,9 +48,13 @@ struct AdminAPI: Sendable {
         router.put("/trust/:id") { request, ctx in try await setTrust(request, id: ctx.parameters.require("id")) }
         router.delete("/trust/:id") { _, ctx in try removeTrust(ctx.parameters.require("id")) }
         router.get("/metrics") { _, _ in metrics() }
+        return router
+    }
+
+    func application() -> some Service {
         let readiness = self.readiness
         let app = Application(
-            router: router,
+            router: router(),
             configuration: .init(
                 address: .hostname(node.configuration.adminInterface, port: node.configuration.adminPort), serverName: "ferry"),
             onServerRunning: { channel in readiness.adminBound(channel.localAddress?.port ?? 0) },
@@ -344,49 +349,62 @@ func json(_ value: JSON, status: HTTPResponse.Status = .ok) -> Response {
     return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
 }
 
-/// An admin API error: HTTP status, a stable code and a reason.
-struct APIError: Error {
+/// An admin API error: it knows its HTTP status and answers `{"error": code, "reason": text}`.
+struct APIError: HTTPResponseError, Sendable {
     let status: HTTPResponse.Status
     let code: String
     let reason: String
+
     init(_ status: HTTPResponse.Status, _ code: String, _ reason: String) {
         self.status = status
         self.code = code
         self.reason = reason
     }
+
+    /// A Ferry error (mostly the store's) under its own code, with the status
+    /// docs/operations.md gives that code; codes not listed there are a bad request.
+    init(_ error: any FerryError) {
+        let status: HTTPResponse.Status
+        switch error.code {
+        case "not_found", "revision_not_found": status = .notFound
+        case "conflict": status = .conflict
+        case "too_large": status = .contentTooLarge
+        case "rejected": status = .forbidden
+        case "busy": status = .serviceUnavailable
+        case "corrupt", "io", "database": status = .internalServerError
+        default: status = .badRequest
+        }
+        self.init(status, error.code, error.description)
+    }
+
+    func response(from request: Request, context: some RequestContext) throws -> Response {
+        var response = json(["error": .string(code), "reason": .string(reason)], status: status)
+        if status == .unauthorized { response.headers[.wwwAuthenticate] = #"Bearer realm="ferry""# }
+        return response
+    }
 }
 
-/// Turns every error (unknown routes included) into `{"error": code, "reason": text}`
-/// with a fitting status, so clients never see an empty or HTML body.
-struct JSONErrorMiddleware<Context: RequestContext>: RouterMiddleware {
+/// Turns every error that is not yet an `APIError` (store errors, unknown routes, failures)
+/// into one, so clients never see an empty or HTML body; logs those that are the node's fault.
+struct APIErrorMiddleware<Context: RequestContext>: RouterMiddleware {
     let logger: Logger
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         do {
             return try await next(request, context)
         } catch let e as APIError {
-            var response = json(["error": .string(e.code), "reason": .string(e.reason)], status: e.status)
-            if e.status == .unauthorized { response.headers[.wwwAuthenticate] = #"Bearer realm="ferry""# }
-            return response
+            throw e
         } catch let e as any FerryError {
-            let status: HTTPResponse.Status
-            switch e.code {
-            case "not_found", "revision_not_found": status = .notFound
-            case "conflict": status = .conflict
-            case "too_large": status = .contentTooLarge
-            case "rejected": status = .forbidden
-            case "busy": status = .serviceUnavailable
-            case "corrupt", "io", "database": status = .internalServerError
-            default: status = .badRequest
-            }
-            if status == .internalServerError { logger.error("admin API request failed", metadata: ["error": "\(e)"]) }
-            return json(["error": .string(e.code), "reason": .string(e.description)], status: status)
-        } catch let e as HTTPError {
-            let reason = e.status == .notFound ? "no route \(request.method) \(request.uri.path)" : (e.body ?? "\(e.status)")
-            return json(["error": .string(e.status == .notFound ? "not_found" : "http_error"), "reason": .string(reason)], status: e.status)
+            let error = APIError(e)
+            if error.status == .internalServerError { logger.error("admin API request failed", metadata: ["error": "\(e)"]) }
+            throw error
+        } catch let e as HTTPError where e.status == .notFound {
+            throw APIError(.notFound, "not_found", "no route \(request.method) \(request.uri.path)")
+        } catch let e as any HTTPResponseError {
+            throw APIError(e.status, "http_error", (e as? HTTPError)?.body ?? "\(e.status)")
         } catch {
             logger.error("admin API request failed", metadata: ["error": "\(error)"])
-            return json(["error": "internal", "reason": .string("\(error)")], status: .internalServerError)
+            throw APIError(.internalServerError, "internal", "\(error)")
         }
     }
 }
@@ -407,10 +425,15 @@ struct AdminGuard<Context: RequestContext>: RouterMiddleware {
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         typealias Rules = AdminRequestRules
-        guard let authority = request.head.authority, Rules.isLoopbackAuthority(authority) else {
-            throw APIError(
-                .misdirectedRequest, "misdirected",
-                "the admin API answers only requests addressed to a loopback host (127.0.0.1, ::1 or localhost), not \(request.head.authority ?? "no Host")")
+        // The first `Host` is the authority; a repeated one must be loopback too, since
+        // whatever sits in front of the node may read that one instead.
+        let hosts = [request.head.authority] + request.headers.filter { $0.name.canonicalName == "host" }.map { Optional($0.value) }
+        for host in hosts {
+            guard let host, Rules.isLoopbackAuthority(host) else {
+                throw APIError(
+                    .misdirectedRequest, "misdirected",
+                    "the admin API answers only requests addressed to a loopback host (127.0.0.1, ::1 or localhost), not \(host ?? "no Host")")
+            }
         }
         for origin in request.headers[values: .origin] where !allowedOrigins.contains(Rules.normalizedOrigin(origin)) {
             throw APIError(.forbidden, "forbidden_origin", "requests from the web origin \(origin) are refused (see admin.allowedOrigins)")
