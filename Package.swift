@@ -131,7 +131,13 @@ let package = Package(
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ]
         ),
-        .testTarget(name: "FerryTransportTests", dependencies: ["FerryTransport", "FerrySync", "FerryStore", "FerryCore"]),
+        .testTarget(
+            name: "FerryTransportTests",
+            dependencies: [
+                "FerryTransport", "FerrySync", "FerryStore", "FerryCore",
+                .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
+            ]
+        ),
         .testTarget(name: "FerryCLITests", dependencies: ["ferry", "FerryCore", "FerryStore", "IntegrationHarness"]),
         // Integration/: the multi-process harness (real `ferry serve` nodes, the LAN lab)
         // and the scenarios run against it (`make integration`).

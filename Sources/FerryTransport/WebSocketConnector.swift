@@ -72,6 +72,7 @@ public struct WebSocketConnector: Sendable {
         for (k, v) in headers { head.add(name: k, value: v) }
         let requestHead = HTTPRequestHead(version: .http1_1, method: .GET, uri: path, headers: head)
         let maxFrame = min(maxMessageSize, Int(UInt32.max))
+        let limits = WebSocketMessageHandler.Limits(maxMessageSize: maxMessageSize)
         let hostname = host
         let upgrade: EventLoopFuture<Upgrade>
         do {
@@ -88,7 +89,8 @@ public struct WebSocketConnector: Sendable {
                             maxFrameSize: maxFrame,
                             upgradePipelineHandler: { channel, _ in
                                 channel.eventLoop.makeCompletedFuture {
-                                    Upgrade.websocket(try NIOAsyncChannel(wrappingChannelSynchronously: channel))
+                                    try WebSocketMessageHandler.addHandlers(to: channel, isClient: true, limits: limits)
+                                    return Upgrade.websocket(try NIOAsyncChannel(wrappingChannelSynchronously: channel))
                                 }
                             })
                         let config = NIOTypedHTTPClientUpgradeConfiguration<Upgrade>(

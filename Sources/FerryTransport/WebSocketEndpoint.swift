@@ -6,8 +6,9 @@ import NIOWebSocket
 import Synchronization
 
 /// A replication message endpoint over an upgraded WebSocket channel: each protocol
-/// message is one binary WebSocket message (fragments are reassembled up to a limit).
-/// Text frames, oversized messages and protocol errors close the connection with a reason.
+/// message is one binary WebSocket message. The channel's `WebSocketMessageHandler`
+/// reassembles fragments, answers pings and closes the connection on frames the protocol
+/// does not allow; this side answers the peer's close.
 final class WebSocketEndpoint: MessageEndpoint {
     let transport: EndpointTransport = .messageStream
     let incoming: AsyncThrowingStream<[UInt8], any Error>
@@ -56,31 +57,11 @@ final class WebSocketEndpoint: MessageEndpoint {
                     return w
                 }
                 for w in waiters { w.resume() }
-                var message: [UInt8]?
+                // WebSocketMessageHandler passes on only whole binary messages and close frames.
                 for try await frame in inbound {
                     switch frame.opcode {
-                    case .binary, .continuation:
-                        if frame.opcode == .binary { message = [] }
-                        guard message != nil else {
-                            try await self.fail(outbound, .protocolError, "continuation frame without a message")
-                            return
-                        }
-                        message!.append(contentsOf: frame.unmaskedData.readableBytesView)
-                        if message!.count > self.maximumMessageSize {
-                            try await self.fail(outbound, .messageTooLarge, "message exceeds \(self.maximumMessageSize) bytes")
-                            return
-                        }
-                        if frame.fin {
-                            self.continuation.yield(message!)
-                            message = nil
-                        }
-                    case .text:
-                        try await self.fail(outbound, .unacceptableData, "text frames are not part of the protocol")
-                        return
-                    case .ping:
-                        try await outbound.write(WebSocketFrame(fin: true, opcode: .pong, maskKey: self.mask, data: frame.unmaskedData))
-                    case .pong:
-                        break
+                    case .binary:
+                        self.continuation.yield(Array(frame.unmaskedData.readableBytesView))
                     case .connectionClose:
                         var data = frame.unmaskedData
                         let code = data.readInteger(as: UInt16.self) ?? 1000
@@ -93,12 +74,14 @@ final class WebSocketEndpoint: MessageEndpoint {
                         }
                         return
                     default:
-                        try await self.fail(outbound, .protocolError, "unknown WebSocket opcode")
-                        return
+                        break
                     }
                 }
                 self.continuation.finish(throwing: SyncError.disconnected("the connection closed"))
             }
+        } catch let refusal as WebSocketRefusal {
+            logger.warning("closing WebSocket connection", metadata: ["reason": "\(refusal.reason)"])
+            continuation.finish(throwing: SyncError.protocolViolation(refusal.reason))
         } catch {
             continuation.finish(throwing: SyncError.disconnected("\(error)"))
         }
@@ -114,15 +97,6 @@ final class WebSocketEndpoint: MessageEndpoint {
     private let closed = Mutex(false)
 
     private var mask: WebSocketMaskingKey? { isClient ? .random() : nil }
-
-    private func fail(_ outbound: NIOAsyncChannelOutboundWriter<WebSocketFrame>, _ code: WebSocketErrorCode, _ reason: String) async throws {
-        logger.warning("closing WebSocket connection", metadata: ["reason": "\(reason)"])
-        var buffer = ByteBuffer()
-        buffer.write(webSocketErrorCode: code)
-        buffer.writeString(reason)
-        try? await outbound.write(WebSocketFrame(fin: true, opcode: .connectionClose, maskKey: mask, data: buffer))
-        continuation.finish(throwing: SyncError.protocolViolation(reason))
-    }
 
     private func writer() async -> NIOAsyncChannelOutboundWriter<WebSocketFrame>? {
         if let w = outbound.withLock({ $0 }) { return w }

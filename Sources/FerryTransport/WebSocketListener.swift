@@ -234,6 +234,7 @@ public final class WebSocketListener: Service, Sendable {
             },
             upgradePipelineHandler: { channel, _ in
                 channel.eventLoop.makeCompletedFuture {
+                    try WebSocketMessageHandler.addHandlers(to: channel, isClient: false, limits: .init(maxMessageSize: config.maxMessageSize))
                     let ws = try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(wrappingChannelSynchronously: channel)
                     return Upgrade.websocket(ws, record)
                 }
