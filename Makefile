@@ -25,9 +25,9 @@ run: build
 	.build/debug/ferry serve --data $(DATA) --port $(PORT)
 
 # Every test: unit, store, sync, transport, CLI and node tests, and the integration
-# scenarios (the LAN-lab ones need root and `ip netns`; elsewhere they say loudly that
-# they were skipped). The discovery tests need root too: each test process runs its own
-# avahi-daemon in a private namespace (scripts/avahi-loopback.sh) and stops it.
+# scenarios (the LAN-lab ones need root and `ip netns`; for other users outside CI the
+# runner reports them as skipped). The discovery tests need root too: each test process
+# runs its own avahi-daemon in a private namespace (scripts/avahi-loopback.sh) and stops it.
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test

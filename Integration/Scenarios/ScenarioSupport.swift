@@ -3,17 +3,10 @@ import Foundation
 import IntegrationHarness
 import Testing
 
-/// Whether this machine must run every scenario: as root (CI runs as root), a scenario that
-/// cannot run is a failure, not a skip.
+/// Whether this machine must run every scenario (as root, and in CI): there a scenario that
+/// cannot run fails; elsewhere those that need root are disabled, and the runner reports
+/// them as skipped. Use as `.enabled(if: mustRunEverything, "why")`.
 let mustRunEverything = getuid() == 0 || ProcessInfo.processInfo.environment["CI"] != nil
-
-/// Reports a scenario that cannot run here: loudly, and as a failure where it must run.
-func cannotRun(_ scenario: String, _ why: String) {
-    let line = "INTEGRATION SCENARIO SKIPPED: \(scenario): \(why)"
-    FileHandle.standardError.write(Data((line + "\n").utf8))
-    print(line)
-    if mustRunEverything { Issue.record(Comment(rawValue: line)) }
-}
 
 /// Polls until a condition holds (state, never a fixed sleep), or fails with `what`.
 func waitFor(_ what: String, timeout: Double = 60, _ condition: () async throws -> Bool) async throws {
