@@ -195,8 +195,14 @@ extension JSON {
         let configured = ReplicationSpec(id: "from-config", url: "wss://127.0.0.1:1/ferry/sync", peerID: Self.peerB)
         let n = try RoutedNode { $0.replications = [configured] }
         try await n.test { c in
+            #expect(try await c.call(.get, "/peers")["peers"]?.arrayCount == 0)
+            // A discovered peer nobody trusts is listed, not dialled.
+            n.manager.handle(.appeared(peer(Self.peerA, port: 1)))
             let peers = try await c.call(.get, "/peers")
-            #expect(peers.status == 200 && peers["peers"]?.arrayCount == 0)
+            let listedPeer = try #require(peers["peers"].flatMap { if case .array(let a) = $0 { a.first } else { nil } })
+            #expect(peers.status == 200 && listedPeer["id"]?.stringValue == Self.peerA)
+            #expect(listedPeer["source"]?.stringValue == "dns-sd" && listedPeer["trusted"] == .bool(false))
+            #expect(listedPeer["connected"] == .bool(false) && listedPeer["replication"] == nil)
             #expect(try await c.call(.get, "/replications")["replications"]?.arrayCount == 0)
 
             let spec = #"{"id":"r1","url":"wss://127.0.0.1:1/ferry/sync","peer":"\#(Self.peerA)","continuous":false}"#
