@@ -136,13 +136,13 @@ final class Switchboard: Sendable {
         manager.trustChanged()
         let first = try #require(link())
         #expect(first.policy == .trusted)
-        // The same entry again: the link stays (and is only told to redial).
-        try node.trust.add(.init(nodeID: other, name: nil, policy: .trusted, source: "api"))
+        // An update that leaves the policy as it is: the link stays (and is only told to redial).
+        _ = try node.trust.update(other, .init(name: .some("renamed")))
         manager.trustChanged()
         #expect(link() === first)
         // A new policy: what the peer may write here changes at once, with a new link.
         let readOnly = PeerPolicy(read: .all, write: .none, mayDelete: false)
-        try node.trust.add(.init(nodeID: other, name: nil, policy: readOnly, source: "api"))
+        _ = try node.trust.update(other, .init(read: .all, write: AccessRule.none, mayDelete: false))
         manager.trustChanged()
         let second = try #require(link())
         #expect(second !== first && second.policy == readOnly)
