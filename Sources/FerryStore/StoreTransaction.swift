@@ -67,8 +67,8 @@ public final class StoreTransaction {
         -> RevisionID
     {
         var body: JSON = .object([:])
+        guard let stored = try fetch(id) else { throw .notFound(id) }
         if keepProperties {
-            guard let stored = try fetch(id) else { throw .notFound(id) }
             guard let idx = stored.tree.index(of: revision), let b = stored.tree.revisions[idx].body else {
                 throw .conflict(id: id, given: revision, current: stored.winner)
             }
