@@ -365,10 +365,14 @@ struct UnixSocketService: Service {
     let responder: ReplicationResponder
 
     func run() async throws {
-        try await cancelWhenGracefulShutdown {
-            try await ByteStreamTransport.serveUnix(path: path) { endpoint in
-                await responder.serve(endpoint)
+        do {
+            try await cancelWhenGracefulShutdown {
+                try await ByteStreamTransport.serveUnix(path: path) { endpoint in
+                    await responder.serve(endpoint)
+                }
             }
+        } catch is CancellationError where Task.isShuttingDownGracefully {
+            // Stopped by the node's shutdown: a clean end, not a failure.
         }
     }
 }

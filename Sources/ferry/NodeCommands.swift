@@ -134,8 +134,10 @@ struct Serve: AsyncParsableCommand {
         defer { watchdog.cancel() }
         do {
             try await withTaskCancellationHandler { try await run.value } onCancel: { run.cancel() }
-        } catch is CancellationError {
+        } catch is CancellationError where watchdog.escalated {
             throw CLIError(message: "stopped at once by a second signal (work in flight was cancelled)")
+        } catch is CancellationError {
+            // A service that ended its graceful shutdown by cancelling its own work.
         }
     }
 
@@ -168,6 +170,10 @@ struct Serve: AsyncParsableCommand {
 /// cancels the node), and a process still running `limit` after the first one exits 1.
 struct ShutdownWatchdog {
     let sources: [any DispatchSourceSignal]
+    private let signals: FirstSignal
+
+    /// Whether a second signal came.
+    var escalated: Bool { signals.second }
 
     static func start(limit: Duration, onSecondSignal: @escaping @Sendable () -> Void) -> ShutdownWatchdog {
         let first = FirstSignal()
@@ -187,7 +193,7 @@ struct ShutdownWatchdog {
             source.resume()
             return source
         }
-        return ShutdownWatchdog(sources: sources)
+        return ShutdownWatchdog(sources: sources, signals: first)
     }
 
     func cancel() {

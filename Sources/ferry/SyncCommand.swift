@@ -120,7 +120,9 @@ struct Sync: AsyncParsableCommand {
             interruption.record(signal)
             replicator.stop()
         }
-        await replicator.run()
+        // Started as its own task, so that a stop also ends a wait on a silent peer.
+        replicator.start()
+        await replicator.waitUntilStopped()
         stop.cancel()
         let interrupted = interruption.signal
         await watcher.value
@@ -144,7 +146,7 @@ struct Sync: AsyncParsableCommand {
                 out["error"] = .string(error.description)
             }
             Output.json(.object(out))
-        } else if error == nil {
+        } else if error == nil && interrupted == nil {
             Output.line(
                 "pushed \(s.pushed), pulled \(s.pulled), rejected \(s.rejected), conflicts \(s.conflicts) (resolved with \(s.resolved) revisions); "
                     + "sent \(s.bytesSent) bytes, received \(s.bytesReceived) bytes, deltas \(s.deltasSent) sent / \(s.deltasReceived) received")
@@ -179,18 +181,23 @@ final class ProgressBar: Sendable {
     }
 }
 
-/// The first interrupting signal received, if any.
+/// The first interrupting signal received, if any, and whether another followed.
 final class FirstSignal: Sendable {
-    private let first = Mutex<Int32?>(nil)
-    /// Records `signal` unless one came before; returns whether it was the first.
+    private let state = Mutex<(first: Int32?, second: Bool)>((nil, false))
+    /// Records `signal`; returns whether it was the first.
     @discardableResult
     func record(_ signal: Int32) -> Bool {
-        first.withLock { f in
-            defer { f = f ?? signal }
-            return f == nil
+        state.withLock { s in
+            guard s.first == nil else {
+                s.second = true
+                return false
+            }
+            s.first = signal
+            return true
         }
     }
-    var signal: Int32? { first.withLock { $0 } }
+    var signal: Int32? { state.withLock { $0.first } }
+    var second: Bool { state.withLock { $0.second } }
 }
 
 /// Runs an action, given the signal, on SIGINT or SIGTERM until cancelled.

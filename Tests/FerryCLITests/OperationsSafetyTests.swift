@@ -217,7 +217,7 @@ private func errorLines(_ r: FerryCLI.Result) -> [String] {
         let cli = FerryCLI()
         defer { cli.cleanUp() }
         try await cli.run(["put", "other", "{}"])
-        let rev = "1-" + String(repeating: "a", count: 32)
+        let rev = "1-" + String(repeating: "a", count: 64)
         let offline = try await cli.run(["rm", "missing", "--rev", rev])
         #expect(offline.status == 3, "\(offline.stderr)")
         let node = ServeProcess(cli: cli)
