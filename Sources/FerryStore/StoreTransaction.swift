@@ -61,7 +61,8 @@ public final class StoreTransaction {
         return try edit(id, parent: parent, deleted: false, body: body)
     }
 
-    /// Writes a tombstone on the live leaf `revision`.
+    /// Writes a tombstone on the live leaf `revision`; a document that does not exist is
+    /// `notFound` (not a conflict).
     @discardableResult
     public func delete(_ id: DocumentID, revision: RevisionID, keepProperties: Bool = false) throws(StoreError)
         -> RevisionID
