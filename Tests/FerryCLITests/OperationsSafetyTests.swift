@@ -136,6 +136,37 @@ private func errorLines(_ r: FerryCLI.Result) -> [String] {
         #expect(r.stderr.contains("interrupted by SIGINT"), "\(r.stderr)")
     }
 
+    @Test func anInterruptedPullKeepsItsCheckpointAndTheNextSyncResumes() async throws {
+        let source = FerryCLI()
+        let cli = FerryCLI()
+        defer {
+            source.cleanUp()
+            cli.cleanUp()
+        }
+        let total = 30_000
+        let ndjson = (0..<total).map { #"{"_id":"d\#($0)","pad":"\#(String(repeating: "x", count: 200))"}"# }.joined(separator: "\n")
+        #expect(try await source.run(["import", "-"], stdin: ndjson).status == 0)
+        try await cli.run(["id"])
+        let out = cli.dataDirectory + ".out"
+        defer { try? FileManager.default.removeItem(atPath: out) }
+        let p = try ChildProcess.spawn(
+            FerryCLI.binary, ["sync", source.dataDirectory, "--pull", "--json", "--data", cli.dataDirectory], stdoutPath: out)
+        // Interrupt once the first batch is stored: mid-pull.
+        #expect(try await eventually(60) { (try? await cli.run(["info", "--json"]).json()["docCount"]?.intValue ?? 0) ?? 0 > 0 })
+        let status = await p.stop(SIGTERM, grace: 30).status
+        #expect(status == 143)
+        let first = try JSON.parse((try? String(contentsOfFile: out, encoding: .utf8)) ?? "")
+        #expect(first["interrupted"] == true)
+        #expect(first["ok"] == false)
+        let pulledFirst = try #require(first["pulled"]?.intValue)
+        #expect(pulledFirst > 0 && pulledFirst < total)
+        // What was pulled is stored and checkpointed: the next sync pulls only the rest.
+        let second = try await cli.run(["sync", source.dataDirectory, "--pull", "--json"]).json()
+        #expect(second["ok"] == true)
+        #expect(second["pulled"]?.intValue == Int64(total) - pulledFirst)
+        #expect(try await cli.run(["info", "--json"]).json()["docCount"]?.intValue == Int64(total))
+    }
+
     @Test func aFailedSyncPrintsItsErrorOnceAndNoSummary() async throws {
         let cli = FerryCLI()
         defer { cli.cleanUp() }
