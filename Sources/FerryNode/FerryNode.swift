@@ -65,7 +65,11 @@ public final class FerryNode: Sendable {
         self.dataDirectory = dataDirectory
         self.logger = logger
         self.clock = clock
-        try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true)
+        do {
+            try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true)
+        } catch {
+            throw NodeError.startFailed("cannot create the data directory \(dataDirectory): \(error.localizedDescription)")
+        }
         lock = try DataDirectoryLock(directory: dataDirectory)
         var storeOptions = StoreOptions()
         storeOptions.maxBodyBytes = configuration.limits.maxDocumentBytes
@@ -413,7 +417,7 @@ final class DataDirectoryLock: Sendable {
     init(directory: String) throws(NodeError) {
         let path = "\(directory)/serve.lock"
         fd = open(path, O_RDWR | O_CREAT, 0o644)
-        guard fd >= 0 else { throw .locked("cannot open \(path): errno \(errno)") }
+        guard fd >= 0 else { throw .startFailed("cannot open \(path): \(String(cString: strerror(errno)))") }
         guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
             var buf = [UInt8](repeating: 0, count: 32)
             let n = pread(fd, &buf, 32, 0)
