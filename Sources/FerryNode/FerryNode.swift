@@ -67,7 +67,11 @@ public final class FerryNode: Sendable {
         self.dataDirectory = dataDirectory
         self.logger = logger
         self.clock = clock
-        try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true)
+        do {
+            try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true)
+        } catch {
+            throw NodeError.startFailed("cannot create the data directory \(dataDirectory): \(error.localizedDescription)")
+        }
         lock = try DataDirectoryLock(directory: dataDirectory)
         var storeOptions = StoreOptions()
         storeOptions.maxBodyBytes = configuration.limits.maxDocumentBytes
@@ -147,18 +151,28 @@ public final class FerryNode: Sendable {
         let manager = PeerManager(node: context, discovery: discovery, logger: logger)
         context.manager.withLock { $0 = manager }
         let admin = AdminAPI(node: self, context: context, readiness: readiness)
-        var services: [any Service] = [listener]
+        var services: [any Service] = [StartupGuard(role: .listener(configuration.interface, configuration.port), service: listener)]
         if let discovery { services.append(DeferredAdvertisement(discovery: discovery, listener: listener, node: self)) }
         services.append(manager)
-        services.append(admin.application())
+        services.append(
+            StartupGuard(role: .admin(configuration.adminInterface, configuration.adminPort), service: admin.application()))
         if let path = configuration.unixSocket {
-            services.append(UnixSocketService(path: path, responder: makeResponder(authenticated: false)))
+            services.append(
+                StartupGuard(role: .unixSocket(path), service: UnixSocketService(path: path, responder: makeResponder(authenticated: false))))
         }
         services.append(ReadinessService(node: self, listener: listener, readiness: readiness, onReady: onReady))
-        let group = ServiceGroup(
-            configuration: .init(services: services.map { .init(service: $0) }, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-        try await group.run()
+        // A service that fails (one that cannot bind, say) stops the others gracefully: they
+        // end cleanly and quickly, and `run` throws that service's error.
+        var groupConfiguration = ServiceGroupConfiguration(
+            services: services.map { .init(service: $0, failureTerminationBehavior: .gracefullyShutdownGroup) },
+            gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        // A graceful shutdown that stalls (a peer that never answers) becomes cancellation.
+        groupConfiguration.maximumGracefulShutdownDuration = Self.maximumGracefulShutdown
+        try await ServiceGroup(configuration: groupConfiguration).run()
     }
+
+    /// How long in-flight work may take to finish on SIGTERM before it is cancelled.
+    public static let maximumGracefulShutdown: Duration = .seconds(10)
 
     func writeNodeFile(_ ready: Ready) throws {
         var info: [String: JSON] = [
@@ -229,29 +243,50 @@ struct DeferredAdvertisement: Service {
     }
 }
 
-/// Collects the two bound ports readiness waits for.
+/// Collects the admin API's bound port for readiness; a wait for it ends on cancellation,
+/// so a node whose admin API never binds can still stop.
 final class ReadinessBox: Sendable {
-    private let admin = Mutex<(port: Int?, waiters: [CheckedContinuation<Int, Never>])>((nil, []))
+    private struct State {
+        var port: Int?
+        var waiters: [Int: CheckedContinuation<Int, any Error>] = [:]
+        var nextWaiter = 0
+    }
+    private let admin = Mutex(State())
+
     func adminBound(_ port: Int) {
-        let waiters = admin.withLock { s -> [CheckedContinuation<Int, Never>] in
+        let waiters = admin.withLock { s -> [CheckedContinuation<Int, any Error>] in
             s.port = port
-            defer { s.waiters = [] }
-            return s.waiters
+            defer { s.waiters = [:] }
+            return Array(s.waiters.values)
         }
         for w in waiters { w.resume(returning: port) }
     }
-    func adminPort() async -> Int {
-        await withCheckedContinuation { c in
-            let port = admin.withLock { s -> Int? in
-                if s.port == nil { s.waiters.append(c) }
-                return s.port
+
+    /// The admin port once bound; throws CancellationError if the task is cancelled first.
+    func adminPort() async throws -> Int {
+        let id = admin.withLock { s -> Int in
+            defer { s.nextWaiter += 1 }
+            return s.nextWaiter
+        }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { c in
+                let port = admin.withLock { s -> Int? in
+                    if s.port == nil {
+                        if Task.isCancelled { return nil }
+                        s.waiters[id] = c
+                    }
+                    return s.port
+                }
+                if let port { c.resume(returning: port) } else if Task.isCancelled { c.resume(throwing: CancellationError()) }
             }
-            if let port { c.resume(returning: port) }
+        } onCancel: {
+            admin.withLock { $0.waiters.removeValue(forKey: id) }?.resume(throwing: CancellationError())
         }
     }
 }
 
 /// Writes node.json once the listener and the admin API are bound, and removes it on shutdown.
+/// Waiting for readiness ends on shutdown or cancellation, so a node stops in every state.
 struct ReadinessService: Service {
     let node: FerryNode
     let listener: WebSocketListener
@@ -259,13 +294,76 @@ struct ReadinessService: Service {
     let onReady: @Sendable (FerryNode.Ready) -> Void
 
     func run() async throws {
-        let port = try await listener.waitUntilBound()
-        let adminPort = await readiness.adminPort()
-        let ready = node.readyInfo(port: port, adminPort: adminPort)
+        let ready: FerryNode.Ready
+        do {
+            ready = try await cancelWhenGracefulShutdown {
+                let port = try await listener.waitUntilBound()
+                let adminPort = try await readiness.adminPort()
+                return node.readyInfo(port: port, adminPort: adminPort)
+            }
+        } catch {
+            // Stopped before ready, or a service failed to start: that service reports its
+            // own error, and this one ends with the group.
+            try? await gracefulShutdown()
+            return
+        }
         try node.writeNodeFile(ready)
         onReady(ready)
         try? await gracefulShutdown()
         node.removeNodeFile()
+    }
+}
+
+/// Runs a service of the node and turns its failure to start into a NodeError that says
+/// what failed and how to fix it (a port in use, a missing permission, a bad address).
+struct StartupGuard<Wrapped: Service>: Service {
+    /// What the wrapped service binds.
+    enum Role: Sendable {
+        case listener(String, Int)
+        case admin(String, Int)
+        case unixSocket(String)
+    }
+
+    let role: Role
+    let service: Wrapped
+
+    func run() async throws {
+        do {
+            try await service.run()
+        } catch is CancellationError {
+            throw CancellationError()
+        } catch {
+            throw Self.explain(error, role: role)
+        }
+    }
+
+    /// The user's view of a service failure; errors other than binding pass unchanged.
+    static func explain(_ error: any Error, role: Role) -> any Error {
+        let place: String
+        let host: String?
+        let flag: String
+        switch role {
+        case .listener(let h, let port): (place, host, flag) = ("port \(port)", h, "--port")
+        case .admin(let h, let port): (place, host, flag) = ("admin port \(port)", h, "--admin-port")
+        case .unixSocket(let path): (place, host, flag) = ("Unix socket \(path)", nil, "--unix")
+        }
+        let bind = error as? TransportError ?? TransportError.bindFailed(place, host: host, error: error)
+        let fix: String
+        switch bind.code {
+        case "address_in_use":
+            fix = flag == "--unix" ? "another ferry serve? pass another --unix path" : "another ferry serve? pass \(flag) 0"
+            return NodeError.startFailed("\(place) is in use (\(fix))")
+        case "permission_denied":
+            fix = flag == "--unix" ? "pass a --unix path in a directory you may write" : "ports below 1024 need root: pass \(flag) 0 or a higher port"
+            return NodeError.startFailed("\(bind.message) (\(fix))")
+        case "address_not_available", "bad_address":
+            fix = flag == "--unix" ? "pass a shorter --unix path" : flag == "--port" ? "pass --interface 0.0.0.0" : "the admin API needs 127.0.0.1 or ::1"
+            return NodeError.startFailed("\(bind.message) (\(fix))")
+        case "bind_failed":
+            return NodeError.startFailed(bind.message)
+        default:
+            return error
+        }
     }
 }
 
@@ -275,10 +373,14 @@ struct UnixSocketService: Service {
     let responder: ReplicationResponder
 
     func run() async throws {
-        try await cancelWhenGracefulShutdown {
-            try await ByteStreamTransport.serveUnix(path: path) { endpoint in
-                await responder.serve(endpoint)
+        do {
+            try await cancelWhenGracefulShutdown {
+                try await ByteStreamTransport.serveUnix(path: path) { endpoint in
+                    await responder.serve(endpoint)
+                }
             }
+        } catch is CancellationError where Task.isShuttingDownGracefully {
+            // Stopped by the node's shutdown: a clean end, not a failure.
         }
     }
 }
@@ -289,6 +391,8 @@ public enum NodeError: FerryError, Equatable {
     case locked(String)
     /// The request contradicts what is configured (for example, removing a config-file entry).
     case conflict(String)
+    /// A service could not start (a port in use, a socket it may not bind): what and how to fix it.
+    case startFailed(String)
 
     public var domain: String { "node" }
     public var code: String {
@@ -296,6 +400,7 @@ public enum NodeError: FerryError, Equatable {
         case .badConfiguration: return "bad_configuration"
         case .locked: return "locked"
         case .conflict: return "conflict"
+        case .startFailed: return "start_failed"
         }
     }
     public var isTransient: Bool { false }
@@ -304,6 +409,7 @@ public enum NodeError: FerryError, Equatable {
         case .badConfiguration(let why): return why
         case .locked(let why): return why
         case .conflict(let why): return why
+        case .startFailed(let why): return why
         }
     }
 }
@@ -315,7 +421,7 @@ final class DataDirectoryLock: Sendable {
     init(directory: String) throws(NodeError) {
         let path = "\(directory)/serve.lock"
         fd = open(path, O_RDWR | O_CREAT, 0o644)
-        guard fd >= 0 else { throw .locked("cannot open \(path): errno \(errno)") }
+        guard fd >= 0 else { throw .startFailed("cannot open \(path): \(String(cString: strerror(errno)))") }
         guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
             var buf = [UInt8](repeating: 0, count: 32)
             let n = pread(fd, &buf, 32, 0)

@@ -24,6 +24,11 @@ public final class BlobStore: Sendable {
         }
     }
 
+    /// A blob store in `directory` that is only read: nothing is created.
+    public init(existingDirectory directory: String) {
+        self.directory = directory
+    }
+
     func path(for digest: BlobDigest) -> String? {
         guard let directory else { return nil }
         let h = digest.hex

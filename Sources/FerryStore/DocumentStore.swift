@@ -37,12 +37,27 @@ public final class DocumentStore: Sendable {
         return try DocumentStore(path: dbPath, blobs: blobs, options: options)
     }
 
+    /// Opens the store `directory` already holds, creating nothing: throws `noDatabase` when
+    /// it holds none. A database this process may not write (a read-only directory or file)
+    /// is opened read-only and immutable, so reading it needs no WAL or lock files.
+    public static func openExisting(directory: String, options: StoreOptions = StoreOptions()) throws(StoreError)
+        -> DocumentStore
+    {
+        let dbPath = (directory as NSString).appendingPathComponent(databaseFileName)
+        guard FileManager.default.fileExists(atPath: dbPath) else { throw .noDatabase(directory: directory) }
+        let blobDirectory = (directory as NSString).appendingPathComponent("blobs")
+        if access(directory, W_OK) == 0 && access(dbPath, W_OK) == 0 {
+            return try DocumentStore(path: dbPath, blobs: BlobStore(directory: blobDirectory), options: options)
+        }
+        return try DocumentStore(path: dbPath, blobs: BlobStore(existingDirectory: blobDirectory), options: options, readOnly: true)
+    }
+
     /// Opens an in-memory store with in-memory blobs, for tests and simulations.
     public static func inMemory(options: StoreOptions = StoreOptions()) throws(StoreError) -> DocumentStore {
         try DocumentStore(path: nil, blobs: BlobStore(), options: options)
     }
 
-    init(path: String?, blobs: BlobStore, options: StoreOptions) throws(StoreError) {
+    init(path: String?, blobs: BlobStore, options: StoreOptions, readOnly: Bool = false) throws(StoreError) {
         var config = Configuration()
         config.busyMode = .timeout(10)
         config.label = "ferry.store"
@@ -51,7 +66,16 @@ public final class DocumentStore: Sendable {
         // small machines; a larger cache did not measurably speed up saves here.
         do {
             let writer: any DatabaseWriter
-            if let path {
+            if let path, readOnly {
+                // immutable=1: SQLite neither creates nor locks the WAL and shared-memory
+                // files a read-only directory cannot hold (URI file names: SQLITE_USE_URI).
+                config.readonly = true
+                let uri = "file:" + (path.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? path) + "?immutable=1"
+                writer = try DatabaseQueue(path: uri, configuration: config)
+                guard try writer.read({ db in try Schema.migrator().hasCompletedMigrations(db) }) else {
+                    throw StoreError.database("\(path) needs an upgrade that a read-only open cannot make: open it once where it is writable")
+                }
+            } else if let path {
                 writer = try DatabasePool(path: path, configuration: config)
                 // Set on the writer after opening: GRDB's pool switches to WAL after
                 // `prepareDatabase` and sets synchronous=NORMAL as it does, which would
@@ -62,7 +86,7 @@ public final class DocumentStore: Sendable {
             } else {
                 writer = try DatabaseQueue(configuration: config)
             }
-            try Schema.migrator().migrate(writer)
+            if !readOnly { try Schema.migrator().migrate(writer) }
             let state = try writer.read { db in
                 try Row.fetchOne(db, sql: "SELECT uuid, last_hlc FROM store_state WHERE singleton = 1")
             }

@@ -21,6 +21,8 @@ public enum StoreError: FerryError, Equatable {
     case busy(String)
     case io(String)
     case database(String)
+    /// A directory opened for reading holds no Ferry database.
+    case noDatabase(directory: String)
 
     public var domain: String { "store" }
 
@@ -43,6 +45,7 @@ public enum StoreError: FerryError, Equatable {
         case .busy: return "busy"
         case .io: return "io"
         case .database: return "database"
+        case .noDatabase: return "no_database"
         }
     }
 
@@ -56,9 +59,16 @@ public enum StoreError: FerryError, Equatable {
     public var description: String {
         switch self {
         case .conflict(let id, let given, let current):
-            let g = given.map { "revision \($0)" } ?? "no revision"
-            let c = current.map { "its current revision is \($0)" } ?? "it does not exist"
-            return "conflict: document \"\(id)\" was updated with \(g), but \(c)"
+            switch (given, current) {
+            case (nil, let current?):
+                return "conflict: document \"\(id)\" not created: it already exists at revision \(current) (update it with that revision)"
+            case (let given?, let current?):
+                return "conflict: document \"\(id)\" not changed: revision \(given) is not a current revision (the current one is \(current))"
+            case (let given?, nil):
+                return "conflict: document \"\(id)\" not changed: it has no live revision \(given)"
+            case (nil, nil):
+                return "conflict: document \"\(id)\" not changed"
+            }
         case .notFound(let id): return "not found: no document \"\(id)\""
         case .revisionNotFound(let id, let rev): return "not found: document \"\(id)\" has no revision \(rev)"
         case .bodyNotRetained(let id, let rev):
@@ -78,6 +88,7 @@ public enum StoreError: FerryError, Equatable {
         case .busy(let why): return "database is busy: \(why)"
         case .io(let why): return "I/O error: \(why)"
         case .database(let why): return "database error: \(why)"
+        case .noDatabase(let dir): return "no Ferry data in \(dir) (check --data; documents are written there by put, import, sync or serve)"
         }
     }
 

@@ -61,14 +61,15 @@ public final class StoreTransaction {
         return try edit(id, parent: parent, deleted: false, body: body)
     }
 
-    /// Writes a tombstone on the live leaf `revision`.
+    /// Writes a tombstone on the live leaf `revision`; a document that does not exist is
+    /// `notFound` (not a conflict).
     @discardableResult
     public func delete(_ id: DocumentID, revision: RevisionID, keepProperties: Bool = false) throws(StoreError)
         -> RevisionID
     {
         var body: JSON = .object([:])
+        guard let stored = try fetch(id) else { throw .notFound(id) }
         if keepProperties {
-            guard let stored = try fetch(id) else { throw .notFound(id) }
             guard let idx = stored.tree.index(of: revision), let b = stored.tree.revisions[idx].body else {
                 throw .conflict(id: id, given: revision, current: stored.winner)
             }

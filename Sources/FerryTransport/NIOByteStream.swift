@@ -80,12 +80,21 @@ public enum ByteStreamTransport {
     }
 
     /// Serves `handle` for every connection to a Unix domain socket at `path` until cancelled.
+    /// A socket another process still serves is never replaced: that is `address_in_use`.
     public static func serveUnix(path: String, handle: @escaping @Sendable (any MessageEndpoint) async -> Void) async throws {
+        if isServed(unixSocket: path) {
+            throw TransportError(code: "address_in_use", message: "Unix socket \(path) is in use", isTransient: false)
+        }
         try? FileManager.default.removeItem(atPath: path)
-        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true) { channel in
-                channel.eventLoop.makeCompletedFuture { try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel) }
-            }
+        let server: NIOAsyncChannel<NIOAsyncChannel<ByteBuffer, ByteBuffer>, Never>
+        do {
+            server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true) { channel in
+                    channel.eventLoop.makeCompletedFuture { try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel) }
+                }
+        } catch {
+            throw TransportError.bindFailed("Unix socket \(path)", error: error)
+        }
         chmod(path, 0o600)
         defer { try? FileManager.default.removeItem(atPath: path) }
         try await withThrowingDiscardingTaskGroup { group in
@@ -94,6 +103,23 @@ public enum ByteStreamTransport {
                     group.addTask { await handle(FramedEndpoint(NIOByteStream(connection))) }
                 }
             }
+        }
+    }
+
+    /// Whether something accepts connections on the Unix socket at `path`.
+    static func isServed(unixSocket path: String) -> Bool {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return false }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (i, b) in bytes.enumerated() { raw[i] = b }
+        }
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        return withUnsafePointer(to: &address) { p in
+            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) == 0 }
         }
     }
 

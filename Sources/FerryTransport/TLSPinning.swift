@@ -65,13 +65,64 @@ public final class TrustedIDs: Sendable, Equatable {
     public static func == (a: TrustedIDs, b: TrustedIDs) -> Bool { a === b }
 }
 
-/// Records what the verification callback saw, so errors can say which peer was refused.
+/// Records what the verification callback and the TLS handler saw, so errors can say which
+/// peer was refused and why.
 final class HandshakeRecord: Sendable {
-    private let state = Mutex<(peer: String?, refused: String?)>((nil, nil))
+    private let state = Mutex<(peer: String?, refused: String?, tlsError: String?)>((nil, nil, nil))
     var peerID: String? { state.withLock { $0.peer } }
     var refusedID: String? { state.withLock { $0.refused } }
+    /// The first error the TLS handler raised, as text.
+    var tlsError: String? { state.withLock { $0.tlsError } }
     func accepted(_ id: String) { state.withLock { $0.peer = id } }
     func refused(_ id: String) { state.withLock { $0.refused = id } }
+    func failed(_ error: any Error) { state.withLock { $0.tlsError = $0.tlsError ?? String(describing: error) } }
+}
+
+/// Keeps the first error the TLS handler raises in the handshake record: the upgrade that
+/// fails after it only reports a closed channel.
+final class TLSErrorRecorder: ChannelInboundHandler, Sendable {
+    typealias InboundIn = NIOAny
+    let record: HandshakeRecord
+    init(record: HandshakeRecord) { self.record = record }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        record.failed(error)
+        context.fireErrorCaught(error)
+    }
+}
+
+/// TLS failures in user terms instead of BoringSSL's error strings.
+public enum TLSFailure {
+    /// Why a handshake failed, from the error text (NIOSSL/BoringSSL), or nil when it names
+    /// no TLS cause. `ownID` names this node's certificate when the peer refused it.
+    public static func reason(_ text: String, ownID: String? = nil) -> String? {
+        let t = text.uppercased()
+        if t.contains("PEER_DID_NOT_RETURN_A_CERTIFICATE") {
+            return "the peer presented no certificate"
+        }
+        if t.contains("ALERT_CERTIFICATE_REQUIRED") {
+            return "the peer requires a client certificate, and this side presented none"
+        }
+        if t.contains("ALERT_BAD_CERTIFICATE") || t.contains("ALERT_CERTIFICATE_UNKNOWN") || t.contains("ALERT_UNKNOWN_CA")
+            || t.contains("ALERT_ACCESS_DENIED") || t.contains("ALERT_HANDSHAKE_FAILURE")
+        {
+            return "the peer does not trust this node's certificate" + (ownID.map { " (fingerprint \($0)): trust it there" } ?? "")
+        }
+        if t.contains("WRONG_VERSION_NUMBER") || t.contains("HTTP_REQUEST") || t.contains("HTTPS_PROXY_REQUEST")
+            || t.contains("NOT_SSL") || t.contains("PACKET_LENGTH_TOO_LONG")
+        {
+            return "the peer does not speak TLS (a plaintext ws:// node, or not a Ferry node?)"
+        }
+        if t.contains("UNSUPPORTED_PROTOCOL") || t.contains("PROTOCOL_VERSION") {
+            return "the peer does not offer TLS 1.3"
+        }
+        if t.contains("CERTIFICATE_VERIFY_FAILED") { return "the peer's certificate is not trusted" }
+        if let range = text.range(of: "OPENSSL_internal:") {
+            let code = text[range.upperBound...].prefix { $0.isLetter || $0.isNumber || $0 == "_" }
+            if !code.isEmpty { return "the TLS handshake failed (\(code.lowercased().replacingOccurrences(of: "_", with: " ")))" }
+        }
+        return nil
+    }
 }
 
 /// Builds NIOSSL contexts for a node identity.

@@ -1,5 +1,7 @@
 import FerryCore
 import FerrySync
+import Foundation
+import NIOCore
 
 /// Errors of identity, TLS and connection handling, each saying whether a retry may help.
 public struct TransportError: FerryError, Equatable {
@@ -36,5 +38,32 @@ public struct TransportError: FerryError, Equatable {
     }
     public static func badURL(_ why: String) -> TransportError {
         TransportError(code: "bad_url", message: why, isTransient: false)
+    }
+
+    /// A socket that could not be bound, named by its cause: `address_in_use`,
+    /// `permission_denied`, `address_not_available`, `bad_address` or `bind_failed`.
+    /// `place` is what was bound, e.g. "port 4985" or "Unix socket /run/ferry.sock".
+    public static func bindFailed(_ place: String, host: String? = nil, error: any Error) -> TransportError {
+        if let e = error as? TransportError { return e }
+        let on = host.map { " on \($0)" } ?? ""
+        if let io = error as? IOError {
+            switch io.errnoCode {
+            case EADDRINUSE: return TransportError(code: "address_in_use", message: "\(place) is in use", isTransient: false)
+            case EACCES, EPERM:
+                return TransportError(code: "permission_denied", message: "no permission to listen on \(place)\(on)", isTransient: false)
+            case EADDRNOTAVAIL:
+                return TransportError(
+                    code: "address_not_available", message: "cannot listen on \(host ?? place): not an address of this machine",
+                    isTransient: false)
+            default:
+                return TransportError(
+                    code: "bind_failed", message: "cannot listen on \(place)\(on): \(String(cString: strerror(io.errnoCode)))",
+                    isTransient: false)
+            }
+        }
+        if error is SocketAddressError {
+            return TransportError(code: "bad_address", message: "cannot listen on \(host ?? place): not a usable address", isTransient: false)
+        }
+        return TransportError(code: "bind_failed", message: "cannot listen on \(place)\(on): \(error)", isTransient: false)
     }
 }

@@ -152,12 +152,11 @@ public struct WebSocketConnector: Sendable {
             return TransportError.untrustedPeer(
                 "the server at \(host):\(port) presented certificate \(refused), which is not the pinned one")
         }
-        if let e = error as? NIOSSLError {
+        if error is NIOSSLError || error is BoringSSLError {
             // A listener that does not trust our certificate aborts the handshake.
-            return TransportError.notTrustedByPeer("TLS handshake with \(host):\(port) failed (is this node trusted there?): \(e)")
-        }
-        if let e = error as? BoringSSLError {
-            return TransportError.notTrustedByPeer("TLS handshake with \(host):\(port) failed (is this node trusted there?): \(e)")
+            let reason = TLSFailure.reason("\(error)", ownID: identity?.nodeID)
+                ?? "the TLS handshake failed (is this node trusted there?)"
+            return TransportError.notTrustedByPeer("\(host):\(port): \(reason)")
         }
         if error is ChannelError {
             return TransportError.connectFailed("cannot connect to \(host):\(port): \(error)")

@@ -55,7 +55,7 @@ public final class WebSocketListener: Service, Sendable {
     let serveConnection: @Sendable (any MessageEndpoint, String?) async -> Void
     let logger: Logger
     private let state = Mutex(State())
-    private let boundWaiters = Mutex<[CheckedContinuation<Int, any Error>]>([])
+    private let boundWaiters = Mutex<(next: Int, waiting: [Int: CheckedContinuation<Int, any Error>])>((0, [:]))
 
     /// Bound port, live connections and lifecycle, behind the mutex.
     struct State {
@@ -114,24 +114,39 @@ public final class WebSocketListener: Service, Sendable {
     public var boundPort: Int? { state.withLock { $0.boundPort } }
     public var connections: [ConnectionInfo] { state.withLock { Array($0.connections.values).sorted { $0.id < $1.id } } }
 
-    /// Waits until the listener is bound and returns the port (or the bind error).
+    /// Waits until the listener is bound and returns the port (or the bind error); throws
+    /// CancellationError if the task is cancelled first.
     public func waitUntilBound() async throws -> Int {
-        try await withCheckedThrowingContinuation { c in
-            let (port, failure) = state.withLock { ($0.boundPort, $0.failure) }
-            if let port { c.resume(returning: port) } else if let failure { c.resume(throwing: failure) } else {
-                boundWaiters.withLock { $0.append(c) }
+        let id = boundWaiters.withLock { w in
+            defer { w.next += 1 }
+            return w.next
+        }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { c in
+                // Registered under the waiters' lock, so `announce` cannot slip in between.
+                let outcome = boundWaiters.withLock { w -> Result<Int, any Error>? in
+                    let (port, failure) = state.withLock { ($0.boundPort, $0.failure) }
+                    if let port { return .success(port) }
+                    if let failure { return .failure(failure) }
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    w.waiting[id] = c
+                    return nil
+                }
+                if let outcome { c.resume(with: outcome) }
             }
+        } onCancel: {
+            boundWaiters.withLock { $0.waiting.removeValue(forKey: id) }?.resume(throwing: CancellationError())
         }
     }
 
     private func announce(port: Int?, error: (any Error)?) {
-        state.withLock {
-            $0.boundPort = port
-            $0.failure = error
-        }
         let waiters = boundWaiters.withLock { w -> [CheckedContinuation<Int, any Error>] in
-            defer { w.removeAll() }
-            return w
+            state.withLock {
+                $0.boundPort = port
+                $0.failure = error
+            }
+            defer { w.waiting.removeAll() }
+            return Array(w.waiting.values)
         }
         for w in waiters {
             if let port { w.resume(returning: port) } else { w.resume(throwing: error ?? TransportError.refused("listener stopped")) }
@@ -171,7 +186,7 @@ public final class WebSocketListener: Service, Sendable {
                     }
                 }
         } catch {
-            let e = TransportError(code: "bind_failed", message: "cannot listen on \(config.host):\(config.port): \(error)", isTransient: false)
+            let e = TransportError.bindFailed("port \(config.port)", host: config.host, error: error)
             announce(port: nil, error: e)
             throw e
         }
@@ -221,6 +236,7 @@ public final class WebSocketListener: Service, Sendable {
             case .password:
                 try sync.addHandler(NIOSSLServerHandler(context: ssl))
             }
+            try sync.addHandler(TLSErrorRecorder(record: record))
         }
         // The upgrade handler consumes the request head, so the refusal is decided here and
         // remembered for the responder that answers a refused request.
@@ -248,6 +264,22 @@ public final class WebSocketListener: Service, Sendable {
                 }
             })
         return try sync.configureUpgradableHTTPServerPipeline(configuration: .init(upgradeConfiguration: upgradeConfig))
+            .flatMapErrorThrowing { error in throw RefusedHandshake(underlying: error, record: record) }
+    }
+
+    /// A connection that failed before the upgrade, with what its handshake recorded.
+    struct RefusedHandshake: Error {
+        let underlying: any Error
+        let record: HandshakeRecord
+    }
+
+    /// Why a connection failed before the upgrade, in user terms.
+    static func refusalReason(_ error: any Error) -> String {
+        guard let refused = error as? RefusedHandshake else { return "\(error)" }
+        if let id = refused.record.refusedID { return "the peer's certificate is not trusted (fingerprint \(id))" }
+        if let tls = refused.record.tlsError, let reason = TLSFailure.reason(tls) { return reason }
+        if let tls = refused.record.tlsError { return "the TLS handshake failed: \(tls)" }
+        return "the connection closed before the WebSocket upgrade"
     }
 
     /// Why an upgrade request is refused: 404 for a wrong path, 401 for missing or wrong
@@ -268,7 +300,12 @@ public final class WebSocketListener: Service, Sendable {
         do {
             result = try await upgrade.get()
         } catch {
-            logger.info("connection refused during handshake", metadata: ["error": "\(LogText.escape(describing: error))"])
+            // The upgrade fails with a closed channel; the cause is what the TLS handler saw.
+            // A refused certificate is already logged by the verifier.
+            let tls = (error as? RefusedHandshake).map { $0.record.tlsError != nil && $0.record.refusedID == nil } ?? false
+            logger.log(
+                level: tls ? .warning : .info, "connection refused during handshake",
+                metadata: ["reason": "\(LogText.escape(Self.refusalReason(error)))"])
             return
         }
         guard case .websocket(let channel, let record) = result else { return }

@@ -63,7 +63,7 @@ struct Get: AsyncParsableCommand {
             value = try await node.call(
                 "GET", "/docs/\(NodeClient.path(docID.rawValue))\(query.isEmpty ? "" : "?" + query.joined(separator: "&"))")
         } else {
-            let store = try global.openStore()
+            let store = try global.openExistingStore()
             guard let doc = try store.document(docID, revision: revision) else { throw StoreError.notFound(docID) }
             value = doc.json(includeConflicts: conflicts)
         }
@@ -114,7 +114,7 @@ struct List: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let store = try global.openStore()
+        let store = try global.openExistingStore()
         let docs = try store.allDocuments(limit: limit ?? .max, includeDeleted: deleted)
         if global.json {
             Output.json(.array(docs.map { d in
@@ -142,7 +142,7 @@ struct Changes: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let store = try global.openStore()
+        let store = try global.openExistingStore()
         let changes = try store.changes(since: since, limit: limit)
         let last = changes.last?.sequence ?? since
         if global.json {
@@ -161,7 +161,7 @@ struct Conflicts: AsyncParsableCommand {
     @OptionGroup var global: GlobalOptions
 
     func run() async throws {
-        let store = try global.openStore()
+        let store = try global.openExistingStore()
         var entries: [(DocumentID, RevisionID, [RevisionID])] = []
         for id in try store.conflictedDocumentIDs() {
             guard let doc = try store.document(id) else { continue }
@@ -204,7 +204,7 @@ struct Info: AsyncParsableCommand {
     @OptionGroup var global: GlobalOptions
 
     func run() async throws {
-        let store = try global.openStore()
+        let store = try global.openExistingStore()
         let i = try store.info()
         if global.json {
             Output.json([

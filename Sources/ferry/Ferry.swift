@@ -1,5 +1,6 @@
 import ArgumentParser
 import FerryCore
+import FerryNode
 import FerryStore
 import Foundation
 import Logging
@@ -14,8 +15,12 @@ struct Ferry: AsyncParsableCommand {
         discussion: """
             Data lives in --data DIR (default ./ferry-data, or $FERRY_DATA). \
             Every command accepts --json to print exactly one JSON value.
-            Exit status: 0 ok, 1 error, 3 not found, 4 conflict, 64 usage.
+            Commands that only read (get, ls, changes, conflicts, info, check, watch, blob get, \
+            status, peers, trust ls) never create a data directory: on one without Ferry data \
+            they say so and exit 1.
+            Exit status: 0 ok, 1 error, 3 not found, 4 conflict, 64 usage, 130/143 interrupted (sync).
             """,
+        version: FerryVersion.current,
         subcommands: [
             Put.self, Get.self, Remove.self, List.self, Changes.self, Conflicts.self, Purge.self, Info.self,
             Import.self, BlobCommand.self, Compact.self, Check.self, Watch.self, Sync.self, ID.self, Serve.self,
@@ -31,6 +36,7 @@ struct Ferry: AsyncParsableCommand {
         }
         do {
             var command = try parseAsRoot(Self.movingGlobalOptions(Array(CommandLine.arguments.dropFirst())))
+            if let reader = command as? any ReadsData { try reader.global.requireData() }
             if var async = command as? AsyncParsableCommand {
                 try await async.run()
             } else {
@@ -88,10 +94,44 @@ struct GlobalOptions: ParsableArguments {
         return "ferry-data"
     }
 
+    /// Opens (creating if needed) the store, for commands that write.
     func openStore() throws -> DocumentStore {
         try DocumentStore.open(directory: dataDirectory)
     }
+
+    /// Opens the store for a command that only reads: creates nothing, and a read-only
+    /// data directory is opened read-only.
+    func openExistingStore() throws -> DocumentStore {
+        try DocumentStore.openExisting(directory: dataDirectory)
+    }
+
+    /// Fails unless the data directory holds something of Ferry's (a database, an identity,
+    /// a trust store or a running node's node.json), so a mistyped --data is reported.
+    func requireData() throws {
+        let markers = [DocumentStore.databaseFileName, "identity", "trust.json", "node.json"]
+        guard markers.contains(where: { FileManager.default.fileExists(atPath: "\(dataDirectory)/\($0)") }) else {
+            throw StoreError.noDatabase(directory: dataDirectory)
+        }
+    }
 }
+
+/// A command that only reads a data directory, so it must never create one: `main`
+/// checks that the directory holds Ferry data before running it.
+protocol ReadsData {
+    var global: GlobalOptions { get }
+}
+
+extension Get: ReadsData {}
+extension List: ReadsData {}
+extension Changes: ReadsData {}
+extension Conflicts: ReadsData {}
+extension Info: ReadsData {}
+extension Check: ReadsData {}
+extension Watch: ReadsData {}
+extension BlobGet: ReadsData {}
+extension Status: ReadsData {}
+extension Peers: ReadsData {}
+extension TrustList: ReadsData {}
 
 /// The log level of loggers created from now on: $FERRY_LOG_LEVEL if set, else the
 /// config's (for serve), else warning.

@@ -142,7 +142,7 @@ struct BlobGet: AsyncParsableCommand {
     func run() async throws {
         let d: BlobDigest
         do { d = try BlobDigest(digest) } catch { throw CLIError(message: error.description) }
-        let store = try global.openStore()
+        let store = try global.openExistingStore()
         guard let content = try store.blobs.get(d) else {
             throw CLIError(message: "not found: no blob \(d)", status: 3)
         }
@@ -194,7 +194,7 @@ struct Check: AsyncParsableCommand {
     @OptionGroup var global: GlobalOptions
 
     func run() async throws {
-        let store = try global.openStore()
+        let store = try global.openExistingStore()
         let findings = try store.integrityCheck()
         let ok = findings == ["ok"]
         if global.json {
@@ -216,7 +216,7 @@ struct Watch: AsyncParsableCommand {
     @Option(help: "Start after this sequence (default: now).") var since: UInt64?
 
     func run() async throws {
-        let store = try global.openStore()
+        let store = try global.openExistingStore()
         let info = try store.info()
         let start = since ?? info.lastSequence
         if !global.json {

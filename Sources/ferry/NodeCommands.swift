@@ -128,6 +128,22 @@ struct Serve: AsyncParsableCommand {
         let node = try FerryNode(configuration: configuration, dataDirectory: dataDir, logger: Logger(label: "ferry"))
         let json = global.json
         let scheme = configuration.insecure ? "ws, NO TLS" : "wss, TLS 1.3"
+        let run = Task { try await Self.run(node, configuration: configuration, dataDirectory: dataDir, json: json, scheme: scheme) }
+        // The node stops gracefully on the first signal; a second one cancels it.
+        let watchdog = ShutdownWatchdog.start(limit: FerryNode.maximumGracefulShutdown + .seconds(5)) { run.cancel() }
+        defer { watchdog.cancel() }
+        do {
+            try await withTaskCancellationHandler { try await run.value } onCancel: { run.cancel() }
+        } catch is CancellationError where watchdog.escalated {
+            throw CLIError(message: "stopped at once by a second signal (work in flight was cancelled)")
+        } catch is CancellationError {
+            // A service that ended its graceful shutdown by cancelling its own work.
+        }
+    }
+
+    static func run(_ node: FerryNode, configuration: NodeConfiguration, dataDirectory dataDir: String, json: Bool, scheme: String)
+        async throws
+    {
         try await node.run { ready in
             if json {
                 Output.json([
@@ -147,5 +163,40 @@ struct Serve: AsyncParsableCommand {
             }
             fflush(nil)
         }
+    }
+}
+
+/// Bounds a node's shutdown: a second SIGTERM or SIGINT runs `onSecondSignal` (which
+/// cancels the node), and a process still running `limit` after the first one exits 1.
+struct ShutdownWatchdog {
+    let sources: [any DispatchSourceSignal]
+    private let signals: FirstSignal
+
+    /// Whether a second signal came.
+    var escalated: Bool { signals.second }
+
+    static func start(limit: Duration, onSecondSignal: @escaping @Sendable () -> Void) -> ShutdownWatchdog {
+        let first = FirstSignal()
+        let seconds = Double(limit.components.seconds)
+        let sources = [SIGTERM, SIGINT].map { sig -> any DispatchSourceSignal in
+            let source = DispatchSource.makeSignalSource(signal: sig)
+            source.setEventHandler {
+                guard first.record(sig) else {
+                    onSecondSignal()
+                    return
+                }
+                DispatchQueue.global().asyncAfter(deadline: .now() + seconds) {
+                    Output.error("ferry: the node did not stop within \(Int(seconds)) s of the signal; exiting")
+                    _exit(1)
+                }
+            }
+            source.resume()
+            return source
+        }
+        return ShutdownWatchdog(sources: sources, signals: first)
+    }
+
+    func cancel() {
+        for s in sources { s.cancel() }
     }
 }

@@ -5,6 +5,7 @@ import FerrySync
 import FerryTransport
 import Foundation
 import Logging
+import Synchronization
 
 /// `ferry sync`: one replication with a directory, URL, Unix socket or command.
 struct Sync: AsyncParsableCommand {
@@ -103,16 +104,27 @@ struct Sync: AsyncParsableCommand {
         config.nodeID = nodeID
         config.heartbeat = .seconds(continuous ? 30 : 1)
         if !continuous { config.maxAttempts = 3 }
-        let replicator = Replicator(store: local, connector: connector, configuration: config)
+        // The outcome is reported once, below; the replicator's own log lines only with
+        // $FERRY_LOG_LEVEL.
+        var logger = Logger(label: "ferry.sync")
+        if LogLevel.environment == nil { logger.logLevel = .critical }
+        let replicator = Replicator(store: local, connector: connector, configuration: config, logger: logger)
 
         let progress = ProgressBar(enabled: isatty(STDERR_FILENO) == 1 && !global.json)
         let statuses = replicator.statusChanges()
         let watcher = Task {
             for await status in statuses { progress.show(status) }
         }
-        let stop = SignalWatcher.onInterrupt { replicator.stop() }
-        await replicator.run()
+        let interruption = FirstSignal()
+        let stop = SignalWatcher.onInterrupt { signal in
+            interruption.record(signal)
+            replicator.stop()
+        }
+        // Started as its own task, so that a stop also ends a wait on a silent peer.
+        replicator.start()
+        await replicator.waitUntilStopped()
         stop.cancel()
+        let interrupted = interruption.signal
         await watcher.value
         progress.finish()
 
@@ -125,14 +137,25 @@ struct Sync: AsyncParsableCommand {
                 "bytesSent": .int(Int64(s.bytesSent)), "bytesReceived": .int(Int64(s.bytesReceived)),
                 "deltasSent": .int(Int64(s.deltasSent)), "deltasReceived": .int(Int64(s.deltasReceived)),
                 "blobsSent": .int(Int64(s.blobsSent)), "blobsReceived": .int(Int64(s.blobsReceived)),
-                "ok": .bool(error == nil),
+                "ok": .bool(error == nil && interrupted == nil),
             ]
-            if let error { out["error"] = .string(error.description) }
+            if let interrupted {
+                out["interrupted"] = true
+                out["error"] = .string("interrupted by \(SignalWatcher.name(interrupted))")
+            } else if let error {
+                out["error"] = .string(error.description)
+            }
             Output.json(.object(out))
-        } else {
+        } else if error == nil && interrupted == nil {
             Output.line(
                 "pushed \(s.pushed), pulled \(s.pulled), rejected \(s.rejected), conflicts \(s.conflicts) (resolved with \(s.resolved) revisions); "
                     + "sent \(s.bytesSent) bytes, received \(s.bytesReceived) bytes, deltas \(s.deltasSent) sent / \(s.deltasReceived) received")
+        }
+        if let interrupted {
+            // What was stored is checkpointed: the next sync resumes from there.
+            throw CLIError(
+                message: "sync interrupted by \(SignalWatcher.name(interrupted)) (pushed \(s.pushed), pulled \(s.pulled); the next sync resumes from there)",
+                status: 128 + interrupted)
         }
         if let error { throw CLIError(message: "replication failed: \(error.description)") }
     }
@@ -158,19 +181,42 @@ final class ProgressBar: Sendable {
     }
 }
 
-/// Runs an action on SIGINT or SIGTERM until cancelled.
+/// The first interrupting signal received, if any, and whether another followed.
+final class FirstSignal: Sendable {
+    private let state = Mutex<(first: Int32?, second: Bool)>((nil, false))
+    /// Records `signal`; returns whether it was the first.
+    @discardableResult
+    func record(_ signal: Int32) -> Bool {
+        state.withLock { s in
+            guard s.first == nil else {
+                s.second = true
+                return false
+            }
+            s.first = signal
+            return true
+        }
+    }
+    var signal: Int32? { state.withLock { $0.first } }
+    var second: Bool { state.withLock { $0.second } }
+}
+
+/// Runs an action, given the signal, on SIGINT or SIGTERM until cancelled.
 struct SignalWatcher {
     let sources: [any DispatchSourceSignal]
 
-    static func onInterrupt(_ action: @escaping @Sendable () -> Void) -> SignalWatcher {
+    static func onInterrupt(_ action: @escaping @Sendable (Int32) -> Void) -> SignalWatcher {
         let sources = [SIGINT, SIGTERM].map { sig -> any DispatchSourceSignal in
             signal(sig, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: sig)
-            source.setEventHandler(handler: action)
+            source.setEventHandler { action(sig) }
             source.resume()
             return source
         }
         return SignalWatcher(sources: sources)
+    }
+
+    static func name(_ signal: Int32) -> String {
+        signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "signal \(signal)"
     }
 
     func cancel() {

@@ -34,7 +34,7 @@ import Testing
             b.cleanUp()
         }
         let base = try #require(try await a.run(["put", "doc", #"{"v":0}"#, "--json"]).json()["rev"]?.stringValue)
-        #expect(try await b.run(["info"]).status == 0)  // creates b's data directory
+        #expect(try await b.run(["id"]).status == 0)  // creates b's data directory
         #expect(try await a.run(["sync", b.dataDirectory]).status == 0)
         #expect(try await a.run(["put", "doc", #"{"v":1}"#, "--rev", base]).status == 0)
         #expect(try await b.run(["put", "doc", #"{"v":2}"#, "--rev", base]).status == 0)
