@@ -322,7 +322,9 @@ struct AdminAPI: Sendable {
     func readJSON(_ request: Request) async throws -> JSON {
         let buffer: ByteBuffer
         do { buffer = try await request.body.collect(upTo: maxBodyBytes) } catch {
-            throw APIError(.contentTooLarge, "too_large", "request body over \(maxBodyBytes) bytes")
+            // The store's own error, so the CLI says the same whether or not a node runs.
+            let declared = request.headers[.contentLength].flatMap { Int($0) }
+            throw APIError(StoreError.tooLarge(bytes: declared ?? maxBodyBytes + 1, limit: node.configuration.limits.maxDocumentBytes))
         }
         do { return try JSON.parse(Array(buffer.readableBytesView)) } catch {
             throw APIError(.badRequest, "bad_json", "the body is not valid JSON: \(error)")

@@ -258,6 +258,25 @@ private func errorLines(_ r: FerryCLI.Result) -> [String] {
         _ = await node.stop()
     }
 
+    @Test func aDocumentOverTheLimitGivesTheSameMessageOfflineAndThroughTheNode() async throws {
+        let cli = FerryCLI()
+        defer { cli.cleanUp() }
+        let file = NSTemporaryDirectory() + "ferry-big-\(UUID().uuidString).json"
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        try Data(#"{"blob":""#.utf8 + [UInt8](repeating: 0x61, count: 20 << 20) + #""}"#.utf8).write(to: URL(fileURLWithPath: file))
+        try await cli.run(["put", "other", "{}"])
+        let offline = try await cli.run(["put", "big", "@" + file])
+        let node = ServeProcess(cli: cli)
+        _ = try await node.start()
+        let online = try await cli.run(["put", "big", "@" + file])
+        _ = await node.stop()
+        for r in [offline, online] {
+            #expect(r.status == 1, "\(r.stderr)")
+            let lines = errorLines(r)
+            #expect(lines.count == 1 && lines[0].hasPrefix("ferry: document too large: ") && lines[0].hasSuffix("the limit is 8388608"), "\(r.stderr)")
+        }
+    }
+
     @Test func versionIsPrinted() async throws {
         let r = try await FerryCLI().run(["--version"], useDataFlag: false)
         #expect(r.status == 0)
