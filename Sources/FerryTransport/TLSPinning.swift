@@ -91,6 +91,29 @@ final class TLSErrorRecorder: ChannelInboundHandler, Sendable {
     }
 }
 
+/// Says whether a refused peer is news: its first refusal in `window` is, repeats are not.
+/// A peer that is not trusted (yet) redials every second or two, and one warning a window
+/// says as much as one per attempt.
+public final class RepeatedRefusals: Sendable {
+    let window: Duration
+    private let lastWarned = Mutex<[String: ContinuousClock.Instant]>([:])
+
+    public init(window: Duration = .seconds(60)) { self.window = window }
+
+    /// How many peers it remembers.
+    public var trackedCount: Int { lastWarned.withLock { $0.count } }
+
+    public func isNews(_ id: String, now: ContinuousClock.Instant = .now) -> Bool {
+        lastWarned.withLock { seen in
+            if let last = seen[id], now - last < window { return false }
+            // Bounded however many IDs dial: forget those whose window has passed.
+            if seen.count >= 1024 { seen = seen.filter { now - $0.value < window } }
+            seen[id] = now
+            return true
+        }
+    }
+}
+
 /// TLS failures in user terms instead of BoringSSL's error strings.
 public enum TLSFailure {
     /// Why a handshake failed, from the error text (NIOSSL/BoringSSL), or nil when it names
@@ -159,7 +182,10 @@ enum TLSContexts {
     }
 
     /// A callback that accepts exactly the trusted fingerprints, recording the outcome.
-    static func verifier(trust: PeerTrust, record: HandshakeRecord, logger: Logger) -> NIOSSLCustomVerificationCallback {
+    /// With `refusals`, only the first refusal of a peer in its window is a warning.
+    static func verifier(
+        trust: PeerTrust, record: HandshakeRecord, logger: Logger, refusals: RepeatedRefusals? = nil
+    ) -> NIOSSLCustomVerificationCallback {
         { certificates, promise in
             guard let leaf = certificates.first, let der = try? leaf.toDERBytes() else {
                 promise.succeed(.failed)
@@ -177,7 +203,8 @@ enum TLSContexts {
                     promise.succeed(.certificateVerified)
                 } else {
                     record.refused(id)
-                    logger.warning("refused a peer certificate that is not pinned", metadata: ["peer": "\(id)"])
+                    let level: Logger.Level = refusals?.isNews(id) ?? true ? .warning : .debug
+                    logger.log(level: level, "refused a peer certificate that is not pinned", metadata: ["peer": "\(id)"])
                     promise.succeed(.failed)
                 }
             }

@@ -175,6 +175,7 @@ public final class WebSocketListener: Service, Sendable {
         }
         let config = configuration
         let logger = self.logger
+        let refusals = RepeatedRefusals()
         let serverChannel: NIOAsyncChannel<EventLoopFuture<Upgrade>, Never>
         do {
             serverChannel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -182,7 +183,7 @@ public final class WebSocketListener: Service, Sendable {
                 .serverChannelOption(.backlog, value: 256)
                 .bind(host: config.host, port: config.port) { channel in
                     channel.eventLoop.makeCompletedFuture {
-                        try Self.configure(channel: channel, ssl: sslContext, config: config, logger: logger)
+                        try Self.configure(channel: channel, ssl: sslContext, config: config, logger: logger, refusals: refusals)
                     }
                 }
         } catch {
@@ -221,7 +222,9 @@ public final class WebSocketListener: Service, Sendable {
         }
     }
 
-    static func configure(channel: any Channel, ssl: NIOSSLContext?, config: Configuration, logger: Logger) throws
+    static func configure(
+        channel: any Channel, ssl: NIOSSLContext?, config: Configuration, logger: Logger, refusals: RepeatedRefusals? = nil
+    ) throws
         -> EventLoopFuture<Upgrade>
     {
         let record = HandshakeRecord()
@@ -232,7 +235,8 @@ public final class WebSocketListener: Service, Sendable {
             switch config.authentication {
             case .mutualTLS(let trust):
                 try sync.addHandler(
-                    NIOSSLServerHandler(context: ssl, customVerificationCallback: TLSContexts.verifier(trust: trust, record: record, logger: logger)))
+                    NIOSSLServerHandler(
+                        context: ssl, customVerificationCallback: TLSContexts.verifier(trust: trust, record: record, logger: logger, refusals: refusals)))
             case .password:
                 try sync.addHandler(NIOSSLServerHandler(context: ssl))
             }
@@ -301,10 +305,11 @@ public final class WebSocketListener: Service, Sendable {
             result = try await upgrade.get()
         } catch {
             // The upgrade fails with a closed channel; the cause is what the TLS handler saw.
-            // A refused certificate is already logged by the verifier.
-            let tls = (error as? RefusedHandshake).map { $0.record.tlsError != nil && $0.record.refusedID == nil } ?? false
+            // A refused certificate is already logged by the verifier (once a minute per peer).
+            let record = (error as? RefusedHandshake)?.record
+            let level: Logger.Level = record?.refusedID != nil ? .debug : record?.tlsError != nil ? .warning : .info
             logger.log(
-                level: tls ? .warning : .info, "connection refused during handshake",
+                level: level, "connection refused during handshake",
                 metadata: ["reason": "\(LogText.escape(Self.refusalReason(error)))"])
             return
         }
