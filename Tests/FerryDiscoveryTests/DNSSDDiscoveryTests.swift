@@ -56,7 +56,7 @@ struct DNSSDDiscoveryTests {
             #expect(peer.addresses.contains("127.0.0.1"))
             #expect(peer.group == "g\(suffix)")
             #expect(peer.protocolVersion == 1)
-            #expect(peer.source == "dns-sd")
+            #expect(peer.source == .dnsSD)
             // A never reports itself.
             #expect(!seenByA.contains { if case .appeared(let p) = $0 { return p.nodeID == id("a") }; return false })
             await group.triggerGracefulShutdown()

@@ -72,7 +72,7 @@ struct InProcessNode {
 func peer(_ id: String, port: Int, instance: String? = nil) -> DiscoveredPeer {
     DiscoveredPeer(
         instance: instance ?? "peer-\(id.prefix(4))", nodeID: id, group: "ferry", protocolVersion: 1, host: "h.local",
-        addresses: ["127.0.0.1"], port: port, source: "dns-sd")
+        addresses: ["127.0.0.1"], port: port, source: .dnsSD)
 }
 
 func until(_ what: String, _ condition: () async throws -> Bool) async throws {
@@ -89,7 +89,7 @@ func until(_ what: String, _ condition: () async throws -> Bool) async throws {
         let first = String(repeating: "e", count: 64)
         let second = String(repeating: "d", count: 64)
         let n = try await InProcessNode.start({ $0.trustMode = .tofu }, peers: [peer(first, port: 1)])
-        try await until("the first peer is pinned") { n.node.trust.entry(first)?.source == "tofu" }
+        try await until("the first peer is pinned") { n.node.trust.entry(first)?.source == .tofu }
         n.discovery.report(.appeared(peer(second, port: 2)))
         try await until("the second peer is listed") {
             guard case .array(let list)? = try await n.get("/peers")["peers"] else { return false }
@@ -177,7 +177,7 @@ func until(_ what: String, _ condition: () async throws -> Bool) async throws {
         try FileManager.default.createDirectory(atPath: dirA, withIntermediateDirectories: true)
         let idA = try NodeIdentity.loadOrCreate(directory: dirA, name: "a").nodeID
         let b = try await InProcessNode.start({ $0.discovery = false })
-        try b.node.trust.add(.init(nodeID: idA, name: "a", policy: .trusted, source: "api"))
+        try b.node.trust.add(.init(nodeID: idA, name: "a", policy: .trusted, source: .api))
         let a = try await InProcessNode.start(
             {
                 $0.peers = [.init(url: b.ready.url, nodeID: b.ready.nodeID)]
