@@ -2,6 +2,7 @@ import FerryCore
 import FerryStore
 import FerrySync
 import Foundation
+import IntegrationHarness
 import NIOCore
 import NIOWebSocket
 import Testing
@@ -182,16 +183,5 @@ func readUntilClosed(_ fd: Int32, timeout: Double = 60) async -> Bool {
         // The close says why; the next attempt is refused in the TLS handshake.
         #expect(replicator.status.error?.description.contains("no longer trusts") == true, "\(String(describing: replicator.status.error))")
         await running.value
-    }
-
-    func waitUntil(_ condition: () -> Bool) async throws {
-        let deadline = ContinuousClock.now + .seconds(30)
-        while !condition() {
-            guard ContinuousClock.now < deadline else {
-                Issue.record("timed out")
-                return
-            }
-            try await Task.sleep(for: .milliseconds(10))
-        }
     }
 }
