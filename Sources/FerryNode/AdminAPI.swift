@@ -159,23 +159,10 @@ struct AdminAPI: Sendable {
         if list.isEmpty && feed == "longpoll" && !shutdown.isFired {
             let store = node.store, clock = node.clock, shutdown = self.shutdown
             node.logger.debug("admin long-poll waiting", metadata: ["since": "\(since)", "timeout": "\(timeout)"])
-            _ = try await withThrowingTaskGroup(of: Bool.self) { group in
-                group.addTask {
-                    try await store.waitForCommit(past: since, poll: .init(interval: .milliseconds(250), clock: clock))
-                    return !Task.isCancelled
-                }
-                group.addTask {
-                    try await clock.sleep(for: .milliseconds(timeout))
-                    return false
-                }
-                group.addTask {
-                    await shutdown.wait()
-                    return false
-                }
-                let first = try await group.next() ?? false
-                group.cancelAll()
-                return first
-            }
+            try await Race.first(
+                { try await store.waitForCommit(past: since, poll: .init(interval: .milliseconds(250), clock: clock)) },
+                { try await clock.sleep(for: .milliseconds(timeout)) },
+                { await shutdown.wait() })
             list = try node.store.changes(since: since, limit: limit)
         }
         return json([

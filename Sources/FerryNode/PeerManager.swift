@@ -417,32 +417,30 @@ final class ReplicationLink: Sendable {
     /// Sleeps `restartWait`, or less if `redial()` or `stop()` comes first.
     private func restartWait() async {
         let clock = self.clock
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { try? await clock.sleep(for: Self.restartWait) }
-            group.addTask {
-                await withTaskCancellationHandler {
-                    await withCheckedContinuation { c in
-                        let now = self.wake.withLock { w -> Bool in
-                            if w.pending || Task.isCancelled {
-                                w.pending = false
-                                return true
-                            }
-                            w.waiter = c
-                            return false
-                        }
-                        if now { c.resume() }
-                    }
-                } onCancel: {
-                    self.wake.withLock { w -> CheckedContinuation<Void, Never>? in
-                        defer { w.waiter = nil }
-                        return w.waiter
-                    }?.resume()
-                }
-            }
-            await group.next()
-            group.cancelAll()
-        }
+        _ = try? await Race.first({ try await clock.sleep(for: Self.restartWait) }, { await self.woken() })
         wake.withLock { $0.pending = false }
+    }
+
+    /// Returns once `redial()` is called (or was, since the last wait), or on cancellation.
+    private func woken() async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { c in
+                let now = wake.withLock { w -> Bool in
+                    if w.pending || Task.isCancelled {
+                        w.pending = false
+                        return true
+                    }
+                    w.waiter = c
+                    return false
+                }
+                if now { c.resume() }
+            }
+        } onCancel: {
+            wake.withLock { w -> CheckedContinuation<Void, Never>? in
+                defer { w.waiter = nil }
+                return w.waiter
+            }?.resume()
+        }
     }
 
     /// Dials at once: ends a restart wait, or the replicator's own retry wait, and resets its backoff.
