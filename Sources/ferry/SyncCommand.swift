@@ -55,10 +55,12 @@ struct Sync: AsyncParsableCommand {
         let there = URL(fileURLWithPath: path).standardizedFileURL.resolvingSymlinksInPath().path
         if here == there { throw CLIError(message: "cannot sync a data directory with itself (\(path))") }
         let remote = try DocumentStore.open(directory: path)
-        var options = ReplicationResponder.Options()
-        options.nodeID = remote.uuid
-        options.resolvers = ResolverSet(fallback: NodeConfiguration.resolver(named: resolve)!)
-        let responder = ReplicationResponder(store: remote, options: options)
+        // The other directory answers as its own `serve --stdio` would, with this sync's resolver.
+        var replicators = ReplicationFactory(
+            store: remote, nodeID: remote.uuid, trust: try TrustStore(dataDirectory: path, configuration: NodeConfiguration()),
+            configuration: NodeConfiguration(), logger: Logger(label: "ferry.sync.responder"))
+        replicators.resolvers = ResolverSet(fallback: NodeConfiguration.resolver(named: resolve)!)
+        let responder = replicators.responder(authenticated: false)
         return {
             let (client, server) = InMemoryEndpoint.pair()
             Task { await responder.serve(server) }
