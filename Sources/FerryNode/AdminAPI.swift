@@ -7,7 +7,6 @@ import Hummingbird
 import Logging
 import NIOCore
 import ServiceLifecycle
-import Synchronization
 
 /// Ferry's version, as the admin API and `ferry --version` report it.
 public enum FerryVersion {
@@ -510,41 +509,12 @@ struct AdminService<Server: Service>: Service {
 
 /// A one-shot signal that any number of tasks await; firing it (or cancelling a waiter) ends the wait.
 final class ShutdownSignal: Sendable {
-    private struct State {
-        var fired = false
-        var nextID = 0
-        var waiters: [Int: CheckedContinuation<Void, Never>] = [:]
-    }
-    private let state = Mutex(State())
+    private let fired = Latch<Void>()
 
-    var isFired: Bool { state.withLock { $0.fired } }
+    var isFired: Bool { fired.value != nil }
 
-    func fire() {
-        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
-            s.fired = true
-            defer { s.waiters = [:] }
-            return Array(s.waiters.values)
-        }
-        for w in waiters { w.resume() }
-    }
+    func fire() { fired.set(()) }
 
     /// Returns once fired, or once the waiting task is cancelled.
-    func wait() async {
-        let id = state.withLock { s -> Int in
-            s.nextID += 1
-            return s.nextID
-        }
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-                let resumeNow = state.withLock { s -> Bool in
-                    if s.fired || Task.isCancelled { return true }
-                    s.waiters[id] = c
-                    return false
-                }
-                if resumeNow { c.resume() }
-            }
-        } onCancel: {
-            state.withLock { $0.waiters.removeValue(forKey: id) }?.resume()
-        }
-    }
+    func wait() async { _ = try? await fired.wait() }
 }

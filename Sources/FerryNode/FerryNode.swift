@@ -6,7 +6,6 @@ import FerryDiscovery
 import Foundation
 import Logging
 import ServiceLifecycle
-import Synchronization
 
 /// The headless peer: a ServiceGroup of the TLS WebSocket listener, DNS-SD discovery,
 /// the peer manager (one replication per trusted peer, plus persistent replications),
@@ -215,43 +214,12 @@ struct DeferredAdvertisement: Service {
 /// Collects the admin API's bound port for readiness; a wait for it ends on cancellation,
 /// so a node whose admin API never binds can still stop.
 final class ReadinessBox: Sendable {
-    private struct State {
-        var port: Int?
-        var waiters: [Int: CheckedContinuation<Int, any Error>] = [:]
-        var nextWaiter = 0
-    }
-    private let admin = Mutex(State())
+    private let port = Latch<Int>()
 
-    func adminBound(_ port: Int) {
-        let waiters = admin.withLock { s -> [CheckedContinuation<Int, any Error>] in
-            s.port = port
-            defer { s.waiters = [:] }
-            return Array(s.waiters.values)
-        }
-        for w in waiters { w.resume(returning: port) }
-    }
+    func adminBound(_ port: Int) { self.port.set(port) }
 
     /// The admin port once bound; throws CancellationError if the task is cancelled first.
-    func adminPort() async throws -> Int {
-        let id = admin.withLock { s -> Int in
-            defer { s.nextWaiter += 1 }
-            return s.nextWaiter
-        }
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { c in
-                let port = admin.withLock { s -> Int? in
-                    if s.port == nil {
-                        if Task.isCancelled { return nil }
-                        s.waiters[id] = c
-                    }
-                    return s.port
-                }
-                if let port { c.resume(returning: port) } else if Task.isCancelled { c.resume(throwing: CancellationError()) }
-            }
-        } onCancel: {
-            admin.withLock { $0.waiters.removeValue(forKey: id) }?.resume(throwing: CancellationError())
-        }
-    }
+    func adminPort() async throws -> Int { try await port.wait() }
 }
 
 /// Writes node.json once the listener and the admin API are bound, and removes it on shutdown.
