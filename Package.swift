@@ -134,7 +134,7 @@ let package = Package(
         .testTarget(
             name: "FerryTransportTests",
             dependencies: [
-                "FerryTransport", "FerrySync", "FerryStore", "FerryCore",
+                "FerryTransport", "FerrySync", "FerryStore", "FerryCore", "IntegrationHarness",
                 .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
             ]
         ),

@@ -17,6 +17,7 @@
 #   avahi-loopback.sh start-avahi   start avahi-daemon again, waiting until it runs
 #   avahi-loopback.sh run CMD...    run a command inside the namespace (its lo and /run)
 set -euo pipefail
+. "$(dirname "$(readlink -f "$0")")/avahi-conf.sh"
 # Inside the namespace the bus is the default one in its /run; an address inherited from a
 # caller may name another instance's bus.
 unset DBUS_SYSTEM_BUS_ADDRESS
@@ -122,27 +123,8 @@ start() {
     stop
     mkdir -p "$state"
     trap 'echo "avahi-loopback: start failed; stopping" >&2; stop' ERR
-    # mDNS stays on this namespace's lo: allow-interfaces=lo, no wide-area, nothing
-    # published about the host.
-    cat > "$state/avahi-daemon.conf" <<CONF
-[server]
-host-name=ferry-test
-use-ipv4=yes
-use-ipv6=no
-allow-interfaces=lo
-enable-dbus=yes
-ratelimit-interval-usec=1000000
-ratelimit-burst=1000
-[wide-area]
-enable-wide-area=no
-[publish]
-publish-hinfo=no
-publish-workstation=no
-publish-addresses=yes
-publish-aaaa-on-ipv4=no
-[reflector]
-enable-reflector=no
-CONF
+    # mDNS stays on this namespace's lo.
+    avahi_conf "$state/avahi-daemon.conf" ferry-test lo
     # The system bus's own configuration (policies for avahi included), plus a second
     # socket outside /run for clients outside the namespace.
     cat > "$state/dbus.conf" <<CONF

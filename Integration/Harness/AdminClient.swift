@@ -5,9 +5,9 @@ import Foundation
     import FoundationNetworking
 #endif
 
-/// A node's admin API. On this machine it is plain HTTP on 127.0.0.1; a LAN-lab node's
-/// API is on the lab host's own loopback, so calls run `curl` inside that host. Every call
-/// carries the node's admin key; bodies are sent as JSON.
+/// A node's admin API, as the harness and every test drive it. On this machine it is plain
+/// HTTP on 127.0.0.1; a LAN-lab node's API is on the lab host's own loopback, so calls run
+/// `curl` inside that host. Every call carries the node's admin key; bodies are sent as JSON.
 public struct AdminClient: Sendable {
     public let base: String
     public let host: LabHost?
@@ -20,21 +20,30 @@ public struct AdminClient: Sendable {
         self.key = key
     }
 
+    /// The node a `node.json` describes, authenticated with the key file it names.
+    public init(nodeFile: JSON) {
+        base = nodeFile["adminURL"]?.stringValue ?? "http://127.0.0.1:0"
+        host = nil
+        key = nodeFile["adminKeyFile"]?.stringValue
+            .flatMap { try? String(contentsOfFile: $0, encoding: .utf8) }?.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
     public struct Reply: Sendable {
         public let status: Int
         public let text: String
         public var json: JSON { (try? JSON.parse(text)) ?? .null }
     }
 
+    /// One request; `headers` are added after (and so may replace) the key and content type.
     @discardableResult
-    public func call(_ method: String, _ path: String, body: String? = nil) async throws -> Reply {
+    public func call(_ method: String, _ path: String, body: String? = nil, headers: [String: String] = [:]) async throws -> Reply {
         if let host {
             // The key travels on stdin (`-H @-`), never on a command line others can read.
             var args = host.nsenterArguments + ["curl", "-s", "-m", "60", "-X", method, "-w", "\\n%{http_code}", "-H", "@-"]
             if let body { args += ["-H", "Content-Type: application/json", "--data-binary", body] }
             args.append(base + path)
-            let headers = key.map { "Authorization: Bearer \($0)\n" } ?? ""
-            let r = try await Shell.run(args, executable: "/usr/bin/nsenter", stdin: headers, timeout: 90)
+            let lines = (key.map { "Authorization: Bearer \($0)\n" } ?? "") + headers.map { "\($0.key): \($0.value)\n" }.joined()
+            let r = try await Shell.run(args, executable: "/usr/bin/nsenter", stdin: lines, timeout: 90)
             guard let cut = r.stdout.lastIndex(of: "\n"), let status = Int(r.stdout[r.stdout.index(after: cut)...]) else {
                 throw HarnessError("admin call on \(host.name) failed: \(r.stderr)")
             }
@@ -48,6 +57,7 @@ public struct AdminClient: Sendable {
             request.httpBody = Data(body.utf8)
             request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         }
+        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
         let (data, response) = try await URLSession.shared.data(for: request)
         return Reply(status: (response as? HTTPURLResponse)?.statusCode ?? 0, text: String(decoding: data, as: UTF8.self))
     }

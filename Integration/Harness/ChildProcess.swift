@@ -69,12 +69,8 @@ public final class ChildProcess: @unchecked Sendable {
 
     /// Waits up to `timeout` seconds for the child to exit; its status, or nil if it still runs.
     public func wait(timeout: Double) async -> Int32? {
-        let deadline = ContinuousClock.now + .milliseconds(Int(timeout * 1000))
-        while true {
-            if let s = exitStatus { return s }
-            if ContinuousClock.now >= deadline { return nil }
-            try? await Task.sleep(for: .milliseconds(10))
-        }
+        _ = await eventually(timeout, every: .milliseconds(10)) { exitStatus != nil }
+        return exitStatus
     }
 
     public func signal(_ sig: Int32) {

@@ -32,13 +32,12 @@ public final class Cluster: @unchecked Sendable {
     /// with a diff: which documents differ, and their revision on each node.
     public func awaitConvergence(among: [Node]? = nil, timeout: Double = 60) async throws {
         let nodes = among ?? self.nodes
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
+        let converged = try await eventually(timeout, every: .milliseconds(100)) {
             var digests = Set<String>()
             for n in nodes { digests.insert(try await n.admin.digest) }
-            if digests.count == 1 { return }
-            try await Task.sleep(for: .milliseconds(100))
+            return digests.count == 1
         }
+        if converged { return }
         throw HarnessError("nodes did not converge in \(timeout) s:\n" + (try await diff(nodes)))
     }
 

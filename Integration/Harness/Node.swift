@@ -72,18 +72,18 @@ public final class Node: @unchecked Sendable {
         appendToLog("=== start \(Date()) \(args.joined(separator: " "))")
         let p = try ChildProcess.spawn(executable, argv, environment: env, stdoutPath: logPath, stderrPath: logPath)
         process = p
-        let deadline = Date().addingTimeInterval(readinessTimeout)
-        while Date() < deadline {
+        let ready = try await eventually(readinessTimeout) {
             if let data = FileManager.default.contents(atPath: dataDirectory + "/node.json"),
                 let json = try? JSON.parse(Array(data)), let pid = json["pid"]?.intValue,
                 host != nil || pid == Int64(p.pid)
             {
                 info = json
-                if (try? await admin.get("/")["id"]) != nil { return }
+                if (try? await admin.get("/")["id"]) != nil { return true }
             }
             if !p.isRunning { throw HarnessError("\(name) exited during start-up:\n\(logTail())") }
-            try await Task.sleep(for: .milliseconds(50))
+            return false
         }
+        if ready { return }
         throw HarnessError("\(name) did not become ready:\n\(logTail())")
     }
 

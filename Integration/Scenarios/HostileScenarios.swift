@@ -72,8 +72,8 @@ import Testing
         try await restricted.admin.put("private/forbidden", "{}")
         try await restricted.admin.put("public/huge", #"{"pad":"\#(String(repeating: "x", count: 4096))"}"#)
         #expect(try await restricted.admin.call("DELETE", "/docs/public/shared?rev=\(sharedRev)").status == 200)
-        try await waitFor("A receives the allowed document") { try await a.admin.call("GET", "/docs/public/ok").status == 200 }
-        try await waitFor("A counts three policy or size rejections") {
+        try await waitUntil("A receives the allowed document") { try await a.admin.call("GET", "/docs/public/ok").status == 200 }
+        try await waitUntil("A counts three policy or size rejections") {
             try await a.admin.metric("ferry_documents_rejected_total", labelsContaining: [#"direction="push""#]) >= 3
         }
         #expect(try await a.admin.call("GET", "/docs/private/forbidden").status == 404)
@@ -120,7 +120,7 @@ import Testing
 
         // Honest peers keep syncing, and nothing bad was stored.
         try await b.admin.put("after-the-attacks", "{}")
-        try await waitFor("A still syncs with B") { try await a.admin.call("GET", "/docs/after-the-attacks").status == 200 }
+        try await waitUntil("A still syncs with B") { try await a.admin.call("GET", "/docs/after-the-attacks").status == 200 }
         try await cluster.awaitConvergence(among: [a, b])
         _ = await a.stop()
         let check = try await Ferry.run(["--data", a.dataDirectory, "check", "--json"])

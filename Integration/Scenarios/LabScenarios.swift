@@ -66,7 +66,7 @@ struct LabScenarios {
             }
             #expect(try await stranger.admin.get("/")["docCount"]?.intValue == 1)
             let strangerID = try await stranger.id
-            try await waitFor("node1 lists the stranger as untrusted", timeout: 60) {
+            try await waitUntil("node1 lists the stranger as untrusted", timeout: 60) {
                 let peers = try await trusted[0].admin.get("/peers")["peers"]?.items ?? []
                 return peers.contains { $0["id"]?.stringValue == strangerID && $0["trusted"] == false }
             }

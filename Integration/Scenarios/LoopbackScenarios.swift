@@ -146,7 +146,7 @@ import Testing
         while let point = points.first {
             points.removeFirst()
             var count = 0
-            try await waitFor("receiver reaches \(point) documents", timeout: 120) {
+            try await waitUntil("receiver reaches \(point) documents", timeout: 120) {
                 count = Int(try await receiver.admin.get("/")["docCount"]?.intValue ?? 0)
                 return count >= point || count >= total
             }
@@ -155,13 +155,13 @@ import Testing
             kills += 1
             try await receiver.restart(peerArgs)
             // A restarted node counts from zero: what it re-received is what it already had.
-            try await waitFor("the resumed pull moves on", timeout: 60) {
+            try await waitUntil("the resumed pull moves on", timeout: 60) {
                 (try await receiver.admin.get("/")["docCount"]?.intValue ?? 0) > count || count >= total
             }
             let duplicates = try await receiver.admin.metric("ferry_documents_duplicate_total")
             #expect(duplicates <= Double(batch), "kill \(kills) at \(count): \(Int(duplicates)) documents re-transferred")
         }
-        try await waitFor("every document arrives", timeout: 300) {
+        try await waitUntil("every document arrives", timeout: 300) {
             try await receiver.admin.get("/")["docCount"]?.intValue == Int64(total)
         }
         #expect(kills >= 5, "the pull finished before most kill points (\(kills) kills)")

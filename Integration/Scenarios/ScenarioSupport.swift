@@ -8,16 +8,6 @@ import Testing
 /// them as skipped. Use as `.enabled(if: mustRunEverything, "why")`.
 let mustRunEverything = getuid() == 0 || ProcessInfo.processInfo.environment["CI"] != nil
 
-/// Polls until a condition holds (state, never a fixed sleep), or fails with `what`.
-func waitFor(_ what: String, timeout: Double = 60, _ condition: () async throws -> Bool) async throws {
-    let deadline = Date().addingTimeInterval(timeout)
-    while Date() < deadline {
-        if try await condition() { return }
-        try await Task.sleep(for: .milliseconds(50))
-    }
-    throw HarnessError("timed out after \(timeout) s waiting for: \(what)")
-}
-
 /// Ends a scenario: SIGTERM every node (each must exit 0) and check every log for crashes,
 /// sanitizer reports and unexpected error lines.
 func finish(_ cluster: Cluster, allowing allowed: [String] = [], sourceLocation: SourceLocation = #_sourceLocation) async {

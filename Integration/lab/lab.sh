@@ -12,6 +12,7 @@
 #   lab.sh down            kill every recorded pid and delete the namespaces (idempotent,
 #                          also after a failed `up`)
 set -euo pipefail
+. "$(dirname "$(readlink -f "$0")")/../../scripts/avahi-conf.sh"
 # Not under /run: each host mounts its own /run, and must still read its avahi config here.
 state=${FERRY_LAB_STATE:-/var/tmp/ferry-lab}
 prefix=ferrylab
@@ -61,24 +62,7 @@ up() {
         ip -n "$ns" addr add "10.213.0.$n/24" dev eth0
         ip -n "$ns" link set eth0 up
         ip -n "$ns" link set lo up
-        cat > "$state/avahi-h$n.conf" <<CONF
-[server]
-host-name=h$n
-use-ipv4=yes
-use-ipv6=no
-allow-interfaces=eth0
-enable-dbus=yes
-ratelimit-interval-usec=1000000
-ratelimit-burst=1000
-[wide-area]
-enable-wide-area=no
-[publish]
-publish-hinfo=no
-publish-workstation=no
-publish-aaaa-on-ipv4=no
-[reflector]
-enable-reflector=no
-CONF
+        avahi_conf "$state/avahi-h$n.conf" "h$n" eth0
         ip netns exec "$ns" unshare --mount --propagation private -- bash -c "
             mount -t tmpfs -o mode=755 tmpfs /run
             mkdir -p /run/dbus /run/avahi-daemon

@@ -290,13 +290,13 @@ final class PeerLookup {
     func resolved(host: String, port: Int, txt: [String: String]) {
         resolveHandle?.cancel()
         resolveHandle = nil
-        guard let id = txt["id"], id.count == 64, id.allSatisfy(\.isHexDigit) else {
+        guard let id = txt["id"].flatMap(NodeIDFormat.normalized) else {
             owner.logger.debug("a _ferry._tcp service without a valid id TXT key", metadata: ["instance": "\(LogText.escape(instance))"])
             return
         }
         peer = DiscoveredPeer(
-            instance: instance, nodeID: id.lowercased(), group: txt["group"] ?? "", protocolVersion: Int(txt["proto"] ?? "") ?? 0,
-            host: host, addresses: [], port: port, source: "dns-sd")
+            instance: instance, nodeID: id, group: txt["group"] ?? "", protocolVersion: Int(txt["proto"] ?? "") ?? 0,
+            host: host, addresses: [], port: port, source: .dnsSD)
         // A records only: Avahi's AAAA answers can be link-local without a scope.
         var ref: DNSServiceRef?
         let err = DNSServiceQueryRecord(

@@ -1,3 +1,4 @@
+import FerryCore
 import ServiceLifecycle
 
 /// A peer seen by a discovery mechanism: who it claims to be and where it listens.
@@ -18,12 +19,12 @@ public struct DiscoveredPeer: Sendable, Equatable, Hashable {
     /// Resolved IPv4 addresses (dotted quad), best first.
     public var addresses: [String]
     public var port: Int
-    /// Where it was learned: "dns-sd" or "static".
-    public var source: String
+    /// Where it was learned: `.dnsSD` or `.static`.
+    public var source: PeerSource
 
     public init(
         instance: String, nodeID: String, group: String, protocolVersion: Int, host: String,
-        addresses: [String], port: Int, source: String
+        addresses: [String], port: Int, source: PeerSource
     ) {
         self.instance = instance
         self.nodeID = nodeID
@@ -52,6 +53,9 @@ public enum DiscoveryEvent: Sendable, Equatable {
 /// the peers it sees. The peer manager consumes `events` (one consumer).
 public protocol PeerDiscovery: Service {
     var events: AsyncStream<DiscoveryEvent> { get }
+    /// Sets what to advertise; called before `run`, once the listener's port is known.
+    /// A mechanism that announces nothing ignores it.
+    func advertise(_ advertisement: Advertisement)
 }
 
 /// What this node advertises.
@@ -91,6 +95,9 @@ public final class StaticDiscovery: PeerDiscovery, Sendable {
         self.peers = peers
         (events, continuation) = AsyncStream.makeStream(bufferingPolicy: .unbounded)
     }
+
+    /// A fixed list announces nothing.
+    public func advertise(_ advertisement: Advertisement) {}
 
     /// Injects an event, as a test or another mechanism would.
     public func report(_ event: DiscoveryEvent) { continuation.yield(event) }

@@ -1,12 +1,12 @@
 import FerryCore
 import FerryStore
 import FerrySync
+import FerryTransport
 import Foundation
 import Hummingbird
 import Logging
 import NIOCore
 import ServiceLifecycle
-import Synchronization
 
 /// Ferry's version, as the admin API and `ferry --version` report it.
 public enum FerryVersion {
@@ -18,7 +18,9 @@ public enum FerryVersion {
 /// docs/operations.md is the reference for every route.
 struct AdminAPI: Sendable {
     let node: FerryNode
-    let context: NodeContext
+    let manager: PeerManager
+    /// For the bound port and the count of live inbound connections.
+    let listener: WebSocketListener
     let readiness: ReadinessBox
     /// Fired when the node begins a graceful shutdown: open long-polls answer at once.
     let shutdown = ShutdownSignal()
@@ -68,7 +70,7 @@ struct AdminAPI: Sendable {
         let info = try node.store.info()
         return json([
             "id": .string(node.identity.nodeID), "name": .string(node.configuration.name), "version": .string(FerryVersion.current),
-            "group": .string(node.configuration.group), "port": .int(Int64(context.listener.boundPort ?? 0)),
+            "group": .string(node.configuration.group), "port": .int(Int64(listener.boundPort ?? 0)),
             "database": .string(node.store.uuid), "docCount": .int(Int64(info.documentCount)),
             "deletedCount": .int(Int64(info.deletedCount)), "conflictedCount": .int(Int64(info.conflictedCount)),
             "lastSequence": .int(Int64(info.lastSequence)), "digest": .string(try node.store.contentDigest()),
@@ -156,23 +158,10 @@ struct AdminAPI: Sendable {
         if list.isEmpty && feed == "longpoll" && !shutdown.isFired {
             let store = node.store, clock = node.clock, shutdown = self.shutdown
             node.logger.debug("admin long-poll waiting", metadata: ["since": "\(since)", "timeout": "\(timeout)"])
-            _ = try await withThrowingTaskGroup(of: Bool.self) { group in
-                group.addTask {
-                    try await store.waitForCommit(past: since, poll: .init(interval: .milliseconds(250), clock: clock))
-                    return !Task.isCancelled
-                }
-                group.addTask {
-                    try await clock.sleep(for: .milliseconds(timeout))
-                    return false
-                }
-                group.addTask {
-                    await shutdown.wait()
-                    return false
-                }
-                let first = try await group.next() ?? false
-                group.cancelAll()
-                return first
-            }
+            try await Race.first(
+                { try await store.waitForCommit(past: since, poll: .init(interval: .milliseconds(250), clock: clock)) },
+                { try await clock.sleep(for: .milliseconds(timeout)) },
+                { await shutdown.wait() })
             list = try node.store.changes(since: since, limit: limit)
         }
         return json([
@@ -187,11 +176,11 @@ struct AdminAPI: Sendable {
 
     func peers() -> Response {
         let iso = ISO8601DateFormatter()
-        return json(["peers": .array(context.manager.withLock { $0 }?.peers.map { p in
+        return json(["peers": .array(manager.peers.map { p in
             var o: [String: JSON] = [
                 "id": .string(p.nodeID), "name": p.name.map(JSON.string) ?? .null,
                 "addresses": .array(p.addresses.map(JSON.string)), "port": p.port.map { .int(Int64($0)) } ?? .null,
-                "source": .string(p.sources.sorted().joined(separator: "+")), "trusted": .bool(p.trusted),
+                "source": .string(p.sources.map(\.rawValue).sorted().joined(separator: "+")), "trusted": .bool(p.trusted),
                 "connected": .bool(p.connected), "dialled": .bool(p.dialled),
                 "direction": p.direction.map { .string($0.rawValue) } ?? .null,
                 "lastSeen": p.lastSeen.map { .string(iso.string(from: $0)) } ?? .null,
@@ -212,7 +201,7 @@ struct AdminAPI: Sendable {
                 o["replication"] = inbound
             }
             return .object(o)
-        } ?? [])])
+        })])
     }
 
     /// A replication's status and counters; `direction` says which side dialled (peers only).
@@ -230,10 +219,10 @@ struct AdminAPI: Sendable {
     }
 
     func replications() -> Response {
-        let list = context.manager.withLock { $0 }?.replications ?? []
+        let list = manager.replications
         return json(["replications": .array(list.map { r in
             var o = r.spec.json.objectValue!
-            o["source"] = .string(r.source)
+            o["source"] = .string(r.source.rawValue)
             o["status"] = statusJSON(r.status, r.summary)
             return .object(o)
         })])
@@ -252,7 +241,7 @@ struct AdminAPI: Sendable {
         guard try node.replicationRegistry.add(spec) else {
             throw APIError(.conflict, "conflict", "replication \(spec.id) exists; DELETE /replications/\(spec.id) first to replace it")
         }
-        context.manager.withLock { $0 }?.startReplication(spec, source: "api")
+        manager.startReplication(spec, source: .api)
         return json(spec.json, status: .created)
     }
 
@@ -261,7 +250,7 @@ struct AdminAPI: Sendable {
             throw APIError(.conflict, "conflict", "replication \(id) is defined in the config file; remove it there")
         }
         guard try node.replicationRegistry.remove(id) else { throw APIError(.notFound, "not_found", "no replication \(id)") }
-        _ = context.manager.withLock { $0 }?.stopReplication(id)
+        _ = manager.stopReplication(id)
         return json(["id": .string(id), "removed": true])
     }
 
@@ -276,9 +265,9 @@ struct AdminAPI: Sendable {
         let body = try await readJSON(request)
         let t: NodeConfiguration.TrustEntry
         do { t = try ConfigReader(file: "request body").trustEntry(body, "") } catch { throw badBody(error) }
-        let entry = TrustStore.Entry(nodeID: t.nodeID, name: t.name, policy: t.policy, source: "api")
+        let entry = TrustStore.Entry(nodeID: t.nodeID, name: t.name, policy: t.policy, source: .api)
         try node.trust.add(entry)
-        context.manager.withLock { $0 }?.trustChanged()
+        manager.trustChanged()
         return json(entry.json, status: .created)
     }
 
@@ -290,7 +279,7 @@ struct AdminAPI: Sendable {
         guard let entry = try node.trust.update(id.lowercased(), change) else {
             throw APIError(.notFound, "not_found", "node \(id) is not in the trust store (add it with POST /trust)")
         }
-        context.manager.withLock { $0 }?.trustChanged()
+        manager.trustChanged()
         return json(entry.json)
     }
 
@@ -300,7 +289,7 @@ struct AdminAPI: Sendable {
 
     func removeTrust(_ id: String) throws -> Response {
         guard try node.trust.remove(id.lowercased()) else { throw APIError(.notFound, "not_found", "node \(id) is not in the trust store") }
-        context.manager.withLock { $0 }?.trustChanged()
+        manager.trustChanged()
         return json(["id": .string(id.lowercased()), "removed": true])
     }
 
@@ -309,8 +298,8 @@ struct AdminAPI: Sendable {
     func metrics() -> Response {
         let info = try? node.store.info()
         let text = node.metrics.render(
-            connectedPeers: context.manager.withLock { $0 }?.connectedCount ?? 0,
-            inboundConnections: context.listener.connections.count,
+            connectedPeers: manager.connectedCount,
+            inboundConnections: listener.connections.count,
             storeBytes: node.store.sizeOnDisk(), documents: info?.documentCount ?? 0, lastSequence: info?.lastSequence ?? 0)
         return Response(
             status: .ok, headers: [.contentType: "text/plain; version=0.0.4"],
@@ -522,41 +511,12 @@ struct AdminService<Server: Service>: Service {
 
 /// A one-shot signal that any number of tasks await; firing it (or cancelling a waiter) ends the wait.
 final class ShutdownSignal: Sendable {
-    private struct State {
-        var fired = false
-        var nextID = 0
-        var waiters: [Int: CheckedContinuation<Void, Never>] = [:]
-    }
-    private let state = Mutex(State())
+    private let fired = Latch<Void>()
 
-    var isFired: Bool { state.withLock { $0.fired } }
+    var isFired: Bool { fired.value != nil }
 
-    func fire() {
-        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
-            s.fired = true
-            defer { s.waiters = [:] }
-            return Array(s.waiters.values)
-        }
-        for w in waiters { w.resume() }
-    }
+    func fire() { fired.set(()) }
 
     /// Returns once fired, or once the waiting task is cancelled.
-    func wait() async {
-        let id = state.withLock { s -> Int in
-            s.nextID += 1
-            return s.nextID
-        }
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-                let resumeNow = state.withLock { s -> Bool in
-                    if s.fired || Task.isCancelled { return true }
-                    s.waiters[id] = c
-                    return false
-                }
-                if resumeNow { c.resume() }
-            }
-        } onCancel: {
-            state.withLock { $0.waiters.removeValue(forKey: id) }?.resume()
-        }
-    }
+    func wait() async { _ = try? await fired.wait() }
 }

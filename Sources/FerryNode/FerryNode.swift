@@ -6,7 +6,6 @@ import FerryDiscovery
 import Foundation
 import Logging
 import ServiceLifecycle
-import Synchronization
 
 /// The headless peer: a ServiceGroup of the TLS WebSocket listener, DNS-SD discovery,
 /// the peer manager (one replication per trusted peer, plus persistent replications),
@@ -23,8 +22,7 @@ public final class FerryNode: Sendable {
             guard let hash = text.lastIndex(of: "#") else {
                 throw .badConfiguration("peer \"\(text)\" lacks its pinned node ID: use URL#NODEID")
             }
-            let id = String(text[text.index(after: hash)...]).lowercased()
-            guard id.count == 64, id.allSatisfy(\.isHexDigit) else {
+            guard let id = NodeIDFormat.normalized(text[text.index(after: hash)...]) else {
                 throw .badConfiguration("peer \"\(text)\": the node ID after # must be 64 hex digits (see `ferry id`)")
             }
             url = String(text[..<hash])
@@ -89,28 +87,14 @@ public final class FerryNode: Sendable {
 
     var nodeFile: String { "\(dataDirectory)/node.json" }
 
-    /// The pull filter the configuration declares, applied to everything incoming.
-    var pullFilter: RevisionFilter? { configuration.pullFilter?.filter(name: "config-pull") }
-
-    /// Nothing readable or writable: the policy of a peer that is no longer trusted.
-    static let denyAll = PeerPolicy(read: .none, write: .none, mayDelete: false)
-
-    /// The responder serving incoming connections. `authenticated` says whether the
-    /// transport proves peer IDs (mutual TLS): then a peer missing from the trust store
-    /// (trust revoked while it was connected) gets nothing. Password, acceptAnyPeer and
-    /// Unix-socket clients (authenticated by the socket's file permissions) get the full policy.
-    func makeResponder(authenticated: Bool) -> ReplicationResponder {
-        var r = ReplicationResponder.Options()
-        r.nodeID = identity.nodeID
-        r.readOnly = configuration.readOnly
-        let trust = self.trust
-        r.policyLookup = { trust.policy(for: $0) }
-        r.defaultPolicy = authenticated ? Self.denyAll : .trusted
-        r.resolvers = configuration.resolvers
-        r.incomingFilter = pullFilter
-        r.metrics = metrics.sync
-        return ReplicationResponder(store: store, options: r, logger: logger)
+    /// Builds this node's replicators and responders (trust policy, resolvers, pull filter, metrics).
+    public var replicators: ReplicationFactory {
+        ReplicationFactory(
+            store: store, nodeID: identity.nodeID, trust: trust, configuration: configuration, metrics: metrics.sync, clock: clock,
+            logger: logger)
     }
+
+    func makeResponder(authenticated: Bool) -> ReplicationResponder { replicators.responder(authenticated: authenticated) }
 
     func makeListener(responder: ReplicationResponder) -> WebSocketListener {
         var config = WebSocketListener.Configuration()
@@ -131,11 +115,27 @@ public final class FerryNode: Sendable {
         return WebSocketListener(identity: identity, configuration: config, responder: responder, logger: logger)
     }
 
-    /// Runs until SIGTERM/SIGINT (or cancellation); `onReady` runs once both listeners are bound.
-    public func run(discovery customDiscovery: (any PeerDiscovery)? = nil, onReady: @escaping @Sendable (Ready) -> Void = { _ in }) async throws {
+    /// The parts of a running node, each built after what it needs and given only that.
+    struct Parts {
+        let listener: WebSocketListener
+        let manager: PeerManager
+        let admin: AdminAPI
+    }
+
+    /// Builds responder, listener, peer manager and admin API, in that order.
+    func makeParts(discovery: (any PeerDiscovery)?, readiness: ReadinessBox = ReadinessBox(), logger: Logger? = nil) -> Parts {
         let pinned = configuration.password == nil && !configuration.acceptAnyPeer
         let responder = makeResponder(authenticated: pinned)
         let listener = makeListener(responder: responder)
+        let replications = configuration.replications.map { ($0, PeerSource.config) } + replicationRegistry.specs.map { ($0, PeerSource.api) }
+        let manager = PeerManager(
+            configuration: configuration, identity: identity, trust: trust, replicators: replicators, replications: replications,
+            inboundSessions: { responder.sessions }, discovery: discovery, clock: clock, logger: logger ?? self.logger)
+        return Parts(listener: listener, manager: manager, admin: AdminAPI(node: self, manager: manager, listener: listener, readiness: readiness))
+    }
+
+    /// Runs until SIGTERM/SIGINT (or cancellation); `onReady` runs once both listeners are bound.
+    public func run(discovery customDiscovery: (any PeerDiscovery)? = nil, onReady: @escaping @Sendable (Ready) -> Void = { _ in }) async throws {
         let readiness = ReadinessBox()
         let discovery: (any PeerDiscovery)?
         if let customDiscovery {
@@ -147,10 +147,8 @@ public final class FerryNode: Sendable {
         } else {
             discovery = nil
         }
-        let context = NodeContext(node: self, listener: listener)
-        let manager = PeerManager(node: context, discovery: discovery, logger: logger)
-        context.manager.withLock { $0 = manager }
-        let admin = AdminAPI(node: self, context: context, readiness: readiness)
+        let parts = makeParts(discovery: discovery, readiness: readiness)
+        let (listener, manager, admin) = (parts.listener, parts.manager, parts.admin)
         var services: [any Service] = [StartupGuard(role: .listener(configuration.interface, configuration.port), service: listener)]
         if let discovery { services.append(DeferredAdvertisement(discovery: discovery, listener: listener, node: self)) }
         services.append(manager)
@@ -197,48 +195,18 @@ public final class FerryNode: Sendable {
     }
 }
 
-/// What the node's services share with the peer manager and the admin API.
-final class NodeContext: Sendable {
-    let node: FerryNode
-    let listener: WebSocketListener
-    let manager = Mutex<PeerManager?>(nil)
-
-    init(node: FerryNode, listener: WebSocketListener) {
-        self.node = node
-        self.listener = listener
-    }
-
-    var configuration: NodeConfiguration { node.configuration }
-    var identity: NodeIdentity { node.identity }
-    var store: DocumentStore { node.store }
-    var trust: TrustStore { node.trust }
-    var metrics: NodeMetrics { node.metrics }
-    var clock: any Clock<Duration> { node.clock }
-    var pullFilter: RevisionFilter? { node.pullFilter }
-
-    /// The live inbound replication sessions, with the peers' IDs and live counters.
-    func inboundSessions() -> [ReplicationResponder.SessionStatus] { listener.responder?.sessions ?? [] }
-
-    /// Replications to run: the config file's, then those added through the API.
-    func replicationSpecs() -> [(ReplicationSpec, String)] {
-        configuration.replications.map { ($0, "config") } + node.replicationRegistry.specs.map { ($0, "api") }
-    }
-}
-
-/// Advertises on DNS-SD once the listener's port is known (it may be ephemeral).
+/// Advertises this node once the listener's port is known (it may be ephemeral), then runs discovery.
 struct DeferredAdvertisement: Service {
     let discovery: any PeerDiscovery
     let listener: WebSocketListener
     let node: FerryNode
 
     func run() async throws {
-        if let dnssd = discovery as? DNSSDDiscovery {
-            let port = try await listener.waitUntilBound()
-            let id = node.identity.nodeID
-            dnssd.advertise(Advertisement(
-                instanceName: "\(node.configuration.name)-\(id.prefix(8))", nodeID: id, group: node.configuration.group,
-                protocolVersion: SyncProtocol.versions.max() ?? 1, port: port))
-        }
+        let port = try await listener.waitUntilBound()
+        let id = node.identity.nodeID
+        discovery.advertise(Advertisement(
+            instanceName: "\(node.configuration.name)-\(id.prefix(8))", nodeID: id, group: node.configuration.group,
+            protocolVersion: SyncProtocol.versions.max() ?? 1, port: port))
         try await discovery.run()
     }
 }
@@ -246,43 +214,12 @@ struct DeferredAdvertisement: Service {
 /// Collects the admin API's bound port for readiness; a wait for it ends on cancellation,
 /// so a node whose admin API never binds can still stop.
 final class ReadinessBox: Sendable {
-    private struct State {
-        var port: Int?
-        var waiters: [Int: CheckedContinuation<Int, any Error>] = [:]
-        var nextWaiter = 0
-    }
-    private let admin = Mutex(State())
+    private let port = Latch<Int>()
 
-    func adminBound(_ port: Int) {
-        let waiters = admin.withLock { s -> [CheckedContinuation<Int, any Error>] in
-            s.port = port
-            defer { s.waiters = [:] }
-            return Array(s.waiters.values)
-        }
-        for w in waiters { w.resume(returning: port) }
-    }
+    func adminBound(_ port: Int) { self.port.set(port) }
 
     /// The admin port once bound; throws CancellationError if the task is cancelled first.
-    func adminPort() async throws -> Int {
-        let id = admin.withLock { s -> Int in
-            defer { s.nextWaiter += 1 }
-            return s.nextWaiter
-        }
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { c in
-                let port = admin.withLock { s -> Int? in
-                    if s.port == nil {
-                        if Task.isCancelled { return nil }
-                        s.waiters[id] = c
-                    }
-                    return s.port
-                }
-                if let port { c.resume(returning: port) } else if Task.isCancelled { c.resume(throwing: CancellationError()) }
-            }
-        } onCancel: {
-            admin.withLock { $0.waiters.removeValue(forKey: id) }?.resume(throwing: CancellationError())
-        }
-    }
+    func adminPort() async throws -> Int { try await port.wait() }
 }
 
 /// Writes node.json once the listener and the admin API are bound, and removes it on shutdown.

@@ -104,12 +104,16 @@ public struct NodeConfiguration: Sendable {
             byType: conflictsByType.compactMapValues(Self.resolver(named:)))
     }
 
-    static let resolverNames = ["keepConflicts", "deletesWin", "lastWriteWins", "merge"]
-    static func resolver(named name: String) -> ConflictResolver? {
+    /// Every name a conflict policy goes by, in the config file and in `ferry sync --resolve`
+    /// alike (docs/operations.md lists them): `default` and `lww` are aliases.
+    public static let resolverNames = ["keepConflicts", "default", "deletesWin", "lastWriteWins", "lww", "merge"]
+
+    /// The resolver a policy name stands for; nil for a name not in `resolverNames`.
+    public static func resolver(named name: String) -> ConflictResolver? {
         switch name {
         case "keepConflicts", "default": return .keepConflicts
         case "deletesWin": return .deletesWin
-        case "lastWriteWins": return .lastWriteWins
+        case "lastWriteWins", "lww": return .lastWriteWins
         case "merge": return .merge
         default: return nil
         }
@@ -263,9 +267,8 @@ struct ConfigReader {
     }
 
     func nodeID(_ value: JSON, _ key: String) throws(ConfigError) -> String {
-        let s = try string(value, key).lowercased()
-        guard s.count == 64, s.allSatisfy(\.isHexDigit) else { throw fail(key, "a node ID is 64 hex digits (see `ferry id`)") }
-        return s
+        guard let id = NodeIDFormat.normalized(try string(value, key)) else { throw fail(key, NodeIDFormat.requirement) }
+        return id
     }
 
     func url(_ value: JSON, _ key: String) throws(ConfigError) -> String {

@@ -23,7 +23,7 @@ public final class PeerManager: Service, Sendable {
         public var name: String?
         public var addresses: [String]
         public var port: Int?
-        public var sources: Set<String>
+        public var sources: Set<PeerSource>
         public var trusted: Bool
         public var dialled: Bool
         /// Whether a replication connection to or from the peer is up.
@@ -74,27 +74,50 @@ public final class PeerManager: Service, Sendable {
     struct State {
         var peers: [String: PeerState] = [:]
         var instances: [String: String] = [:]  // DNS-SD instance → node ID
-        var replications: [String: (spec: ReplicationSpec, source: String, link: ReplicationLink)] = [:]
+        var replications: [String: (spec: ReplicationSpec, source: PeerSource, link: ReplicationLink)] = [:]
         var stopping = false
         /// The trust store as last seen, to tell which entries a change touched.
         var trustSeen: [String: PeerPolicy] = [:]
     }
 
-    let node: NodeContext
+    /// Static peers, trust mode, scheme and group: read only.
+    let configuration: NodeConfiguration
+    /// This node's certificate, presented when dialling.
+    let identity: NodeIdentity
+    let trust: TrustStore
+    let replicators: ReplicationFactory
+    /// The persistent replications to start, with where each was declared.
+    let initialReplications: [(ReplicationSpec, PeerSource)]
+    /// The live sessions of peers that dialled this node.
+    let inboundSessions: @Sendable () -> [ReplicationResponder.SessionStatus]
     let discovery: (any PeerDiscovery)?
+    let clock: any Clock<Duration>
     let state = Mutex(State())
     let logger: Logger
 
-    init(node: NodeContext, discovery: (any PeerDiscovery)?, logger: Logger) {
-        self.node = node
+    init(
+        configuration: NodeConfiguration, identity: NodeIdentity, trust: TrustStore, replicators: ReplicationFactory,
+        replications: [(ReplicationSpec, PeerSource)], inboundSessions: @escaping @Sendable () -> [ReplicationResponder.SessionStatus],
+        discovery: (any PeerDiscovery)?, clock: any Clock<Duration>, logger: Logger
+    ) {
+        self.configuration = configuration
+        self.identity = identity
+        self.trust = trust
+        self.replicators = replicators
+        initialReplications = replications
+        self.inboundSessions = inboundSessions
         self.discovery = discovery
+        self.clock = clock
         self.logger = logger
     }
+
+    /// This node's ID, for the one-dialer rule.
+    var nodeID: String { identity.nodeID }
 
     public func run() async throws {
         let trusted = currentTrust()
         state.withLock { $0.trustSeen = trusted }
-        for peer in node.configuration.peers {
+        for peer in configuration.peers {
             state.withLock { s in
                 var p = s.peers[peer.nodeID] ?? PeerState(nodeID: peer.nodeID)
                 p.name = peer.name ?? p.name
@@ -103,7 +126,7 @@ public final class PeerManager: Service, Sendable {
             }
             reconcile(peer.nodeID)
         }
-        for (spec, source) in node.replicationSpecs() { startReplication(spec, source: source) }
+        for (spec, source) in initialReplications { startReplication(spec, source: source) }
         // The discovery service stops after this one (reverse start order), so its event
         // stream must not be what ends this loop.
         if let discovery {
@@ -116,7 +139,7 @@ public final class PeerManager: Service, Sendable {
     func handle(_ event: DiscoveryEvent) {
         switch event {
         case .appeared(let peer):
-            guard peer.nodeID != node.identity.nodeID else { return }
+            guard peer.nodeID != nodeID else { return }
             let isNew = state.withLock { s -> Bool in
                 let isNew = s.peers[peer.nodeID]?.discovered != true
                 var p = s.peers[peer.nodeID] ?? PeerState(nodeID: peer.nodeID)
@@ -136,12 +159,12 @@ public final class PeerManager: Service, Sendable {
                     metadata: [
                         "peer": "\(LogText.escape(peer.nodeID))", "instance": "\(LogText.escape(peer.instance))",
                         "addresses": "\(LogText.escape(peer.addresses.joined(separator: ",")))",
-                        "trusted": "\(node.trust.isTrusted(peer.nodeID))",
+                        "trusted": "\(trust.isTrusted(peer.nodeID))",
                     ])
             }
-            if node.configuration.trustMode == .tofu, !node.trust.isTrusted(peer.nodeID), !node.trust.hasTOFUEntry {
+            if configuration.trustMode == .tofu, !trust.isTrusted(peer.nodeID), !trust.hasTOFUEntry {
                 do {
-                    try node.trust.add(.init(nodeID: peer.nodeID, name: peer.instance, policy: .trusted, source: "tofu"))
+                    try trust.add(.init(nodeID: peer.nodeID, name: peer.instance, policy: .trusted, source: .tofu))
                     logger.notice(
                         "trust on first use: pinned the first peer seen in this group", metadata: ["peer": "\(LogText.escape(peer.nodeID))"])
                 } catch {
@@ -167,18 +190,18 @@ public final class PeerManager: Service, Sendable {
 
     /// The URL to dial a peer at, or nil when this node should not dial it.
     func dialURL(_ p: PeerState) -> String? {
-        guard node.trust.isTrusted(p.nodeID) else { return nil }
+        guard trust.isTrusted(p.nodeID) else { return nil }
         if let url = p.staticURL { return url }
         guard p.discovered, let address = p.addresses.first, let port = p.port else { return nil }
-        guard node.identity.nodeID < p.nodeID else { return nil }  // the lower ID dials
-        let scheme = node.configuration.insecure ? "ws" : "wss"
-        return "\(scheme)://\(address):\(port)/\(node.configuration.group)/sync"
+        guard nodeID < p.nodeID else { return nil }  // the lower ID dials
+        let scheme = configuration.insecure ? "ws" : "wss"
+        return "\(scheme)://\(address):\(port)/\(configuration.group)/sync"
     }
 
     /// Starts, restarts (new address or policy) or stops the link to one peer to match what
     /// is known. With `redial`, a link kept as it is ends any wait and dials at once.
     func reconcile(_ id: String, redial: Bool = false) {
-        let policy = node.trust.policy(for: id)
+        let policy = trust.policy(for: id)
         let (toStop, toStart, kept): (ReplicationLink?, ReplicationLink?, ReplicationLink?) = state.withLock { s in
             guard !s.stopping, var p = s.peers[id] else { return (nil, nil, nil) }
             let url = dialURL(p)
@@ -216,38 +239,30 @@ public final class PeerManager: Service, Sendable {
     }
 
     func currentTrust() -> [String: PeerPolicy] {
-        Dictionary(node.trust.entries.map { ($0.nodeID, $0.policy) }, uniquingKeysWith: { a, _ in a })
+        Dictionary(trust.entries.map { ($0.nodeID, $0.policy) }, uniquingKeysWith: { a, _ in a })
     }
 
     func makeLink(url: String, peerID: String, spec: ReplicationSpec?) -> ReplicationLink {
-        var rc = ReplicatorConfiguration()
-        rc.continuous = spec?.continuous ?? true
-        rc.direction = spec?.direction ?? .pushAndPull
-        rc.documentIDs = spec?.documentIDs.map { Set($0.compactMap { try? DocumentID($0) }) }
-        rc.nodeID = node.identity.nodeID
-        rc.remotePolicy = node.trust.policy(for: peerID) ?? .trusted
-        rc.resolvers = node.configuration.resolvers
-        rc.pullFilter = node.pullFilter
-        rc.metrics = node.metrics.sync
-        rc.maxAttemptWait = .seconds(30)
-        let policy = node.trust.policy(for: peerID)
-        let identity = node.identity, logger = self.logger
+        let policy = trust.policy(for: peerID)
+        let identity = self.identity, logger = self.logger
         let connector: Replicator.Connector = {
             var c = try WebSocketConnector(url: url, serverTrust: .pinned([peerID]), identity: identity)
             c.logger = logger
             return try await c.connector()
         }
-        return ReplicationLink(
-            url: url, peerID: peerID, policy: policy,
-            replicator: Replicator(
-                store: node.store, connector: connector, configuration: rc, clock: node.clock, logger: logger.with("peer", peerID)),
-            clock: node.clock, logger: logger)
+        let replicator = replicators.replicator(peerID: peerID, connector: connector, logger: logger.with("peer", peerID)) { rc in
+            rc.continuous = spec?.continuous ?? true
+            rc.direction = spec?.direction ?? .pushAndPull
+            rc.documentIDs = spec?.documentIDs.map { Set($0.compactMap { try? DocumentID($0) }) }
+            rc.maxAttemptWait = .seconds(30)
+        }
+        return ReplicationLink(url: url, peerID: peerID, policy: policy, replicator: replicator, clock: clock, logger: logger)
     }
 
     // MARK: persistent replications
 
-    /// Starts a replication; `source` is "config" or "api".
-    func startReplication(_ spec: ReplicationSpec, source: String) {
+    /// Starts a replication; `source` is `.config` or `.api`.
+    func startReplication(_ spec: ReplicationSpec, source: PeerSource) {
         let link = makeLink(url: spec.url, peerID: spec.peerID, spec: spec)
         let old = state.withLock { s -> ReplicationLink? in
             let old = s.replications[spec.id]?.link
@@ -265,7 +280,7 @@ public final class PeerManager: Service, Sendable {
         return true
     }
 
-    public var replications: [(spec: ReplicationSpec, source: String, status: ReplicatorStatus, summary: ReplicationSummary)] {
+    public var replications: [(spec: ReplicationSpec, source: PeerSource, status: ReplicatorStatus, summary: ReplicationSummary)] {
         state.withLock { s in
             s.replications.values.sorted { $0.spec.id < $1.spec.id }.map {
                 ($0.spec, $0.source, $0.link.replicator.status, $0.link.replicator.summary)
@@ -277,13 +292,13 @@ public final class PeerManager: Service, Sendable {
     /// peer connected to this node's listener (an inbound-only peer has source "inbound").
     /// Only IDs the transport proved count: a password client's hello ID is a mere claim.
     public var peers: [PeerInfo] {
-        let proven = node.inboundSessions().filter { $0.authenticated && $0.peerID != nil }
+        let proven = inboundSessions().filter { $0.authenticated && $0.peerID != nil }
         let inbound = Dictionary(grouping: proven, by: { $0.peerID! })
         let known = state.withLock { s in s.peers.values.sorted { $0.nodeID < $1.nodeID } }
         var list: [PeerInfo] = known.map { p in
-            var sources: Set<String> = []
-            if p.staticURL != nil { sources.insert("static") }
-            if p.discovered || p.instance != nil { sources.insert("dns-sd") }
+            var sources: Set<PeerSource> = []
+            if p.staticURL != nil { sources.insert(.static) }
+            if p.discovered || p.instance != nil { sources.insert(.dnsSD) }
             let status = p.link?.replicator.status
             return info(
                 nodeID: p.nodeID, name: p.name, addresses: p.addresses, port: p.port, sources: sources, lastSeen: p.lastSeen,
@@ -292,14 +307,14 @@ public final class PeerManager: Service, Sendable {
         let listed = Set(known.map(\.nodeID))
         for (id, sessions) in inbound where !listed.contains(id) {
             list.append(info(
-                nodeID: id, name: nil, addresses: [], port: nil, sources: ["inbound"], lastSeen: nil, link: nil, status: nil,
+                nodeID: id, name: nil, addresses: [], port: nil, sources: [.inbound], lastSeen: nil, link: nil, status: nil,
                 inbound: sessions))
         }
         return list.sorted { $0.nodeID < $1.nodeID }
     }
 
     func info(
-        nodeID: String, name: String?, addresses: [String], port: Int?, sources: Set<String>, lastSeen: Date?, link: ReplicationLink?,
+        nodeID: String, name: String?, addresses: [String], port: Int?, sources: Set<PeerSource>, lastSeen: Date?, link: ReplicationLink?,
         status: ReplicatorStatus?, inbound sessions: [ReplicationResponder.SessionStatus]
     ) -> PeerInfo {
         let outboundUp = status.map { [.idle, .busy].contains($0.activity) } ?? false
@@ -312,8 +327,8 @@ public final class PeerManager: Service, Sendable {
             case (false, false): nil
             }
         return PeerInfo(
-            nodeID: nodeID, name: name ?? node.trust.entry(nodeID)?.name, addresses: addresses, port: port, sources: sources,
-            trusted: node.trust.isTrusted(nodeID), dialled: link != nil, connected: direction != nil, direction: direction,
+            nodeID: nodeID, name: name ?? trust.entry(nodeID)?.name, addresses: addresses, port: port, sources: sources,
+            trusted: trust.isTrusted(nodeID), dialled: link != nil, connected: direction != nil, direction: direction,
             lastSeen: lastSeen ?? sessions.map(\.connectedAt).max(), url: link?.url, status: status,
             summary: link?.replicator.summary, inbound: inbound)
     }
@@ -402,32 +417,30 @@ final class ReplicationLink: Sendable {
     /// Sleeps `restartWait`, or less if `redial()` or `stop()` comes first.
     private func restartWait() async {
         let clock = self.clock
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { try? await clock.sleep(for: Self.restartWait) }
-            group.addTask {
-                await withTaskCancellationHandler {
-                    await withCheckedContinuation { c in
-                        let now = self.wake.withLock { w -> Bool in
-                            if w.pending || Task.isCancelled {
-                                w.pending = false
-                                return true
-                            }
-                            w.waiter = c
-                            return false
-                        }
-                        if now { c.resume() }
-                    }
-                } onCancel: {
-                    self.wake.withLock { w -> CheckedContinuation<Void, Never>? in
-                        defer { w.waiter = nil }
-                        return w.waiter
-                    }?.resume()
-                }
-            }
-            await group.next()
-            group.cancelAll()
-        }
+        _ = try? await Race.first({ try await clock.sleep(for: Self.restartWait) }, { await self.woken() })
         wake.withLock { $0.pending = false }
+    }
+
+    /// Returns once `redial()` is called (or was, since the last wait), or on cancellation.
+    private func woken() async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { c in
+                let now = wake.withLock { w -> Bool in
+                    if w.pending || Task.isCancelled {
+                        w.pending = false
+                        return true
+                    }
+                    w.waiter = c
+                    return false
+                }
+                if now { c.resume() }
+            }
+        } onCancel: {
+            wake.withLock { w -> CheckedContinuation<Void, Never>? in
+                defer { w.waiter = nil }
+                return w.waiter
+            }?.resume()
+        }
     }
 
     /// Dials at once: ends a restart wait, or the replicator's own retry wait, and resets its backoff.

@@ -14,8 +14,8 @@ public final class TrustStore: Sendable {
         public var name: String?
         public var policy: PeerPolicy
         /// "config", "peer" (a static peer), "api" (added at run time) or "tofu".
-        public var source: String
-        public init(nodeID: String, name: String?, policy: PeerPolicy, source: String) {
+        public var source: PeerSource
+        public init(nodeID: String, name: String?, policy: PeerPolicy, source: PeerSource) {
             self.nodeID = nodeID
             self.name = name
             self.policy = policy
@@ -57,8 +57,8 @@ public final class TrustStore: Sendable {
     public init(dataDirectory: String, configuration: NodeConfiguration) throws(ConfigError) {
         file = "\(dataDirectory)/trust.json"
         var fixed: [String: Entry] = [:]
-        for p in configuration.peers { fixed[p.nodeID] = Entry(nodeID: p.nodeID, name: p.name, policy: .trusted, source: "peer") }
-        for t in configuration.trust { fixed[t.nodeID] = Entry(nodeID: t.nodeID, name: t.name, policy: t.policy, source: "config") }
+        for p in configuration.peers { fixed[p.nodeID] = Entry(nodeID: p.nodeID, name: p.name, policy: .trusted, source: .peer) }
+        for t in configuration.trust { fixed[t.nodeID] = Entry(nodeID: t.nodeID, name: t.name, policy: t.policy, source: .config) }
         self.fixed = fixed
         var added: [String: Entry] = [:]
         if let data = FileManager.default.contents(atPath: file) {
@@ -69,7 +69,7 @@ public final class TrustStore: Sendable {
             if case .array(let items)? = top["peers"] {
                 for (i, item) in items.enumerated() {
                     let key = "peers[\(i)]"
-                    let source = item["source"]?.stringValue ?? "api"
+                    let source = item["source"]?.stringValue.flatMap(PeerSource.init(rawValue:)) ?? .api
                     var clean = item.objectValue ?? [:]
                     clean["source"] = nil
                     let t = try reader.trustEntry(.object(clean), key)
@@ -91,7 +91,7 @@ public final class TrustStore: Sendable {
     public func isTrusted(_ id: String) -> Bool { entry(id) != nil }
     public func policy(for id: String) -> PeerPolicy? { entry(id)?.policy }
     /// Whether a TOFU entry exists already (TOFU pins only the first node seen).
-    public var hasTOFUEntry: Bool { added.withLock { $0.values.contains { $0.source == "tofu" } } }
+    public var hasTOFUEntry: Bool { added.withLock { $0.values.contains { $0.source == .tofu } } }
 
     /// Adds a run-time entry and saves the file. An ID already trusted is a conflict:
     /// re-adding must never replace (and so widen) an entry's policy; `update` changes one.
@@ -153,7 +153,7 @@ public final class TrustStore: Sendable {
     func save() throws(NodeError) {
         let list = added.withLock { $0 }.values.sorted { $0.nodeID < $1.nodeID }.map { e -> JSON in
             var o = e.json.objectValue!
-            o["source"] = .string(e.source)
+            o["source"] = .string(e.source.rawValue)
             return .object(o)
         }
         try writeAtomically(JSON.object(["peers": .array(list)]), to: file)
@@ -162,7 +162,7 @@ public final class TrustStore: Sendable {
 
 extension TrustStore.Entry {
     public var json: JSON {
-        var o: [String: JSON] = ["id": .string(nodeID), "policy": policy.json, "source": .string(source)]
+        var o: [String: JSON] = ["id": .string(nodeID), "policy": policy.json, "source": .string(source.rawValue)]
         if let name { o["name"] = .string(name) }
         return .object(o)
     }

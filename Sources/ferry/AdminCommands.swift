@@ -131,7 +131,7 @@ struct TrustAdd: AsyncParsableCommand {
         } else {
             let store = try TrustStore(dataDirectory: global.dataDirectory, configuration: NodeConfiguration())
             let t = try NodeConfiguration.TrustEntry(parsing: .object(entry), source: "ferry trust add")
-            let e = TrustStore.Entry(nodeID: t.nodeID, name: t.name, policy: t.policy, source: "api")
+            let e = TrustStore.Entry(nodeID: t.nodeID, name: t.name, policy: t.policy, source: .api)
             try store.add(e)
             result = e.json
         }

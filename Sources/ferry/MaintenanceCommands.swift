@@ -237,8 +237,8 @@ struct Watch: AsyncParsableCommand {
                 continuation.onTermination = { _ in keep.cancel() }
             }
         }
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask {
+        try await Race.first(
+            {
                 let poll = LiveChanges.Poll(interval: .milliseconds(250))
                 for try await c in store.liveChanges(since: start, poll: poll) {
                     if global.json {
@@ -248,10 +248,7 @@ struct Watch: AsyncParsableCommand {
                     }
                     fflush(nil)
                 }
-            }
-            group.addTask { for await _ in stop {} }
-            try await group.next()
-            group.cancelAll()
-        }
+            },
+            { for await _ in stop {} })
     }
 }

@@ -8,6 +8,10 @@ import Foundation
 /// Talks to the admin API of the `ferry serve` running on a data directory, found through
 /// its DATA/node.json and authenticated with its DATA/admin.key, so CLI writes go through
 /// the node and replicate at once.
+///
+/// The tests and the harness share IntegrationHarness's `AdminClient`; the shipped binary
+/// must not depend on test support (nor on its curl-in-a-namespace path), so it keeps this
+/// client, which also owns the CLI's lock probe and maps replies to exit statuses.
 struct NodeClient {
     let adminURL: String
     let nodeFile: [String: JSON]

@@ -78,8 +78,8 @@ struct Serve: AsyncParsableCommand {
         if let port, !(0...65535).contains(port) { throw ValidationError("--port must be 0...65535") }
         if let adminPort, !(0...65535).contains(adminPort) { throw ValidationError("--admin-port must be 0...65535") }
         if let password, !password.contains(":") { throw ValidationError("--password takes USER:PASSWORD") }
-        for id in trust where id.count != 64 || !id.allSatisfy(\.isHexDigit) {
-            throw ValidationError("--trust \(id): a node ID is 64 hex digits (see `ferry id`)")
+        for id in trust where NodeIDFormat.normalized(id) == nil {
+            throw ValidationError("--trust \(id): \(NodeIDFormat.requirement)")
         }
     }
 
@@ -112,19 +112,20 @@ struct Serve: AsyncParsableCommand {
     }
 
     func run() async throws {
+        let configuration = try nodeConfiguration()
+        let dataDir = global.data ?? configuration.dataDirectory ?? global.dataDirectory
         if stdio {
-            // stdout carries the protocol: everything else goes to stderr.
-            let store = try global.openStore()
+            // One session with the policies `serve` applies to a Unix-socket client (the
+            // transport authenticates nobody). stdout carries the protocol: logs go to stderr.
+            let store = try DocumentStore.open(directory: dataDir)
+            let trust = try TrustStore(dataDirectory: dataDir, configuration: configuration)
+            let replicators = ReplicationFactory(
+                store: store, nodeID: store.uuid, trust: trust, configuration: configuration, logger: Logger(label: "ferry.sync.responder"))
             let endpoint = try await ByteStreamTransport.pipes(input: dup(STDIN_FILENO), output: dup(STDOUT_FILENO))
-            var options = ReplicationResponder.Options()
-            options.readOnly = readOnly
-            options.nodeID = store.uuid
-            await ReplicationResponder(store: store, options: options).serve(endpoint)
+            await replicators.responder(authenticated: false).serve(endpoint)
             return
         }
-        let configuration = try nodeConfiguration()
         LogLevel.set(configuration.logLevel)
-        let dataDir = global.data ?? configuration.dataDirectory ?? global.dataDirectory
         let node = try FerryNode(configuration: configuration, dataDirectory: dataDir, logger: Logger(label: "ferry"))
         let json = global.json
         let scheme = configuration.insecure ? "ws, NO TLS" : "wss, TLS 1.3"

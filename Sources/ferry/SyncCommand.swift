@@ -1,5 +1,6 @@
 import ArgumentParser
 import FerryCore
+import FerryNode
 import FerryStore
 import FerrySync
 import FerryTransport
@@ -27,7 +28,7 @@ struct Sync: AsyncParsableCommand {
     @Flag(help: "Only push local changes to PATH.") var push = false
     @Flag(help: "Only pull changes from PATH.") var pull = false
     @Flag(help: "Keep replicating until interrupted (Ctrl-C).") var continuous = false
-    @Option(help: "Conflict resolution: default (keep conflicts visible), deletesWin, lastWriteWins or merge.")
+    @Option(help: "Conflict resolution: default or keepConflicts (keep conflicts visible), deletesWin, lastWriteWins or lww, merge.")
     var resolve: String = "default"
     @Flag(help: "Send every revision in full (no deltas).") var noDeltas = false
     @Flag(help: "Start from the beginning instead of the saved checkpoints.") var resetCheckpoint = false
@@ -38,8 +39,9 @@ struct Sync: AsyncParsableCommand {
             throw ValidationError("a wss:// target needs --pin NODEID (the peer's `ferry id`) or --pin-cert FILE")
         }
         if push && pull { throw ValidationError("--push and --pull are exclusive; give neither for both") }
-        if Self.resolver(named: resolve) == nil {
-            throw ValidationError("unknown --resolve \"\(resolve)\": use default, deletesWin, lastWriteWins or merge")
+        if NodeConfiguration.resolver(named: resolve) == nil {
+            let names = NodeConfiguration.resolverNames.joined(separator: ", ")
+            throw ValidationError("unknown --resolve \"\(resolve)\": use one of \(names)")
         }
     }
 
@@ -53,24 +55,16 @@ struct Sync: AsyncParsableCommand {
         let there = URL(fileURLWithPath: path).standardizedFileURL.resolvingSymlinksInPath().path
         if here == there { throw CLIError(message: "cannot sync a data directory with itself (\(path))") }
         let remote = try DocumentStore.open(directory: path)
-        var options = ReplicationResponder.Options()
-        options.nodeID = remote.uuid
-        options.resolvers = ResolverSet(fallback: Self.resolver(named: resolve)!)
-        let responder = ReplicationResponder(store: remote, options: options)
+        // The other directory answers as its own `serve --stdio` would, with this sync's resolver.
+        var replicators = ReplicationFactory(
+            store: remote, nodeID: remote.uuid, trust: try TrustStore(dataDirectory: path, configuration: NodeConfiguration()),
+            configuration: NodeConfiguration(), logger: Logger(label: "ferry.sync.responder"))
+        replicators.resolvers = ResolverSet(fallback: NodeConfiguration.resolver(named: resolve)!)
+        let responder = replicators.responder(authenticated: false)
         return {
             let (client, server) = InMemoryEndpoint.pair()
             Task { await responder.serve(server) }
             return client
-        }
-    }
-
-    static func resolver(named name: String) -> ConflictResolver? {
-        switch name {
-        case "default": return .keepConflicts
-        case "deletesWin": return .deletesWin
-        case "lastWriteWins", "lww": return .lastWriteWins
-        case "merge": return .merge
-        default: return nil
         }
     }
 
@@ -95,20 +89,23 @@ struct Sync: AsyncParsableCommand {
         } else {
             connector = try localConnector(path: path!)
         }
-        var config = ReplicatorConfiguration()
-        config.direction = push ? .push : pull ? .pull : .pushAndPull
-        config.continuous = continuous
-        config.resolvers = ResolverSet(fallback: Self.resolver(named: resolve)!)
-        config.deltas = !noDeltas
-        config.resetCheckpoint = resetCheckpoint
-        config.nodeID = nodeID
-        config.heartbeat = .seconds(continuous ? 30 : 1)
-        if !continuous { config.maxAttempts = 3 }
         // The outcome is reported once, below; the replicator's own log lines only with
         // $FERRY_LOG_LEVEL.
         var logger = Logger(label: "ferry.sync")
         if LogLevel.environment == nil { logger.logLevel = .critical }
-        let replicator = Replicator(store: local, connector: connector, configuration: config, logger: logger)
+        // Built as `serve` builds its links: the pinned peer's trust-store policy bounds what it may write here.
+        let trust = try TrustStore(dataDirectory: global.dataDirectory, configuration: NodeConfiguration())
+        var replicators = ReplicationFactory(store: local, nodeID: nodeID, trust: trust, configuration: NodeConfiguration(), logger: logger)
+        replicators.resolvers = ResolverSet(fallback: NodeConfiguration.resolver(named: resolve)!)
+        let peerID = exec == nil && pinCert == nil ? pin?.lowercased() : nil
+        let replicator = replicators.replicator(peerID: peerID, connector: connector) { config in
+            config.direction = push ? .push : pull ? .pull : .pushAndPull
+            config.continuous = continuous
+            config.deltas = !noDeltas
+            config.resetCheckpoint = resetCheckpoint
+            config.heartbeat = .seconds(continuous ? 30 : 1)
+            if !continuous { config.maxAttempts = 3 }
+        }
 
         let progress = ProgressBar(enabled: isatty(STDERR_FILENO) == 1 && !global.json)
         let statuses = replicator.statusChanges()

@@ -29,7 +29,7 @@ import Testing
         let simple = await shell(
             #"curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Origin: http://evil.example' -H 'Content-Type: text/plain' --data-binary '{"id":"\#(id)"}' '\#(trustURL)'"#)
         #expect(simple.output == "401" || simple.output == "403", "\(simple.output)")
-        let api = Admin(info)
+        let api = AdminClient(nodeFile: info)
         let fromPage = try await api.call(
             "POST", "/trust", body: #"{"id":"\#(id)"}"#, headers: ["Origin": "http://evil.example", "Content-Type": "text/plain"])
         #expect(fromPage.status == 403 && fromPage.json["error"] == "forbidden_origin", "\(fromPage.text)")
@@ -45,7 +45,7 @@ import Testing
     @Test func sigtermAnswersAnOpenLongPollAndTheNodeExits() async throws {
         let node = ServeProcess()
         let info = try await node.start(environment: ["FERRY_LOG_LEVEL": "debug"])
-        let api = Admin(info)
+        let api = AdminClient(nodeFile: info)
         let last = try await api.get("/")["lastSequence"]?.intValue ?? 0
         let started = Date()
         async let poll = api.call("GET", "/changes?since=\(last)&feed=longpoll&timeout=60000")

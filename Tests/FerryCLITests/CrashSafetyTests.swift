@@ -23,15 +23,11 @@ import Testing
 
         // Read "committed N" acknowledgements until we have enough, then kill at once.
         var acknowledged = 0
-        let deadline = Date().addingTimeInterval(120)
-        while Date() < deadline && process.isRunning {
+        _ = await eventually(120, every: .milliseconds(1)) {
             let text = (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? ""
             let acks = text.split(separator: "\n").compactMap { line in line.hasPrefix("committed ") ? Int(line.dropFirst(10)) : nil }
-            if acks.count >= killAfterAcks {
-                acknowledged = acks[killAfterAcks - 1]
-                break
-            }
-            try await Task.sleep(for: .milliseconds(1))
+            if acks.count >= killAfterAcks { acknowledged = acks[killAfterAcks - 1] }
+            return acks.count >= killAfterAcks || !process.isRunning
         }
         let status = await process.stop(SIGKILL).status
         #expect(status == 128 + SIGKILL, "the import finished before it was killed")

@@ -8,7 +8,7 @@ import Testing
     @Test func everyEndpointAnswersWithTheRightStatusAndJSON() async throws {
         let node = ServeProcess()
         let info = try await node.start()
-        let api = Admin(info)
+        let api = AdminClient(nodeFile: info)
 
         let root = try await api.get("/")
         #expect(root["id"]?.stringValue == info["id"]?.stringValue)
@@ -98,7 +98,7 @@ import Testing
         #expect(put.status == 0, "\(put.stderr)")
         let rev = try #require(try put.json()["rev"]?.stringValue)
         // The node's changes feed saw it at once: the write went through its API.
-        let changes = try await Admin(info).get("/changes?since=0")
+        let changes = try await AdminClient(nodeFile: info).get("/changes?since=0")
         #expect(changes["results"]?.arrayCount == 1)
         #expect(try await node.cli.run(["put", "via-cli", #"{"v":2}"#]).status == 4)  // conflict
         #expect(try await node.cli.run(["get", "missing"]).status == 3)
@@ -153,7 +153,7 @@ import Testing
         let info = try await node.start(extra + ["--peer", "\(url)#\(await peer.id)"])
         // A live continuous replication (a long-poll in flight) must not delay the stop.
         try await waitUntil("the link is up") {
-            try await Admin(info).get("/peers")["peers"]?.first?["replication"]?["activity"] == "idle"
+            try await AdminClient(nodeFile: info).get("/peers")["peers"]?.first?["replication"]?["activity"] == "idle"
         }
         let started = Date()
         #expect(await node.stop() == 0)
@@ -170,8 +170,8 @@ import Testing
         let idA = await a.id
         let infoB = try await b.start(["--trust", idA])
         let infoA = try await a.start()
-        let apiA = Admin(infoA)
-        let apiB = Admin(infoB)
+        let apiA = AdminClient(nodeFile: infoA)
+        let apiB = AdminClient(nodeFile: infoB)
         let urlB = try #require(infoB["url"]?.stringValue)
         let idB = try #require(infoB["id"]?.stringValue)
         let created = try await apiA.call("POST", "/replications", body: #"{"id":"to-b","url":"\#(urlB)","peer":"\#(idB)"}"#)
@@ -180,7 +180,7 @@ import Testing
         try await waitUntil("B has before-restart") { try await apiB.call("GET", "/docs/before-restart").status == 200 }
         #expect(await a.stop() == 0)
         let again = try await a.start()
-        let apiA2 = Admin(again)
+        let apiA2 = AdminClient(nodeFile: again)
         let listed = try await apiA2.get("/replications")
         #expect(listed["replications"]?.arrayCount == 1)
         #expect(listed["replications"]?.first?["id"] == "to-b" && listed["replications"]?.first?["source"] == "api")
@@ -207,8 +207,8 @@ import Testing
         try await a.cli.run(["put", "public/1", #"{"v":1}"#])
         try await a.cli.run(["put", "private/1", #"{"v":1}"#])
         let infoA = try await a.start(["--peer", "\(urlB)#\(idB)"])
-        let apiA = Admin(infoA)
-        let apiB = Admin(infoB)
+        let apiA = AdminClient(nodeFile: infoA)
+        let apiB = AdminClient(nodeFile: infoB)
         try await waitUntil("B has public/1") { try await apiB.call("GET", "/docs/public/1").status == 200 }
         try await waitUntil("A's replication shows the rejection") {
             let peers = try await apiA.get("/peers")["peers"]
@@ -263,9 +263,9 @@ import Testing
             try await a.cli.run(["put", "from-a", "{}"])
             try await b.cli.run(["put", "from-b", "{}"])
             try await c.cli.run(["put", "from-c", "{}"])
-            let apiA = Admin(try await a.start(["--discovery", "--group", group, "--name", "a", "--trust", idB]))
-            let apiB = Admin(try await b.start(["--discovery", "--group", group, "--name", "b", "--trust", idA]))
-            let apiC = Admin(try await c.start(["--discovery", "--group", group, "--name", "c", "--trust", idA, "--trust", idB]))
+            let apiA = AdminClient(nodeFile: try await a.start(["--discovery", "--group", group, "--name", "a", "--trust", idB]))
+            let apiB = AdminClient(nodeFile: try await b.start(["--discovery", "--group", group, "--name", "b", "--trust", idA]))
+            let apiC = AdminClient(nodeFile: try await c.start(["--discovery", "--group", group, "--name", "c", "--trust", idA, "--trust", idB]))
             try await waitUntil("A and B converge over discovered links") {
                 let ab = try await apiA.call("GET", "/docs/from-b").status
                 let ba = try await apiB.call("GET", "/docs/from-a").status
@@ -309,10 +309,9 @@ import Testing
             let info = try await node.start(["--discovery", "--name", "txt-check"])
             let id = try #require(info["id"]?.stringValue)
             var seen = ""
-            let deadline = Date().addingTimeInterval(15)
-            while Date() < deadline {
+            _ = await eventually(15, every: .zero) {
                 seen = await browse()
-                if seen.contains("id=\(id)") { break }
+                return seen.contains("id=\(id)")
             }
             #expect(seen.contains("\"id=\(id)\""), "avahi-browse saw: \(seen)")
             #expect(seen.contains("\"proto=1\"") && seen.contains("\"group=ferry\""))
@@ -360,7 +359,7 @@ import Testing
         let infoB = try await b.start(["--discovery", "--config", config, "--peer", "\(urlA)#\(idA)"], environment: env)
         try await b.cli.run(["put", "static-works", "{}"])
         try await waitUntil("A got B's document over the static link") {
-            try await Admin(infoA).call("GET", "/docs/static-works").status == 200
+            try await AdminClient(nodeFile: infoA).call("GET", "/docs/static-works").status == 200
         }
         try await waitUntil("B retried DNS-SD in the background") { b.logText.contains("DNS-SD still unavailable") }
         let warnings = b.logText.components(separatedBy: "DNS-SD unavailable").count - 1

@@ -29,17 +29,19 @@ final class ServeProcess: @unchecked Sendable {
         let env = ProcessInfo.processInfo.environment.filter { $0.key != "FERRY_DATA" }.merging(environment) { _, new in new }
         let p = try ChildProcess.spawn(FerryCLI.binary, args, environment: env, stdoutPath: log, stderrPath: log)
         process = p
-        let deadline = Date().addingTimeInterval(60)
-        while Date() < deadline {
+        var info: JSON?
+        let ready = try await eventually(60) {
             if let data = FileManager.default.contents(atPath: cli.dataDirectory + "/node.json"),
-                let info = try? JSON.parse(Array(data)), info["pid"]?.intValue == Int64(p.pid)
+                let json = try? JSON.parse(Array(data)), json["pid"]?.intValue == Int64(p.pid)
             {
-                return info
+                info = json
+                return true
             }
             if !p.isRunning { throw CLIFailure("ferry serve exited early: \(logText)") }
-            try await Task.sleep(for: .milliseconds(50))
+            return false
         }
-        throw CLIFailure("ferry serve did not become ready: \(logText)")
+        guard ready, let info else { throw CLIFailure("ferry serve did not become ready: \(logText)") }
+        return info
     }
 
     var logText: String { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
@@ -62,16 +64,6 @@ final class ServeProcess: @unchecked Sendable {
 struct CLIFailure: Error, CustomStringConvertible {
     let description: String
     init(_ d: String) { description = d }
-}
-
-/// Polls `condition` until it holds or the deadline passes: waiting on state, never a fixed sleep.
-func eventually(_ seconds: Double = 60, _ condition: () async throws -> Bool) async rethrows -> Bool {
-    let deadline = Date().addingTimeInterval(seconds)
-    while Date() < deadline {
-        if try await condition() { return true }
-        try? await Task.sleep(for: .milliseconds(50))
-    }
-    return try await condition()
 }
 
 @Suite(.serialized, .timeLimit(.minutes(10))) struct ServeTests {

@@ -27,7 +27,7 @@ import Testing
         let infoB = try await b.start(["--peer", "\(urlA)#\(idA)"])
         // B dials A at once and is refused: A does not trust B yet.
         try await waitUntil("B has been refused by A") {
-            let peers = try await Admin(infoB).get("/peers")["peers"]
+            let peers = try await AdminClient(nodeFile: infoB).get("/peers")["peers"]
             return peers?.first?["replication"]?["errorCode"] == .string("not_trusted_by_peer")
         }
         let trusted = Date()

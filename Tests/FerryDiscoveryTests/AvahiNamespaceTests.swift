@@ -29,16 +29,6 @@ struct AvahiNamespaceTests {
 
     func networkNamespace(_ pid: String) -> String? { try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/ns/net") }
 
-    /// Polls `condition` until it holds, for at most `timeout` seconds.
-    func eventually(_ timeout: Double = 30, _ condition: () -> Bool) async -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if condition() { return true }
-            try? await Task.sleep(for: .milliseconds(50))
-        }
-        return condition()
-    }
-
     @Test func stopEndsTheHolderTheBusAndAvahiDaemonInTheirOwnNamespace() async throws {
         let state = "/var/tmp/ferry-avahi-test-\(UUID().uuidString.prefix(8))"
         let started = try await script(state, ["start"])

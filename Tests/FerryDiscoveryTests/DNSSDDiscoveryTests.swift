@@ -1,3 +1,4 @@
+import FerryCore
 import Foundation
 import IntegrationHarness
 import Logging
@@ -10,23 +11,20 @@ func id(_ c: Character) -> String { String(repeating: c, count: 64) }
 
 /// Collects events until `predicate` holds over everything seen, or 60 s pass.
 func waitFor(_ stream: AsyncStream<DiscoveryEvent>, until predicate: @escaping @Sendable ([DiscoveryEvent]) -> Bool) async -> [DiscoveryEvent] {
-    await withTaskGroup(of: [DiscoveryEvent]?.self) { group in
-        group.addTask {
+    let seen = try? await Race.first(
+        { () async -> [DiscoveryEvent]? in
             var seen: [DiscoveryEvent] = []
             for await event in stream {
                 seen.append(event)
                 if predicate(seen) { break }
             }
             return seen
-        }
-        group.addTask {
-            try? await Task.sleep(for: .seconds(60))
+        },
+        {
+            try await Task.sleep(for: .seconds(60))
             return nil
-        }
-        let first = await group.next() ?? nil
-        group.cancelAll()
-        return first ?? []
-    }
+        })
+    return (seen ?? nil) ?? []
 }
 
 /// In this process, against the test run's own avahi-daemon in its private namespace
@@ -56,7 +54,7 @@ struct DNSSDDiscoveryTests {
             #expect(peer.addresses.contains("127.0.0.1"))
             #expect(peer.group == "g\(suffix)")
             #expect(peer.protocolVersion == 1)
-            #expect(peer.source == "dns-sd")
+            #expect(peer.source == .dnsSD)
             // A never reports itself.
             #expect(!seenByA.contains { if case .appeared(let p) = $0 { return p.nodeID == id("a") }; return false })
             await group.triggerGracefulShutdown()

@@ -23,11 +23,9 @@ struct RoutedNode {
         configure(&c)
         directory = NSTemporaryDirectory() + "ferry-routes-\(UUID().uuidString)"
         node = try FerryNode(configuration: c, dataDirectory: directory)
-        let context = NodeContext(node: node, listener: node.makeListener(responder: node.makeResponder(authenticated: true)))
-        let manager = PeerManager(node: context, discovery: nil, logger: node.logger)
-        context.manager.withLock { $0 = manager }
-        self.manager = manager
-        api = AdminAPI(node: node, context: context, readiness: ReadinessBox())
+        let parts = node.makeParts(discovery: nil)
+        manager = parts.manager
+        api = parts.admin
     }
 
     /// Runs `body` against the router, then stops what the routes started and removes the data directory.

@@ -98,8 +98,8 @@ import Testing
         let trust = try TrustStore(dataDirectory: dir, configuration: NodeConfiguration())
         let id = String(repeating: "a", count: 64)
         let restricted = PeerPolicy(read: .none, write: AccessRule(idPatterns: ["notes/*"]), mayDelete: false)
-        try trust.add(.init(nodeID: id, name: "tablet", policy: restricted, source: "api"))
-        #expect(throws: NodeError.self) { try trust.add(.init(nodeID: id, name: nil, policy: .trusted, source: "api")) }
+        try trust.add(.init(nodeID: id, name: "tablet", policy: restricted, source: .api))
+        #expect(throws: NodeError.self) { try trust.add(.init(nodeID: id, name: nil, policy: .trusted, source: .api)) }
         #expect(trust.entry(id)?.policy == restricted)
         #expect(trust.entry(id)?.name == "tablet")
         // Saved as it was, too.
@@ -112,7 +112,7 @@ import Testing
         let trust = try TrustStore(dataDirectory: dir, configuration: NodeConfiguration())
         let id = String(repeating: "b", count: 64)
         let restricted = PeerPolicy(read: .none, write: AccessRule(idPatterns: ["notes/*"]), mayDelete: false)
-        try trust.add(.init(nodeID: id, name: "tablet", policy: restricted, source: "api"))
+        try trust.add(.init(nodeID: id, name: "tablet", policy: restricted, source: .api))
         let renamed = try #require(try trust.update(id, TrustStore.Change(parsing: ["name": "tablet-2"], id: id, source: "test")))
         #expect(renamed.policy == restricted && renamed.name == "tablet-2")
         let deletes = try #require(try trust.update(id, TrustStore.Change(parsing: ["policy": ["mayDelete": true]], id: id, source: "test")))

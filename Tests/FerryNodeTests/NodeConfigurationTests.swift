@@ -150,7 +150,7 @@ func configError(_ text: String) -> ConfigError? {
         #expect(!store.ids.contains(idA))
         var policy = PeerPolicy()
         policy.write = AccessRule(idPatterns: ["notes/*"])
-        try store.add(.init(nodeID: idA, name: "tablet", policy: policy, source: "api"))
+        try store.add(.init(nodeID: idA, name: "tablet", policy: policy, source: .api))
         #expect(store.ids.contains(idA))
         let reopened = try TrustStore(dataDirectory: dir, configuration: NodeConfiguration())
         #expect(reopened.entry(idA)?.policy == policy)
@@ -169,7 +169,7 @@ func configError(_ text: String) -> ConfigError? {
         let store = try TrustStore(dataDirectory: dir, configuration: c)
         #expect(store.ids.contains(idA) && store.ids.contains(idB))
         #expect(throws: NodeError.self) { try store.remove(idB) }
-        #expect(throws: NodeError.self) { try store.add(.init(nodeID: idA, name: nil, policy: .trusted, source: "api")) }
+        #expect(throws: NodeError.self) { try store.add(.init(nodeID: idA, name: nil, policy: .trusted, source: .api)) }
     }
 
     @Test func corruptTrustFileIsRefusedWithItsName() throws {

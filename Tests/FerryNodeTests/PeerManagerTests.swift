@@ -3,6 +3,7 @@ import FerryDiscovery
 import FerryStore
 import FerryTransport
 import Foundation
+import IntegrationHarness
 import Testing
 
 @testable import FerryNode
@@ -39,28 +40,18 @@ struct InProcessNode {
         return InProcessNode(node: node, discovery: discovery, task: task, ready: ready, directory: dir)
     }
 
-    func get(_ path: String) async throws -> JSON {
-        try JSON.parse(Array(try await request("GET", path).data))
-    }
+    /// The node's admin API (the harness's client; this module has its own router-level `AdminClient`).
+    var admin: IntegrationHarness.AdminClient { .init(base: ready.adminURL, host: nil, key: node.adminKey.value) }
+
+    func get(_ path: String) async throws -> JSON { try JSON.parse(try await request("GET", path).text) }
 
     /// One admin request with the node's key (and a JSON body when given).
-    func request(_ method: String, _ path: String, body: String? = nil, headers: [String: String] = [:]) async throws -> (status: Int, data: Data) {
-        var r = URLRequest(url: URL(string: ready.adminURL + path)!)
-        r.httpMethod = method
-        r.setValue("Bearer \(node.adminKey.value)", forHTTPHeaderField: "Authorization")
-        if let body {
-            r.httpBody = Data(body.utf8)
-            r.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        }
-        for (name, value) in headers { r.setValue(value, forHTTPHeaderField: name) }
-        let (data, response) = try await URLSession.shared.data(for: r)
-        return ((response as? HTTPURLResponse)?.statusCode ?? 0, data)
-    }
+    func request(_ method: String, _ path: String, body: String? = nil, headers: [String: String] = [:]) async throws
+        -> IntegrationHarness.AdminClient.Reply
+    { try await admin.call(method, path, body: body, headers: headers) }
 
     /// A route's body as text (`/metrics`).
-    func text(_ path: String) async throws -> String {
-        String(decoding: try await request("GET", path).data, as: UTF8.self)
-    }
+    func text(_ path: String) async throws -> String { try await request("GET", path).text }
 
     func stop() async {
         task.cancel()
@@ -72,16 +63,7 @@ struct InProcessNode {
 func peer(_ id: String, port: Int, instance: String? = nil) -> DiscoveredPeer {
     DiscoveredPeer(
         instance: instance ?? "peer-\(id.prefix(4))", nodeID: id, group: "ferry", protocolVersion: 1, host: "h.local",
-        addresses: ["127.0.0.1"], port: port, source: "dns-sd")
-}
-
-func until(_ what: String, _ condition: () async throws -> Bool) async throws {
-    let deadline = Date().addingTimeInterval(20)
-    while Date() < deadline {
-        if try await condition() { return }
-        try await Task.sleep(for: .milliseconds(20))
-    }
-    Issue.record("timed out: \(what)")
+        addresses: ["127.0.0.1"], port: port, source: .dnsSD)
 }
 
 @Suite(.serialized, .timeLimit(.minutes(10))) struct PeerManagerTests {
@@ -89,9 +71,9 @@ func until(_ what: String, _ condition: () async throws -> Bool) async throws {
         let first = String(repeating: "e", count: 64)
         let second = String(repeating: "d", count: 64)
         let n = try await InProcessNode.start({ $0.trustMode = .tofu }, peers: [peer(first, port: 1)])
-        try await until("the first peer is pinned") { n.node.trust.entry(first)?.source == "tofu" }
+        try await waitUntil("the first peer is pinned") { n.node.trust.entry(first)?.source == .tofu }
         n.discovery.report(.appeared(peer(second, port: 2)))
-        try await until("the second peer is listed") {
+        try await waitUntil("the second peer is listed") {
             guard case .array(let list)? = try await n.get("/peers")["peers"] else { return false }
             return list.contains { $0["id"]?.stringValue == second }
         }
@@ -104,7 +86,7 @@ func until(_ what: String, _ condition: () async throws -> Bool) async throws {
     @Test func withoutTOFUDiscoveredPeersAreListedButNotTrustedOrDialled() async throws {
         let other = String(repeating: "f", count: 64)
         let n = try await InProcessNode.start({ _ in }, peers: [peer(other, port: 1)])
-        try await until("the peer is listed") {
+        try await waitUntil("the peer is listed") {
             guard case .array(let list)? = try await n.get("/peers")["peers"] else { return false }
             return list.first?["id"]?.stringValue == other
         }
@@ -122,16 +104,16 @@ func until(_ what: String, _ condition: () async throws -> Bool) async throws {
             guard case .array(let list)? = try await n.get("/peers")["peers"] else { return nil }
             return list.first?["url"]?.stringValue
         }
-        try await until("dialling the first address") { try await url() == "wss://127.0.0.1:1111/ferry/sync" }
+        try await waitUntil("dialling the first address") { try await url() == "wss://127.0.0.1:1111/ferry/sync" }
         n.discovery.report(.appeared(peer(other, port: 2222)))
-        try await until("dialling the new address") { try await url() == "wss://127.0.0.1:2222/ferry/sync" }
+        try await waitUntil("dialling the new address") { try await url() == "wss://127.0.0.1:2222/ferry/sync" }
         await n.stop()
     }
 
     @Test func theHigherIDWaitsForTheLowerToDial() async throws {
         let lower = String(repeating: "0", count: 64)  // lower than any real ID: it dials, not us
         let n = try await InProcessNode.start({ $0.trust = [.init(nodeID: lower)] }, peers: [peer(lower, port: 1111)])
-        try await until("the peer is listed") {
+        try await waitUntil("the peer is listed") {
             guard case .array(let list)? = try await n.get("/peers")["peers"] else { return false }
             return list.first?["trusted"] == true
         }
@@ -157,9 +139,9 @@ func until(_ what: String, _ condition: () async throws -> Bool) async throws {
                 $0.pullFilter = rule
                 $0.discovery = false
             }, directory: dirA)
-        try await until("the typed document arrives") { try a.node.store.document(try DocumentID("typed")) != nil }
-        try await until("the rejection is counted") {
-            let text = String(decoding: try await a.request("GET", "/metrics").data, as: UTF8.self)
+        try await waitUntil("the typed document arrives") { try a.node.store.document(try DocumentID("typed")) != nil }
+        try await waitUntil("the rejection is counted") {
+            let text = try await a.request("GET", "/metrics").text
             return text.split(separator: "\n").contains {
                 $0.hasPrefix("ferry_documents_rejected_total{") && $0.contains(#"reason="filter""#) && $0.contains(#"direction="pull""#)
                     && (Double($0.split(separator: " ").last ?? "") ?? 0) > 0
@@ -177,22 +159,22 @@ func until(_ what: String, _ condition: () async throws -> Bool) async throws {
         try FileManager.default.createDirectory(atPath: dirA, withIntermediateDirectories: true)
         let idA = try NodeIdentity.loadOrCreate(directory: dirA, name: "a").nodeID
         let b = try await InProcessNode.start({ $0.discovery = false })
-        try b.node.trust.add(.init(nodeID: idA, name: "a", policy: .trusted, source: "api"))
+        try b.node.trust.add(.init(nodeID: idA, name: "a", policy: .trusted, source: .api))
         let a = try await InProcessNode.start(
             {
                 $0.peers = [.init(url: b.ready.url, nodeID: b.ready.nodeID)]
                 $0.discovery = false
             }, directory: dirA)
         _ = try a.node.store.put(try DocumentID("before"), body: [:])
-        try await until("before arrives at B") { try b.node.store.document(try DocumentID("before")) != nil }
+        try await waitUntil("before arrives at B") { try b.node.store.document(try DocumentID("before")) != nil }
         // Revoke while A is connected: B closes A's live connection at once (and refuses
         // its next handshake), so nothing more flows either way.
-        try await until("A's link is up") {
+        try await waitUntil("A's link is up") {
             guard case .array(let list)? = try await a.get("/peers")["peers"] else { return false }
             return list.first?["connected"] == true
         }
         try b.node.trust.remove(idA)
-        try await until("B has closed A's connection") {
+        try await waitUntil("B has closed A's connection") {
             guard case .array(let list)? = try await a.get("/peers")["peers"] else { return false }
             return list.first?["connected"] == false
         }
@@ -221,7 +203,7 @@ func until(_ what: String, _ condition: () async throws -> Bool) async throws {
             guard case .array(let list)? = try await b.get("/peers")["peers"] else { return nil }
             return list.first { $0["id"]?.stringValue == idA }
         }
-        try await until("B lists A as connected inbound") { try await aOnB()?["direction"] == "inbound" }
+        try await waitUntil("B lists A as connected inbound") { try await aOnB()?["direction"] == "inbound" }
         let listed = try #require(try await aOnB())
         #expect(listed["connected"] == true && listed["dialled"] == false && listed["trusted"] == true)
         #expect(listed["source"] == "inbound" && listed["name"] == "tablet")
@@ -234,7 +216,7 @@ func until(_ what: String, _ condition: () async throws -> Bool) async throws {
         // The counters move while the connection lives.
         let before = try #require(listed["replication"]?["bytesReceived"]?.intValue)
         _ = try a.node.store.put(try DocumentID("live"), body: ["v": 1])
-        try await until("B counts A's push while connected") {
+        try await waitUntil("B counts A's push while connected") {
             let r = try await aOnB()?["replication"]
             return (r?["bytesReceived"]?.intValue ?? 0) > before && (r?["pulled"]?.intValue ?? 0) >= 1
         }
@@ -242,7 +224,7 @@ func until(_ what: String, _ condition: () async throws -> Bool) async throws {
         let metrics = try await b.text("/metrics")
         #expect(metrics.split(separator: "\n").contains { $0 == "ferry_connected_peers 1" || $0 == "ferry_connected_peers 1.0" }, "\(metrics)")
         await a.stop()
-        try await until("B no longer lists A once it has gone") { try await aOnB() == nil }
+        try await waitUntil("B no longer lists A once it has gone") { try await aOnB() == nil }
         await b.stop()
     }
 }

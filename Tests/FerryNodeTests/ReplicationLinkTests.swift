@@ -119,10 +119,9 @@ final class Switchboard: Sendable {
         c.discovery = false
         let dir = NSTemporaryDirectory() + "ferry-node-\(UUID().uuidString)"
         let node = try FerryNode(configuration: c, dataDirectory: dir)
-        let context = NodeContext(node: node, listener: node.makeListener(responder: node.makeResponder(authenticated: true)))
         var quiet = Logger(label: "test")
         quiet.logLevel = .critical
-        return (PeerManager(node: context, discovery: nil, logger: quiet), node, dir)
+        return (node.makeParts(discovery: nil, logger: quiet).manager, node, dir)
     }
 
     @Test func trustingADiscoveredPeerDialsItAndAChangedPolicyStartsANewLinkWithIt() async throws {
@@ -132,7 +131,7 @@ final class Switchboard: Sendable {
         manager.handle(.appeared(peer(other, port: 1)))
         func link() -> ReplicationLink? { manager.state.withLock { $0.peers[other]?.link } }
         #expect(link() == nil)  // not trusted: listed, not dialled
-        try node.trust.add(.init(nodeID: other, name: nil, policy: .trusted, source: "api"))
+        try node.trust.add(.init(nodeID: other, name: nil, policy: .trusted, source: .api))
         manager.trustChanged()
         let first = try #require(link())
         #expect(first.policy == .trusted)

@@ -2,6 +2,7 @@ import FerryCore
 import FerryStore
 import FerrySync
 import Foundation
+import IntegrationHarness
 import NIOCore
 import NIOWebSocket
 import Testing
@@ -26,16 +27,24 @@ func rawSocket(port: Int) -> Int32 {
 func readUntilClosed(_ fd: Int32, timeout: Double = 60) async -> Bool {
     _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
     var buf = [UInt8](repeating: 0, count: 4096)
-    let deadline = ContinuousClock.now + .seconds(timeout)
-    while ContinuousClock.now < deadline {
-        let n = read(fd, &buf, buf.count)
-        if n == 0 { return true }
-        if n < 0 {
-            guard errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR else { return errno == ECONNRESET }
-            try? await Task.sleep(for: .milliseconds(10))
+    var closed = false
+    _ = await eventually(timeout, every: .milliseconds(10)) {
+        while true {
+            let n = read(fd, &buf, buf.count)
+            if n == 0 {
+                closed = true
+                return true
+            }
+            if n < 0 {
+                guard errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR else {
+                    closed = errno == ECONNRESET
+                    return true
+                }
+                return false
+            }
         }
     }
-    return false
+    return closed
 }
 
 @Suite(.serialized, .timeLimit(.minutes(10))) struct HostilePeerTests {
@@ -105,8 +114,8 @@ func readUntilClosed(_ fd: Int32, timeout: Double = 60) async -> Bool {
         // A connected Unix socket; retried until the server listens (the socket file
         // appears at bind, a moment before listen).
         func unixSocket() async throws -> Int32 {
-            let deadline = ContinuousClock.now + .seconds(60)
-            while true {
+            var connected: Int32?
+            _ = await eventually(60, every: .milliseconds(5)) {
                 let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
                 var addr = sockaddr_un()
                 addr.sun_family = sa_family_t(AF_UNIX)
@@ -116,11 +125,15 @@ func readUntilClosed(_ fd: Int32, timeout: Double = 60) async -> Bool {
                 let rc = withUnsafePointer(to: &addr) {
                     $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Foundation.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
                 }
-                if rc == 0 { return fd }
+                if rc == 0 {
+                    connected = fd
+                    return true
+                }
                 close(fd)
-                guard ContinuousClock.now < deadline else { throw SyncError.disconnected("cannot connect to \(path)") }
-                try await Task.sleep(for: .milliseconds(5))
+                return false
             }
+            guard let connected else { throw SyncError.disconnected("cannot connect to \(path)") }
+            return connected
         }
         let huge = try await unixSocket()
         let prefix: [UInt8] = [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F]  // a length of about 2^55
@@ -182,16 +195,5 @@ func readUntilClosed(_ fd: Int32, timeout: Double = 60) async -> Bool {
         // The close says why; the next attempt is refused in the TLS handshake.
         #expect(replicator.status.error?.description.contains("no longer trusts") == true, "\(String(describing: replicator.status.error))")
         await running.value
-    }
-
-    func waitUntil(_ condition: () -> Bool) async throws {
-        let deadline = ContinuousClock.now + .seconds(30)
-        while !condition() {
-            guard ContinuousClock.now < deadline else {
-                Issue.record("timed out")
-                return
-            }
-            try await Task.sleep(for: .milliseconds(10))
-        }
     }
 }

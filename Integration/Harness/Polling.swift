@@ -1,0 +1,25 @@
+import Foundation
+
+/// Polls `condition` every `interval` until it holds or `timeout` seconds pass, and says
+/// whether it held (it is tried once more at the deadline). Tests and the harness wait on
+/// state this way, never on a fixed sleep. A cancelled wait ends at once, unheld.
+public func eventually(
+    _ timeout: Double = 60, every interval: Duration = .milliseconds(50), _ condition: () async throws -> Bool
+) async rethrows -> Bool {
+    let deadline = ContinuousClock.now + .milliseconds(Int(timeout * 1000))
+    while ContinuousClock.now < deadline {
+        if try await condition() { return true }
+        do { try await Task.sleep(for: interval) } catch { return false }
+    }
+    return try await condition()
+}
+
+/// Polls like `eventually`, and throws a `HarnessError` naming `what` if it never holds.
+public func waitUntil(
+    _ what: String = "a condition", timeout: Double = 60, every interval: Duration = .milliseconds(50),
+    _ condition: () async throws -> Bool
+) async throws {
+    guard try await eventually(timeout, every: interval, condition) else {
+        throw HarnessError("timed out after \(timeout) s waiting for: \(what)")
+    }
+}

@@ -1,0 +1,72 @@
+import FerryCore
+import FerryStore
+import FerrySync
+import Logging
+
+/// Builds every replicator and responder a node runs, so each way in or out (peer links,
+/// persistent replications, the Unix socket, `ferry sync`, `ferry serve --stdio`) applies
+/// the same trust policy, resolvers, pull filter, read-only switch and metrics.
+public struct ReplicationFactory: Sendable {
+    public var store: DocumentStore
+    /// The ID this side presents in hello.
+    public var nodeID: String
+    public var trust: TrustStore
+    public var resolvers: ResolverSet
+    public var pullFilter: RevisionFilter?
+    public var readOnly: Bool
+    public var metrics: SyncMetrics?
+    public var clock: any Clock<Duration>
+    public var logger: Logger
+
+    /// Takes resolvers, pull filter and read-only from `configuration`.
+    public init(
+        store: DocumentStore, nodeID: String, trust: TrustStore, configuration: NodeConfiguration, metrics: SyncMetrics? = nil,
+        clock: any Clock<Duration> = ContinuousClock(), logger: Logger
+    ) {
+        self.store = store
+        self.nodeID = nodeID
+        self.trust = trust
+        resolvers = configuration.resolvers
+        pullFilter = configuration.pullFilter?.filter(name: "config-pull")
+        readOnly = configuration.readOnly
+        self.metrics = metrics
+        self.clock = clock
+        self.logger = logger
+    }
+
+    /// Nothing readable or writable: the policy of a peer that is no longer trusted.
+    static let denyAll = PeerPolicy(read: .none, write: .none, mayDelete: false)
+
+    /// A responder for incoming sessions. `authenticated` says whether the transport proves
+    /// peer IDs (mutual TLS): then a peer missing from the trust store (trust revoked while it
+    /// was connected) gets nothing. Password, acceptAnyPeer, Unix-socket and stdio clients
+    /// (authenticated by the transport's own means) get the full policy.
+    public func responder(authenticated: Bool) -> ReplicationResponder {
+        var r = ReplicationResponder.Options()
+        r.nodeID = nodeID
+        r.readOnly = readOnly
+        let trust = self.trust
+        r.policyLookup = { trust.policy(for: $0) }
+        r.defaultPolicy = authenticated ? Self.denyAll : .trusted
+        r.resolvers = resolvers
+        r.incomingFilter = pullFilter
+        r.metrics = metrics
+        return ReplicationResponder(store: store, options: r, logger: logger)
+    }
+
+    /// A replicator with `peerID` (its trust-store policy bounds what it may write here;
+    /// a peer not in the store, or nil, gets the full policy), then `configure` for the rest.
+    public func replicator(
+        peerID: String?, connector: @escaping Replicator.Connector, logger: Logger? = nil,
+        configure: (inout ReplicatorConfiguration) -> Void = { _ in }
+    ) -> Replicator {
+        var rc = ReplicatorConfiguration()
+        rc.nodeID = nodeID
+        rc.remotePolicy = peerID.flatMap(trust.policy(for:)) ?? .trusted
+        rc.resolvers = resolvers
+        rc.pullFilter = pullFilter
+        rc.metrics = metrics
+        configure(&rc)
+        return Replicator(store: store, connector: connector, configuration: rc, clock: clock, logger: logger ?? self.logger)
+    }
+}
