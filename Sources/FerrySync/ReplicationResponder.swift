@@ -246,7 +246,7 @@ final class ResponderSession: Sendable {
         let inlineLimit = Int(min(max(0, asked.inline ?? 0), SyncProtocol.maxInlineBytes))
         let inlineDeltas = !asked.noDeltas
         let wait = min(timeout, options.maxLongPoll)
-        let elapsed = Self.stopwatch(responder.clock)
+        let elapsed = Stopwatch.start(on: responder.clock).elapsed
         var scanned = since
         var page = try store.changesWithLeaves(since: since, limit: limit)
         var entries: [ChangeEntry] = []
@@ -298,31 +298,17 @@ final class ResponderSession: Sendable {
         return entries
     }
 
-    /// Time elapsed on `clock` since this call.
-    static func stopwatch<C: Clock<Duration>>(_ clock: C) -> @Sendable () -> Duration {
-        let start = clock.now
-        return { start.duration(to: clock.now) }
-    }
-
     func waitForChanges(since: UInt64, limit: Int, for wait: Duration) async throws -> [(Change, [RevisionID])] {
         let store = self.store
         let clock = responder.clock
         let pollInterval = options.pollInterval
         let relayDelay = options.relayDelay
-        return try await withThrowingTaskGroup(of: [(Change, [RevisionID])]?.self) { group in
-            group.addTask {
-                let poll = LiveChanges.Poll(interval: pollInterval, clock: clock)
-                try await store.waitForChangeToPassOn(past: since, poll: poll, relayDelay: relayDelay)
-                return try store.changesWithLeaves(since: since, limit: limit)
-            }
-            group.addTask {
-                try await clock.sleep(for: wait)
-                return nil
-            }
-            let first = try await group.next() ?? nil
-            group.cancelAll()
-            return first ?? []
-        }
+        let poll = LiveChanges.Poll(interval: pollInterval, clock: clock)
+        let page = try await firstOf({ () async throws -> [(Change, [RevisionID])] in
+            try await store.waitForChangeToPassOn(past: since, poll: poll, relayDelay: relayDelay)
+            return try store.changesWithLeaves(since: since, limit: limit)
+        }, timeout: wait, clock: clock)
+        return page ?? []
     }
 
     func revsDiff(_ request: Message) throws -> Message {
