@@ -1,6 +1,9 @@
 import FerryCore
 import FerryStore
 
+// One file by design (hence its length): every message of the protocol beside its one
+// encoding is what both sides, and a second implementation, read.
+//
 // The typed requests and replies of the replication protocol (docs/protocol.md §3), each
 // with its one encoding and one decoding. Both the requesting side (`FerryRemote`) and the
 // answering side (`ReplicationResponder`) use these types, so no field is named in two
@@ -111,7 +114,10 @@ struct CheckpointValue: Sendable {
     var value: JSON?
     var json: JSON { ["value": value ?? .null] }
     init(value: JSON?) { self.value = value }
-    init(_ o: JSON) { value = o["value"].flatMap { $0 == .null ? nil : $0 } }
+    init(_ o: JSON) {
+        // Spelled out: JSON is ExpressibleByNilLiteral, so a bare `nil` here would be `.null`.
+        if let v = o["value"], v != .null { value = v } else { value = Optional<JSON>.none }
+    }
 }
 
 /// Writes the peer's copy of a checkpoint; the reply is an empty object.
@@ -202,7 +208,7 @@ struct ChangeEntry: Sendable {
         self.init(
             sequence: UInt64(max(0, f[0].intValue ?? 0)), id: id, leaves: revs.compactMap(\.stringValue),
             deleted: f.count > 3 ? f[3] == .bool(true) : false, size: f.count > 4 ? f[4].intValue ?? 0 : 0,
-            inline: f.count > 5 ? f[5] : nil)
+            inline: f.count > 5 ? Optional(f[5]) : Optional<JSON>.none)
     }
 }
 
