@@ -7,7 +7,10 @@ import FerryStore
 ///
 /// `FerryRemote` implements it over Ferry's message protocol. A remote speaking another
 /// protocol implements the same verbs: sequences are opaque to the workers, revision and
-/// document IDs are carried unchanged, and blobs are addressed by digest.
+/// document IDs are carried unchanged, and blobs are addressed by digest. Blobs are only
+/// asked for right after `fetchRevisions` returned the revisions that refer to them, and
+/// only sent right before `storeRevisions`, so a remote that keeps attachments inside
+/// documents (CouchDB) can serve them from, or attach them to, those revisions.
 protocol RemoteDatabase: Sendable {
     /// Who the other side is and what it allows, known once the remote is open.
     var identity: RemoteIdentity { get }
