@@ -1,6 +1,7 @@
 import FerryCore
 import FerryStore
 import Foundation
+import IntegrationHarness
 import Testing
 @testable import FerrySync
 
@@ -85,6 +86,30 @@ import Testing
         let event = await iterator.next()
         #expect(event?.rejection == "policy: no")
         #expect(context.progress.summary.rejected == 1)
+    }
+
+    @Test func aCaughtUpCheckpointDefersTheRemoteCopyUntilItsDelayHasPassed() async throws {
+        let clock = ManualClock()
+        let local = try DocumentStore.inMemory()
+        let remote = StoreRemote(try DocumentStore.inMemory())
+        var checkpoint = Checkpointer<UInt64>(key: "k", store: local, remote: remote, delay: .seconds(5), clock: clock)
+        #expect(try await checkpoint.start(reset: false) == 0)
+        checkpoint.advance(to: 3)
+        try await checkpoint.saveBoth()
+        checkpoint.advance(to: 4)
+        try checkpoint.saveLocal()
+        checkpoint.deferRemote()
+        #expect(checkpoint.remoteLags && !checkpoint.isDue && checkpoint.remaining == .seconds(5))
+        #expect(try await remote.localDocument("k")?["seq"] == 3)
+        clock.advance(by: .seconds(5))
+        #expect(checkpoint.isDue)
+        try await checkpoint.saveBoth()
+        #expect(!checkpoint.remoteLags && checkpoint.remaining == nil)
+        // A new run resumes from the lower of the two copies, or from 0 when reset.
+        try await remote.putLocalDocument("k", value: ["seq": 2])
+        var again = Checkpointer<UInt64>(key: "k", store: local, remote: remote, delay: .seconds(5), clock: clock)
+        #expect(try await again.start(reset: false) == 2)
+        #expect(try await again.start(reset: true) == 0)
     }
 
     @Test func opaqueCheckpointsResumeOnlyWhenBothCopiesAgree() {
