@@ -53,6 +53,19 @@ public struct RevisionTree: Sendable, Equatable {
 
     public var winner: Revision? { winnerIndex.map { revisions[$0] } }
 
+    /// The revisions a sender may base a delta on for a revision of `generation`: those
+    /// older than it whose body is kept (the winner's is stored apart, so always counts),
+    /// newest first, at most `limit`. Both sides of a transfer name them this one way.
+    public func deltaBases(below generation: Int, limit: Int = 10) -> [RevisionID] {
+        let w = winnerIndex
+        return revisions.enumerated()
+            .filter { ($0.element.body != nil || $0.offset == w) && $0.element.id.generation < generation }
+            .map(\.element.id)
+            .sorted(by: >)
+            .prefix(limit)
+            .map { $0 }
+    }
+
     /// Live leaves other than the winner, best first.
     public var conflicts: [RevisionID] {
         guard let w = winnerIndex else { return [] }

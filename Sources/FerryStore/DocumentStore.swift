@@ -415,12 +415,7 @@ public final class DocumentStore: Sendable {
                 let missing = revs.filter { !stored.tree.contains($0) }
                 guard !missing.isEmpty else { continue }
                 let maxGeneration = missing.map(\.generation).max()!
-                let winnerIndex = stored.tree.winnerIndex
-                let ancestors = stored.tree.revisions.enumerated()
-                    .filter { ($0.element.body != nil || $0.offset == winnerIndex) && $0.element.id.generation < maxGeneration }
-                    .map(\.element.id)
-                    .sorted(by: >)
-                answer[id] = RevsDiffEntry(missing: missing, possibleAncestors: Array(ancestors.prefix(10)))
+                answer[id] = RevsDiffEntry(missing: missing, possibleAncestors: stored.tree.deltaBases(below: maxGeneration))
             }
             return answer
         }

@@ -193,44 +193,32 @@ final class ResponderSession: Sendable {
     }
 
     func hello(_ request: Message) throws -> Message {
-        let body = try request.json()
-        guard let node = body["nodeID"]?.stringValue, !node.isEmpty else {
-            throw SyncError.protocolViolation("hello lacks nodeID")
-        }
-        guard case .array(let versions)? = body["protocol"] else { throw SyncError.protocolViolation("hello lacks protocol") }
-        let offered = versions.compactMap(\.intValue).map(Int.init)
+        let hello = try HelloRequest(try request.json())
+        let offered = hello.protocols
         guard let version = SyncProtocol.versions.first(where: offered.contains) else {
             throw SyncError.incompatibleVersion(
                 "peer speaks protocol \(offered), this node speaks \(SyncProtocol.versions)")
         }
-        peer.value = authenticatedPeer ?? node
-        return reply(request, [
-            "nodeID": .string(options.nodeID), "database": .string(store.uuid), "protocol": .int(Int64(version)),
-            "features": .array(SyncProtocol.features.map { .string($0) }),
-            "allowPush": .bool(options.allowPush && !options.readOnly), "allowPull": .bool(options.allowPull),
-        ])
+        peer.value = authenticatedPeer ?? hello.nodeID
+        return reply(
+            request,
+            HelloReply(
+                nodeID: options.nodeID, database: store.uuid, protocolVersion: version, features: SyncProtocol.features,
+                allowPush: options.allowPush && !options.readOnly, allowPull: options.allowPull
+            ).json)
     }
 
-    func checkpointKey(_ body: JSON) throws -> String {
-        guard let id = body["id"]?.stringValue, !id.isEmpty, id.utf8.count <= 200 else {
-            throw SyncError.protocolViolation("checkpoint request lacks a valid id")
-        }
-        // Namespaced by peer so one peer cannot read or overwrite another's checkpoints.
-        return "checkpoint/peer/\(peer.value ?? "")/\(id)"
-    }
+    /// Namespaced by peer so one peer cannot read or overwrite another's checkpoints.
+    func checkpointKey(_ id: String) -> String { "checkpoint/peer/\(peer.value ?? "")/\(id)" }
 
     func getCheckpoint(_ request: Message) throws -> Message {
-        let key = try checkpointKey(try request.json())
-        return reply(request, ["value": try store.localDocument(key) ?? .null])
+        let key = checkpointKey(try GetCheckpointRequest(try request.json()).id)
+        return reply(request, CheckpointValue(value: try store.localDocument(key)).json)
     }
 
     func setCheckpoint(_ request: Message) throws -> Message {
-        let body = try request.json()
-        let key = try checkpointKey(body)
-        guard let value = body["value"], value.objectValue != nil else {
-            throw SyncError.protocolViolation("setCheckpoint lacks an object value")
-        }
-        try store.putLocalDocument(key, body: value, durability: .normal)  // rolls back with the pushed revisions it covers
+        let set = try SetCheckpointRequest(try request.json())
+        try store.putLocalDocument(checkpointKey(set.id), body: set.value, durability: .normal)  // rolls back with the pushed revisions it covers
         return reply(request, [:])
     }
 
@@ -244,145 +232,23 @@ final class ResponderSession: Sendable {
         }
     }
 
-    /// Changes after `since`, with every leaf; hidden documents are skipped but `lastSeq`
-    /// still advances past them. A `live` request waits up to `timeoutMs` for a change.
-    func changes(_ request: Message) async throws -> Message {
-        try requirePull()
-        let body = try request.json()
-        let since = UInt64(max(0, body["since"]?.intValue ?? 0))
-        let limit = Int(min(max(1, body["limit"]?.intValue ?? 200), 5000))
-        let live = body["live"]?.boolValue ?? false
-        let timeout = Duration.milliseconds(min(max(0, body["timeoutMs"]?.intValue ?? 0), 600_000))
-        var docIDs: Set<String>?
-        if case .array(let ids)? = body["docIDs"] { docIDs = Set(ids.compactMap(\.stringValue)) }
-        // Small fresh revisions ride along in the reply, so a caught-up peer needs no getRevs.
-        let inlineLimit = Int(min(max(0, body["inline"]?.intValue ?? 0), SyncProtocol.maxInlineBytes))
-        let inlineDeltas = body["noDeltas"] != .bool(true)
-        let wait = min(timeout, options.maxLongPoll)
-        let elapsed = Self.stopwatch(responder.clock)
-        var scanned = since
-        var page = try store.changesWithLeaves(since: since, limit: limit)
-        var entries: [JSON] = []
-        while true {
-            if page.isEmpty && live {
-                page = try await waitForChanges(since: scanned, limit: limit, for: wait - elapsed())
-            }
-            entries = try changeEntries(page, docIDs: docIDs, inlineLimit: inlineLimit, inlineDeltas: inlineDeltas)
-            scanned = page.last?.0.sequence ?? scanned
-            // A live wait answers only with something to send: a short page whose every
-            // change is hidden or already held by the peer (in a mesh, the echo of what it
-            // just sent us) goes on waiting from past it, instead of costing the peer a
-            // round trip per change for nothing.
-            guard live, entries.isEmpty, !page.isEmpty, page.count < limit, elapsed() < wait else { break }
-            page = []  // the wait reads the next page, at once if a commit is already past it
-        }
-        var out: [String: JSON] = ["changes": .array(entries), "lastSeq": .int(Int64(scanned))]
-        // A short page ends the feed as it stood: the peer need not ask again before going live.
-        if page.count < limit { out["caughtUp"] = true }
-        return reply(request, .object(out))
-    }
-
-    /// The changes entries the peer may see, with small revisions inlined.
-    func changeEntries(_ page: [(Change, [RevisionID])], docIDs: Set<String>?, inlineLimit: Int, inlineDeltas: Bool) throws -> [JSON] {
-        var entries: [JSON] = []
-        // Read per page, after any wait: a policy changed during a long-poll applies to its answer.
-        let readRule = policy.read
-        let candidates = page.filter { change, leaves in
-            (docIDs?.contains(change.id.rawValue) ?? true) && !peerHeld.peerHolds(change.id, leaves: leaves)
-        }
-        var trees: [DocumentID: RevisionTree] = [:]
-        if !candidates.isEmpty && (!readRule.types.isEmpty || inlineLimit > 0) {
-            trees = try store.revisionTrees(candidates.map(\.0.id))
-        }
-        for (change, leaves) in candidates {
-            if !readRule.admitsEverything {
-                let body = trees[change.id]?.winner?.body.flatMap { try? JSON.parse($0) }
-                if !readRule.admits(id: change.id, body: body) { continue }
-            }
-            var entry: [JSON] = [
-                .int(Int64(change.sequence)), .string(change.id.rawValue),
-                .array(leaves.map { .string($0.description) }), .bool(change.deleted), .int(Int64(change.bodySize)),
-            ]
-            if inlineLimit > 0, leaves.count == 1, let tree = trees[change.id],
-                let inline = WireRevision.inline(id: change.id, revision: leaves[0], tree: tree, useDeltas: inlineDeltas, limit: inlineLimit)?.inlineJSON
-            {
-                entry.append(inline)
-                counts.modify { $0.pushed += 1 }
-            }
-            entries.append(.array(entry))
-        }
-        return entries
-    }
-
-    /// Time elapsed on `clock` since this call.
-    static func stopwatch<C: Clock<Duration>>(_ clock: C) -> @Sendable () -> Duration {
-        let start = clock.now
-        return { start.duration(to: clock.now) }
-    }
-
-    func waitForChanges(since: UInt64, limit: Int, for wait: Duration) async throws -> [(Change, [RevisionID])] {
-        let store = self.store
-        let clock = responder.clock
-        let pollInterval = options.pollInterval
-        let relayDelay = options.relayDelay
-        return try await withThrowingTaskGroup(of: [(Change, [RevisionID])]?.self) { group in
-            group.addTask {
-                let poll = LiveChanges.Poll(interval: pollInterval, clock: clock)
-                try await store.waitForChangeToPassOn(past: since, poll: poll, relayDelay: relayDelay)
-                return try store.changesWithLeaves(since: since, limit: limit)
-            }
-            group.addTask {
-                try await clock.sleep(for: wait)
-                return nil
-            }
-            let first = try await group.next() ?? nil
-            group.cancelAll()
-            return first ?? []
-        }
-    }
-
     func revsDiff(_ request: Message) throws -> Message {
         try requirePush()
-        let body = try request.json()
-        guard let docs = body["docs"]?.objectValue else { throw SyncError.protocolViolation("revsDiff lacks docs") }
-        var query: [DocumentID: [RevisionID]] = [:]
-        for (id, revs) in docs {
-            guard let docID = try? DocumentID(id, allowReserved: true), case .array(let list) = revs else {
-                throw SyncError.protocolViolation("revsDiff entry for \"\(id)\" is malformed")
-            }
-            query[docID] = try list.map { try RevisionID($0.stringValue ?? "") }
-        }
-        let answer = try store.revsDiff(query)
-        var out: [String: JSON] = [:]
-        for (id, entry) in answer {
-            out[id.rawValue] = [
-                "missing": .array(entry.missing.map { .string($0.description) }),
-                "ancestors": .array(entry.possibleAncestors.map { .string($0.description) }),
-            ]
-        }
-        return reply(request, .object(out))
+        let query = try RevsDiffRequest(try request.json()).docs
+        return reply(request, RevsDiffReply(store: try store.revsDiff(query)).json)
     }
 
     /// Sends the requested revisions, as deltas against ancestors the peer holds when smaller.
     func getRevs(_ request: Message) throws -> Message {
         try requirePull()
-        let body = try request.json()
-        guard case .array(let wanted)? = body["revs"] else { throw SyncError.protocolViolation("getRevs lacks revs") }
-        let useDeltas = body["deltas"]?.boolValue ?? false
-        let maxHistory = Int(min(max(1, body["maxHistory"]?.intValue ?? 100), 1000))
-        var requests: [(DocumentID, RevisionID, [RevisionID])] = []
-        for w in wanted {
-            guard let id = w["id"]?.stringValue.flatMap({ try? DocumentID($0, allowReserved: true) }),
-                let rev = w["rev"]?.stringValue.flatMap({ try? RevisionID($0) })
-            else { throw SyncError.protocolViolation("getRevs entry is malformed") }
-            var known: [RevisionID] = []
-            if case .array(let k)? = w["ancestors"] { known = k.compactMap { $0.stringValue.flatMap { try? RevisionID($0) } } }
-            requests.append((id, rev, known))
-        }
-        let trees = try store.revisionTrees(requests.map(\.0))
+        let asked = try GetRevsRequest(try request.json())
+        let useDeltas = asked.deltas
+        let maxHistory = Int(min(max(1, asked.maxHistory), 1000))
+        let trees = try store.revisionTrees(asked.revs.map(\.id))
         let readRule = policy.read
         var out: [WireRevision] = []
-        for (id, rev, known) in requests {
+        for wanted in asked.revs {
+            let (id, rev, known) = (wanted.id, wanted.rev, wanted.ancestors)
             guard let tree = trees[id],
                 let (wire, _) = WireRevision.make(
                     id: id, revision: rev, tree: tree, receiverHas: known, useDeltas: useDeltas, maxHistory: maxHistory)
@@ -410,7 +276,7 @@ final class ResponderSession: Sendable {
         let wires = try WireRevision.decodeBatch(request.body)
         let pipeline = IncomingPipeline(policy: policy, filter: options.incomingFilter, maxBodyBytes: store.options.maxBodyBytes)
         let trees = try store.revisionTrees(Set(wires.compactMap { try? DocumentID($0.id, allowReserved: true) }))
-        var results: [JSON] = []
+        var results: [PutResult] = []
         var accepted: [(Int, IncomingRevision)] = []
         for wire in wires where !wire.missing {
             switch pipeline.check(wire, baseBody: { id, base in
@@ -418,7 +284,7 @@ final class ResponderSession: Sendable {
             }) {
             case .accepted(let rev):
                 accepted.append((results.count, rev))
-                results.append(["id": .string(wire.id), "rev": .string(wire.rev), "status": "ok"])
+                results.append(PutResult(id: wire.id, rev: wire.rev, status: .stored))
             case .rejected(_, _, let rejection):
                 options.metrics?.rejected(stage: rejection.stage.rawValue, direction: "push")
                 responder.logger.warning(
@@ -428,12 +294,9 @@ final class ResponderSession: Sendable {
                         "reason": "\(LogText.escape(describing: rejection))",
                     ])
                 counts.modify { $0.rejected += 1 }
-                results.append([
-                    "id": .string(wire.id), "rev": .string(wire.rev), "status": "rejected",
-                    "reason": .string(rejection.description),
-                ])
+                results.append(PutResult(id: wire.id, rev: wire.rev, status: .rejected(rejection)))
             case .needFull:
-                results.append(["id": .string(wire.id), "rev": .string(wire.rev), "status": "needFull"])
+                results.append(PutResult(id: wire.id, rev: wire.rev, status: .needFull))
             }
         }
         let outcomes = try store.insertRevisions(accepted.map(\.1), durability: .normal)
@@ -454,37 +317,26 @@ final class ResponderSession: Sendable {
             if case .rejected = outcome {} else { peerHeld.record(rev.id, rev.revision) }
             switch outcome {
             case .inserted: counts.modify { $0.pulled += 1 }
-            case .alreadyPresent: results[index] = ["id": .string(rev.id.rawValue), "rev": .string(rev.revision.description), "status": "exists"]
+            case .alreadyPresent: results[index].status = .exists
             case .rejected(let e):
                 counts.modify { $0.rejected += 1 }
-                let stage = e.code == "rejected" ? "validation" : "structure"
-                options.metrics?.rejected(stage: stage, direction: "push")
-                results[index] = [
-                    "id": .string(rev.id.rawValue), "rev": .string(rev.revision.description), "status": "rejected",
-                    "reason": .string("\(stage): \(e.description)"),
-                ]
+                let rejection = Rejection(storeError: e)
+                options.metrics?.rejected(stage: rejection.stage.rawValue, direction: "push")
+                results[index].status = .rejected(rejection)
             }
         }
-        return reply(request, ["results": .array(results)])
+        return reply(request, PutRevsReply(results: results).json)
     }
 
     func hasBlobs(_ request: Message) throws -> Message {
         try requirePush()
-        let body = try request.json()
-        guard case .array(let list)? = body["digests"] else { throw SyncError.protocolViolation("hasBlobs lacks digests") }
-        var missing: [JSON] = []
-        for d in list {
-            guard let digest = d.stringValue.flatMap({ try? BlobDigest($0) }) else {
-                throw SyncError.protocolViolation("bad blob digest")
-            }
-            if !store.blobs.has(digest) { missing.append(.string(digest.description)) }
-        }
-        return reply(request, ["missing": .array(missing)])
+        let asked = try HasBlobsRequest(try request.json())
+        return reply(request, HasBlobsReply(missing: asked.digests.filter { !store.blobs.has($0) }).json)
     }
 
     func getBlob(_ request: Message) throws -> Message {
         try requirePull()
-        guard let digest = request["Digest"].flatMap({ try? BlobDigest($0) }) else {
+        guard let digest = request[BlobProperty.name].flatMap({ try? BlobDigest($0) }) else {
             throw SyncError.protocolViolation("getBlob lacks a valid Digest property")
         }
         guard let content = try store.blobs.get(digest) else {
@@ -496,7 +348,7 @@ final class ResponderSession: Sendable {
 
     func putBlob(_ request: Message) throws -> Message {
         try requirePush()
-        guard let digest = request["Digest"].flatMap({ try? BlobDigest($0) }) else {
+        guard let digest = request[BlobProperty.name].flatMap({ try? BlobDigest($0) }) else {
             throw SyncError.protocolViolation("putBlob lacks a valid Digest property")
         }
         guard BlobDigest.of(request.body) == digest else {

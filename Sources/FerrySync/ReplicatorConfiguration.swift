@@ -49,18 +49,6 @@ public struct ReplicatorConfiguration: Sendable {
     /// transaction), and their estimated bytes: bounds memory in flight. Default 250, 2 MiB.
     public var maxRevisionsPerRequest = 250
     public var maxBytesPerRequest = 2 << 20
-    /// A pulled chunk of at least this many accepted revisions is inserted on the database's
-    /// own thread while the replicator suspends (judging the next chunk keeps a cooperative
-    /// thread: 2 on a 2-core machine); a smaller one, as in live sync, is inserted in place,
-    /// where two thread hand-offs would cost more than the insert. Default 32.
-    public var suspendingInsertThreshold = 32
-    /// The local checkpoint is saved after every batch; the peer's copy after this many
-    /// batches, and whenever the replication catches up or ends. Default 1 (every batch):
-    /// with the peer's copy committed without an fsync (it rolls back with the revisions it
-    /// covers) a round trip per 1000-change batch costs little, and larger values changed
-    /// how conflict resolutions interleave in the three-peer tests (more revisions), which
-    /// is not yet understood.
-    public var remoteCheckpointEvery = 1
     /// Once a continuous replication has caught up, the peer's copy of a checkpoint is
     /// written at most this long after the first batch it covers, not after every batch
     /// (the local copy still is). A lagging peer copy costs nothing but a re-read of

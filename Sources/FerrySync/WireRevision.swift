@@ -243,9 +243,19 @@ public struct Rejection: Sendable, Equatable, CustomStringConvertible {
     /// The trust-boundary stage that refused the revision, in the order they run.
     public enum Stage: String, Sendable {
         case structure, digest, policy, filter, validation
+        /// Refused by the peer, which named no stage this side knows.
+        case peer
     }
 
+
     public var description: String { "\(stage.rawValue): \(reason)" }
+}
+
+extension Rejection {
+    /// A store's refusal inside the insert: validation, or structure for anything else.
+    init(storeError e: StoreError) {
+        self.init(stage: e.code == "rejected" ? .validation : .structure, reason: e.description)
+    }
 }
 
 /// The trust boundary for incoming revisions: structure, digest, the peer's write policy,

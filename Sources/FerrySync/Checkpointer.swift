@@ -1,0 +1,134 @@
+import Crypto
+import FerryCore
+import FerryStore
+
+/// Which way a checkpoint's replication moves documents; part of its key.
+enum CheckpointDirection: String, Sendable {
+    case pull, push
+}
+
+/// A sequence a checkpoint can record: the remote's (pull) or the local store's (push).
+protocol CheckpointSequence: Sendable, Equatable {
+    init?(checkpoint: JSON)
+    var checkpointJSON: JSON { get }
+    static var start: Self { get }
+    /// Where to resume when the two copies differ; nil: start over.
+    static func resume(local: Self, remote: Self) -> Self?
+}
+
+extension UInt64: CheckpointSequence {
+    init?(checkpoint: JSON) {
+        guard let n = checkpoint.intValue else { return nil }
+        self = UInt64(Swift.max(0, n))
+    }
+    var checkpointJSON: JSON { .int(Int64(self)) }
+    static var start: UInt64 { 0 }
+    static func resume(local: UInt64, remote: UInt64) -> UInt64? { Swift.min(local, remote) }
+}
+
+extension RemoteSequence: CheckpointSequence {
+    init?(checkpoint: JSON) { self.init(checkpoint) }
+    var checkpointJSON: JSON { json }
+    /// Numbered sequences (Ferry's) resume from the lower; opaque ones only when both copies agree.
+    static func resume(local: RemoteSequence, remote: RemoteSequence) -> RemoteSequence? {
+        if local == remote { return local }
+        guard let l = local.json.intValue, let r = remote.json.intValue else { return nil }
+        return RemoteSequence(.int(Swift.min(l, r)))
+    }
+}
+
+/// Keeps one direction's checkpoint: where to resume, and both copies (a local document
+/// here, a local document on the other side), with the other side's copy deferred once a
+/// continuous replication has caught up.
+///
+/// A checkpoint advances only past what is durably stored or deliberately rejected. Until
+/// caught up, both copies are written after every batch; once caught up, changes come one
+/// at a time and a checkpoint write each would cost more than the change, so the remote
+/// copy (and, for push, the local one) waits up to `remoteCheckpointDelay`. A lagging copy
+/// only makes a restart re-read change entries that are then skipped.
+struct Checkpointer<Position: CheckpointSequence> {
+    let key: String
+    let store: DocumentStore
+    let remote: any RemoteDatabase
+    let delay: Duration
+    let clock: any Clock<Duration>
+    /// How far the replication has got (stored or deliberately skipped).
+    private(set) var position = Position.start
+    private(set) var localSaved = Position.start
+    private(set) var remoteSaved = Position.start
+    /// Time since the first batch the remote copy does not cover; nil when none.
+    private var lag: Stopwatch?
+
+    init(key: String, store: DocumentStore, remote: any RemoteDatabase, delay: Duration, clock: any Clock<Duration>) {
+        self.key = key
+        self.store = store
+        self.remote = remote
+        self.delay = delay
+        self.clock = clock
+    }
+
+    /// The key: the hex SHA-256 of both database UUIDs, the direction, the filter's name and
+    /// the sorted document IDs. Never an address: a peer that moves resumes where it was.
+    static func key(
+        localDatabase: String, remoteDatabase: String, direction: CheckpointDirection, filterName: String?,
+        documentIDs: Set<DocumentID>?
+    ) -> String {
+        let ids = documentIDs.map { $0.map(\.rawValue).sorted().joined(separator: "\u{0}") } ?? ""
+        var h = SHA256()
+        h.update(data: Array("\(localDatabase)\u{0}\(remoteDatabase)\u{0}\(direction.rawValue)\u{0}\(filterName ?? "")\u{0}\(ids)".utf8))
+        return Hex.encode(h.finalize())
+    }
+
+    static func localID(_ key: String) -> String { "checkpoint/\(key)" }
+
+    /// The local copy, if any.
+    static func local(_ store: DocumentStore, key: String) throws -> Position? {
+        try store.localDocument(localID(key))?["seq"].flatMap(Position.init(checkpoint:))
+    }
+
+    /// Reads both copies and returns where to resume: from the start when either is
+    /// missing, when `reset`, or when they disagree in a way the sequence cannot settle.
+    mutating func start(reset: Bool) async throws -> Position {
+        var resume = Position.start
+        if !reset {
+            let local = try Self.local(store, key: key)
+            let remoteCopy = try await remote.localDocument(key)?["seq"].flatMap(Position.init(checkpoint:))
+            if let local, let remoteCopy { resume = Position.resume(local: local, remote: remoteCopy) ?? .start }
+        }
+        position = resume
+        localSaved = resume
+        remoteSaved = resume
+        return resume
+    }
+
+    /// The remote copy lags behind the position.
+    var remoteLags: Bool { remoteSaved != position }
+    /// Time left before a deferred remote write is due; nil when none waits.
+    var remaining: Duration? { lag.map { delay - $0.elapsed() } }
+    /// A deferred remote write waits and its time has come.
+    var isDue: Bool { remaining.map { $0 <= .zero } ?? false }
+
+    /// Moves the position without writing either copy.
+    mutating func advance(to sequence: Position) { position = sequence }
+
+    /// Marks a batch past the remote copy: the deferred write is due `delay` after the first.
+    mutating func deferRemote() { if lag == nil { lag = Stopwatch.start(on: clock) } }
+
+    /// Writes the local copy at the position.
+    mutating func saveLocal() throws {
+        // Relaxed like the batch it covers: a power loss can only take both back together.
+        try store.putLocalDocument(Self.localID(key), body: ["seq": position.checkpointJSON], durability: .normal)
+        localSaved = position
+    }
+
+    /// Writes the local copy, then the remote one, at the position.
+    mutating func saveBoth() async throws {
+        try saveLocal()
+        try await remote.putLocalDocument(key, value: ["seq": position.checkpointJSON])
+        remoteSaved = position
+        lag = nil
+    }
+
+    /// However a loop ends, the local copy covers what was stored (no network needed).
+    mutating func saveLocalIfBehind() { if localSaved != position { try? saveLocal() } }
+}

@@ -1,0 +1,91 @@
+import FerryCore
+import FerryStore
+
+/// A `RemoteDatabase` reached through Ferry's message protocol (docs/protocol.md) over one
+/// `Connection`: each verb is one typed request and its typed reply.
+struct FerryRemote: RemoteDatabase {
+    let connection: Connection
+    let identity: RemoteIdentity
+
+    /// Says hello on `connection` and returns the remote it opens.
+    static func open(_ connection: Connection, nodeID: String, localDatabase: String, inlineWanted: Bool) async throws(SyncError)
+        -> FerryRemote
+    {
+        let hello = HelloRequest(
+            nodeID: nodeID, database: localDatabase, protocols: SyncProtocol.versions, features: SyncProtocol.features)
+        let reply = try HelloReply(try await connection.request(HelloRequest.profile, body: hello.bytes).json())
+        let identity = RemoteIdentity(
+            databaseID: reply.database, peerID: reply.nodeID, allowsPull: reply.allowPull, allowsPush: reply.allowPush,
+            inline: inlineWanted && reply.features.contains("inline"))
+        return FerryRemote(connection: connection, identity: identity)
+    }
+
+    private func ask(_ body: some SyncRequestBody) async throws(SyncError) -> JSON {
+        try await connection.request(type(of: body).profile, body: body.bytes).json()
+    }
+
+    func changes(_ request: RemoteChangesRequest) async throws -> RemoteChanges {
+        var asked = ChangesRequest()
+        asked.since = request.since.json.intValue.map { UInt64(max(0, $0)) } ?? 0
+        asked.limit = Int64(request.limit)
+        asked.live = request.live
+        let (seconds, atto) = request.timeout.components
+        asked.timeoutMs = seconds * 1000 + atto / 1_000_000_000_000_000
+        asked.inline = request.inlineLimit.map(Int64.init)
+        asked.noDeltas = request.noDeltas
+        asked.docIDs = request.documentIDs.map { $0.map(\.rawValue) }
+        let reply = try ChangesReply(try await ask(asked))
+        var changes: [RemoteChange] = []
+        changes.reserveCapacity(reply.changes.count)
+        for entry in reply.changes {
+            guard let id = try? DocumentID(entry.id, allowReserved: true) else {
+                throw SyncError.protocolViolation("changes entry is malformed")
+            }
+            let leaves = entry.leaves.compactMap { try? RevisionID($0) }
+            // Inline revisions come for single-leaf documents only; a malformed one is fetched instead.
+            var inline: WireRevision?
+            if let o = entry.inline, leaves.count == 1 { inline = WireRevision(inline: o, id: entry.id, rev: leaves[0].description) }
+            changes.append(RemoteChange(id: id, leaves: leaves, inline: inline))
+        }
+        return RemoteChanges(changes: changes, lastSequence: RemoteSequence(reply.lastSeq), caughtUp: reply.caughtUp)
+    }
+
+    func revsDiff(_ docs: [DocumentID: [RevisionID]]) async throws -> [DocumentID: MissingRevisions] {
+        try RevsDiffReply(try await ask(RevsDiffRequest(docs: docs))).entries
+    }
+
+    func fetchRevisions(_ requests: [RevisionRequest], deltas: Bool, maxHistory: Int) async throws -> [WireRevision] {
+        let request = GetRevsRequest(revs: requests, deltas: deltas, maxHistory: Int64(maxHistory))
+        let reply = try await connection.request(GetRevsRequest.profile, body: request.bytes)
+        return try WireRevision.decodeBatch(reply.body)
+    }
+
+    func storeRevisions(_ revisions: [WireRevision]) async throws -> [PutResult] {
+        let reply = try await connection.request(SyncProtocol.Profile.putRevs, body: WireRevision.encodeBatch(revisions))
+        let results = try PutRevsReply(try reply.json()).results
+        guard results.count == revisions.count else {
+            throw SyncError.protocolViolation("putRevs reply does not answer every revision")
+        }
+        return results
+    }
+
+    func missingBlobs(_ digests: [BlobDigest]) async throws -> [BlobDigest] {
+        try HasBlobsReply(try await ask(HasBlobsRequest(digests: digests))).missing
+    }
+
+    func blob(_ digest: BlobDigest) async throws -> [UInt8] {
+        try await connection.request(SyncProtocol.Profile.getBlob, properties: [(BlobProperty.name, digest.description)]).body
+    }
+
+    func putBlob(_ digest: BlobDigest, content: [UInt8]) async throws {
+        _ = try await connection.request(SyncProtocol.Profile.putBlob, properties: [(BlobProperty.name, digest.description)], body: content)
+    }
+
+    func localDocument(_ id: String) async throws -> JSON? {
+        CheckpointValue(try await ask(GetCheckpointRequest(id: id))).value
+    }
+
+    func putLocalDocument(_ id: String, value: JSON) async throws {
+        _ = try await ask(SetCheckpointRequest(id: id, value: value))
+    }
+}

@@ -1,0 +1,213 @@
+import FerryCore
+import FerryStore
+
+/// The pull worker: reads the other side's changes after the pull checkpoint, fetches
+/// what this store lacks, judges it at the trust boundary, stores it, resolves conflicts
+/// and advances the checkpoint, until caught up (one-shot) or stopped (continuous).
+///
+/// A bulk pull is a pipeline whose only serial stage is the insert: while chunk i is
+/// inserted, chunk i+1 is received and judged and the other side prepares chunk i+2; the
+/// next page of changes is asked for as soon as a page arrives, and planned beside the
+/// current page's last chunk (`PullPlan.swift`), never on the insert path.
+final class Puller: Sendable {
+    let context: ReplicationContext
+    let remote: any RemoteDatabase
+    let blobs: BlobTransfer
+    let resolution: ConflictResolutionStep
+
+    init(context: ReplicationContext, remote: any RemoteDatabase) {
+        self.context = context
+        self.remote = remote
+        blobs = BlobTransfer(store: context.store, remote: remote, progress: context.progress)
+        resolution = ConflictResolutionStep(
+            store: context.store, resolvers: context.configuration.resolvers, progress: context.progress, logger: context.logger)
+    }
+
+    var configuration: ReplicatorConfiguration { context.configuration }
+    var progress: ReplicationProgress { context.progress }
+
+    func run(checkpointKey key: String) async throws {
+        var checkpoint = Checkpointer<RemoteSequence>(
+            key: key, store: context.store, remote: remote, delay: configuration.remoteCheckpointDelay, clock: context.clock)
+        var since = try await checkpoint.start(reset: configuration.resetCheckpoint)
+        var caughtUp = false
+        var prefetched: (since: RemoteSequence, task: Task<RemoteChanges, any Error>)?
+        var planned: (since: RemoteSequence, task: Task<PullPlan?, any Error>)?
+        defer {
+            prefetched?.task.cancel()
+            if let planned { PullPlan.discard(planned.task) }
+            checkpoint.saveLocalIfBehind()
+        }
+        let remote = self.remote
+        while true {
+            if context.stopRequested { return }
+            try Task.checkCancellation()
+            if checkpoint.remoteLags && checkpoint.isDue { try await checkpoint.saveBoth() }
+            let live = configuration.continuous && caughtUp
+            var request = RemoteChangesRequest(since: since, limit: configuration.batchSize, live: live, timeout: configuration.heartbeat)
+            // A deferred checkpoint write must not wait a whole heartbeat.
+            if live && checkpoint.remoteLags, let remaining = checkpoint.remaining {
+                request.timeout = min(request.timeout, max(remaining, .milliseconds(1)))
+            }
+            if live && remote.identity.inline { request.inlineLimit = configuration.inlineLimit }
+            if !configuration.deltas && request.inlineLimit != nil { request.noDeltas = true }
+            request.documentIDs = configuration.documentIDs
+            let asked = request
+            // A live request may wait a whole heartbeat; a stop must not.
+            let page: RemoteChanges
+            if let prefetched, prefetched.since == since {
+                page = try await prefetched.task.value
+            } else if let p = live ? try await context.race({ try await remote.changes(asked) }) : try await remote.changes(asked) {
+                page = p
+            } else {
+                return
+            }
+            prefetched = nil
+            let lastSeq = page.lastSequence
+            if page.changes.isEmpty {
+                if lastSeq != since {
+                    // Only documents left out changed (hidden from this peer, or revisions
+                    // it sent itself): nothing to store, but the feed moved on. Once live,
+                    // both copies wait for the deferred write: in a mesh this happens on
+                    // every link for every write, and a lag only means a re-read on restart.
+                    since = lastSeq
+                    checkpoint.advance(to: since)
+                    if !live { try checkpoint.saveLocal() }
+                    checkpoint.deferRemote()
+                }
+                if checkpoint.remoteLags && (!live || checkpoint.isDue) { try await checkpoint.saveBoth() }
+                if !configuration.continuous { return }
+                caughtUp = true
+                progress.markIdleIfCaughtUp()
+                continue
+            }
+            progress.update {
+                $0.activity = .busy
+                $0.total += page.changes.count
+            }
+            // A continuous replication whose page ended the other side's feed goes live
+            // next; otherwise the other side already reads the next page while this batch is inserted.
+            let endsFeed = configuration.continuous && page.caughtUp
+            if !endsFeed {
+                var next = request
+                next.since = lastSeq
+                next.live = false
+                next.inlineLimit = nil
+                let nextRequest = next
+                prefetched = (lastSeq, Task { try await remote.changes(nextRequest) })
+            }
+            let plan: PullPlan
+            if let p = planned, p.since == since, let ready = try await p.task.value {
+                plan = ready
+            } else {
+                if let planned { PullPlan.discard(planned.task) }
+                plan = try PullPlan(page.changes, puller: self)
+            }
+            planned = nil
+            try await pull(plan) {
+                // The next page was asked for when this one arrived: plan it beside this page's
+                // last chunk (never on the insert path), so that the other side prepares its
+                // first chunks while that one is inserted.
+                guard let next = prefetched, next.since == lastSeq, !context.stopRequested else { return }
+                let nextPage = next.task
+                planned = (
+                    lastSeq,
+                    Task {
+                        let changes = try await nextPage.value.changes
+                        return changes.isEmpty ? nil : try PullPlan(changes, puller: self)
+                    }
+                )
+            }
+            since = lastSeq
+            checkpoint.advance(to: since)
+            if caughtUp {
+                try checkpoint.saveLocal()
+                checkpoint.deferRemote()
+            } else {
+                try await checkpoint.saveBoth()
+                caughtUp = endsFeed
+            }
+            progress.update { $0.completed += page.changes.count }
+            progress.markIdleIfCaughtUp()
+        }
+    }
+
+    /// Fetches, checks and inserts a planned page. `beforeLastChunk` runs once the last
+    /// chunk is asked for (the caller plans the next page there, so the other side never idles).
+    private func pull(_ plan: PullPlan, beforeLastChunk: () async throws -> Void) async throws {
+        // Three stages overlap: the other side prepares chunk i+2, chunk i+1 is received and
+        // judged, and chunk i is inserted.
+        var checking = plan.firstChecked
+        var fetching = plan.secondFetched
+        defer {
+            checking?.cancel()
+            fetching?.cancel()
+        }
+        if !plan.inlined.isEmpty {
+            try await store(PullPlan.check(plan.inlined, plan: plan, deltas: configuration.deltas), plan: plan)
+        }
+        let chunks = plan.chunks
+        guard !chunks.isEmpty else { return }
+        // The plan asked for the first two chunks.
+        if chunks.count <= 2 { try await beforeLastChunk() }
+        for i in chunks.indices {
+            guard let judged = checking else { break }
+            let checked = try await judged.value
+            checking = nil
+            if let reply = fetching {
+                checking = plan.judge(reply, deltas: configuration.deltas)
+                fetching = i + 2 < chunks.count ? fetch(chunks[i + 2], deltas: configuration.deltas) : nil
+                if i + 3 == chunks.count { try await beforeLastChunk() }
+            }
+            try await store(checked, plan: plan)
+        }
+    }
+
+    func fetch(_ chunk: [RevisionRequest], deltas: Bool) -> Task<[WireRevision], any Error> {
+        let (remote, maxHistory) = (self.remote, configuration.maxHistory)
+        return Task { try await remote.fetchRevisions(chunk, deltas: deltas, maxHistory: maxHistory) }
+    }
+
+    /// Stores what a chunk's check accepted, reports what it refused, and fetches in full
+    /// what arrived as an unusable delta.
+    private func store(_ checked: CheckedChunk, plan: PullPlan) async throws {
+        if checked.deltas > 0 { progress.count { $0.deltasReceived += checked.deltas } }
+        for r in checked.rejected { progress.reject(.pull, id: r.id, rev: r.rev, deleted: r.deleted, r.rejection) }
+        let accepted = checked.accepted
+        try await blobs.fetchMissing(for: accepted)
+        let store = context.store
+        // A bulk chunk is inserted on the database's thread, so that judging the next chunk
+        // keeps a cooperative thread; a live change or two is inserted in place, where two
+        // thread hand-offs would cost more than the insert (the first-peer latency, P2).
+        let outcomes =
+            accepted.count >= ReplicatorTuning.suspendingInsertThreshold
+            ? try await store.insertRevisionsSuspending(accepted, durability: .normal)
+            : try store.insertRevisions(accepted, durability: .normal)
+        var touched = Set<DocumentID>()
+        // Counted once per chunk (each count takes a lock and feeds the metrics), before the events.
+        let pulled = outcomes.reduce(0) { n, o in if case .inserted = o { n + 1 } else { n } }
+        progress.count { $0.pulled += pulled }
+        for (rev, outcome) in zip(accepted, outcomes) {
+            // Only a replicator that also pushes could offer it back.
+            if configuration.direction.pushes {
+                if case .rejected = outcome {} else { context.peerHeld.record(rev.id, rev.revision) }
+            }
+            switch outcome {
+            case .inserted(_, let branched):
+                // A document left with one leaf has nothing to resolve (nor to count as a conflict).
+                if branched { touched.insert(rev.id) }
+                progress.moved(.pull, id: rev.id.rawValue, rev: rev.revision.description, deleted: rev.deleted)
+            case .alreadyPresent: configuration.metrics?.duplicates(1)
+            case .rejected(let e):
+                progress.reject(.pull, id: rev.id.rawValue, rev: rev.revision.description, deleted: rev.deleted, Rejection(storeError: e))
+            }
+        }
+        try resolution.run(on: touched)
+        if !checked.retryFull.isEmpty {
+            let fresh = try store.revisionTrees(checked.retryFull.map(\.id))
+            let full = try await fetch(checked.retryFull, deltas: false).value
+            let retried = PullPlan.check(full, pipeline: plan.pipeline, trees: fresh, deltas: false)
+            try await self.store(retried, plan: plan)
+        }
+    }
+}

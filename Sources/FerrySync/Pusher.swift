@@ -1,0 +1,200 @@
+import FerryCore
+import FerryStore
+
+/// The push worker: reads the local changes feed after the push checkpoint, asks the other
+/// side which leaf revisions it lacks, sends them (as deltas against what it holds, when
+/// smaller) with their blobs first, and advances the checkpoint; once caught up, it waits
+/// for local commits and sends small fresh revisions without asking first.
+final class Pusher: Sendable {
+    let context: ReplicationContext
+    let remote: any RemoteDatabase
+    let blobs: BlobTransfer
+
+    init(context: ReplicationContext, remote: any RemoteDatabase) {
+        self.context = context
+        self.remote = remote
+        blobs = BlobTransfer(store: context.store, remote: remote, progress: context.progress)
+    }
+
+    var configuration: ReplicatorConfiguration { context.configuration }
+    var progress: ReplicationProgress { context.progress }
+    var store: DocumentStore { context.store }
+
+    /// Runs the push; `reached` is told each sequence pushed through, before its checkpoint is written.
+    func run(checkpointKey key: String, reached: @Sendable (UInt64) -> Void) async throws {
+        var checkpoint = Checkpointer<UInt64>(
+            key: key, store: store, remote: remote, delay: configuration.remoteCheckpointDelay, clock: context.clock)
+        var since = try await checkpoint.start(reset: configuration.resetCheckpoint)
+        var caughtUp = false
+        let inline = remote.identity.inline
+        reached(since)
+        // However the loop ends, the local copy covers what the other side acknowledged.
+        defer { checkpoint.saveLocalIfBehind() }
+        while true {
+            if context.stopRequested { return }
+            // Cancelled when the pull side failed: end here (an idle wait returns at once
+            // once cancelled, so the loop must not go round again).
+            try Task.checkCancellation()
+            // Once caught up, the page's trees come with it: the inline push needs them.
+            var trees: [DocumentID: RevisionTree]?
+            let page: [(Change, [RevisionID])]
+            if inline && caughtUp {
+                let withTrees = try store.changesWithTrees(since: since, limit: configuration.batchSize)
+                page = withTrees.map { ($0.0, $0.1.leaves.map(\.id)) }
+                trees = Dictionary(withTrees.map { ($0.0.id, $0.1) }, uniquingKeysWith: { $1 })
+            } else {
+                page = try store.changesWithLeaves(since: since, limit: configuration.batchSize)
+            }
+            guard let last = page.last else {
+                if checkpoint.remoteLags {
+                    if caughtUp, let remaining = checkpoint.remaining, remaining > .zero {
+                        progress.markIdleIfCaughtUp()
+                        try await waitForLocalChange(after: since, atMost: remaining)
+                        continue
+                    }
+                    try await checkpoint.saveBoth()
+                }
+                if !configuration.continuous { return }
+                caughtUp = true
+                progress.markIdleIfCaughtUp()
+                try await waitForLocalChange(after: since)
+                continue
+            }
+            progress.update {
+                $0.activity = .busy
+                $0.total += page.count
+            }
+            try await push(page, inline: inline && caughtUp, trees: trees)
+            since = last.0.sequence
+            checkpoint.advance(to: since)
+            reached(since)
+            if caughtUp {
+                // Both copies wait for the deferred write: a lag only re-reads changes
+                // that revsDiff then skips.
+                checkpoint.deferRemote()
+            } else {
+                try await checkpoint.saveBoth()
+            }
+            progress.update { $0.completed += page.count }
+            progress.markIdleIfCaughtUp()
+        }
+    }
+
+    /// Returns after a local commit past `since`, a stop, or `atMost` of the clock.
+    private func waitForLocalChange(after since: UInt64, atMost limit: Duration? = nil) async throws {
+        let store = self.store
+        let poll = LiveChanges.Poll(interval: configuration.localPollInterval, clock: context.clock)
+        let relayDelay = configuration.relayDelay
+        _ = try await context.race(timeout: limit) {
+            try await store.waitForChangeToPassOn(past: since, poll: poll, relayDelay: relayDelay)
+        }
+    }
+
+    private func push(_ page: [(Change, [RevisionID])], inline: Bool, trees known: [DocumentID: RevisionTree]?) async throws {
+        var page = page.filter { !context.peerHeld.peerHolds($0.0.id, leaves: $0.1) }
+        if let ids = configuration.documentIDs { page = page.filter { ids.contains($0.0.id) } }
+        if inline { page = try await pushInline(page, trees: known) }
+        var docs: [DocumentID: [RevisionID]] = [:]
+        for (change, leaves) in page { docs[change.id] = leaves }
+        guard !docs.isEmpty else { return }
+        let answer = try await remote.revsDiff(docs)
+        let trees = try store.revisionTrees(answer.keys)
+        var wires: [(WireRevision, Bool)] = []
+        for id in answer.keys.sorted() {
+            guard let tree = trees[id], let entry = answer[id] else { continue }
+            for rev in entry.missing {
+                guard
+                    let made = WireRevision.make(
+                        id: id, revision: rev, tree: tree, receiverHas: entry.possibleAncestors, useDeltas: configuration.deltas,
+                        maxHistory: configuration.maxHistory)
+                else { continue }
+                if !pushFilterAdmits(made.0, id: id, revision: rev, tree: tree) { continue }
+                wires.append(made)
+            }
+        }
+        try await putInChunks(wires, trees: trees)
+    }
+
+    /// Pushes the page's small single-leaf revisions straight away, without asking revsDiff
+    /// first (the other side answers "exists" for any it already holds, "needFull" for a
+    /// delta whose base it lacks); returns the rest of the page for the usual path.
+    private func pushInline(_ page: [(Change, [RevisionID])], trees known: [DocumentID: RevisionTree]?) async throws
+        -> [(Change, [RevisionID])]
+    {
+        let trees = try known ?? store.revisionTrees(page.filter { $0.1.count == 1 }.map(\.0.id))
+        var wires: [(WireRevision, Bool)] = []
+        var rest: [(Change, [RevisionID])] = []
+        for (change, leaves) in page {
+            guard leaves.count == 1, let tree = trees[change.id],
+                let wire = WireRevision.inline(
+                    id: change.id, revision: leaves[0], tree: tree, useDeltas: configuration.deltas, limit: configuration.inlineLimit)
+            else {
+                rest.append((change, leaves))
+                continue
+            }
+            if pushFilterAdmits(wire, id: change.id, revision: leaves[0], tree: tree) { wires.append((wire, wire.isDelta)) }
+        }
+        try await putInChunks(wires, trees: trees)
+        return rest
+    }
+
+    private func pushFilterAdmits(_ wire: WireRevision, id: DocumentID, revision: RevisionID, tree: RevisionTree) -> Bool {
+        guard let filter = configuration.pushFilter else { return true }
+        let body = tree.revision(revision)?.body.flatMap { try? JSON.parse($0) } ?? [:]
+        return filter.admits(FilterInput(id: id, revision: revision, deleted: wire.deleted, body: body))
+    }
+
+    /// Sends revisions in requests bounded by count and bytes, blobs first.
+    private func putInChunks(_ wires: [(WireRevision, Bool)], trees: [DocumentID: RevisionTree]) async throws {
+        guard !wires.isEmpty else { return }
+        try await blobs.sendMissing(for: wires.map(\.0), trees: trees)
+        var bytes = 0
+        var chunk: [(WireRevision, Bool)] = []
+        for w in wires {
+            let size = w.0.content.count
+            if !chunk.isEmpty && (chunk.count >= configuration.maxRevisionsPerRequest || bytes + size > configuration.maxBytesPerRequest) {
+                try await putChunk(chunk, trees: trees)
+                chunk = []
+                bytes = 0
+            }
+            chunk.append(w)
+            bytes += size
+        }
+        if !chunk.isEmpty { try await putChunk(chunk, trees: trees) }
+    }
+
+    private func putChunk(_ chunk: [(WireRevision, Bool)], trees: [DocumentID: RevisionTree]) async throws {
+        let results = try await remote.storeRevisions(chunk.map(\.0))
+        guard results.count == chunk.count else { throw SyncError.protocolViolation("the other side did not answer every revision") }
+        var resend: [(WireRevision, Bool)] = []
+        for ((wire, usedDelta), result) in zip(chunk, results) {
+            switch result.status {
+            case .stored, .exists:
+                if let id = try? DocumentID(wire.id, allowReserved: true), let rev = try? RevisionID(wire.rev) {
+                    context.peerHeld.record(id, rev)
+                }
+                guard result.status == .stored else { break }
+                progress.count {
+                    $0.pushed += 1
+                    if usedDelta { $0.deltasSent += 1 }
+                }
+                progress.moved(.push, id: wire.id, rev: wire.rev, deleted: wire.deleted)
+            case .needFull:
+                guard usedDelta, let id = try? DocumentID(wire.id, allowReserved: true), let rev = try? RevisionID(wire.rev),
+                    let tree = trees[id],
+                    let full = WireRevision.make(
+                        id: id, revision: rev, tree: tree, receiverHas: [], useDeltas: false, maxHistory: configuration.maxHistory)
+                else {
+                    progress.reject(
+                        .push, id: wire.id, rev: wire.rev, deleted: wire.deleted,
+                        Rejection(stage: .peer, reason: "peer could not rebuild the revision"))
+                    continue
+                }
+                resend.append(full)
+            case .rejected(let rejection):
+                progress.reject(.push, id: wire.id, rev: wire.rev, deleted: wire.deleted, rejection)
+            }
+        }
+        if !resend.isEmpty { try await putChunk(resend, trees: trees) }
+    }
+}

@@ -1,0 +1,103 @@
+import FerryCore
+import FerryStore
+
+/// What a replicator needs from the other side of a replication, in the verbs every
+/// replication protocol has (CouchDB's `_changes`, `_revs_diff`, `_bulk_get`, `_bulk_docs`
+/// with `new_edits=false`, `_local`, attachments); the pull and push workers know nothing else.
+///
+/// `FerryRemote` implements it over Ferry's message protocol. A remote speaking another
+/// protocol implements the same verbs: sequences are opaque to the workers, revision and
+/// document IDs are carried unchanged, and blobs are addressed by digest. Blobs are only
+/// asked for right after `fetchRevisions` returned the revisions that refer to them, and
+/// only sent right before `storeRevisions`, so a remote that keeps attachments inside
+/// documents (CouchDB) can serve them from, or attach them to, those revisions.
+protocol RemoteDatabase: Sendable {
+    /// Who the other side is and what it allows, known once the remote is open.
+    var identity: RemoteIdentity { get }
+
+    /// The other side's changes after `since`, one page; a live request waits up to its
+    /// timeout for a change before answering, possibly with nothing (a heartbeat).
+    func changes(_ request: RemoteChangesRequest) async throws -> RemoteChanges
+
+    /// Of each document's given revisions, those the other side lacks, with the ancestors
+    /// it holds with bodies (delta bases). Documents lacking nothing are left out.
+    func revsDiff(_ docs: [DocumentID: [RevisionID]]) async throws -> [DocumentID: MissingRevisions]
+
+    /// The requested revisions in request order, each with its history (at most
+    /// `maxHistory` ancestors) and its body, or a delta against one of the ancestors named
+    /// when `deltas`; a revision the other side no longer has (or may not send) is `missing`.
+    func fetchRevisions(_ requests: [RevisionRequest], deltas: Bool, maxHistory: Int) async throws -> [WireRevision]
+
+    /// Stores revisions with their history as they are (no new edits); one result each, in order.
+    func storeRevisions(_ revisions: [WireRevision]) async throws -> [PutResult]
+
+    /// Of these blobs, those the other side lacks.
+    func missingBlobs(_ digests: [BlobDigest]) async throws -> [BlobDigest]
+    /// A blob's content (unchecked: the caller checks it against the digest).
+    func blob(_ digest: BlobDigest) async throws -> [UInt8]
+    func putBlob(_ digest: BlobDigest, content: [UInt8]) async throws
+
+    /// A local (never replicated) document of the other side: where checkpoints live.
+    func localDocument(_ id: String) async throws -> JSON?
+    func putLocalDocument(_ id: String, value: JSON) async throws
+}
+
+/// The other side's identity and capabilities.
+struct RemoteIdentity: Sendable, Equatable {
+    /// The other database's UUID: part of every checkpoint key.
+    var databaseID: String
+    /// The other node's ID, as it states it.
+    var peerID: String
+    var allowsPull: Bool
+    var allowsPush: Bool
+    /// Whether small fresh revisions may travel inline (in live changes, and pushed without revsDiff).
+    var inline: Bool
+}
+
+/// A position in the other side's changes feed. Opaque to the workers: they only keep it,
+/// compare it for equality, and hand it back (a CouchDB `seq` is an opaque string).
+struct RemoteSequence: Sendable, Hashable, CustomStringConvertible {
+    /// The value as the other side wrote it; also what a checkpoint stores.
+    let json: JSON
+
+    init(_ json: JSON) { self.json = json }
+    init(_ number: UInt64) { json = .int(Int64(number)) }
+
+    /// The start of every feed.
+    static let start = RemoteSequence(UInt64(0))
+
+    var description: String { String(decoding: json.canonicalBytes, as: UTF8.self) }
+}
+
+/// One page request on the other side's changes feed.
+struct RemoteChangesRequest: Sendable {
+    var since: RemoteSequence
+    var limit: Int
+    /// Wait up to `timeout` for a change when none is available.
+    var live = false
+    var timeout: Duration = .zero
+    /// Only these documents (nil: all).
+    var documentIDs: Set<DocumentID>?
+    /// Ask for inline revisions of at most this many bytes (nil: none).
+    var inlineLimit: Int?
+    /// Inline revisions must not be deltas.
+    var noDeltas = false
+}
+
+/// One document changed on the other side.
+struct RemoteChange: Sendable {
+    var id: DocumentID
+    /// Every leaf of the document's revision tree.
+    var leaves: [RevisionID]
+    /// The single leaf's revision, when it came inline.
+    var inline: WireRevision?
+}
+
+/// One page of the other side's changes feed.
+struct RemoteChanges: Sendable {
+    var changes: [RemoteChange]
+    /// Where the next page starts; past documents left out, too.
+    var lastSequence: RemoteSequence
+    /// The feed had nothing more when it was read.
+    var caughtUp: Bool
+}

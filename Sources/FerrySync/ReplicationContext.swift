@@ -1,0 +1,180 @@
+import FerryCore
+import FerryStore
+import Foundation
+import Logging
+import Synchronization
+
+/// What the workers of one replicator share: the local store, the configuration, the
+/// clock, the stop signal, the revisions the peer holds, and the one place that reports
+/// progress (status, summary, document events, metrics).
+final class ReplicationContext: Sendable {
+    let store: DocumentStore
+    let configuration: ReplicatorConfiguration
+    let clock: any Clock<Duration>
+    let logger: Logger
+    let progress: ReplicationProgress
+    /// Revisions pulled from or pushed to the current connection's peer: not pushed back.
+    let peerHeld = PeerHeldRevisions()
+    private let stopState = Mutex(false)
+    private let stopSignal = Broadcaster<Void>()
+
+    init(store: DocumentStore, configuration: ReplicatorConfiguration, clock: any Clock<Duration>, logger: Logger) {
+        self.store = store
+        self.configuration = configuration
+        self.clock = clock
+        self.logger = logger
+        progress = ReplicationProgress(metrics: configuration.metrics, logger: logger, continuous: configuration.continuous)
+    }
+
+    var stopRequested: Bool { stopState.withLock { $0 } }
+
+    func requestStop() {
+        stopState.withLock { $0 = true }
+        stopSignal.send(())
+    }
+
+    func clearStop() { stopState.withLock { $0 = false } }
+
+    /// Runs `operation` until it returns (its value), `limit` passes on the clock, or a stop
+    /// is requested (nil for both). The one race of work against a deadline or a stop.
+    func race<T: Sendable>(
+        timeout limit: Duration? = nil, stoppable: Bool = true, _ operation: @escaping @Sendable () async throws -> T
+    ) async throws -> T? {
+        // Subscribed before the check, so a stop between the two is not missed.
+        let stop = stoppable ? stopSignal.subscribe() : nil
+        if stoppable && stopRequested { return nil }
+        return try await firstOf(operation, timeout: limit, clock: clock, stop: stop)
+    }
+}
+
+/// The single owner of a replicator's status, summary and document events: every change
+/// goes through it, and each status is published in the order it was set.
+final class ReplicationProgress: Sendable {
+    private let statusState = Mutex(ReplicatorStatus.initial)
+    let statusBroadcaster = Broadcaster<ReplicatorStatus>()
+    let eventBroadcaster = Broadcaster<DocumentEvent>()
+    /// Totals of finished connections, and the connection up now (its traffic counts live).
+    private let summaryState = LockedBox(SummaryState())
+    let metrics: SyncMetrics?
+    let logger: Logger
+    let continuous: Bool
+
+    init(metrics: SyncMetrics?, logger: Logger, continuous: Bool) {
+        self.metrics = metrics
+        self.logger = logger
+        self.continuous = continuous
+    }
+
+    var status: ReplicatorStatus { statusState.withLock { $0 } }
+    var summary: ReplicationSummary { summaryState.read(\.current) }
+
+    /// Changes the status; publishes it, under the same lock, when it differs.
+    func update(_ change: (inout ReplicatorStatus) -> Void) {
+        statusState.withLock { s in
+            let old = s
+            change(&s)
+            // Sent under the lock so that two updates are published in the order they were made.
+            if s != old { statusBroadcaster.send(s) }
+        }
+    }
+
+    func setActivity(_ activity: ReplicatorStatus.Activity, error: SyncError? = nil) {
+        update {
+            $0.activity = activity
+            if activity != .idle && activity != .busy || error != nil { $0.error = error }
+        }
+    }
+
+    func markIdleIfCaughtUp() {
+        update { if $0.completed >= $0.total && continuous { $0.activity = .idle } }
+    }
+
+    /// Updates the summary and reports the difference to the metrics.
+    func count(_ change: (inout ReplicationSummary) -> Void) {
+        let (old, new) = summaryState.modify { s -> (ReplicationSummary, ReplicationSummary) in
+            let old = s.totals
+            change(&s.totals)
+            return (old, s.totals)
+        }
+        guard let m = metrics else { return }
+        m.pushed(new.pushed - old.pushed)
+        m.pulled(new.pulled - old.pulled)
+        m.conflicts(new.conflicts - old.conflicts)
+        m.deltas(sent: new.deltasSent - old.deltasSent, received: new.deltasReceived - old.deltasReceived)
+    }
+
+    /// Makes `connection`'s traffic count live in the summary.
+    func connected(_ connection: Connection) { summaryState.modify { $0.live = connection } }
+
+    /// Moves the live connection's traffic into the totals.
+    func disconnected() {
+        summaryState.modify { s in
+            guard let c = s.live?.counters.withLock({ $0 }) else { return }
+            s.totals.bytesSent += c.bytesSent
+            s.totals.bytesReceived += c.bytesReceived
+            s.live = nil
+        }
+    }
+
+    func moved(_ direction: DocumentEvent.Direction, id: String, rev: String, deleted: Bool) {
+        eventBroadcaster.send(DocumentEvent(direction: direction, id: id, revision: rev, deleted: deleted, rejection: nil))
+    }
+
+    /// Counts, logs and reports a revision refused at a trust boundary (this side's or the peer's).
+    func reject(_ direction: DocumentEvent.Direction, id: String, rev: String, deleted: Bool, _ rejection: Rejection) {
+        count { $0.rejected += 1 }
+        metrics?.rejected(stage: rejection.stage.rawValue, direction: direction.rawValue)
+        logger.warning(
+            "revision rejected",
+            metadata: [
+                "direction": "\(direction.rawValue)", "id": "\(LogText.escape(id))", "rev": "\(LogText.escape(rev))",
+                "reason": "\(LogText.escape(rejection.description))",
+            ])
+        eventBroadcaster.send(DocumentEvent(direction: direction, id: id, revision: rev, deleted: deleted, rejection: rejection.description))
+    }
+
+    func finish() {
+        statusBroadcaster.finish()
+        eventBroadcaster.finish()
+    }
+}
+
+/// A replicator's totals, and the connection whose traffic is not in them yet.
+struct SummaryState {
+    var totals = ReplicationSummary()
+    var live: Connection?
+
+    var current: ReplicationSummary {
+        guard let live else { return totals }
+        var s = totals
+        let c = live.counters.withLock { $0 }
+        s.bytesSent += c.bytesSent
+        s.bytesReceived += c.bytesReceived
+        return s
+    }
+}
+
+extension ReplicationSummary {
+    /// The document counts only: what says an attempt got somewhere (traffic alone does not).
+    var documentProgress: [Int] { [pushed, pulled, rejected, conflicts, resolved, blobsSent, blobsReceived] }
+}
+
+/// A value behind an NSLock, for read-modify-write with non-escaping closures.
+final class LockedBox<T>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: T
+    init(_ value: T) { self.value = value }
+
+    func read<R>(_ body: (T) -> R) -> R {
+        lock.lock()
+        defer { lock.unlock() }
+        return body(value)
+    }
+
+    @discardableResult
+    func modify<R>(_ body: (inout T) -> R) -> R {
+        lock.lock()
+        defer { lock.unlock() }
+        return body(&value)
+    }
+}

@@ -1,0 +1,85 @@
+import FerryCore
+import FerryStore
+
+/// The responder's answer to `changes`: one page of the feed the peer may read, with small
+/// fresh revisions inline, or a long-poll that waits for a commit worth sending.
+extension ResponderSession {
+    /// Changes after `since`, with every leaf; hidden documents are skipped but `lastSeq`
+    /// still advances past them. A `live` request waits up to `timeoutMs` for a change.
+    func changes(_ request: Message) async throws -> Message {
+        try requirePull()
+        let asked = ChangesRequest(try request.json())
+        let since = asked.since
+        let limit = Int(min(max(1, asked.limit), 5000))
+        let live = asked.live
+        let timeout = Duration.milliseconds(min(max(0, asked.timeoutMs), 600_000))
+        let docIDs = asked.docIDs.map(Set.init)
+        // Small fresh revisions ride along in the reply, so a caught-up peer needs no getRevs.
+        let inlineLimit = Int(min(max(0, asked.inline ?? 0), SyncProtocol.maxInlineBytes))
+        let inlineDeltas = !asked.noDeltas
+        let wait = min(timeout, options.maxLongPoll)
+        let elapsed = Stopwatch.start(on: responder.clock).elapsed
+        var scanned = since
+        var page = try store.changesWithLeaves(since: since, limit: limit)
+        var entries: [ChangeEntry] = []
+        while true {
+            if page.isEmpty && live {
+                page = try await waitForChanges(since: scanned, limit: limit, for: wait - elapsed())
+            }
+            entries = try changeEntries(page, docIDs: docIDs, inlineLimit: inlineLimit, inlineDeltas: inlineDeltas)
+            scanned = page.last?.0.sequence ?? scanned
+            // A live wait answers only with something to send: a short page whose every
+            // change is hidden or already held by the peer (in a mesh, the echo of what it
+            // just sent us) goes on waiting from past it, instead of costing the peer a
+            // round trip per change for nothing.
+            guard live, entries.isEmpty, !page.isEmpty, page.count < limit, elapsed() < wait else { break }
+            page = []  // the wait reads the next page, at once if a commit is already past it
+        }
+        // A short page ends the feed as it stood: the peer need not ask again before going live.
+        return reply(request, ChangesReply(changes: entries, lastSeq: scanned, caughtUp: page.count < limit).json)
+    }
+
+    /// The changes entries the peer may see, with small revisions inlined.
+    func changeEntries(_ page: [(Change, [RevisionID])], docIDs: Set<String>?, inlineLimit: Int, inlineDeltas: Bool) throws -> [ChangeEntry] {
+        var entries: [ChangeEntry] = []
+        // Read per page, after any wait: a policy changed during a long-poll applies to its answer.
+        let readRule = policy.read
+        let candidates = page.filter { change, leaves in
+            (docIDs?.contains(change.id.rawValue) ?? true) && !peerHeld.peerHolds(change.id, leaves: leaves)
+        }
+        var trees: [DocumentID: RevisionTree] = [:]
+        if !candidates.isEmpty && (!readRule.types.isEmpty || inlineLimit > 0) {
+            trees = try store.revisionTrees(candidates.map(\.0.id))
+        }
+        for (change, leaves) in candidates {
+            if !readRule.admitsEverything {
+                let body = trees[change.id]?.winner?.body.flatMap { try? JSON.parse($0) }
+                if !readRule.admits(id: change.id, body: body) { continue }
+            }
+            var entry = ChangeEntry(
+                sequence: change.sequence, id: change.id.rawValue, leaves: leaves.map(\.description), deleted: change.deleted,
+                size: Int64(change.bodySize))
+            if inlineLimit > 0, leaves.count == 1, let tree = trees[change.id],
+                let inline = WireRevision.inline(id: change.id, revision: leaves[0], tree: tree, useDeltas: inlineDeltas, limit: inlineLimit)?.inlineJSON
+            {
+                entry.inline = inline
+                counts.modify { $0.pushed += 1 }
+            }
+            entries.append(entry)
+        }
+        return entries
+    }
+
+    func waitForChanges(since: UInt64, limit: Int, for wait: Duration) async throws -> [(Change, [RevisionID])] {
+        let store = self.store
+        let clock = responder.clock
+        let pollInterval = options.pollInterval
+        let relayDelay = options.relayDelay
+        let poll = LiveChanges.Poll(interval: pollInterval, clock: clock)
+        let page = try await firstOf({ () async throws -> [(Change, [RevisionID])] in
+            try await store.waitForChangeToPassOn(past: since, poll: poll, relayDelay: relayDelay)
+            return try store.changesWithLeaves(since: since, limit: limit)
+        }, timeout: wait, clock: clock)
+        return page ?? []
+    }
+}

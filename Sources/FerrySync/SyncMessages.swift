@@ -1,0 +1,464 @@
+import FerryCore
+import FerryStore
+
+// One file by design (hence its length): every message of the protocol beside its one
+// encoding is what both sides, and a second implementation, read.
+//
+// The typed requests and replies of the replication protocol (docs/protocol.md §3), each
+// with its one encoding and one decoding. Both the requesting side (`FerryRemote`) and the
+// answering side (`ReplicationResponder`) use these types, so no field is named in two
+// places. Decoders are as lenient as the protocol allows (unknown members are ignored,
+// optional members take their documented defaults); clamping to limits is the responder's.
+
+/// A request body of the protocol: its profile and its JSON encoding.
+protocol SyncRequestBody: Sendable {
+    static var profile: String { get }
+    var json: JSON { get }
+}
+
+extension SyncRequestBody {
+    var bytes: [UInt8] { json.canonicalBytes }
+}
+
+/// The first request: who the requester is and what it speaks.
+struct HelloRequest: SyncRequestBody {
+    static let profile = SyncProtocol.Profile.hello
+    var nodeID: String
+    var database: String
+    var protocols: [Int]
+    var features: [String]
+
+    var json: JSON {
+        [
+            "nodeID": .string(nodeID), "database": .string(database),
+            "protocol": .array(protocols.map { .int(Int64($0)) }), "features": .array(features.map { .string($0) }),
+        ]
+    }
+
+    init(nodeID: String, database: String, protocols: [Int], features: [String]) {
+        self.nodeID = nodeID
+        self.database = database
+        self.protocols = protocols
+        self.features = features
+    }
+
+    init(_ o: JSON) throws(SyncError) {
+        guard let node = o["nodeID"]?.stringValue, !node.isEmpty else { throw .protocolViolation("hello lacks nodeID") }
+        guard case .array(let versions)? = o["protocol"] else { throw .protocolViolation("hello lacks protocol") }
+        nodeID = node
+        database = o["database"]?.stringValue ?? ""
+        protocols = versions.compactMap(\.intValue).map(Int.init)
+        features = Self.strings(o["features"])
+    }
+
+    static func strings(_ value: JSON?) -> [String] {
+        guard case .array(let items)? = value else { return [] }
+        return items.compactMap(\.stringValue)
+    }
+}
+
+/// The answer to hello: the responder's identity, the version chosen, and what it allows.
+struct HelloReply: Sendable {
+    var nodeID: String
+    var database: String
+    var protocolVersion: Int
+    var features: [String]
+    var allowPush: Bool
+    var allowPull: Bool
+
+    var json: JSON {
+        [
+            "nodeID": .string(nodeID), "database": .string(database), "protocol": .int(Int64(protocolVersion)),
+            "features": .array(features.map { .string($0) }), "allowPush": .bool(allowPush), "allowPull": .bool(allowPull),
+        ]
+    }
+
+    init(nodeID: String, database: String, protocolVersion: Int, features: [String], allowPush: Bool, allowPull: Bool) {
+        self.nodeID = nodeID
+        self.database = database
+        self.protocolVersion = protocolVersion
+        self.features = features
+        self.allowPush = allowPush
+        self.allowPull = allowPull
+    }
+
+    init(_ o: JSON) throws(SyncError) {
+        guard let database = o["database"]?.stringValue else { throw .protocolViolation("hello reply lacks database") }
+        self.database = database
+        nodeID = o["nodeID"]?.stringValue ?? ""
+        protocolVersion = Int(o["protocol"]?.intValue ?? 0)
+        features = HelloRequest.strings(o["features"])
+        allowPush = o["allowPush"] == .bool(true)
+        allowPull = o["allowPull"] == .bool(true)
+    }
+}
+
+/// Reads the peer's copy of a checkpoint; the reply is `CheckpointValue`.
+struct GetCheckpointRequest: SyncRequestBody {
+    static let profile = SyncProtocol.Profile.getCheckpoint
+    var id: String
+    var json: JSON { ["id": .string(id)] }
+    init(id: String) { self.id = id }
+    init(_ o: JSON) throws(SyncError) { id = try Self.checkpointID(o) }
+
+    static func checkpointID(_ o: JSON) throws(SyncError) -> String {
+        guard let id = o["id"]?.stringValue, !id.isEmpty, id.utf8.count <= 200 else {
+            throw .protocolViolation("checkpoint request lacks a valid id")
+        }
+        return id
+    }
+}
+
+/// A getCheckpoint reply: the stored object, or nil when there is none.
+struct CheckpointValue: Sendable {
+    var value: JSON?
+    var json: JSON { ["value": value ?? .null] }
+    init(value: JSON?) { self.value = value }
+    init(_ o: JSON) {
+        // Spelled out: JSON is ExpressibleByNilLiteral, so a bare `nil` here would be `.null`.
+        if let v = o["value"], v != .null { value = v } else { value = Optional<JSON>.none }
+    }
+}
+
+/// Writes the peer's copy of a checkpoint; the reply is an empty object.
+struct SetCheckpointRequest: SyncRequestBody {
+    static let profile = SyncProtocol.Profile.setCheckpoint
+    var id: String
+    var value: JSON
+    var json: JSON { ["id": .string(id), "value": value] }
+    init(id: String, value: JSON) {
+        self.id = id
+        self.value = value
+    }
+    init(_ o: JSON) throws(SyncError) {
+        id = try GetCheckpointRequest.checkpointID(o)
+        guard let value = o["value"], value.objectValue != nil else {
+            throw .protocolViolation("setCheckpoint lacks an object value")
+        }
+        self.value = value
+    }
+}
+
+/// Asks for the changes feed after a sequence, once or as a long-poll.
+struct ChangesRequest: SyncRequestBody {
+    static let profile = SyncProtocol.Profile.changes
+    var since: UInt64 = 0
+    var limit: Int64 = 200
+    var live = false
+    var timeoutMs: Int64 = 0
+    var docIDs: [String]?
+    /// Inline revisions of at most this many bytes (nil: none).
+    var inline: Int64?
+    var noDeltas = false
+
+    init() {}
+
+    var json: JSON {
+        var o: [String: JSON] = [
+            "since": .int(Int64(since)), "limit": .int(limit), "live": .bool(live), "timeoutMs": .int(timeoutMs),
+        ]
+        if let inline { o["inline"] = .int(inline) }
+        if noDeltas { o["noDeltas"] = true }
+        if let docIDs { o["docIDs"] = .array(docIDs.map { .string($0) }) }
+        return .object(o)
+    }
+
+    init(_ o: JSON) {
+        since = UInt64(max(0, o["since"]?.intValue ?? 0))
+        limit = o["limit"]?.intValue ?? 200
+        live = o["live"]?.boolValue ?? false
+        timeoutMs = o["timeoutMs"]?.intValue ?? 0
+        if case .array(let ids)? = o["docIDs"] { docIDs = ids.compactMap(\.stringValue) }
+        inline = o["inline"]?.intValue
+        noDeltas = o["noDeltas"] == .bool(true)
+    }
+}
+
+/// One document in a changes reply: `[seq, id, [leafRevs], deleted, size, inline?]`.
+struct ChangeEntry: Sendable {
+    var sequence: UInt64
+    var id: String
+    var leaves: [String]
+    var deleted: Bool
+    var size: Int64
+    /// The single leaf's revision in inline form (docs/protocol.md §3, changes).
+    var inline: JSON?
+
+    var json: JSON {
+        var a: [JSON] = [
+            .int(Int64(sequence)), .string(id), .array(leaves.map { .string($0) }), .bool(deleted), .int(size),
+        ]
+        if let inline { a.append(inline) }
+        return .array(a)
+    }
+
+    init(sequence: UInt64, id: String, leaves: [String], deleted: Bool, size: Int64, inline: JSON? = nil) {
+        self.sequence = sequence
+        self.id = id
+        self.leaves = leaves
+        self.deleted = deleted
+        self.size = size
+        self.inline = inline
+    }
+
+    init(_ value: JSON) throws(SyncError) {
+        guard case .array(let f) = value, f.count >= 3, let id = f[1].stringValue, case .array(let revs) = f[2] else {
+            throw .protocolViolation("changes entry is malformed")
+        }
+        self.init(
+            sequence: UInt64(max(0, f[0].intValue ?? 0)), id: id, leaves: revs.compactMap(\.stringValue),
+            deleted: f.count > 3 ? f[3] == .bool(true) : false, size: f.count > 4 ? f[4].intValue ?? 0 : 0,
+            inline: f.count > 5 ? Optional(f[5]) : Optional<JSON>.none)
+    }
+}
+
+/// A changes reply: the entries, how far the feed was read, and whether it ended there.
+struct ChangesReply: Sendable {
+    var changes: [ChangeEntry]
+    var lastSeq: UInt64
+    var caughtUp: Bool
+
+    var json: JSON {
+        var o: [String: JSON] = ["changes": .array(changes.map(\.json)), "lastSeq": .int(Int64(lastSeq))]
+        if caughtUp { o["caughtUp"] = true }
+        return .object(o)
+    }
+
+    init(changes: [ChangeEntry], lastSeq: UInt64, caughtUp: Bool) {
+        self.changes = changes
+        self.lastSeq = lastSeq
+        self.caughtUp = caughtUp
+    }
+
+    init(_ o: JSON) throws(SyncError) {
+        guard case .array(let entries)? = o["changes"], let last = o["lastSeq"]?.intValue else {
+            throw .protocolViolation("changes reply is malformed")
+        }
+        var changes: [ChangeEntry] = []
+        changes.reserveCapacity(entries.count)
+        for e in entries { changes.append(try ChangeEntry(e)) }
+        self.init(changes: changes, lastSeq: UInt64(max(0, last)), caughtUp: o["caughtUp"] == .bool(true))
+    }
+}
+
+/// One revision asked for, with the ancestors the requester holds with bodies (delta bases).
+struct RevisionRequest: Sendable, Equatable {
+    var id: DocumentID
+    var rev: RevisionID
+    var ancestors: [RevisionID]
+
+    var json: JSON {
+        ["id": .string(id.rawValue), "rev": .string(rev.description), "ancestors": .array(ancestors.map { .string($0.description) })]
+    }
+}
+
+/// Fetches revisions; the reply is a revision batch (`WireRevision.decodeBatch`).
+struct GetRevsRequest: SyncRequestBody {
+    static let profile = SyncProtocol.Profile.getRevs
+    var revs: [RevisionRequest]
+    var deltas: Bool
+    var maxHistory: Int64
+
+    var json: JSON { ["revs": .array(revs.map(\.json)), "deltas": .bool(deltas), "maxHistory": .int(maxHistory)] }
+
+    init(revs: [RevisionRequest], deltas: Bool, maxHistory: Int64) {
+        self.revs = revs
+        self.deltas = deltas
+        self.maxHistory = maxHistory
+    }
+
+    init(_ o: JSON) throws(SyncError) {
+        guard case .array(let wanted)? = o["revs"] else { throw .protocolViolation("getRevs lacks revs") }
+        var revs: [RevisionRequest] = []
+        for w in wanted {
+            guard let id = w["id"]?.stringValue.flatMap({ try? DocumentID($0, allowReserved: true) }),
+                let rev = w["rev"]?.stringValue.flatMap({ try? RevisionID($0) })
+            else { throw .protocolViolation("getRevs entry is malformed") }
+            revs.append(RevisionRequest(id: id, rev: rev, ancestors: Self.revisions(w["ancestors"])))
+        }
+        self.init(revs: revs, deltas: o["deltas"]?.boolValue ?? false, maxHistory: o["maxHistory"]?.intValue ?? 100)
+    }
+
+    /// The valid revision IDs of a JSON array; others are skipped.
+    static func revisions(_ value: JSON?) -> [RevisionID] {
+        guard case .array(let items)? = value else { return [] }
+        return items.compactMap { $0.stringValue.flatMap { try? RevisionID($0) } }
+    }
+}
+
+/// Asks which of these leaf revisions the responder lacks.
+struct RevsDiffRequest: SyncRequestBody {
+    static let profile = SyncProtocol.Profile.revsDiff
+    var docs: [DocumentID: [RevisionID]]
+
+    var json: JSON {
+        .object(["docs": .object(Dictionary(uniqueKeysWithValues: docs.map { ($0.rawValue, .array($1.map { .string($0.description) })) }))])
+    }
+
+    init(docs: [DocumentID: [RevisionID]]) { self.docs = docs }
+
+    init(_ o: JSON) throws {
+        guard let docs = o["docs"]?.objectValue else { throw SyncError.protocolViolation("revsDiff lacks docs") }
+        var query: [DocumentID: [RevisionID]] = [:]
+        for (id, revs) in docs {
+            guard let docID = try? DocumentID(id, allowReserved: true), case .array(let list) = revs else {
+                throw SyncError.protocolViolation("revsDiff entry for \"\(id)\" is malformed")
+            }
+            query[docID] = try list.map { try RevisionID($0.stringValue ?? "") }
+        }
+        self.docs = query
+    }
+}
+
+/// Of one document's leaf revisions, those the other side lacks, and the older revisions
+/// it holds with bodies (candidate delta bases).
+struct MissingRevisions: Sendable, Equatable {
+    var missing: [RevisionID]
+    var possibleAncestors: [RevisionID]
+}
+
+/// A revsDiff reply: per document with something missing, what and which held ancestors.
+struct RevsDiffReply: Sendable {
+    var entries: [DocumentID: MissingRevisions]
+
+    var json: JSON {
+        .object(
+            Dictionary(
+                uniqueKeysWithValues: entries.map { id, e in
+                    (
+                        id.rawValue,
+                        JSON.object([
+                            "missing": .array(e.missing.map { .string($0.description) }),
+                            "ancestors": .array(e.possibleAncestors.map { .string($0.description) }),
+                        ])
+                    )
+                }))
+    }
+
+    init(entries: [DocumentID: MissingRevisions]) { self.entries = entries }
+
+    init(store answer: [DocumentID: RevsDiffEntry]) {
+        entries = answer.mapValues { MissingRevisions(missing: $0.missing, possibleAncestors: $0.possibleAncestors) }
+    }
+
+    init(_ o: JSON) throws(SyncError) {
+        guard let answer = o.objectValue else { throw .protocolViolation("revsDiff reply is malformed") }
+        var entries: [DocumentID: MissingRevisions] = [:]
+        for (key, entry) in answer {
+            guard let id = try? DocumentID(key, allowReserved: true), case .array? = entry["missing"] else { continue }
+            entries[id] = MissingRevisions(
+                missing: GetRevsRequest.revisions(entry["missing"]), possibleAncestors: GetRevsRequest.revisions(entry["ancestors"]))
+        }
+        self.entries = entries
+    }
+}
+
+/// What became of one pushed revision.
+enum PutStatus: Sendable, Equatable {
+    case stored
+    case exists
+    /// Refused at the receiver's trust boundary, at a typed stage.
+    case rejected(Rejection)
+    /// A delta the receiver could not apply: send the full body.
+    case needFull
+}
+
+/// One entry of a putRevs reply.
+struct PutResult: Sendable, Equatable {
+    var id: String
+    var rev: String
+    var status: PutStatus
+
+    /// `{"id","rev","status","reason"?}`; a rejection's reason is `stage: text` on the wire.
+    var json: JSON {
+        var o: [String: JSON] = ["id": .string(id), "rev": .string(rev)]
+        switch status {
+        case .stored: o["status"] = "ok"
+        case .exists: o["status"] = "exists"
+        case .needFull: o["status"] = "needFull"
+        case .rejected(let r):
+            o["status"] = "rejected"
+            o["reason"] = .string(r.description)
+        }
+        return .object(o)
+    }
+
+    init(id: String, rev: String, status: PutStatus) {
+        self.id = id
+        self.rev = rev
+        self.status = status
+    }
+
+    init(_ o: JSON) {
+        id = o["id"]?.stringValue ?? ""
+        rev = o["rev"]?.stringValue ?? ""
+        switch o["status"]?.stringValue {
+        case "ok": status = .stored
+        case "exists": status = .exists
+        case "needFull": status = .needFull
+        default: status = .rejected(Rejection(wireText: o["reason"]?.stringValue))
+        }
+    }
+}
+
+/// A putRevs reply: one result per pushed revision, in request order.
+struct PutRevsReply: Sendable {
+    var results: [PutResult]
+    var json: JSON { ["results": .array(results.map(\.json))] }
+    init(results: [PutResult]) { self.results = results }
+    init(_ o: JSON) throws(SyncError) {
+        guard case .array(let results)? = o["results"] else { throw .protocolViolation("putRevs reply does not answer every revision") }
+        self.results = results.map(PutResult.init)
+    }
+}
+
+/// Asks which blobs the responder lacks; the reply is `HasBlobsReply`.
+struct HasBlobsRequest: SyncRequestBody {
+    static let profile = SyncProtocol.Profile.hasBlobs
+    var digests: [BlobDigest]
+    var json: JSON { ["digests": .array(digests.map { .string($0.description) })] }
+    init(digests: [BlobDigest]) { self.digests = digests }
+    init(_ o: JSON) throws(SyncError) {
+        guard case .array(let list)? = o["digests"] else { throw .protocolViolation("hasBlobs lacks digests") }
+        var digests: [BlobDigest] = []
+        for d in list {
+            guard let digest = d.stringValue.flatMap({ try? BlobDigest($0) }) else { throw .protocolViolation("bad blob digest") }
+            digests.append(digest)
+        }
+        self.digests = digests
+    }
+}
+
+/// The blobs a hasBlobs request named that the responder lacks.
+struct HasBlobsReply: Sendable {
+    var missing: [BlobDigest]
+    var json: JSON { ["missing": .array(missing.map { .string($0.description) })] }
+    init(missing: [BlobDigest]) { self.missing = missing }
+    init(_ o: JSON) throws(SyncError) {
+        guard case .array(let list)? = o["missing"] else { throw .protocolViolation("hasBlobs reply is malformed") }
+        missing = list.compactMap { $0.stringValue.flatMap { try? BlobDigest($0) } }
+    }
+}
+
+/// The `Digest` property of getBlob and putBlob.
+enum BlobProperty {
+    static let name = "Digest"
+}
+
+extension Rejection {
+    /// Reads the `stage: text` form a putRevs reply carries; a reason without a known
+    /// stage is kept whole, at stage `peer`.
+    init(wireText: String?) {
+        guard let text = wireText else {
+            self.init(stage: .peer, reason: "refused by peer")
+            return
+        }
+        if let colon = text.firstIndex(of: ":"), let stage = Stage(rawValue: String(text[..<colon])) {
+            var rest = text[text.index(after: colon)...]
+            if rest.first == " " { rest = rest.dropFirst() }
+            self.init(stage: stage, reason: String(rest))
+        } else {
+            self.init(stage: .peer, reason: text)
+        }
+    }
+}

@@ -1,0 +1,164 @@
+import FerryCore
+import FerryStore
+import Foundation
+import IntegrationHarness
+import Testing
+@testable import FerrySync
+
+/// The pull and push workers against an in-memory `RemoteDatabase`, with no message protocol.
+@Suite(.timeLimit(.minutes(2))) struct WorkerTests {
+    @Test func thePullerCopiesEveryDocumentOverManyPagesAndChunksWithOpaqueSequences() async throws {
+        let local = try DocumentStore.inMemory()
+        let source = try DocumentStore.inMemory()
+        for i in 0..<45 { try source.put(docID("d\(i)"), body: ["n": .int(Int64(i))]) }
+        let remote = StoreRemote(source)
+        let context = try await runWorker(.pull, local: local, remote: remote) {
+            $0.batchSize = 10
+            $0.maxRevisionsPerRequest = 3
+        }
+        #expect(try digest(local) == digest(source))
+        #expect(context.progress.summary.pulled == 45)
+        #expect(remote.count("fetchRevisions") == 18)  // pages of 10 (and 5) in chunks of 3
+        // Both copies of the checkpoint hold the remote's own (string) sequence.
+        let key = Checkpointer<UInt64>.key(
+            localDatabase: local.uuid, remoteDatabase: source.uuid, direction: .pull, filterName: nil, documentIDs: nil)
+        #expect(try await remote.localDocument(key)?["seq"] == .string("s-45"))
+        #expect(try local.localDocument("checkpoint/\(key)")?["seq"] == .string("s-45"))
+    }
+
+    @Test func aSecondPullResumesFromTheCheckpointAndFetchesNothing() async throws {
+        let local = try DocumentStore.inMemory()
+        let source = try DocumentStore.inMemory()
+        for i in 0..<5 { try source.put(docID("d\(i)"), body: [:]) }
+        let remote = StoreRemote(source)
+        _ = try await runWorker(.pull, local: local, remote: remote)
+        let fetches = remote.count("fetchRevisions")
+        try source.put(docID("late"), body: [:])
+        let second = try await runWorker(.pull, local: local, remote: remote)
+        #expect(second.progress.summary.pulled == 1)
+        #expect(remote.count("fetchRevisions") == fetches + 1)
+        #expect(try local.document(docID("late")) != nil)
+    }
+
+    @Test func aPulledRevisionWhoseBodyDoesNotMatchItsIDIsRejectedAtTheDigestStage() async throws {
+        let local = try DocumentStore.inMemory()
+        let source = try DocumentStore.inMemory()
+        try source.put(docID("good"), body: ["n": 1])
+        let remote = TamperingRemote(StoreRemote(source))
+        let context = ReplicationContext(
+            store: local, configuration: { var c = ReplicatorConfiguration(); c.direction = .pull; return c }(),
+            clock: ContinuousClock(), logger: .init(label: "test"))
+        let events = context.progress.eventBroadcaster.subscribe()
+        try await Puller(context: context, remote: remote).run(checkpointKey: "k")
+        #expect(try local.document(docID("good")) == nil)
+        #expect(context.progress.summary.rejected == 1)
+        var iterator = events.makeAsyncIterator()
+        let event = await iterator.next()
+        #expect(event?.rejection?.hasPrefix("digest:") == true)
+    }
+
+    @Test func thePusherSendsOnlyWhatTheRemoteLacksWithBlobsFirst() async throws {
+        let local = try DocumentStore.inMemory()
+        let target = try DocumentStore.inMemory()
+        let ref = try local.blobs.put(Array("attached".utf8))
+        try local.put(docID("with-blob"), body: ["file": ref.json])
+        for i in 0..<8 { try local.put(docID("d\(i)"), body: ["n": .int(Int64(i))]) }
+        let remote = StoreRemote(target)
+        _ = try await runWorker(.pull, local: target, remote: StoreRemote(local)) { $0.documentIDs = [docID("d0"), docID("d1")] }
+        let context = try await runWorker(.push, local: local, remote: remote) { $0.maxRevisionsPerRequest = 4 }
+        #expect(try digest(local) == digest(target))
+        #expect(context.progress.summary.pushed == 7)
+        #expect(context.progress.summary.blobsSent == 1)
+        #expect(remote.count("putBlob") == 1)
+        #expect(remote.count("storeRevisions") == 2)
+    }
+
+    @Test func aRemoteRejectionReachesTheEventWithItsStage() async throws {
+        let local = try DocumentStore.inMemory()
+        try local.put(docID("refused"), body: [:])
+        let remote = RefusingRemote(StoreRemote(try DocumentStore.inMemory()))
+        let context = ReplicationContext(
+            store: local, configuration: { var c = ReplicatorConfiguration(); c.direction = .push; return c }(),
+            clock: ContinuousClock(), logger: .init(label: "test"))
+        let events = context.progress.eventBroadcaster.subscribe()
+        try await Pusher(context: context, remote: remote).run(checkpointKey: "k") { _ in }
+        var iterator = events.makeAsyncIterator()
+        let event = await iterator.next()
+        #expect(event?.rejection == "policy: no")
+        #expect(context.progress.summary.rejected == 1)
+    }
+
+    @Test func aCaughtUpCheckpointDefersTheRemoteCopyUntilItsDelayHasPassed() async throws {
+        let clock = ManualClock()
+        let local = try DocumentStore.inMemory()
+        let remote = StoreRemote(try DocumentStore.inMemory())
+        var checkpoint = Checkpointer<UInt64>(key: "k", store: local, remote: remote, delay: .seconds(5), clock: clock)
+        #expect(try await checkpoint.start(reset: false) == 0)
+        checkpoint.advance(to: 3)
+        try await checkpoint.saveBoth()
+        checkpoint.advance(to: 4)
+        try checkpoint.saveLocal()
+        checkpoint.deferRemote()
+        #expect(checkpoint.remoteLags && !checkpoint.isDue && checkpoint.remaining == .seconds(5))
+        #expect(try await remote.localDocument("k")?["seq"] == 3)
+        clock.advance(by: .seconds(5))
+        #expect(checkpoint.isDue)
+        try await checkpoint.saveBoth()
+        #expect(!checkpoint.remoteLags && checkpoint.remaining == nil)
+        // A new run resumes from the lower of the two copies, or from 0 when reset.
+        try await remote.putLocalDocument("k", value: ["seq": 2])
+        var again = Checkpointer<UInt64>(key: "k", store: local, remote: remote, delay: .seconds(5), clock: clock)
+        #expect(try await again.start(reset: false) == 2)
+        #expect(try await again.start(reset: true) == 0)
+    }
+
+    @Test func opaqueCheckpointsResumeOnlyWhenBothCopiesAgree() {
+        let a = RemoteSequence(.string("g1-abc"))
+        let b = RemoteSequence(.string("g2-def"))
+        #expect(RemoteSequence.resume(local: a, remote: a) == a)
+        #expect(RemoteSequence.resume(local: a, remote: b) == nil)
+        #expect(RemoteSequence.resume(local: RemoteSequence(UInt64(7)), remote: RemoteSequence(UInt64(5))) == RemoteSequence(UInt64(5)))
+    }
+}
+
+/// Passes every verb through, but serves revisions with a body that does not match their ID.
+struct TamperingRemote: RemoteDatabase {
+    let inner: StoreRemote
+    init(_ inner: StoreRemote) { self.inner = inner }
+    var identity: RemoteIdentity { inner.identity }
+    func changes(_ r: RemoteChangesRequest) async throws -> RemoteChanges { try await inner.changes(r) }
+    func revsDiff(_ d: [DocumentID: [RevisionID]]) async throws -> [DocumentID: MissingRevisions] { try await inner.revsDiff(d) }
+    func fetchRevisions(_ r: [RevisionRequest], deltas: Bool, maxHistory: Int) async throws -> [WireRevision] {
+        try await inner.fetchRevisions(r, deltas: false, maxHistory: maxHistory).map {
+            var w = $0
+            w.content = Array(#"{"n":2}"#.utf8)
+            return w
+        }
+    }
+    func storeRevisions(_ r: [WireRevision]) async throws -> [PutResult] { try await inner.storeRevisions(r) }
+    func missingBlobs(_ d: [BlobDigest]) async throws -> [BlobDigest] { try await inner.missingBlobs(d) }
+    func blob(_ d: BlobDigest) async throws -> [UInt8] { try await inner.blob(d) }
+    func putBlob(_ d: BlobDigest, content: [UInt8]) async throws { try await inner.putBlob(d, content: content) }
+    func localDocument(_ id: String) async throws -> JSON? { try await inner.localDocument(id) }
+    func putLocalDocument(_ id: String, value: JSON) async throws { try await inner.putLocalDocument(id, value: value) }
+}
+
+/// Passes every verb through, but refuses every stored revision at the policy stage.
+struct RefusingRemote: RemoteDatabase {
+    let inner: StoreRemote
+    init(_ inner: StoreRemote) { self.inner = inner }
+    var identity: RemoteIdentity { inner.identity }
+    func changes(_ r: RemoteChangesRequest) async throws -> RemoteChanges { try await inner.changes(r) }
+    func revsDiff(_ d: [DocumentID: [RevisionID]]) async throws -> [DocumentID: MissingRevisions] { try await inner.revsDiff(d) }
+    func fetchRevisions(_ r: [RevisionRequest], deltas: Bool, maxHistory: Int) async throws -> [WireRevision] {
+        try await inner.fetchRevisions(r, deltas: deltas, maxHistory: maxHistory)
+    }
+    func storeRevisions(_ r: [WireRevision]) async throws -> [PutResult] {
+        r.map { PutResult(id: $0.id, rev: $0.rev, status: .rejected(Rejection(stage: .policy, reason: "no"))) }
+    }
+    func missingBlobs(_ d: [BlobDigest]) async throws -> [BlobDigest] { try await inner.missingBlobs(d) }
+    func blob(_ d: BlobDigest) async throws -> [UInt8] { try await inner.blob(d) }
+    func putBlob(_ d: BlobDigest, content: [UInt8]) async throws { try await inner.putBlob(d, content: content) }
+    func localDocument(_ id: String) async throws -> JSON? { try await inner.localDocument(id) }
+    func putLocalDocument(_ id: String, value: JSON) async throws { try await inner.putLocalDocument(id, value: value) }
+}
