@@ -4,6 +4,11 @@ public enum Race {
     /// The result (or error) of whichever operation ends first. The rest are cancelled and
     /// awaited before this returns, so none outlives the call.
     public static func first<T: Sendable>(_ operations: (@Sendable () async throws -> T)...) async throws -> T {
+        try await first(of: operations)
+    }
+
+    /// `first` for a list built at run time (a deadline or a stop only when there is one).
+    public static func first<T: Sendable>(of operations: [@Sendable () async throws -> T]) async throws -> T {
         try await withThrowingTaskGroup(of: T.self) { group in
             for operation in operations { group.addTask(operation: operation) }
             defer { group.cancelAll() }

@@ -54,7 +54,7 @@ final class ReplicationProgress: Sendable {
     let statusBroadcaster = Broadcaster<ReplicatorStatus>()
     let eventBroadcaster = Broadcaster<DocumentEvent>()
     /// Totals of finished connections, and the connection up now (its traffic counts live).
-    private let summaryState = LockedBox(SummaryState())
+    private let summaryState = Mutex(SummaryState())
     let metrics: SyncMetrics?
     let logger: Logger
     let continuous: Bool
@@ -66,7 +66,7 @@ final class ReplicationProgress: Sendable {
     }
 
     var status: ReplicatorStatus { statusState.withLock { $0 } }
-    var summary: ReplicationSummary { summaryState.read(\.current) }
+    var summary: ReplicationSummary { summaryState.withLock { $0.current } }
 
     /// Changes the status; publishes it, under the same lock, when it differs.
     func update(_ change: (inout ReplicatorStatus) -> Void) {
@@ -91,7 +91,7 @@ final class ReplicationProgress: Sendable {
 
     /// Updates the summary and reports the difference to the metrics.
     func count(_ change: (inout ReplicationSummary) -> Void) {
-        let (old, new) = summaryState.modify { s -> (ReplicationSummary, ReplicationSummary) in
+        let (old, new) = summaryState.withLock { s -> (ReplicationSummary, ReplicationSummary) in
             let old = s.totals
             change(&s.totals)
             return (old, s.totals)
@@ -104,11 +104,11 @@ final class ReplicationProgress: Sendable {
     }
 
     /// Makes `connection`'s traffic count live in the summary.
-    func connected(_ connection: Connection) { summaryState.modify { $0.live = connection } }
+    func connected(_ connection: Connection) { summaryState.withLock { $0.live = connection } }
 
     /// Moves the live connection's traffic into the totals.
     func disconnected() {
-        summaryState.modify { s in
+        summaryState.withLock { s in
             guard let c = s.live?.counters.withLock({ $0 }) else { return }
             s.totals.bytesSent += c.bytesSent
             s.totals.bytesReceived += c.bytesReceived
@@ -159,22 +159,3 @@ extension ReplicationSummary {
     var documentProgress: [Int] { [pushed, pulled, rejected, conflicts, resolved, blobsSent, blobsReceived] }
 }
 
-/// A value behind an NSLock, for read-modify-write with non-escaping closures.
-final class LockedBox<T>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: T
-    init(_ value: T) { self.value = value }
-
-    func read<R>(_ body: (T) -> R) -> R {
-        lock.lock()
-        defer { lock.unlock() }
-        return body(value)
-    }
-
-    @discardableResult
-    func modify<R>(_ body: (inout T) -> R) -> R {
-        lock.lock()
-        defer { lock.unlock() }
-        return body(&value)
-    }
-}

@@ -2,6 +2,7 @@ import FerryCore
 import FerryStore
 import Foundation
 import Logging
+import Synchronization
 
 /// The passive side of replication: answers a peer's requests on any endpoint,
 /// applying that peer's read and write policy.
@@ -102,13 +103,13 @@ struct LiveSession: Sendable {
     let connectedAt: Date
 
     var status: ReplicationResponder.SessionStatus {
-        var summary = session.counts.value
+        var summary = session.counts.withLock { $0 }
         let c = connection.counters.withLock { $0 }
         summary.bytesSent = c.bytesSent
         summary.bytesReceived = c.bytesReceived
         return .init(
             id: session.sessionID, peerID: session.peerID, authenticated: session.authenticatedPeer != nil,
-            remoteAddress: remoteAddress, connectedAt: connectedAt, busy: session.working.value > 0, summary: summary)
+            remoteAddress: remoteAddress, connectedAt: connectedAt, busy: session.working.withLock { $0 } > 0, summary: summary)
     }
 }
 
@@ -118,15 +119,15 @@ private let sessionNumbers = Mutex(0)
 /// One peer's session with a responder: remembers the peer's identity after hello.
 final class ResponderSession: Sendable {
     let responder: ReplicationResponder
-    private let peer = LockedValue<String?>(nil)
+    private let peer = Mutex<String?>(nil)
     let authenticatedPeer: String?
     /// Revisions this peer pushed in this session: not announced back to it.
     let peerHeld = PeerHeldRevisions()
     let sessionID: Int
     /// Documents moved in this session (bytes come from the connection).
-    let counts = LockedValue(ReplicationSummary())
+    let counts = Mutex(ReplicationSummary())
     /// Requests that move documents or blobs being answered now.
-    let working = LockedValue(0)
+    let working = Mutex(0)
 
     init(responder: ReplicationResponder, authenticatedPeer: String?) {
         self.responder = responder
@@ -138,10 +139,10 @@ final class ResponderSession: Sendable {
     }
 
     /// The proven or claimed node ID of the peer; nil before hello.
-    var peerID: String? { peer.value }
+    var peerID: String? { peer.withLock { $0 } }
 
     /// The peer's ID as logs show it (claimed IDs are the peer's text).
-    var peerForLog: String { LogText.escape(peer.value ?? "?") }
+    var peerForLog: String { LogText.escape(peer.withLock { $0 } ?? "?") }
 
     static let workingProfiles: Set<String> = [
         SyncProtocol.Profile.getRevs, SyncProtocol.Profile.putRevs, SyncProtocol.Profile.revsDiff,
@@ -150,15 +151,15 @@ final class ResponderSession: Sendable {
 
     var store: DocumentStore { responder.store }
     var options: ReplicationResponder.Options { responder.options }
-    var policy: PeerPolicy { options.policy(for: peer.value ?? "") }
+    var policy: PeerPolicy { options.policy(for: peer.withLock { $0 } ?? "") }
 
     func handle(_ request: Message) async -> Message? {
         let counted = Self.workingProfiles.contains(request.profile ?? "")
-        if counted { working.modify { $0 += 1 } }
-        defer { if counted { working.modify { $0 -= 1 } } }
+        if counted { working.withLock { $0 += 1 } }
+        defer { if counted { working.withLock { $0 -= 1 } } }
         do {
             let profile = request.profile ?? ""
-            if profile != SyncProtocol.Profile.hello && peer.value == nil {
+            if profile != SyncProtocol.Profile.hello && peer.withLock { $0 } == nil {
                 throw SyncError.protocolViolation("the first request must be hello")
             }
             let reply: Message
@@ -199,7 +200,7 @@ final class ResponderSession: Sendable {
             throw SyncError.incompatibleVersion(
                 "peer speaks protocol \(offered), this node speaks \(SyncProtocol.versions)")
         }
-        peer.value = authenticatedPeer ?? hello.nodeID
+        peer.withLock { $0 = authenticatedPeer ?? hello.nodeID }
         return reply(
             request,
             HelloReply(
@@ -209,7 +210,7 @@ final class ResponderSession: Sendable {
     }
 
     /// Namespaced by peer so one peer cannot read or overwrite another's checkpoints.
-    func checkpointKey(_ id: String) -> String { "checkpoint/peer/\(peer.value ?? "")/\(id)" }
+    func checkpointKey(_ id: String) -> String { "checkpoint/peer/\(peer.withLock { $0 } ?? "")/\(id)" }
 
     func getCheckpoint(_ request: Message) throws -> Message {
         let key = checkpointKey(try GetCheckpointRequest(try request.json()).id)
@@ -266,7 +267,7 @@ final class ResponderSession: Sendable {
             out.append(wire)
         }
         let sent = out.count(where: { !$0.missing })
-        counts.modify { $0.pushed += sent }
+        counts.withLock { $0.pushed += sent }
         return Message(kind: .response, number: request.number, body: WireRevision.encodeBatch(out))
     }
 
@@ -293,7 +294,7 @@ final class ResponderSession: Sendable {
                         "peer": "\(peerForLog)", "id": "\(LogText.escape(wire.id))", "rev": "\(LogText.escape(wire.rev))",
                         "reason": "\(LogText.escape(describing: rejection))",
                     ])
-                counts.modify { $0.rejected += 1 }
+                counts.withLock { $0.rejected += 1 }
                 results.append(PutResult(id: wire.id, rev: wire.rev, status: .rejected(rejection)))
             case .needFull:
                 results.append(PutResult(id: wire.id, rev: wire.rev, status: .needFull))
@@ -316,10 +317,10 @@ final class ResponderSession: Sendable {
         for ((index, rev), outcome) in zip(accepted, outcomes) {
             if case .rejected = outcome {} else { peerHeld.record(rev.id, rev.revision) }
             switch outcome {
-            case .inserted: counts.modify { $0.pulled += 1 }
+            case .inserted: counts.withLock { $0.pulled += 1 }
             case .alreadyPresent: results[index].status = .exists
             case .rejected(let e):
-                counts.modify { $0.rejected += 1 }
+                counts.withLock { $0.rejected += 1 }
                 let rejection = Rejection(storeError: e)
                 options.metrics?.rejected(stage: rejection.stage.rawValue, direction: "push")
                 results[index].status = .rejected(rejection)
@@ -342,7 +343,7 @@ final class ResponderSession: Sendable {
         guard let content = try store.blobs.get(digest) else {
             throw SyncError(code: "not_found", message: "no blob \(digest)", isTransient: false)
         }
-        counts.modify { $0.blobsSent += 1 }
+        counts.withLock { $0.blobsSent += 1 }
         return Message(kind: .response, number: request.number, body: content)
     }
 
@@ -355,20 +356,7 @@ final class ResponderSession: Sendable {
             throw SyncError.protocolViolation("blob content does not match digest \(digest)")
         }
         try store.blobs.put(request.body)
-        counts.modify { $0.blobsReceived += 1 }
+        counts.withLock { $0.blobsReceived += 1 }
         return reply(request, [:])
     }
 }
-
-/// A mutex-protected value with a plain getter and setter.
-final class LockedValue<T: Sendable>: Sendable {
-    private let storage: Mutex<T>
-    init(_ value: T) { storage = Mutex(value) }
-    var value: T {
-        get { storage.withLock { $0 } }
-        set { storage.withLock { $0 = newValue } }
-    }
-    func modify(_ change: (inout T) -> Void) { storage.withLock { change(&$0) } }
-}
-
-import Synchronization

@@ -63,7 +63,7 @@ extension ResponderSession {
                 let inline = WireRevision.inline(id: change.id, revision: leaves[0], tree: tree, useDeltas: inlineDeltas, limit: inlineLimit)?.inlineJSON
             {
                 entry.inline = inline
-                counts.modify { $0.pushed += 1 }
+                counts.withLock { $0.pushed += 1 }
             }
             entries.append(entry)
         }

@@ -9,17 +9,17 @@ import Testing
     func threePeerConflict(
         resolvers: ResolverSet, edits: [(JSON?, UInt64)]
     ) async throws -> [DocumentStore] {
-        let clocks = [LockedBox<UInt64>(1000), LockedBox<UInt64>(1000), LockedBox<UInt64>(1000)]
+        let clocks = [TestWallClock(1000), TestWallClock(1000), TestWallClock(1000)]
         let peers = try (0..<3).map { i -> DocumentStore in
             var options = StoreOptions()
             let clock = clocks[i]
-            options.wallClock = { clock.read { $0 } }
+            options.wallClock = { clock.now }
             return try DocumentStore.inMemory(options: options)
         }
         let base = try peers[0].put(docID("doc"), body: ["type": "note", "title": "base", "body": "text", "tags": ["a"]])
         for p in peers.dropFirst() { await sync(p, peers[0]) }
         for (i, edit) in edits.enumerated() {
-            clocks[i].modify { $0 = edit.1 }
+            clocks[i].set(edit.1)
             if let body = edit.0 {
                 try peers[i].put(docID("doc"), body: body, parent: base)
             } else {

@@ -44,7 +44,7 @@ final class Simulation: @unchecked Sendable {
     let seed: UInt64
     var rng: SeededGenerator
     let nodes: [DocumentStore]
-    let wallClock = LockedBox<UInt64>(1_000_000)
+    let wallClock = TestWallClock(1_000_000)
     var partitioned = Set<Int>()
     let resolvers: ResolverSet
     let docIDs = (0..<10).map { docID("doc-\($0)") }
@@ -56,7 +56,7 @@ final class Simulation: @unchecked Sendable {
         let clock = wallClock
         nodes = try (0..<nodeCount).map { _ in
             var options = StoreOptions()
-            options.wallClock = { clock.read { $0 } }
+            options.wallClock = { clock.now }
             return try DocumentStore.inMemory(options: options)
         }
         let modes: [ResolverSet] = [
@@ -70,7 +70,7 @@ final class Simulation: @unchecked Sendable {
 
     func run() async throws {
         for _ in 0..<40 {
-            wallClock.modify { $0 += UInt64(1 + random(50)) }
+            wallClock.advance(by: UInt64(1 + random(50)))
             switch random(10) {
             case 0...3: try edit(node: random(nodes.count))
             case 4: try deleteSomething(node: random(nodes.count))

@@ -1,3 +1,4 @@
+import Synchronization
 import FerryCore
 import FerryStore
 import Foundation
@@ -34,9 +35,18 @@ struct Link: Sendable {
 }
 
 final class Counter: Sendable {
-    private let value = LockedBox(0)
-    @discardableResult func increment() -> Int { value.modify { $0 += 1; return $0 } }
-    var current: Int { value.read { $0 } }
+    private let value = Mutex(0)
+    @discardableResult func increment() -> Int { value.withLock { $0 += 1; return $0 } }
+    var current: Int { value.withLock { $0 } }
+}
+
+/// A settable wall clock (milliseconds) that stores and tests share.
+final class TestWallClock: Sendable {
+    private let millis: Mutex<UInt64>
+    init(_ start: UInt64) { millis = Mutex(start) }
+    var now: UInt64 { millis.withLock { $0 } }
+    func set(_ value: UInt64) { millis.withLock { $0 = value } }
+    func advance(by delta: UInt64) { millis.withLock { $0 += delta } }
 }
 
 /// Runs a one-shot replication to completion and returns the replicator.
