@@ -467,7 +467,8 @@ public final class DocumentStore: Sendable {
                 try ids.reduce(0) { n, id in n + (try txn.compact(DocumentID(unchecked: id)) ? 1 : 0) }
             }
         }
-        try read { db in try db.execute(sql: "PRAGMA wal_checkpoint(PASSIVE)") }
+        // Outside any transaction: inside one SQLite refuses the checkpoint ("table is locked").
+        do { try writer.writeWithoutTransaction { db in try db.checkpoint(.passive) } } catch { throw StoreError.wrap(error) }
         return rewritten
     }
 

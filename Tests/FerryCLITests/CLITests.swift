@@ -35,6 +35,20 @@ import Testing
         #expect(try await cli.run(["ls", "--json"]).json() == .array([]))
     }
 
+    @Test func compactRunsAndRemovesUnreferencedBlobs() async throws {
+        let cli = FerryCLI()
+        defer { cli.cleanUp() }
+        try await cli.run(["put", "doc", #"{"v":1}"#])
+        let file = NSTemporaryDirectory() + "ferry-orphan-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        try Data("an orphan blob".utf8).write(to: URL(fileURLWithPath: file))
+        try await cli.run(["blob", "put", file])
+        let r = try await cli.run(["compact", "--blob-min-age", "0", "--json"])
+        #expect(r.status == 0, "\(r.stderr)")
+        #expect(try r.json()["blobsRemoved"] == 1)
+        #expect(try await cli.run(["check"]).status == 0)
+    }
+
     @Test func humanOutputPrintsTheRevision() async throws {
         let cli = FerryCLI()
         defer { cli.cleanUp() }

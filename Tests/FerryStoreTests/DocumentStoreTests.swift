@@ -387,6 +387,28 @@ import Testing
         }
     }
 
+    @Test func compactingAFileStorePrunesHistoryAndCollectsUnreferencedBlobs() throws {
+        let dir = TemporaryDirectory()
+        var rev: RevisionID
+        do {
+            let store = try DocumentStore.open(directory: dir.path)
+            rev = try store.put(docID("d"), body: ["v": 0])
+            for v in 1...5 { rev = try store.put(docID("d"), body: ["v": .int(Int64(v))], parent: rev) }
+            _ = try store.blobs.put(Array("nobody refers to this".utf8))
+        }
+        var options = StoreOptions()
+        options.maxRevisionDepth = 2
+        options.retainedAncestorBodies = 0
+        let store = try DocumentStore.open(directory: dir.path, options: options)
+        #expect(try store.revisionTree(docID("d"))?.revisions.count == 6)
+        #expect(try store.compact() == 1)
+        #expect(try store.revisionTree(docID("d"))?.revisions.count == 2)
+        #expect(try store.document(docID("d"))?.revision == rev)
+        #expect(try store.collectBlobs(minimumAge: 0).count == 1)
+        #expect(try store.compact() == 0)
+        #expect(try store.integrityCheck() == ["ok"])
+    }
+
     @Test func fileStoreKeepsItsUUIDAndDataAcrossReopen() throws {
         let dir = TemporaryDirectory()
         let uuid: String
