@@ -68,6 +68,9 @@ public final class TrustedIDs: Sendable, Equatable {
 /// Records what the verification callback and the TLS handler saw, so errors can say which
 /// peer was refused and why.
 final class HandshakeRecord: Sendable {
+    /// The client's IP address, for logs.
+    let remote: String?
+    init(remote: String? = nil) { self.remote = remote }
     private let state = Mutex<(peer: String?, refused: String?, tlsError: String?)>((nil, nil, nil))
     var peerID: String? { state.withLock { $0.peer } }
     var refusedID: String? { state.withLock { $0.refused } }
@@ -204,7 +207,9 @@ enum TLSContexts {
                 } else {
                     record.refused(id)
                     let level: Logger.Level = refusals?.isNews(id) ?? true ? .warning : .debug
-                    logger.log(level: level, "refused a peer certificate that is not pinned", metadata: ["peer": "\(id)"])
+                    logger.log(
+                        level: level, "refused a peer certificate that is not pinned",
+                        metadata: ["peer": "\(id)", "remote": "\(record.remote ?? "?")"])
                     promise.succeed(.failed)
                 }
             }

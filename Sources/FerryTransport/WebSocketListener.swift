@@ -54,6 +54,8 @@ public final class WebSocketListener: Service, Sendable {
     /// Serves one authenticated connection until it closes.
     let serveConnection: @Sendable (any MessageEndpoint, String?) async -> Void
     let logger: Logger
+    /// Refusals already warned about: a client that keeps failing the handshake is one warning a minute.
+    let refusals = RepeatedRefusals()
     private let state = Mutex(State())
     private let boundWaiters = Mutex<(next: Int, waiting: [Int: CheckedContinuation<Int, any Error>])>((0, [:]))
 
@@ -175,7 +177,7 @@ public final class WebSocketListener: Service, Sendable {
         }
         let config = configuration
         let logger = self.logger
-        let refusals = RepeatedRefusals()
+        let refusals = self.refusals
         let serverChannel: NIOAsyncChannel<EventLoopFuture<Upgrade>, Never>
         do {
             serverChannel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -227,7 +229,7 @@ public final class WebSocketListener: Service, Sendable {
     ) throws
         -> EventLoopFuture<Upgrade>
     {
-        let record = HandshakeRecord()
+        let record = HandshakeRecord(remote: channel.remoteAddress?.ipAddress)
         let sync = channel.pipeline.syncOperations
         try sync.addHandler(IdleStateHandler(readTimeout: config.idleTimeout))
         try sync.addHandler(IdleCloser(logger: logger))
@@ -307,10 +309,18 @@ public final class WebSocketListener: Service, Sendable {
             // The upgrade fails with a closed channel; the cause is what the TLS handler saw.
             // A refused certificate is already logged by the verifier (once a minute per peer).
             let record = (error as? RefusedHandshake)?.record
-            let level: Logger.Level = record?.refusedID != nil ? .debug : record?.tlsError != nil ? .warning : .info
+            let reason = Self.refusalReason(error)
+            let level: Logger.Level
+            if record?.refusedID != nil {
+                level = .debug
+            } else if record?.tlsError != nil {
+                level = refusals.isNews("\(record?.remote ?? "?") \(reason)") ? .warning : .debug
+            } else {
+                level = .info
+            }
             logger.log(
                 level: level, "connection refused during handshake",
-                metadata: ["reason": "\(LogText.escape(Self.refusalReason(error)))"])
+                metadata: ["reason": "\(LogText.escape(reason))", "remote": "\(record?.remote ?? "?")"])
             return
         }
         guard case .websocket(let channel, let record) = result else { return }

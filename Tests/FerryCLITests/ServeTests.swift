@@ -146,6 +146,21 @@ struct CLIFailure: Error, CustomStringConvertible {
         #expect(try await other.run(["get", "via-unix"]).status == 0)
     }
 
+    @Test func aClientThatKeepsFailingTheHandshakeIsWarnedAboutOnceWithItsAddress() async throws {
+        let server = ServeProcess()
+        let info = try await server.start()
+        let port = try #require(info["port"]?.intValue)
+        // Five clients without a certificate, as a scanner or a misconfigured peer would.
+        for _ in 0..<5 {
+            _ = await shell("echo | timeout 10 openssl s_client -connect 127.0.0.1:\(port) >/dev/null 2>&1")
+        }
+        _ = await server.stop()
+        let warnings = server.logText.split(separator: "\n").filter { $0.contains("warning") && $0.contains("connection refused during handshake") }
+        #expect(warnings.count == 1, "\(server.logText)")
+        #expect(warnings.first?.contains("remote=127.0.0.1") == true, "\(server.logText)")
+        #expect(warnings.first?.contains("no certificate") == true, "\(server.logText)")
+    }
+
     @Test func opensslSeesTLS13AndTheCertificateOfFerryID() async throws {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl") else {
             Issue.record("openssl is not installed (make test installs it)")
