@@ -141,7 +141,9 @@ let package = Package(
         .testTarget(name: "FerryCLITests", dependencies: ["ferry", "FerryCore", "FerryStore", "IntegrationHarness"]),
         // Integration/: the multi-process harness (real `ferry serve` nodes, the LAN lab)
         // and the scenarios run against it (`make integration`).
-        .target(name: "IntegrationHarness", dependencies: ["FerryCore"], path: "Integration/Harness"),
+        .target(
+            name: "IntegrationHarness", dependencies: ["FerryCore", .product(name: "Logging", package: "swift-log")],
+            path: "Integration/Harness"),
         .testTarget(
             name: "IntegrationTests",
             dependencies: [

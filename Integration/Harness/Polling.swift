@@ -23,3 +23,13 @@ public func waitUntil(
         throw HarnessError("timed out after \(timeout) s waiting for: \(what)")
     }
 }
+
+/// Yields until `condition` holds, for tests whose time is a manual clock: nothing waits on
+/// wall time, and a condition that never holds fails after `maxYields` turns.
+public func yieldUntil(_ what: String, maxYields: Int = 2_000_000, _ condition: () -> Bool) async throws {
+    for _ in 0..<maxYields {
+        if condition() { return }
+        await Task.yield()
+    }
+    throw HarnessError("never happened: \(what)")
+}

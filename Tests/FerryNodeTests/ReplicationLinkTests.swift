@@ -44,26 +44,17 @@ final class Switchboard: Sendable {
         return ReplicationLink(url: "wss://peer/ferry/sync", peerID: "peer", policy: nil, replicator: replicator, clock: clock, logger: quiet)
     }
 
-    func spin(_ what: String, _ condition: () -> Bool) async throws {
-        for _ in 0..<2_000_000 {
-            if condition() { return }
-            await Task.yield()
-        }
-        Issue.record("never happened: \(what)")
-        throw CancellationError()
-    }
-
     @Test func redialEndsTheRestartWaitAfterAPermanentErrorAtOnce() async throws {
         let clock = ManualClock()
         let board = Switchboard(.forbidden("not yet"), remote: try DocumentStore.inMemory())
         let link = try link(board, clock: clock)
         link.start()
-        try await spin("the link waits to restart") {
+        try await yieldUntil("the link waits to restart") {
             board.attempts.withLock { $0 } == 1 && clock.pendingDeadlines == [ReplicationLink.restartWait]
         }
         board.open.withLock { $0 = true }
         link.redial()  // the clock never moves
-        try await spin("the replication is up") { link.replicator.status.activity == .idle }
+        try await yieldUntil("the replication is up") { link.replicator.status.activity == .idle }
         #expect(board.attempts.withLock { $0 } == 2)
         link.stop()
         await link.wait()
@@ -75,12 +66,12 @@ final class Switchboard: Sendable {
         let link = try link(board, clock: clock)
         link.start()
         for n in 1...8 {
-            try await spin("attempt \(n) waits") { board.attempts.withLock { $0 } == n && clock.pendingDeadlines.count == 1 }
+            try await yieldUntil("attempt \(n) waits") { board.attempts.withLock { $0 } == n && clock.pendingDeadlines.count == 1 }
             if n < 8 { clock.advance(by: clock.pendingDeadlines[0] - clock.now.offset) }
         }
         board.open.withLock { $0 = true }
         link.redial()
-        try await spin("the replication is up") { link.replicator.status.activity == .idle }
+        try await yieldUntil("the replication is up") { link.replicator.status.activity == .idle }
         #expect(board.attempts.withLock { $0 } == 9)
         link.stop()
         await link.wait()
@@ -92,7 +83,7 @@ final class Switchboard: Sendable {
         board.open.withLock { $0 = true }
         let link = try link(board, clock: clock)
         link.start()
-        try await spin("the replication is up") { link.replicator.status.activity == .idle }
+        try await yieldUntil("the replication is up") { link.replicator.status.activity == .idle }
         // What graceful shutdown does to the replicator (the link itself is not stopped).
         link.replicator.stop()
         let finished = Mutex(false)
@@ -100,7 +91,7 @@ final class Switchboard: Sendable {
             await link.wait()
             finished.withLock { $0 = true }
         }
-        try await spin("the link ends or waits to restart") {
+        try await yieldUntil("the link ends or waits to restart") {
             finished.withLock { $0 } || clock.pendingDeadlines.contains(ReplicationLink.restartWait)
         }
         #expect(finished.withLock { $0 }, "the link waits to restart a replication that shutdown stopped")

@@ -34,16 +34,6 @@ func quietReplicatorLogger() -> Logger {
     return l
 }
 
-/// Yields until `condition` holds (no wall-clock wait: the test clock drives the replicator).
-func spin(_ what: String, _ condition: () -> Bool) async throws {
-    for _ in 0..<2_000_000 {
-        if condition() { return }
-        await Task.yield()
-    }
-    Issue.record("never happened: \(what)")
-    throw CancellationError()
-}
-
 @Suite(.timeLimit(.minutes(5))) struct TrustRetryTests {
     @Test func aContinuousReplicationRefusedAsNotTrustedRetriesWithinSecondsAndConnectsOnceTrusted() async throws {
         let a = try DocumentStore.inMemory()
@@ -58,7 +48,7 @@ func spin(_ what: String, _ condition: () -> Bool) async throws {
         r.start()
         // Refused again and again: every wait stays within the short cap, however long it lasts.
         for n in 1...8 {
-            try await spin("refusal \(n) waits") { gate.attempts.withLock { $0 } == n && clock.pendingDeadlines.count == 1 }
+            try await yieldUntil("refusal \(n) waits") { gate.attempts.withLock { $0 } == n && clock.pendingDeadlines.count == 1 }
             let wait = clock.pendingDeadlines[0] - clock.now.offset
             #expect(wait <= config.maxNotTrustedRetryWait, "refusal \(n) waits \(wait)")
             #expect(wait > .zero)
@@ -67,10 +57,10 @@ func spin(_ what: String, _ condition: () -> Bool) async throws {
             clock.advance(by: wait)
         }
         // The peer's operator trusts this node: the next attempt gets through.
-        try await spin("refusal 9 waits") { gate.attempts.withLock { $0 } == 9 && clock.pendingDeadlines.count == 1 }
+        try await yieldUntil("refusal 9 waits") { gate.attempts.withLock { $0 } == 9 && clock.pendingDeadlines.count == 1 }
         gate.open.withLock { $0 = true }
         clock.advance(by: config.maxNotTrustedRetryWait)
-        try await spin("note-1 arrives") { (try? b.document(docID("note-1"))) != nil }
+        try await yieldUntil("note-1 arrives") { (try? b.document(docID("note-1"))) != nil }
         r.stop()
         await r.waitUntilStopped()
     }
@@ -98,13 +88,13 @@ func spin(_ what: String, _ condition: () -> Bool) async throws {
         r.start()
         // Let the backoff grow to its cap.
         for n in 1...10 {
-            try await spin("attempt \(n) waits") { gate.attempts.withLock { $0 } == n && clock.pendingDeadlines.count == 1 }
+            try await yieldUntil("attempt \(n) waits") { gate.attempts.withLock { $0 } == n && clock.pendingDeadlines.count == 1 }
             if n < 10 { clock.advance(by: clock.pendingDeadlines[0] - clock.now.offset) }
         }
         #expect(clock.pendingDeadlines[0] - clock.now.offset >= .seconds(15))
         gate.open.withLock { $0 = true }
         r.retryNow()  // without advancing the clock
-        try await spin("the replicator connects") { r.status.activity == .idle }
+        try await yieldUntil("the replicator connects") { r.status.activity == .idle }
         #expect(gate.attempts.withLock { $0 } == 11)
         r.stop()
         await r.waitUntilStopped()
@@ -119,11 +109,11 @@ func spin(_ what: String, _ condition: () -> Bool) async throws {
         let link = Link(to: b, quiet: true)
         let r = Replicator(store: a, connector: link.connector, configuration: config, clock: ManualClock(), logger: quietReplicatorLogger())
         r.start()
-        try await spin("x is pushed and the link idles") { r.summary.pushed == 1 && r.status.activity == .idle }
+        try await yieldUntil("x is pushed and the link idles") { r.summary.pushed == 1 && r.status.activity == .idle }
         let first = r.summary
         #expect(first.bytesSent > 0 && first.bytesReceived > 0)
         try a.put(docID("y"), body: ["v": 2])
-        try await spin("y is pushed") { r.summary.pushed == 2 }
+        try await yieldUntil("y is pushed") { r.summary.pushed == 2 }
         #expect(r.summary.bytesSent > first.bytesSent)
         // The responder's side of the same connection counts live too.
         let session = try #require(link.responder.sessions.first)
@@ -133,7 +123,7 @@ func spin(_ what: String, _ condition: () -> Bool) async throws {
         await r.waitUntilStopped()
         // Closing moves the traffic into the totals without counting it twice.
         #expect(r.summary.bytesSent >= first.bytesSent)
-        try await spin("the session ends") { link.responder.sessions.isEmpty }
+        try await yieldUntil("the session ends") { link.responder.sessions.isEmpty }
     }
 
     @Test func theResponderListsEachSessionWithItsProvenPeerID() async throws {
@@ -156,35 +146,11 @@ func spin(_ what: String, _ condition: () -> Bool) async throws {
     }
 }
 
-/// Collects log lines as a stream handler would print them (message and metadata).
-final class CapturedLog: Sendable {
-    let lines = Mutex<[String]>([])
-
-    var logger: Logger {
-        Logger(label: "captured") { _ in CapturingHandler(sink: self) }
-    }
-
-    struct CapturingHandler: LogHandler {
-        let sink: CapturedLog
-        var metadata: Logger.Metadata = [:]
-        var logLevel: Logger.Level = .trace
-        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-            get { metadata[key] }
-            set { metadata[key] = newValue }
-        }
-        func log(event: LogEvent) {
-            let all = metadata.merging(event.metadata ?? [:]) { $1 }
-            let text = all.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
-            sink.lines.withLock { $0.append("\(event.level) \(event.message) \(text)") }
-        }
-    }
-}
-
 @Suite(.timeLimit(.minutes(5))) struct PeerTextInLogsTests {
     static let forged = "x\n2026-11-24T04:00:00+0000 critical ferry.node : forged\u{1B}[2J"
 
     func expectClean(_ log: CapturedLog, mentioning needle: String) {
-        let lines = log.lines.withLock { $0 }
+        let lines = log.lines
         #expect(lines.contains { $0.contains(needle) }, "\(lines)")
         for line in lines {
             #expect(!line.contains("\n") && !line.contains("\u{1B}"), "raw peer text in: \(line)")

@@ -1,36 +1,12 @@
 import FerryCore
 import FerrySync
 import Foundation
+import IntegrationHarness
 import Logging
 import Synchronization
 import Testing
 
 @testable import FerryTransport
-
-/// Collects log records, so a test can read what a listener said.
-final class LogSink: Sendable {
-    private let records = Mutex<[(message: String, metadata: Logger.Metadata)]>([])
-
-    var all: [(message: String, metadata: Logger.Metadata)] { records.withLock { $0 } }
-    func append(_ message: String, _ metadata: Logger.Metadata) { records.withLock { $0.append((message, metadata)) } }
-
-    var logger: Logger {
-        Logger(label: "sink") { _ in Handler(sink: self) }
-    }
-
-    struct Handler: LogHandler {
-        let sink: LogSink
-        var metadata: Logger.Metadata = [:]
-        var logLevel: Logger.Level = .trace
-        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-            get { metadata[key] }
-            set { metadata[key] = newValue }
-        }
-        func log(event: LogEvent) {
-            sink.append("\(event.message)", metadata.merging(event.metadata ?? [:]) { _, new in new })
-        }
-    }
-}
 
 /// TLS refusals are named in user terms on both sides, not as BoringSSL error strings.
 @Suite(.serialized, .timeLimit(.minutes(5))) struct TLSFailureTests {
@@ -47,7 +23,7 @@ final class LogSink: Sendable {
     }
 
     /// The reason the listener logged for its first refused handshake, once it has logged one.
-    func refusalReason(_ sink: LogSink) async throws -> String? {
+    func refusalReason(_ sink: CapturedLog) async throws -> String? {
         for _ in 0..<600 {
             if let r = sink.all.first(where: { $0.message == "connection refused during handshake" }) {
                 return r.metadata["reason"].map { "\($0)" }
@@ -59,7 +35,7 @@ final class LogSink: Sendable {
 
     @Test func aClientWithoutACertificateIsNamedSoOnBothSides() async throws {
         let server = try TestNode()
-        let sink = LogSink()
+        let sink = CapturedLog()
         let (task, port) = try await listener(server, trust: .pinned([]), logger: sink.logger)
         defer { task.cancel() }
         var connector = try WebSocketConnector(
@@ -78,7 +54,7 @@ final class LogSink: Sendable {
     @Test func anUntrustedClientCertificateIsNamedByItsFingerprint() async throws {
         let server = try TestNode()
         let stranger = try TestNode()
-        let sink = LogSink()
+        let sink = CapturedLog()
         let (task, port) = try await listener(server, trust: .pinned([]), logger: sink.logger)
         defer { task.cancel() }
         let r = try await replicate(stranger, url: "wss://127.0.0.1:\(port)/ferry/sync", pin: .pinned([server.identity.nodeID]))
