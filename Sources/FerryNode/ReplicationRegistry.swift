@@ -29,27 +29,27 @@ final class ReplicationRegistry: Sendable {
 
     /// Adds a replication and saves; false (and nothing changed) when one by that ID exists.
     func add(_ spec: ReplicationSpec) throws(NodeError) -> Bool {
-        let old = state.withLock { s -> [ReplicationSpec]? in
-            guard !s.contains(where: { $0.id == spec.id }) else { return nil }
-            let old = s
+        try change { s in
+            guard !s.contains(where: { $0.id == spec.id }) else { return false }
             s.append(spec)
-            return old
+            return true
         }
-        guard let old else { return false }
-        do { try save() } catch {
-            state.withLock { $0 = old }
-            throw error
-        }
-        return true
     }
 
     /// Removes a replication; false if it was not stored here.
     func remove(_ id: String) throws(NodeError) -> Bool {
-        let old = state.withLock { s -> [ReplicationSpec]? in
-            guard s.contains(where: { $0.id == id }) else { return nil }
-            let old = s
+        try change { s in
+            guard s.contains(where: { $0.id == id }) else { return false }
             s.removeAll { $0.id == id }
-            return old
+            return true
+        }
+    }
+
+    /// Applies `edit`; when it changed something, saves, and puts the list back if saving fails.
+    private func change(_ edit: (inout [ReplicationSpec]) -> Bool) throws(NodeError) -> Bool {
+        let old = state.withLock { s -> [ReplicationSpec]? in
+            let old = s
+            return edit(&s) ? old : nil
         }
         guard let old else { return false }
         do { try save() } catch {
