@@ -134,8 +134,10 @@ struct LatencyBench: AsyncParsableCommand {
             var up = true
             // Node i lists the nodes it dials (those after it); each link must be up and idle.
             for (i, n) in nodes.enumerated() {
-                let peers = try await get(n.admin + "/peers")["peers"]
-                guard case .array(let list)? = peers, list.count == dialed(by: i).count,
+                // Peers that dialled this node are listed too (inbound): count only its own links.
+                guard case .array(let all)? = try await get(n.admin + "/peers")["peers"] else { up = false; break }
+                let list = all.filter { $0["dialled"] == true }
+                guard list.count == dialed(by: i).count,
                     list.allSatisfy({ $0["connected"] == true && $0["replication"]?["activity"] == "idle" })
                 else {
                     up = false
