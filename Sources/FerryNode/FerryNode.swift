@@ -6,6 +6,7 @@ import FerryDiscovery
 import Foundation
 import Logging
 import ServiceLifecycle
+import Synchronization
 
 /// The headless peer: a ServiceGroup of the TLS WebSocket listener, DNS-SD discovery,
 /// the peer manager (one replication per trusted peer, plus persistent replications),
@@ -51,6 +52,13 @@ public final class FerryNode: Sendable {
     let logger: Logger
     let lock: DataDirectoryLock
     let clock: any Clock<Duration>
+    private let stopState = Mutex<StopState>(StopState())
+
+    /// Whether `stop` was called, and the running group it stops.
+    struct StopState {
+        var stopped = false
+        var group: ServiceGroup?
+    }
 
     /// Opens the data directory (lock, store, identity, trust store, persisted replications).
     /// Fails at once if another node holds the directory, or anything stored is bad.
@@ -134,8 +142,22 @@ public final class FerryNode: Sendable {
         return Parts(listener: listener, manager: manager, admin: AdminAPI(node: self, manager: manager, listener: listener, readiness: readiness))
     }
 
-    /// Runs until SIGTERM/SIGINT (or cancellation); `onReady` runs once both listeners are bound.
-    public func run(discovery customDiscovery: (any PeerDiscovery)? = nil, onReady: @escaping @Sendable (Ready) -> Void = { _ in }) async throws {
+    /// Stops the node gracefully, as SIGTERM does: a running node shuts down, and a node not
+    /// yet running returns from `run` at once without starting anything.
+    public func stop() {
+        let group = stopState.withLock { state -> ServiceGroup? in
+            state.stopped = true
+            return state.group
+        }
+        if let group { Task { await group.triggerGracefulShutdown() } }
+    }
+
+    /// Runs until `stop`, SIGTERM/SIGINT when `handlesSignals` (or cancellation); `onReady`
+    /// runs once both listeners are bound.
+    public func run(
+        discovery customDiscovery: (any PeerDiscovery)? = nil, handlesSignals: Bool = true,
+        onReady: @escaping @Sendable (Ready) -> Void = { _ in }
+    ) async throws {
         let readiness = ReadinessBox()
         let discovery: (any PeerDiscovery)?
         if let customDiscovery {
@@ -163,10 +185,16 @@ public final class FerryNode: Sendable {
         // end cleanly and quickly, and `run` throws that service's error.
         var groupConfiguration = ServiceGroupConfiguration(
             services: services.map { .init(service: $0, failureTerminationBehavior: .gracefullyShutdownGroup) },
-            gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+            gracefulShutdownSignals: handlesSignals ? [.sigterm, .sigint] : [], logger: logger)
         // A graceful shutdown that stalls (a peer that never answers) becomes cancellation.
         groupConfiguration.maximumGracefulShutdownDuration = Self.maximumGracefulShutdown
-        try await ServiceGroup(configuration: groupConfiguration).run()
+        let group = ServiceGroup(configuration: groupConfiguration)
+        let stopped = stopState.withLock { state -> Bool in
+            if !state.stopped { state.group = group }
+            return state.stopped
+        }
+        if stopped { return }
+        try await group.run()
     }
 
     /// How long in-flight work may take to finish on SIGTERM before it is cancelled.

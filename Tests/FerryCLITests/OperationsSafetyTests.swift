@@ -82,6 +82,35 @@ private func errorLines(_ r: FerryCLI.Result) -> [String] {
             "\(r.stderr)")
     }
 
+    @Test func aSignalAtAnyPointOfStartUpEndsServeCleanlyAndPromptly() async throws {
+        for run in 0..<30 {
+            let cli = FerryCLI()
+            defer { cli.cleanUp() }
+            let log = cli.dataDirectory + ".log"
+            defer { try? FileManager.default.removeItem(atPath: log) }
+            let p = try ChildProcess.spawn(
+                FerryCLI.binary,
+                ["serve", "--port", "0", "--admin-port", "0", "--interface", "127.0.0.1", "--no-discovery", "--data", cli.dataDirectory],
+                stdoutPath: log, stderrPath: log)
+            // Serve has begun once it holds the data directory's lock; the signal then comes a
+            // little later on each run, so the runs cover start-up from there to ready.
+            _ = await eventually(30, every: .milliseconds(1)) {
+                FileManager.default.fileExists(atPath: cli.dataDirectory + "/serve.lock") || !p.isRunning
+            }
+            try await Task.sleep(for: .milliseconds(run * 4))
+            let sig = run.isMultiple(of: 2) ? SIGTERM : SIGINT
+            p.signal(sig)
+            let status = await p.wait(timeout: 10)
+            if status == nil {
+                p.signal(SIGKILL)
+                _ = await p.wait(timeout: 30)
+            }
+            let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            #expect(status == 0, "run \(run): signal \(sig) \(run * 4) ms into start-up gave \(status.map(String.init) ?? "no exit in 10 s"): \(output)")
+            #expect(!FileManager.default.fileExists(atPath: cli.dataDirectory + "/node.json"), "run \(run)")
+        }
+    }
+
     @Test func sigtermDuringGracefulShutdownStillEndsTheNode() async throws {
         let node = ServeProcess()
         _ = try await node.start()
