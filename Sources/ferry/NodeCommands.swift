@@ -118,6 +118,9 @@ struct Serve: AsyncParsableCommand {
         // before the node runs makes it stop as soon as it starts.
         let signals = ShutdownSignals.install(limit: FerryNode.maximumGracefulShutdown + .seconds(5))
         defer { signals.cancel() }
+        // Until the node is ready, info logs wait: a failed start-up prints its one line alone.
+        StartupLogs.hold()
+        defer { StartupLogs.release(discarding: true) }
         let configuration = try nodeConfiguration()
         let dataDir = global.data ?? configuration.dataDirectory ?? global.dataDirectory
         LogLevel.set(configuration.logLevel)
@@ -155,6 +158,7 @@ struct Serve: AsyncParsableCommand {
         async throws
     {
         try await node.run(handlesSignals: false) { ready in
+            StartupLogs.release()
             if json {
                 Output.json([
                     "id": .string(ready.nodeID), "port": .int(Int64(ready.port)), "adminPort": .int(Int64(ready.adminPort)),
