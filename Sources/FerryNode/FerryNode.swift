@@ -38,7 +38,13 @@ public final class FerryNode: Sendable {
         public let adminPort: Int
         public let url: String
         public let adminURL: String
+        /// Whether discovery works, as its first attempt found; nil when it is off.
+        /// `unavailable` while it has not answered within `discoveryAnswerLimit`.
+        public var discovery: DiscoveryAvailability?
     }
+
+    /// How long readiness waits for discovery's first attempt to start.
+    static let discoveryAnswerLimit: Duration = .seconds(2)
 
     public let configuration: NodeConfiguration
     public let dataDirectory: String
@@ -180,7 +186,7 @@ public final class FerryNode: Sendable {
             services.append(
                 StartupGuard(role: .unixSocket(path), service: UnixSocketService(path: path, responder: makeResponder(authenticated: false))))
         }
-        services.append(ReadinessService(node: self, listener: listener, readiness: readiness, onReady: onReady))
+        services.append(ReadinessService(node: self, listener: listener, readiness: readiness, discovery: discovery, onReady: onReady))
         // A service that fails (one that cannot bind, say) stops the others gracefully: they
         // end cleanly and quickly, and `run` throws that service's error.
         var groupConfiguration = ServiceGroupConfiguration(
@@ -250,12 +256,14 @@ final class ReadinessBox: Sendable {
     func adminPort() async throws -> Int { try await port.wait() }
 }
 
-/// Writes node.json once the listener and the admin API are bound, and removes it on shutdown.
-/// Waiting for readiness ends on shutdown or cancellation, so a node stops in every state.
+/// Writes node.json once the listener and the admin API are bound (and discovery, if on,
+/// knows whether it works), and removes it on shutdown. Waiting for readiness ends on
+/// shutdown or cancellation, so a node stops in every state.
 struct ReadinessService: Service {
     let node: FerryNode
     let listener: WebSocketListener
     let readiness: ReadinessBox
+    var discovery: (any PeerDiscovery)? = nil
     let onReady: @Sendable (FerryNode.Ready) -> Void
 
     func run() async throws {
@@ -264,7 +272,12 @@ struct ReadinessService: Service {
             ready = try await cancelWhenGracefulShutdown {
                 let port = try await listener.waitUntilBound()
                 let adminPort = try await readiness.adminPort()
-                return node.readyInfo(port: port, adminPort: adminPort)
+                var ready = node.readyInfo(port: port, adminPort: adminPort)
+                if let discovery {
+                    ready.discovery = await Self.firstAvailability(of: discovery, clock: node.clock)
+                    try Task.checkCancellation()
+                }
+                return ready
             }
         } catch {
             // Stopped before ready, or a service failed to start: that service reports its
@@ -276,6 +289,22 @@ struct ReadinessService: Service {
         onReady(ready)
         try? await gracefulShutdown()
         node.removeNodeFile()
+    }
+
+    /// Discovery's first answer, or `unavailable` when it gives none within the limit.
+    static func firstAvailability(of discovery: any PeerDiscovery, clock: any Clock<Duration>) async -> DiscoveryAvailability {
+        let limit = FerryNode.discoveryAnswerLimit
+        let silent = DiscoveryAvailability.unavailable(reason: "no answer within \(limit.components.seconds) s")
+        return await withTaskGroup(of: DiscoveryAvailability?.self) { group in
+            group.addTask { try? await discovery.firstAvailability() }
+            group.addTask {
+                try? await clock.sleep(for: limit)
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first ?? silent
+        }
     }
 }
 

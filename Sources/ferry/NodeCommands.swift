@@ -1,5 +1,6 @@
 import ArgumentParser
 import FerryCore
+import FerryDiscovery
 import FerryNode
 import FerryStore
 import FerrySync
@@ -140,6 +141,16 @@ struct Serve: AsyncParsableCommand {
         }
     }
 
+    /// The banner's discovery line: on, off, or unavailable with why.
+    static func describe(_ discovery: DiscoveryAvailability?, group: String) -> String {
+        switch discovery {
+        case nil: return "off"
+        case .available: return "DNS-SD on (_ferry._tcp, group \(group))"
+        case .unavailable(let reason):
+            return "DNS-SD unavailable (\(reason)); static peers (--peer) still work, retrying in the background"
+        }
+    }
+
     /// One replication session on stdin/stdout; the default signal handling ends it.
     func serveStdio() async throws {
         let configuration = try nodeConfiguration()
@@ -168,7 +179,7 @@ struct Serve: AsyncParsableCommand {
                 Output.line("""
                     Ferry node \(ready.nodeID)
                     listening on port \(ready.port) (\(scheme)); admin API \(ready.adminURL); data in \(dataDir)
-                    discovery: \(configuration.discovery ? "DNS-SD on (_ferry._tcp, group \(configuration.group))" : "off")
+                    discovery: \(Self.describe(ready.discovery, group: configuration.group))
                     To let another node replicate with this one, run there:
                       ferry trust add \(ready.nodeID)
                     (or, without discovery: ferry serve --peer wss://<this-host>:\(ready.port)/\(configuration.group)/sync#\(ready.nodeID))
