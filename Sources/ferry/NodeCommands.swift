@@ -120,7 +120,8 @@ struct Serve: AsyncParsableCommand {
         let signals = ShutdownSignals.install(limit: FerryNode.maximumGracefulShutdown + .seconds(5))
         defer { signals.cancel() }
         // Until the node is ready, info logs wait: a failed start-up prints its one line alone.
-        StartupLogs.hold()
+        // A level asked for in the environment (to watch start-up itself) shows at once.
+        if LogLevel.environment == nil { StartupLogs.hold() }
         defer { StartupLogs.release(discarding: true) }
         let configuration = try nodeConfiguration()
         let dataDir = global.data ?? configuration.dataDirectory ?? global.dataDirectory
