@@ -97,7 +97,7 @@ let package = Package(
         .executableTarget(
             name: "ferry",
             dependencies: [
-                "FerryCore", "FerryStore", "FerrySync", "FerryTransport", "FerryNode",
+                "FerryCore", "FerryStore", "FerrySync", "FerryTransport", "FerryDiscovery", "FerryNode",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),

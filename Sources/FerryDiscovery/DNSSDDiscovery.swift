@@ -48,6 +48,7 @@ public final class DNSSDDiscovery: PeerDiscovery, @unchecked Sendable {
     var lookups: [String: PeerLookup] = [:]
     var sessionAlive = false
     var currentAdvertisement: Advertisement?
+    let firstOutcome = Latch<DiscoveryAvailability>()
 
     public init(configuration: Configuration, clock: any Clock<Duration> = ContinuousClock(), logger: Logger = Logger(label: "ferry.discovery")) {
         // The compat library prints a three-line warning per process unless this is set.
@@ -64,6 +65,8 @@ public final class DNSSDDiscovery: PeerDiscovery, @unchecked Sendable {
     public func advertise(_ advertisement: Advertisement) {
         queue.sync { currentAdvertisement = advertisement }
     }
+
+    public func firstAvailability() async throws -> DiscoveryAvailability { try await firstOutcome.wait() }
 
     public func run() async throws {
         var warned = false
@@ -89,12 +92,14 @@ public final class DNSSDDiscovery: PeerDiscovery, @unchecked Sendable {
                         logger.debug("DNS-SD still unavailable", metadata: ["reason": "\(failure)"])
                     }
                     eventSink.yield(.unavailable(reason: failure))
+                    firstOutcome.set(.unavailable(reason: failure))
                     waitingForRetry = true
                     scheduleRetry()
                 } else {
                     if warned { logger.notice("DNS-SD available again") }
                     warned = false
                     eventSink.yield(.available)
+                    firstOutcome.set(.available)
                 }
                 while let signal = await signals.next() {
                     switch signal {
@@ -117,6 +122,7 @@ public final class DNSSDDiscovery: PeerDiscovery, @unchecked Sendable {
             }
             retryTask?.cancel()
             queue.sync { teardown() }
+            firstOutcome.set(.unavailable(reason: "stopped"))
             eventSink.finish()
         } onGracefulShutdown: {
             self.markShutdown()

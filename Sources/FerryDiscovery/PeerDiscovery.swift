@@ -56,6 +56,21 @@ public protocol PeerDiscovery: Service {
     /// Sets what to advertise; called before `run`, once the listener's port is known.
     /// A mechanism that announces nothing ignores it.
     func advertise(_ advertisement: Advertisement)
+    /// Whether discovery works, once its first attempt to start is over; throws
+    /// `CancellationError` if the task is cancelled first.
+    func firstAvailability() async throws -> DiscoveryAvailability
+}
+
+/// Whether a discovery mechanism could start.
+public enum DiscoveryAvailability: Sendable, Equatable {
+    case available
+    /// It could not start (for example, no avahi-daemon); it retries in the background.
+    case unavailable(reason: String)
+}
+
+extension PeerDiscovery {
+    /// A mechanism with nothing to start works at once.
+    public func firstAvailability() async throws -> DiscoveryAvailability { .available }
 }
 
 /// What this node advertises.

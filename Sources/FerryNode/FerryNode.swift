@@ -6,6 +6,7 @@ import FerryDiscovery
 import Foundation
 import Logging
 import ServiceLifecycle
+import Synchronization
 
 /// The headless peer: a ServiceGroup of the TLS WebSocket listener, DNS-SD discovery,
 /// the peer manager (one replication per trusted peer, plus persistent replications),
@@ -37,7 +38,13 @@ public final class FerryNode: Sendable {
         public let adminPort: Int
         public let url: String
         public let adminURL: String
+        /// Whether discovery works, as its first attempt found; nil when it is off.
+        /// `unavailable` while it has not answered within `discoveryAnswerLimit`.
+        public var discovery: DiscoveryAvailability?
     }
+
+    /// How long readiness waits for discovery's first attempt to start.
+    static let discoveryAnswerLimit: Duration = .seconds(2)
 
     public let configuration: NodeConfiguration
     public let dataDirectory: String
@@ -51,6 +58,13 @@ public final class FerryNode: Sendable {
     let logger: Logger
     let lock: DataDirectoryLock
     let clock: any Clock<Duration>
+    private let stopState = Mutex<StopState>(StopState())
+
+    /// Whether `stop` was called, and the running group it stops.
+    struct StopState {
+        var stopped = false
+        var group: ServiceGroup?
+    }
 
     /// Opens the data directory (lock, store, identity, trust store, persisted replications).
     /// Fails at once if another node holds the directory, or anything stored is bad.
@@ -134,8 +148,22 @@ public final class FerryNode: Sendable {
         return Parts(listener: listener, manager: manager, admin: AdminAPI(node: self, manager: manager, listener: listener, readiness: readiness))
     }
 
-    /// Runs until SIGTERM/SIGINT (or cancellation); `onReady` runs once both listeners are bound.
-    public func run(discovery customDiscovery: (any PeerDiscovery)? = nil, onReady: @escaping @Sendable (Ready) -> Void = { _ in }) async throws {
+    /// Stops the node gracefully, as SIGTERM does: a running node shuts down, and a node not
+    /// yet running returns from `run` at once without starting anything.
+    public func stop() {
+        let group = stopState.withLock { state -> ServiceGroup? in
+            state.stopped = true
+            return state.group
+        }
+        if let group { Task { await group.triggerGracefulShutdown() } }
+    }
+
+    /// Runs until `stop`, SIGTERM/SIGINT when `handlesSignals` (or cancellation); `onReady`
+    /// runs once both listeners are bound.
+    public func run(
+        discovery customDiscovery: (any PeerDiscovery)? = nil, handlesSignals: Bool = true,
+        onReady: @escaping @Sendable (Ready) -> Void = { _ in }
+    ) async throws {
         let readiness = ReadinessBox()
         let discovery: (any PeerDiscovery)?
         if let customDiscovery {
@@ -158,15 +186,21 @@ public final class FerryNode: Sendable {
             services.append(
                 StartupGuard(role: .unixSocket(path), service: UnixSocketService(path: path, responder: makeResponder(authenticated: false))))
         }
-        services.append(ReadinessService(node: self, listener: listener, readiness: readiness, onReady: onReady))
+        services.append(ReadinessService(node: self, listener: listener, readiness: readiness, discovery: discovery, onReady: onReady))
         // A service that fails (one that cannot bind, say) stops the others gracefully: they
         // end cleanly and quickly, and `run` throws that service's error.
         var groupConfiguration = ServiceGroupConfiguration(
             services: services.map { .init(service: $0, failureTerminationBehavior: .gracefullyShutdownGroup) },
-            gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+            gracefulShutdownSignals: handlesSignals ? [.sigterm, .sigint] : [], logger: logger)
         // A graceful shutdown that stalls (a peer that never answers) becomes cancellation.
         groupConfiguration.maximumGracefulShutdownDuration = Self.maximumGracefulShutdown
-        try await ServiceGroup(configuration: groupConfiguration).run()
+        let group = ServiceGroup(configuration: groupConfiguration)
+        let stopped = stopState.withLock { state -> Bool in
+            if !state.stopped { state.group = group }
+            return state.stopped
+        }
+        if stopped { return }
+        try await group.run()
     }
 
     /// How long in-flight work may take to finish on SIGTERM before it is cancelled.
@@ -222,12 +256,14 @@ final class ReadinessBox: Sendable {
     func adminPort() async throws -> Int { try await port.wait() }
 }
 
-/// Writes node.json once the listener and the admin API are bound, and removes it on shutdown.
-/// Waiting for readiness ends on shutdown or cancellation, so a node stops in every state.
+/// Writes node.json once the listener and the admin API are bound (and discovery, if on,
+/// knows whether it works), and removes it on shutdown. Waiting for readiness ends on
+/// shutdown or cancellation, so a node stops in every state.
 struct ReadinessService: Service {
     let node: FerryNode
     let listener: WebSocketListener
     let readiness: ReadinessBox
+    var discovery: (any PeerDiscovery)? = nil
     let onReady: @Sendable (FerryNode.Ready) -> Void
 
     func run() async throws {
@@ -236,7 +272,12 @@ struct ReadinessService: Service {
             ready = try await cancelWhenGracefulShutdown {
                 let port = try await listener.waitUntilBound()
                 let adminPort = try await readiness.adminPort()
-                return node.readyInfo(port: port, adminPort: adminPort)
+                var ready = node.readyInfo(port: port, adminPort: adminPort)
+                if let discovery {
+                    ready.discovery = await Self.firstAvailability(of: discovery, clock: node.clock)
+                    try Task.checkCancellation()
+                }
+                return ready
             }
         } catch {
             // Stopped before ready, or a service failed to start: that service reports its
@@ -248,6 +289,22 @@ struct ReadinessService: Service {
         onReady(ready)
         try? await gracefulShutdown()
         node.removeNodeFile()
+    }
+
+    /// Discovery's first answer, or `unavailable` when it gives none within the limit.
+    static func firstAvailability(of discovery: any PeerDiscovery, clock: any Clock<Duration>) async -> DiscoveryAvailability {
+        let limit = FerryNode.discoveryAnswerLimit
+        let silent = DiscoveryAvailability.unavailable(reason: "no answer within \(limit.components.seconds) s")
+        return await withTaskGroup(of: DiscoveryAvailability?.self) { group in
+            group.addTask { try? await discovery.firstAvailability() }
+            group.addTask {
+                try? await clock.sleep(for: limit)
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first ?? silent
+        }
     }
 }
 

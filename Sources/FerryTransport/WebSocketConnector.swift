@@ -158,10 +158,36 @@ public struct WebSocketConnector: Sendable {
                 ?? "the TLS handshake failed (is this node trusted there?)"
             return TransportError.notTrustedByPeer("\(host):\(port): \(reason)")
         }
-        if error is ChannelError {
-            return TransportError.connectFailed("cannot connect to \(host):\(port): \(error)")
+        return TransportError.connectFailed("cannot connect to \(host):\(port): \(Self.connectFailureReason(error))")
+    }
+
+    /// Why a connection could not be made, in the user's terms: "connection refused",
+    /// "timed out", "no route to host", "host not found", or the system's text for the errno.
+    static func connectFailureReason(_ error: any Error) -> String {
+        switch error {
+        case let e as NIOConnectionError:
+            // One failure per address tried: the first says it for all but the rarest cases.
+            if let first = e.connectionErrors.first { return connectFailureReason(first.error) }
+            return "host not found"
+        case let e as IOError:
+            switch e.errnoCode {
+            case ECONNREFUSED: return "connection refused"
+            case ETIMEDOUT: return "timed out"
+            case EHOSTUNREACH, ENETUNREACH: return "no route to host"
+            case ECONNRESET: return "connection reset by the peer"
+            default: return String(cString: strerror(e.errnoCode))
+            }
+        case let e as ChannelError:
+            switch e {
+            case .connectTimeout: return "timed out"
+            case .eof, .ioOnClosedChannel, .alreadyClosed: return "the connection was closed"
+            default: return "\(e)"
+            }
+        case is SocketAddressError:
+            return "host not found"
+        default:
+            return "\(error)"
         }
-        return TransportError.connectFailed("cannot connect to \(host):\(port): \(error)")
     }
 }
 

@@ -32,7 +32,7 @@ struct Ferry: AsyncParsableCommand {
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = LogLevel.current
-            return handler
+            return StartupGatedLogHandler(inner: handler)
         }
         do {
             var command = try parseAsRoot(Self.movingGlobalOptions(Array(CommandLine.arguments.dropFirst())))

@@ -1,11 +1,13 @@
 import ArgumentParser
 import FerryCore
+import FerryDiscovery
 import FerryNode
 import FerryStore
 import FerrySync
 import FerryTransport
 import Foundation
 import Logging
+import Synchronization
 
 /// `ferry id`: prints (creating if needed) or imports this node's identity.
 struct ID: AsyncParsableCommand {
@@ -112,40 +114,63 @@ struct Serve: AsyncParsableCommand {
     }
 
     func run() async throws {
+        if stdio { return try await serveStdio() }
+        // From the start a signal stops the node, whatever state it is in: one that comes
+        // before the node runs makes it stop as soon as it starts.
+        let signals = ShutdownSignals.install(limit: FerryNode.maximumGracefulShutdown + .seconds(5))
+        defer { signals.cancel() }
+        // Until the node is ready, info logs wait: a failed start-up prints its one line alone.
+        // A level asked for in the environment (to watch start-up itself) shows at once.
+        if LogLevel.environment == nil { StartupLogs.hold() }
+        defer { StartupLogs.release(discarding: true) }
         let configuration = try nodeConfiguration()
         let dataDir = global.data ?? configuration.dataDirectory ?? global.dataDirectory
-        if stdio {
-            // One session with the policies `serve` applies to a Unix-socket client (the
-            // transport authenticates nobody). stdout carries the protocol: logs go to stderr.
-            let store = try DocumentStore.open(directory: dataDir)
-            let trust = try TrustStore(dataDirectory: dataDir, configuration: configuration)
-            let replicators = ReplicationFactory(
-                store: store, nodeID: store.uuid, trust: trust, configuration: configuration, logger: Logger(label: "ferry.sync.responder"))
-            let endpoint = try await ByteStreamTransport.pipes(input: dup(STDIN_FILENO), output: dup(STDOUT_FILENO))
-            await replicators.responder(authenticated: false).serve(endpoint)
-            return
-        }
         LogLevel.set(configuration.logLevel)
         let node = try FerryNode(configuration: configuration, dataDirectory: dataDir, logger: Logger(label: "ferry"))
         let json = global.json
         let scheme = configuration.insecure ? "ws, NO TLS" : "wss, TLS 1.3"
-        let run = Task { try await Self.run(node, configuration: configuration, dataDirectory: dataDir, json: json, scheme: scheme) }
-        // The node stops gracefully on the first signal; a second one cancels it.
-        let watchdog = ShutdownWatchdog.start(limit: FerryNode.maximumGracefulShutdown + .seconds(5)) { run.cancel() }
-        defer { watchdog.cancel() }
+        let run = Task {
+            try await Self.run(node, configuration: configuration, dataDirectory: dataDir, json: json, scheme: scheme)
+        }
+        signals.attach(node: node, cancel: { run.cancel() })
         do {
             try await withTaskCancellationHandler { try await run.value } onCancel: { run.cancel() }
-        } catch is CancellationError where watchdog.escalated {
+        } catch is CancellationError where signals.escalated {
             throw CLIError(message: "stopped at once by a second signal (work in flight was cancelled)")
         } catch is CancellationError {
             // A service that ended its graceful shutdown by cancelling its own work.
         }
     }
 
+    /// The banner's discovery line: on, off, or unavailable with why.
+    static func describe(_ discovery: DiscoveryAvailability?, group: String) -> String {
+        switch discovery {
+        case nil: return "off"
+        case .available: return "DNS-SD on (_ferry._tcp, group \(group))"
+        case .unavailable(let reason):
+            return "DNS-SD unavailable (\(reason)); static peers (--peer) still work, retrying in the background"
+        }
+    }
+
+    /// One replication session on stdin/stdout; the default signal handling ends it.
+    func serveStdio() async throws {
+        let configuration = try nodeConfiguration()
+        let dataDir = global.data ?? configuration.dataDirectory ?? global.dataDirectory
+        // One session with the policies `serve` applies to a Unix-socket client (the
+        // transport authenticates nobody). stdout carries the protocol: logs go to stderr.
+        let store = try DocumentStore.open(directory: dataDir)
+        let trust = try TrustStore(dataDirectory: dataDir, configuration: configuration)
+        let replicators = ReplicationFactory(
+            store: store, nodeID: store.uuid, trust: trust, configuration: configuration, logger: Logger(label: "ferry.sync.responder"))
+        let endpoint = try await ByteStreamTransport.pipes(input: dup(STDIN_FILENO), output: dup(STDOUT_FILENO))
+        await replicators.responder(authenticated: false).serve(endpoint)
+    }
+
     static func run(_ node: FerryNode, configuration: NodeConfiguration, dataDirectory dataDir: String, json: Bool, scheme: String)
         async throws
     {
-        try await node.run { ready in
+        try await node.run(handlesSignals: false) { ready in
+            StartupLogs.release()
             if json {
                 Output.json([
                     "id": .string(ready.nodeID), "port": .int(Int64(ready.port)), "adminPort": .int(Int64(ready.adminPort)),
@@ -155,7 +180,7 @@ struct Serve: AsyncParsableCommand {
                 Output.line("""
                     Ferry node \(ready.nodeID)
                     listening on port \(ready.port) (\(scheme)); admin API \(ready.adminURL); data in \(dataDir)
-                    discovery: \(configuration.discovery ? "DNS-SD on (_ferry._tcp, group \(configuration.group))" : "off")
+                    discovery: \(Self.describe(ready.discovery, group: configuration.group))
                     To let another node replicate with this one, run there:
                       ferry trust add \(ready.nodeID)
                     (or, without discovery: ferry serve --peer wss://<this-host>:\(ready.port)/\(configuration.group)/sync#\(ready.nodeID))
@@ -167,37 +192,75 @@ struct Serve: AsyncParsableCommand {
     }
 }
 
-/// Bounds a node's shutdown: a second SIGTERM or SIGINT runs `onSecondSignal` (which
-/// cancels the node), and a process still running `limit` after the first one exits 1.
-struct ShutdownWatchdog {
-    let sources: [any DispatchSourceSignal]
-    private let signals: FirstSignal
+/// Owns SIGTERM and SIGINT for `ferry serve`: the first stops the node (at once, or as soon
+/// as it is attached), a second cancels it, and a process still running `limit` after the
+/// first exits 1.
+struct ShutdownSignals {
+    private let sources: [any DispatchSourceSignal]
+    private let state: SignalState
 
     /// Whether a second signal came.
-    var escalated: Bool { signals.second }
+    var escalated: Bool { state.escalated }
 
-    static func start(limit: Duration, onSecondSignal: @escaping @Sendable () -> Void) -> ShutdownWatchdog {
-        let first = FirstSignal()
-        let seconds = Double(limit.components.seconds)
+    static func install(limit: Duration) -> ShutdownSignals {
+        let state = SignalState(limit: limit)
         let sources = [SIGTERM, SIGINT].map { sig -> any DispatchSourceSignal in
             let source = DispatchSource.makeSignalSource(signal: sig)
-            source.setEventHandler {
-                guard first.record(sig) else {
-                    onSecondSignal()
-                    return
-                }
-                DispatchQueue.global().asyncAfter(deadline: .now() + seconds) {
-                    Output.error("ferry: the node did not stop within \(Int(seconds)) s of the signal; exiting")
-                    _exit(1)
-                }
-            }
+            source.setEventHandler { state.received() }
             source.resume()
             return source
         }
-        return ShutdownWatchdog(sources: sources, signals: first)
+        return ShutdownSignals(sources: sources, state: state)
     }
+
+    /// The node a first signal stops and the action a second one takes; stops the node at
+    /// once when a signal already came.
+    func attach(node: FerryNode, cancel: @escaping @Sendable () -> Void) { state.attach(node: node, cancel: cancel) }
 
     func cancel() {
         for s in sources { s.cancel() }
+    }
+}
+
+/// The signals `ferry serve` has received and what they act on.
+private final class SignalState: Sendable {
+    private struct State {
+        var count = 0
+        var node: FerryNode?
+        var cancel: (@Sendable () -> Void)?
+    }
+
+    private let state = Mutex(State())
+    private let limit: Duration
+
+    init(limit: Duration) { self.limit = limit }
+
+    var escalated: Bool { state.withLock { $0.count >= 2 } }
+
+    func attach(node: FerryNode, cancel: @escaping @Sendable () -> Void) {
+        let count = state.withLock { state -> Int in
+            state.node = node
+            state.cancel = cancel
+            return state.count
+        }
+        if count >= 1 { node.stop() }
+        if count >= 2 { cancel() }
+    }
+
+    func received() {
+        let (count, node, cancel) = state.withLock { state in
+            state.count += 1
+            return (state.count, state.node, state.cancel)
+        }
+        if count == 1 {
+            node?.stop()
+            let seconds = Double(limit.components.seconds)
+            DispatchQueue.global().asyncAfter(deadline: .now() + seconds) {
+                Output.error("ferry: the node did not stop within \(Int(seconds)) s of the signal; exiting")
+                _exit(1)
+            }
+        } else {
+            cancel?()
+        }
     }
 }

@@ -362,7 +362,7 @@ import Testing
             try await AdminClient(nodeFile: infoA).call("GET", "/docs/static-works").status == 200
         }
         try await waitUntil("B retried DNS-SD in the background") { b.logText.contains("DNS-SD still unavailable") }
-        let warnings = b.logText.components(separatedBy: "DNS-SD unavailable").count - 1
+        let warnings = b.logText.components(separatedBy: "DNS-SD unavailable;").count - 1
         #expect(warnings == 1, "\(b.logText)")
         #expect(!b.logText.contains("*** WARNING *** The program"), "the Avahi compat warning leaked")
         _ = infoB

@@ -8,6 +8,11 @@ private func errorLines(_ r: FerryCLI.Result) -> [String] {
     r.stderr.split(separator: "\n").map(String.init).filter { $0.hasPrefix("ferry:") }
 }
 
+/// Everything a command wrote on stderr, line by line.
+private func stderrLines(_ r: FerryCLI.Result) -> [String] {
+    r.stderr.split(separator: "\n").map(String.init)
+}
+
 /// `ferry serve` stops on its own, with one line saying what failed, when a service
 /// cannot start. Each run is bounded at 10 s so a hang fails instead of waiting for ever.
 @Suite(.serialized, .timeLimit(.minutes(10))) struct ServeStartupFailureTests {
@@ -20,7 +25,7 @@ private func errorLines(_ r: FerryCLI.Result) -> [String] {
         let r = try await second.run(
             ["serve", "--port", "0", "--admin-port", String(adminPort), "--interface", "127.0.0.1", "--no-discovery"], timeout: 10)
         #expect(r.status == 1, "\(r.stderr)")
-        #expect(errorLines(r) == ["ferry: admin port \(adminPort) is in use (another ferry serve? pass --admin-port 0)"], "\(r.stderr)")
+        #expect(stderrLines(r) == ["ferry: admin port \(adminPort) is in use (another ferry serve? pass --admin-port 0)"], "\(r.stderr)")
         #expect(!r.stderr.contains("errno"), "\(r.stderr)")
         #expect(!FileManager.default.fileExists(atPath: second.dataDirectory + "/node.json"))
         #expect(await holder.stop() == 0)
@@ -35,7 +40,7 @@ private func errorLines(_ r: FerryCLI.Result) -> [String] {
         let r = try await second.run(
             ["serve", "--port", String(port), "--admin-port", "0", "--interface", "127.0.0.1", "--no-discovery"], timeout: 10)
         #expect(r.status == 1, "\(r.stderr)")
-        #expect(errorLines(r) == ["ferry: port \(port) is in use (another ferry serve? pass --port 0)"], "\(r.stderr)")
+        #expect(stderrLines(r) == ["ferry: port \(port) is in use (another ferry serve? pass --port 0)"], "\(r.stderr)")
         #expect(!FileManager.default.fileExists(atPath: second.dataDirectory + "/node.json"))
         #expect(await holder.stop() == 0)
     }
@@ -47,7 +52,7 @@ private func errorLines(_ r: FerryCLI.Result) -> [String] {
         let r = try await cli.run(
             ["serve", "--port", "0", "--admin-port", "0", "--interface", "127.0.0.1", "--no-discovery", "--unix", socket], timeout: 10)
         #expect(r.status == 1, "\(r.stderr)")
-        let lines = errorLines(r)
+        let lines = stderrLines(r)
         #expect(lines.count == 1, "\(r.stderr)")
         #expect(lines.first?.hasPrefix("ferry: cannot listen on Unix socket \(socket)") == true, "\(r.stderr)")
         #expect(!FileManager.default.fileExists(atPath: cli.dataDirectory + "/node.json"))
@@ -62,7 +67,7 @@ private func errorLines(_ r: FerryCLI.Result) -> [String] {
         let r = try await second.run(
             ["serve", "--port", "0", "--admin-port", "0", "--interface", "127.0.0.1", "--no-discovery", "--unix", socket], timeout: 10)
         #expect(r.status == 1, "\(r.stderr)")
-        #expect(errorLines(r) == ["ferry: Unix socket \(socket) is in use (another ferry serve? pass another --unix path)"], "\(r.stderr)")
+        #expect(stderrLines(r) == ["ferry: Unix socket \(socket) is in use (another ferry serve? pass another --unix path)"], "\(r.stderr)")
         // The first node still serves it.
         let client = FerryCLI()
         defer { client.cleanUp() }
@@ -78,8 +83,37 @@ private func errorLines(_ r: FerryCLI.Result) -> [String] {
         let r = try await cli.run(["serve", "--port", "0", "--admin-port", "0", "--interface", "192.0.2.1", "--no-discovery"], timeout: 10)
         #expect(r.status == 1, "\(r.stderr)")
         #expect(
-            errorLines(r) == ["ferry: cannot listen on 192.0.2.1: not an address of this machine (pass --interface 0.0.0.0)"],
+            stderrLines(r) == ["ferry: cannot listen on 192.0.2.1: not an address of this machine (pass --interface 0.0.0.0)"],
             "\(r.stderr)")
+    }
+
+    @Test func aSignalAtAnyPointOfStartUpEndsServeCleanlyAndPromptly() async throws {
+        for run in 0..<30 {
+            let cli = FerryCLI()
+            defer { cli.cleanUp() }
+            let log = cli.dataDirectory + ".log"
+            defer { try? FileManager.default.removeItem(atPath: log) }
+            let p = try ChildProcess.spawn(
+                FerryCLI.binary,
+                ["serve", "--port", "0", "--admin-port", "0", "--interface", "127.0.0.1", "--no-discovery", "--data", cli.dataDirectory],
+                stdoutPath: log, stderrPath: log)
+            // Serve has begun once it holds the data directory's lock; the signal then comes a
+            // little later on each run, so the runs cover start-up from there to ready.
+            _ = await eventually(30, every: .milliseconds(1)) {
+                FileManager.default.fileExists(atPath: cli.dataDirectory + "/serve.lock") || !p.isRunning
+            }
+            try await Task.sleep(for: .milliseconds(run * 4))
+            let sig = run.isMultiple(of: 2) ? SIGTERM : SIGINT
+            p.signal(sig)
+            let status = await p.wait(timeout: 10)
+            if status == nil {
+                p.signal(SIGKILL)
+                _ = await p.wait(timeout: 30)
+            }
+            let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            #expect(status == 0, "run \(run): signal \(sig) \(run * 4) ms into start-up gave \(status.map(String.init) ?? "no exit in 10 s"): \(output)")
+            #expect(!FileManager.default.fileExists(atPath: cli.dataDirectory + "/node.json"), "run \(run)")
+        }
     }
 
     @Test func sigtermDuringGracefulShutdownStillEndsTheNode() async throws {

@@ -105,6 +105,17 @@ struct CLIFailure: Error, CustomStringConvertible {
         #expect(await a.stop() == 0)
     }
 
+    @Test func theBannerSaysDiscoveryIsUnavailableWithoutAvahi() async throws {
+        // No D-Bus system bus at this address: the compat library cannot reach avahi-daemon.
+        let node = ServeProcess()
+        _ = try await node.start(["--discovery"], environment: ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=/nonexistent/ferry-no-dbus"])
+        try await waitUntil("the banner is printed") { node.logText.contains("Ctrl-C stops.") }
+        let line = node.logText.split(separator: "\n").first { $0.hasPrefix("discovery:") }.map(String.init)
+        #expect(line?.hasPrefix("discovery: DNS-SD unavailable (") == true, "\(node.logText)")
+        #expect(line?.hasSuffix("); static peers (--peer) still work, retrying in the background") == true, "\(node.logText)")
+        #expect(await node.stop() == 0)
+    }
+
     @Test func syncOverWSSWithAPinAndRefusalOfAWrongPin() async throws {
         let server = ServeProcess()
         let client = FerryCLI()

@@ -43,6 +43,27 @@ import Testing
         }
     }
 
+    @Test func stopBeforeRunMakesRunReturnWithoutStarting() async throws {
+        let (node, dir) = try makeNode()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        node.stop()
+        try await node.run(handlesSignals: false) { _ in Issue.record("a stopped node became ready") }
+        #expect(!FileManager.default.fileExists(atPath: dir + "/node.json"))
+    }
+
+    @Test func stopEndsARunningNodeCleanly() async throws {
+        let (node, dir) = try makeNode()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let (readyStream, ready) = AsyncStream.makeStream(of: FerryNode.Ready.self)
+        let run = Task { try await node.run(handlesSignals: false) { ready.yield($0) } }
+        var readiness = readyStream.makeAsyncIterator()
+        _ = await readiness.next()
+        #expect(FileManager.default.fileExists(atPath: dir + "/node.json"))
+        node.stop()
+        try await run.value
+        #expect(!FileManager.default.fileExists(atPath: dir + "/node.json"))
+    }
+
     @Test func waitingForTheAdminPortEndsWhenCancelled() async throws {
         let box = ReadinessBox()
         let waiter = Task { try await box.adminPort() }

@@ -3,6 +3,7 @@ import FerryStore
 import FerrySync
 import Foundation
 import Logging
+import NIOCore
 import Testing
 @testable import FerryTransport
 
@@ -266,5 +267,29 @@ func replicate(_ client: TestNode, url: String, pin: PeerTrust, direction: Repli
         let r = try await replicate(client, url: "wss://127.0.0.1:\(port)/ferry/sync", pin: .pinned([server.identity.nodeID]))
         #expect(r.status.error == nil)
         #expect(try client.store.document(try DocumentID("after")) != nil)
+    }
+}
+
+/// A connection that cannot be made is reported in the user's terms, not NIO's.
+@Suite struct ConnectFailureTests {
+    @Test func aRefusedConnectionSaysConnectionRefused() async throws {
+        // Port 1 on loopback: nothing listens there, so the kernel refuses at once.
+        let connector = try WebSocketConnector(url: "ws://127.0.0.1:1/ferry/sync", serverTrust: .acceptAnyPeer, identity: nil)
+        do {
+            _ = try await connector.connect()
+            Issue.record("connected to 127.0.0.1:1")
+        } catch let error as TransportError {
+            #expect(error.code == "connect_failed")
+            #expect(error.message == "cannot connect to 127.0.0.1:1: connection refused")
+        }
+    }
+
+    @Test func errnoAndNIOErrorsMapToPlainReasons() {
+        #expect(WebSocketConnector.connectFailureReason(IOError(errnoCode: ECONNREFUSED, reason: "connect")) == "connection refused")
+        #expect(WebSocketConnector.connectFailureReason(IOError(errnoCode: ETIMEDOUT, reason: "connect")) == "timed out")
+        #expect(WebSocketConnector.connectFailureReason(IOError(errnoCode: EHOSTUNREACH, reason: "connect")) == "no route to host")
+        #expect(WebSocketConnector.connectFailureReason(IOError(errnoCode: ENETUNREACH, reason: "connect")) == "no route to host")
+        #expect(WebSocketConnector.connectFailureReason(ChannelError.connectTimeout(.seconds(10))) == "timed out")
+        #expect(WebSocketConnector.connectFailureReason(SocketAddressError.unknown(host: "nowhere.invalid", port: 1)) == "host not found")
     }
 }

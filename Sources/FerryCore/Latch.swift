@@ -2,7 +2,7 @@ import Synchronization
 
 /// A value set once that any number of tasks await: every waiter, and every later one,
 /// gets it; a cancelled waiter stops waiting with `CancellationError`.
-final class Latch<Value: Sendable>: Sendable {
+public final class Latch<Value: Sendable>: Sendable {
     private struct State {
         var value: Value?
         var nextID = 0
@@ -10,11 +10,13 @@ final class Latch<Value: Sendable>: Sendable {
     }
     private let state = Mutex(State())
 
+    public init() {}
+
     /// The value, once set.
-    var value: Value? { state.withLock { $0.value } }
+    public var value: Value? { state.withLock { $0.value } }
 
     /// Sets the value (a second call changes nothing) and wakes every waiter.
-    func set(_ value: Value) {
+    public func set(_ value: Value) {
         let (value, waiters) = state.withLock { s -> (Value, [CheckedContinuation<Value, any Error>]) in
             let kept = s.value ?? value
             s.value = kept
@@ -25,7 +27,7 @@ final class Latch<Value: Sendable>: Sendable {
     }
 
     /// The value once set; throws `CancellationError` if the task is cancelled first.
-    func wait() async throws -> Value {
+    public func wait() async throws -> Value {
         let id = state.withLock { s -> Int in
             defer { s.nextID += 1 }
             return s.nextID
