@@ -92,4 +92,19 @@ import Testing
         let offline = try await node.cli.run(["trust", "ls"])
         #expect(offline.stdout.contains(#"{"mayDelete":false,"read":"all","write":"all"}"#), "\(offline.stdout)")
     }
+
+    @Test func changesNeverReportsALastSequencePastTheStores() async throws {
+        let cli = FerryCLI()
+        defer { cli.cleanUp() }
+        #expect(try await cli.run(["put", "a", "{}"]).status == 0)
+        let offline = try await cli.run(["changes", "--since", "99999999999", "--json"])
+        #expect(try offline.json() == ["last_seq": 1, "results": []], "\(offline.stdout)")
+        let text = try await cli.run(["changes", "--since", "99999999999"])
+        #expect(text.stdout == "last_seq 1\n", "\(text.stdout)")
+        let node = ServeProcess(cli: cli)
+        _ = try await node.start()
+        let online = try await cli.run(["changes", "--since", "99999999999", "--json"])
+        #expect(try online.json() == ["last_seq": 1, "results": []], "\(online.stdout)")
+        #expect(await node.stop() == 0)
+    }
 }
