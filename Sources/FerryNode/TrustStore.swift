@@ -186,13 +186,14 @@ extension AccessRule {
     }
 }
 
-/// Writes JSON to a file through a temporary file and rename, so a crash never leaves half a file.
+/// Writes JSON to an owner-only file through a temporary file and rename, so a crash never leaves half a file.
 func writeAtomically(_ json: JSON, to path: String) throws(NodeError) {
     let temp = path + ".tmp"
-    try? FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+    try? FileManager.default.createDirectory(
+        atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
     var bytes = json.canonicalBytes
     bytes.append(0x0A)
-    guard FileManager.default.createFile(atPath: temp, contents: Data(bytes)) else {
+    guard FileManager.default.createFile(atPath: temp, contents: Data(bytes), attributes: [.posixPermissions: 0o600]) else {
         throw .badConfiguration("cannot write \(temp)")
     }
     let fd = open(temp, O_RDONLY)

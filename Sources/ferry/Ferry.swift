@@ -29,6 +29,9 @@ struct Ferry: AsyncParsableCommand {
     )
 
     static func main() async {
+        // Everything Ferry creates (data directory, database, identity, trust and node files,
+        // blobs) is its user's alone.
+        umask(0o077)
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = LogLevel.current
@@ -37,6 +40,7 @@ struct Ferry: AsyncParsableCommand {
         do {
             var command = try parseAsRoot(Self.movingGlobalOptions(Array(CommandLine.arguments.dropFirst())))
             if let reader = command as? any ReadsData { try reader.global.requireData() }
+            if let serve = command as? Serve { serve.warnIfDataIsShared() }
             if var async = command as? AsyncParsableCommand {
                 try await async.run()
             } else {
@@ -132,6 +136,20 @@ extension BlobGet: ReadsData {}
 extension Status: ReadsData {}
 extension Peers: ReadsData {}
 extension TrustList: ReadsData {}
+
+extension Serve {
+    /// Logs a warning when the data directory (an existing one: a new one is created
+    /// owner-only) may be read or entered by other users.
+    func warnIfDataIsShared() {
+        let configured = config.flatMap { try? NodeConfiguration.load(file: $0).dataDirectory }
+        let dir = global.data ?? configured ?? global.dataDirectory
+        var st = stat()
+        guard stat(dir, &st) == 0, st.st_mode & 0o077 != 0 else { return }
+        Logger(label: "ferry").warning(
+            "the data directory is accessible to other users; restrict it with chmod 700",
+            metadata: ["directory": "\(dir)", "mode": "\(String(st.st_mode & 0o777, radix: 8))"])
+    }
+}
 
 /// The log level of loggers created from now on: $FERRY_LOG_LEVEL if set, else the
 /// config's (for serve), else warning.

@@ -107,4 +107,62 @@ import Testing
         #expect(try online.json() == ["last_seq": 1, "results": []], "\(online.stdout)")
         #expect(await node.stop() == 0)
     }
+
+    /// The mode bits of a path, and of every entry under it.
+    func modes(_ path: String) -> [String: UInt16] {
+        var out: [String: UInt16] = [:]
+        var paths = [path]
+        if let sub = FileManager.default.subpaths(atPath: path) { paths += sub.map { path + "/" + $0 } }
+        for p in paths {
+            var st = stat()
+            if lstat(p, &st) == 0 { out[p] = UInt16(st.st_mode & 0o777) }
+        }
+        return out
+    }
+
+    func expectPrivate(_ path: String, _ when: String) {
+        for (p, mode) in modes(path).sorted(by: { $0.key < $1.key }) {
+            var st = stat()
+            lstat(p, &st)
+            let isDirectory = st.st_mode & S_IFMT == S_IFDIR
+            // The certificate is public (every peer gets it); its directory is owner-only.
+            let expected: UInt16 = isDirectory ? 0o700 : p.hasSuffix("/identity/cert.pem") ? 0o644 : 0o600
+            #expect(mode == expected, "\(when): \(p) is \(String(mode, radix: 8))")
+        }
+    }
+
+    @Test func whatFerryCreatesIsPrivateToItsUser() async throws {
+        let cli = FerryCLI()
+        defer { cli.cleanUp() }
+        #expect(try await cli.run(["put", "a", #"{"secret":1}"#]).status == 0)
+        let blob = cli.dataDirectory + ".blob"
+        defer { try? FileManager.default.removeItem(atPath: blob) }
+        FileManager.default.createFile(atPath: blob, contents: Data("bytes".utf8))
+        #expect(try await cli.run(["blob", "put", blob]).status == 0)
+        expectPrivate(cli.dataDirectory, "after put")
+        let node = ServeProcess(cli: cli)
+        _ = try await node.start()
+        #expect(try await cli.run(["trust", "add", String(repeating: "d", count: 64)]).status == 0)
+        expectPrivate(cli.dataDirectory, "while serving")
+        #expect(!node.logText.contains("accessible to other users"), "\(node.logText)")
+        #expect(await node.stop() == 0)
+        expectPrivate(cli.dataDirectory, "after serve")
+        // Another local user cannot read a document (only checkable as root).
+        if getuid() == 0 {
+            let other = await shell("setpriv --reuid=nobody --regid=nogroup --clear-groups '\(FerryCLI.binary)' --data '\(cli.dataDirectory)' get a")
+            #expect(other.status != 0 && !other.output.contains("secret"), "\(other.output)")
+        }
+    }
+
+    @Test func serveWarnsOnceAboutADataDirectoryOthersCanRead() async throws {
+        let cli = FerryCLI()
+        try FileManager.default.createDirectory(atPath: cli.dataDirectory, withIntermediateDirectories: true)
+        chmod(cli.dataDirectory, 0o755)
+        let node = ServeProcess(cli: cli)
+        _ = try await node.start()
+        #expect(await node.stop() == 0)
+        #expect(node.logText.components(separatedBy: "accessible to other users").count == 2, "\(node.logText)")
+        // An existing directory keeps its mode.
+        #expect(modes(cli.dataDirectory)[cli.dataDirectory] == 0o755)
+    }
 }
