@@ -113,6 +113,10 @@ struct TrustAdd: AsyncParsableCommand {
     @Flag(help: "Refuse its deletions.") var noDelete = false
     @Flag(help: "Read only: it may pull, but none of its writes are accepted.") var readOnly = false
 
+    func validate() throws {
+        if let name { try TrustList.validateName(name) }
+    }
+
     func run() async throws {
         var entry: [String: JSON] = ["id": .string(id.lowercased())]
         if let name { entry["name"] = .string(name) }
@@ -157,6 +161,7 @@ struct TrustSet: AsyncParsableCommand {
     @Flag(help: "Accept its deletions.") var allowDelete = false
 
     func validate() throws {
+        if let name { try TrustList.validateName(name) }
         if readAll && !read.isEmpty { throw ValidationError("--read-all and --read contradict each other") }
         let writes = [writeAll, readOnly, !write.isEmpty || !writeType.isEmpty].filter { $0 }.count
         if writes > 1 { throw ValidationError("give one of --write/--write-type, --write-all or --read-only") }
@@ -227,6 +232,11 @@ struct TrustList: AsyncParsableCommand {
 
     /// A policy as the config file writes it (`{"mayDelete":true,"read":"all","write":"all"}`).
     static func describe(_ policy: JSON?) -> String { policy?.canonicalString ?? "" }
+
+    /// Refuses a name with control or format characters as a usage error.
+    static func validateName(_ name: String) throws {
+        do { try NodeName.validate(name) } catch { throw ValidationError("--name: \(error.description)") }
+    }
 }
 
 struct TrustRemove: AsyncParsableCommand {

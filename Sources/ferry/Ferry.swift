@@ -40,6 +40,9 @@ struct Ferry: AsyncParsableCommand {
         do {
             var command = try parseAsRoot(Self.movingGlobalOptions(Array(CommandLine.arguments.dropFirst())))
             if let reader = command as? any ReadsData { try reader.global.requireData() }
+            if let named = command as? any NamesNode, let name = named.nodeName {
+                do { try NodeName.validate(name) } catch { throw CLIError(message: "--name: \(error.description)", status: 64) }
+            }
             if let serve = command as? Serve { serve.warnIfDataIsShared() }
             if var async = command as? AsyncParsableCommand {
                 try await async.run()
@@ -137,7 +140,19 @@ extension Status: ReadsData {}
 extension Peers: ReadsData {}
 extension TrustList: ReadsData {}
 
-extension Serve {
+/// A command that names this node (`--name`), which `main` refuses when it holds control
+/// or format characters (`NodeName`).
+protocol NamesNode {
+    var nodeName: String? { get }
+}
+
+extension ID: NamesNode {
+    var nodeName: String? { name }
+}
+
+extension Serve: NamesNode {
+    var nodeName: String? { name }
+
     /// Logs a warning when the data directory (an existing one: a new one is created
     /// owner-only) may be read or entered by other users.
     func warnIfDataIsShared() {

@@ -108,6 +108,29 @@ import Testing
         #expect(await node.stop() == 0)
     }
 
+    @Test func namesWithControlCharactersAreRefusedEverywhereANameIsGiven() async throws {
+        let cli = FerryCLI()
+        defer { cli.cleanUp() }
+        let id = String(repeating: "c", count: 64)
+        let add = try await cli.run(["trust", "add", id, "--name", "tr\nFAKE2"])
+        #expect(add.status == 64 && add.stderr.contains("U+000A"), "\(add.stderr)")
+        #expect(try await cli.run(["trust", "add", id, "--name", "tablet"]).status == 0)
+        let set = try await cli.run(["trust", "set", id, "--name", "a\u{202E}b"])
+        #expect(set.status == 64 && set.stderr.contains("U+202E"), "\(set.stderr)")
+        let ls = try await cli.run(["trust", "ls"])
+        #expect(ls.stdout.contains("\ttablet\t") && !ls.stdout.contains("FAKE2"), "\(ls.stdout)")
+        let identity = try await cli.run(["id", "--name", "evil\n\u{1B}[31m"])
+        #expect(identity.status == 64 && identity.stderr.contains("U+000A"), "\(identity.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: cli.dataDirectory + "/identity/cert.pem"))
+        let serve = try await cli.run(["serve", "--name", "x\u{7F}", "--port", "0", "--admin-port", "0", "--no-discovery"])
+        #expect(serve.status == 64 && serve.stderr.contains("U+007F"), "\(serve.stderr)")
+        let config = cli.dataDirectory + ".json"
+        defer { try? FileManager.default.removeItem(atPath: config) }
+        FileManager.default.createFile(atPath: config, contents: Data(#"{"name":"a\u0085b"}"#.utf8))
+        let configured = try await cli.run(["serve", "--config", config, "--port", "0", "--admin-port", "0", "--no-discovery"])
+        #expect(configured.status == 1 && configured.stderr.contains("name") && configured.stderr.contains("U+0085"), "\(configured.stderr)")
+    }
+
     /// The mode bits of a path, and of every entry under it.
     func modes(_ path: String) -> [String: UInt16] {
         var out: [String: UInt16] = [:]

@@ -35,6 +35,24 @@ import Testing
         #expect(AdminRequestRules.targetAuthority("http:///") == "")
     }
 
+    @Test func namesWithControlOrFormCharactersAreRefused() throws {
+        for name in ["tablet", "Ana's Mac", "café-1", "東京", "a b"] { try NodeName.validate(name) }
+        for name in ["tr\nFAKE2", "evil\u{1B}[31m", "a\u{7F}", "a\u{85}", "a\u{202E}b", "zw\u{200B}j", "a\u{2028}b", "tab\t"] {
+            #expect(throws: NodeNameError.self, "\(name.debugDescription)") { try NodeName.validate(name) }
+        }
+        #expect(throws: ConfigError.self) { try NodeConfiguration.parse(["name": "evil\n"], file: "test.json") }
+        let id = String(repeating: "a", count: 64)
+        #expect(throws: ConfigError.self) {
+            try NodeConfiguration.parse(["trust": [["id": .string(id), "name": "tr\nFAKE2"]]], file: "test.json")
+        }
+        #expect(throws: ConfigError.self) {
+            try NodeConfiguration.parse(["peers": [["url": "wss://127.0.0.1:1/ferry/sync", "id": .string(id), "name": "a\u{202E}"]]], file: "test.json")
+        }
+        #expect(throws: ConfigError.self) { try TrustStore.Change(parsing: ["name": "x\r"], id: id, source: "test") }
+        #expect(try NodeConfiguration.parse(["name": "kitchen"], file: "test.json").name == "kitchen")
+    }
+
+
     @Test func theBearerTokenIsReadCaseInsensitivelyAndNothingElseCounts() {
         #expect(AdminRequestRules.bearerToken("Bearer abc") == "abc")
         #expect(AdminRequestRules.bearerToken("bearer  abc") == "abc")
@@ -241,6 +259,19 @@ import Testing
         #expect(try status("http://localhost/docs", host: "LOCALHOST") == 200)
         #expect(try status("/", host: "127.0.0.1") == 200)
         #expect(try status("/", host: "127.0.0.1:evil") == 421)
+        await n.stop()
+    }
+
+    @Test func trustNamesWithControlCharactersAreABadRequest() async throws {
+        let n = try await InProcessNode.start({ $0.discovery = false })
+        let id = String(repeating: "9", count: 64)
+        let post = try await n.request("POST", "/trust", body: #"{"id":"\#(id)","name":"tr\nFAKE2"}"#)
+        #expect(post.status == 400 && post.json["error"] == "bad_request", "\(post.text)")
+        #expect(!n.node.trust.isTrusted(id))
+        #expect(try await n.request("POST", "/trust", body: #"{"id":"\#(id)","name":"tablet"}"#).status == 201)
+        let put = try await n.request("PUT", "/trust/\(id)", body: #"{"name":"a\u202eb"}"#)
+        #expect(put.status == 400 && put.json["error"] == "bad_request", "\(put.text)")
+        #expect(n.node.trust.entry(id)?.name == "tablet")
         await n.stop()
     }
 
