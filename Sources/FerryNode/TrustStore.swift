@@ -176,13 +176,16 @@ extension PeerPolicy {
 }
 
 extension AccessRule {
+    /// The rule in the config file's form, its empty lists left out: `"all"`, `"none"` or
+    /// `{"ids"?, "prefixes"?, "types"?}`.
     public var json: JSON {
         if admitsEverything { return "all" }
         if self == .none { return "none" }
-        return [
-            "ids": .array(idPatterns.map { .string($0) }), "prefixes": .array(idPrefixes.map { .string($0) }),
-            "types": .array(types.map { .string($0) }),
-        ]
+        var o: [String: JSON] = [:]
+        if !idPatterns.isEmpty { o["ids"] = .array(idPatterns.map { .string($0) }) }
+        if !idPrefixes.isEmpty { o["prefixes"] = .array(idPrefixes.map { .string($0) }) }
+        if !types.isEmpty { o["types"] = .array(types.map { .string($0) }) }
+        return .object(o)
     }
 }
 

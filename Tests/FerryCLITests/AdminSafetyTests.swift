@@ -81,16 +81,23 @@ import Testing
         #expect(again.status == 4 && again.stderr.contains("trust set"), "\(again.stderr)")
         let set = try await node.cli.run(["trust", "set", id, "--no-delete"])
         #expect(set.status == 0, "\(set.stderr)")
+        #expect(set.stdout == "\(id)\ttablet\tapi\t{\"read\":\"all\",\"write\":{\"ids\":[\"notes/*\"]},\"mayDelete\":false}\n", "\(set.stdout)")
         let ls = try await node.cli.run(["trust", "ls"])
-        #expect(ls.stdout.contains(#"{"mayDelete":false,"read":"all","write":{"ids":["notes/*"],"prefixes":[],"types":[]}}"#), "\(ls.stdout)")
+        #expect(ls.stdout.hasPrefix("ID\tNAME\tSOURCE\tPOLICY\n"), "\(ls.stdout)")
+        #expect(ls.stdout.contains(#"{"read":"all","write":{"ids":["notes/*"]},"mayDelete":false}"#), "\(ls.stdout)")
         #expect(ls.stdout.contains("tablet"))
         #expect(!ls.stdout.contains("FerryCore"))
+        let api = try await node.cli.run(["trust", "ls", "--json"])
+        #expect(try api.json().canonicalString.contains(#""policy":{"mayDelete":false,"read":"all","write":{"ids":["notes/*"]}}"#), "\(api.stdout)")
+        let renamed = try await node.cli.run(["trust", "set", id, "--name", "tablet-2"])
+        #expect(renamed.status == 0 && renamed.stdout.hasPrefix("\(id)\ttablet-2\tapi\t"), "\(renamed.stdout)")
         #expect(await node.stop() == 0)
         // Without a node, the same rules apply to DATA/trust.json.
         #expect(try await node.cli.run(["trust", "add", id]).status == 4)
-        #expect(try await node.cli.run(["trust", "set", id, "--write-all"]).status == 0)
+        let offlineSet = try await node.cli.run(["trust", "set", id, "--write-all"])
+        #expect(offlineSet.status == 0 && offlineSet.stdout.hasPrefix("\(id)\ttablet-2\tapi\t"), "\(offlineSet.stdout)")
         let offline = try await node.cli.run(["trust", "ls"])
-        #expect(offline.stdout.contains(#"{"mayDelete":false,"read":"all","write":"all"}"#), "\(offline.stdout)")
+        #expect(offline.stdout.contains(#"{"read":"all","write":"all","mayDelete":false}"#), "\(offline.stdout)")
     }
 
     @Test func changesNeverReportsALastSequencePastTheStores() async throws {

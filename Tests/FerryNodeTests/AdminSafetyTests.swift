@@ -52,6 +52,21 @@ import Testing
         #expect(try NodeConfiguration.parse(["name": "kitchen"], file: "test.json").name == "kitchen")
     }
 
+    @Test func anAccessRuleIsWrittenMinimallyAndReadBackAsItWas() throws {
+        let rules = [
+            AccessRule.all, .none, AccessRule(idPatterns: ["notes/*"]), AccessRule(idPrefixes: ["p/"], types: ["note"]),
+            AccessRule(idPrefixes: ["p/"], idPatterns: ["a*"], types: ["t"]),
+        ]
+        #expect(AccessRule(idPatterns: ["notes/*"]).json == ["ids": ["notes/*"]])
+        #expect(PeerPolicy(read: .all, write: AccessRule(idPatterns: ["notes/*"]), mayDelete: false).json.canonicalString
+            == #"{"mayDelete":false,"read":"all","write":{"ids":["notes/*"]}}"#)
+        for rule in rules {
+            let policy = PeerPolicy(read: rule, write: rule, mayDelete: true)
+            let id = String(repeating: "a", count: 64)
+            let entry = try NodeConfiguration.TrustEntry(parsing: ["id": .string(id), "policy": policy.json], source: "test")
+            #expect(entry.policy == policy, "\(rule.json)")
+        }
+    }
 
     @Test func theBearerTokenIsReadCaseInsensitivelyAndNothingElseCounts() {
         #expect(AdminRequestRules.bearerToken("Bearer abc") == "abc")
