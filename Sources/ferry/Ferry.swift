@@ -115,6 +115,10 @@ struct GlobalOptions: ParsableArguments {
     /// Fails unless the data directory holds something of Ferry's (a database, an identity,
     /// a trust store or a running node's node.json), so a mistyped --data is reported.
     func requireData() throws {
+        var st = stat()
+        if stat(dataDirectory, &st) == 0, access(dataDirectory, R_OK | X_OK) != 0 {
+            throw CLIError(message: "cannot read the data directory \(dataDirectory): permission denied (run the CLI as the node's user)")
+        }
         let markers = [DocumentStore.databaseFileName, "identity", "trust.json", "node.json"]
         guard markers.contains(where: { FileManager.default.fileExists(atPath: "\(dataDirectory)/\($0)") }) else {
             throw StoreError.noDatabase(directory: dataDirectory)
