@@ -35,11 +35,47 @@ public enum LogText {
     public static func escape(describing value: Any) -> String { escape(String(describing: value)) }
 
     static func needsEscape(_ scalar: Unicode.Scalar) -> Bool {
-        if scalar == "\\" { return true }
-        if scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) { return true }
+        if scalar == "\\" || isControl(scalar) { return true }
         switch scalar.properties.generalCategory {
-        case .control, .format, .lineSeparator, .paragraphSeparator, .surrogate, .privateUse, .unassigned: return true
+        case .surrogate, .privateUse, .unassigned: return true
         default: return false
         }
+    }
+
+    /// Whether a scalar is a control (C0, DEL, C1), a format character (bidirectional
+    /// overrides, zero-width characters) or a line or paragraph separator.
+    public static func isControl(_ scalar: Unicode.Scalar) -> Bool {
+        if scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) { return true }
+        switch scalar.properties.generalCategory {
+        case .control, .format, .lineSeparator, .paragraphSeparator: return true
+        default: return false
+        }
+    }
+}
+
+/// The rule for names given to nodes (a node's own name, a trust entry's): printable text,
+/// without the control and format characters that could forge lines or disguise text
+/// wherever a name is shown (terminals, logs, certificates, DNS-SD).
+public enum NodeName {
+    /// Throws unless `name` is free of control and format characters (`LogText.isControl`).
+    public static func validate(_ name: String) throws(NodeNameError) {
+        if let bad = name.unicodeScalars.first(where: LogText.isControl) {
+            throw NodeNameError(name: name, scalar: bad)
+        }
+    }
+}
+
+/// A name holding a control or format character.
+public struct NodeNameError: FerryError, Equatable {
+    public let name: String
+    public let scalar: Unicode.Scalar
+    public var domain: String { "core" }
+    public var code: String { "bad_name" }
+    public var isTransient: Bool { false }
+    public var description: String { "name \"\(LogText.escape(name))\" \(reason)" }
+    /// What is wrong, without the name.
+    public var reason: String {
+        let hex = String(scalar.value, radix: 16, uppercase: true)
+        return "contains the control character U+\(String(repeating: "0", count: max(0, 4 - hex.count)) + hex); use printable text"
     }
 }

@@ -4,8 +4,10 @@ import FerrySync
 import FerryTransport
 import Foundation
 import Hummingbird
+import HummingbirdCore
 import Logging
 import NIOCore
+import NIOHTTP1
 import ServiceLifecycle
 
 /// Ferry's version, as the admin API and `ferry --version` report it.
@@ -57,6 +59,7 @@ struct AdminAPI: Sendable {
         let readiness = self.readiness
         let app = Application(
             router: router(),
+            server: .init { responder in AdminHTTP1Channel(responder: responder) },
             configuration: .init(
                 address: .hostname(node.configuration.adminInterface, port: node.configuration.adminPort), serverName: "ferry"),
             onServerRunning: { channel in readiness.adminBound(channel.localAddress?.port ?? 0) },
@@ -416,15 +419,22 @@ struct AdminGuard<Context: RequestContext>: RouterMiddleware {
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         typealias Rules = AdminRequestRules
-        // The first `Host` is the authority; a repeated one must be loopback too, since
-        // whatever sits in front of the node may read that one instead.
-        let hosts = [request.head.authority] + request.headers.filter { $0.name.canonicalName == "host" }.map { Optional($0.value) }
-        for host in hosts {
+        // The authority is the first `Host` (or an absolute-form target's, which
+        // `RequestTargetHandler` puts first). Every `Host` must be loopback, since whatever
+        // sits in front of the node may read another one, and all must agree.
+        let headerHosts = request.headers.filter { $0.name.canonicalName == "host" }.map(\.value)
+        for host in [request.head.authority] + headerHosts.map(Optional.some) {
             guard let host, Rules.isLoopbackAuthority(host) else {
                 throw APIError(
                     .misdirectedRequest, "misdirected",
-                    "the admin API answers only requests addressed to a loopback host (127.0.0.1, ::1 or localhost), not \(host ?? "no Host")")
+                    "the admin API answers only requests addressed to a loopback host (127.0.0.1, ::1 or localhost), not \(LogText.escape(host ?? "no Host"))")
             }
+        }
+        let authorities = [request.head.authority ?? ""] + headerHosts
+        if Set(authorities.map { $0.lowercased() }).count > 1 {
+            throw APIError(
+                .misdirectedRequest, "misdirected",
+                "the request names more than one authority (\(LogText.escape(authorities.joined(separator: ", "))))")
         }
         for origin in request.headers[values: .origin] where !allowedOrigins.contains(Rules.normalizedOrigin(origin)) {
             throw APIError(.forbidden, "forbidden_origin", "requests from the web origin \(origin) are refused (see admin.allowedOrigins)")
@@ -446,14 +456,27 @@ struct AdminGuard<Context: RequestContext>: RouterMiddleware {
 
 /// The checks AdminGuard applies, as pure functions of header values.
 enum AdminRequestRules {
-    /// `host[:port]`, `[v6]:port`: whether the host is `localhost`, 127.0.0.0/8 or ::1.
+    /// Whether an authority is exactly `host`, `host:port`, `[v6]` or `[v6]:port` (port
+    /// 1–65535 in digits) with the host `localhost`, in 127.0.0.0/8 or ::1.
     static func isLoopbackAuthority(_ authority: String) -> Bool {
         var host = Substring(authority)
+        var port: Substring?
         if host.hasPrefix("[") {
             guard let close = host.firstIndex(of: "]") else { return false }
+            let rest = host[host.index(after: close)...]
             host = host[host.index(after: host.startIndex)..<close]
-        } else if let colon = host.lastIndex(of: ":") {
+            if !rest.isEmpty {
+                guard rest.first == ":" else { return false }
+                port = rest.dropFirst()
+            }
+        } else if let colon = host.firstIndex(of: ":") {
+            port = host[host.index(after: colon)...]
             host = host[..<colon]
+        }
+        if let port {
+            guard !port.isEmpty, port.count <= 5, port.allSatisfy({ $0.isASCII && $0.isNumber }),
+                let n = Int(port), (1...65535).contains(n)
+            else { return false }
         }
         let name = host.lowercased()
         if name == "localhost" || name == "localhost." { return true }
@@ -463,6 +486,16 @@ enum AdminRequestRules {
         var loopback = in6_addr()
         _ = inet_pton(AF_INET6, "::1", &loopback)
         return inet_pton(AF_INET6, name, &v6) == 1 && withUnsafeBytes(of: v6, { Array($0) }) == withUnsafeBytes(of: loopback, { Array($0) })
+    }
+
+    /// The authority a request target names: an absolute-form target's
+    /// (`http://HOST:PORT/path`) or an authority-form one's (`HOST:PORT`); nil for
+    /// origin-form (`/path`) and `*`.
+    static func targetAuthority(_ target: String) -> Substring? {
+        if target.hasPrefix("/") || target == "*" { return nil }
+        var rest = Substring(target)
+        if let scheme = rest.range(of: "://") { rest = rest[scheme.upperBound...] }
+        return rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
     }
 
     /// The token of `Bearer TOKEN` (scheme case-insensitive), else nil.
@@ -491,6 +524,45 @@ enum AdminRequestRules {
         guard let contentType else { return false }
         let media = contentType.split(separator: ";", maxSplits: 1).first ?? ""
         return media.trimmingCharacters(in: .whitespaces).lowercased() == "application/json"
+    }
+}
+
+/// Hummingbird's HTTP/1 channel with `RequestTargetHandler` ahead of its conversion to
+/// HTTP types, which would otherwise drop an absolute-form target's authority.
+struct AdminHTTP1Channel: HTTPChannelHandler {
+    typealias Value = HTTP1Channel.Value
+    let inner: HTTP1Channel
+    var responder: Responder { inner.responder }
+
+    init(responder: @escaping Responder) { inner = HTTP1Channel(responder: responder) }
+
+    func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
+        inner.setup(channel: channel, logger: logger).flatMapThrowing { value in
+            let decoder = try channel.pipeline.syncOperations.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
+            try channel.pipeline.syncOperations.addHandler(RequestTargetHandler(), position: .after(decoder))
+            return value
+        }
+    }
+
+    func handle(value: Value, logger: Logger) async { await inner.handle(value: value, logger: logger) }
+}
+
+/// Makes a request target's authority the request's: for an absolute-form or
+/// authority-form target it adds that authority as the first `Host` (keeping the client's,
+/// which `AdminGuard` then requires to agree), as HTTP/1.1 has the target win over `Host`.
+final class RequestTargetHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias InboundOut = HTTPServerRequestPart
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard case .head(var head) = unwrapInboundIn(data), let authority = AdminRequestRules.targetAuthority(head.uri) else {
+            context.fireChannelRead(data)
+            return
+        }
+        var headers = HTTPHeaders([("Host", String(authority))])
+        headers.add(contentsOf: head.headers)
+        head.headers = headers
+        context.fireChannelRead(wrapInboundOut(.head(head)))
     }
 }
 

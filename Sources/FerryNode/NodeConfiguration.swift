@@ -254,6 +254,13 @@ struct ConfigReader {
         return out
     }
 
+    /// A node's or trust entry's name: a string without control characters (`NodeName`).
+    func name(_ value: JSON, _ key: String) throws(ConfigError) -> String {
+        let s = try string(value, key)
+        do { try NodeName.validate(s) } catch { throw fail(key, error.reason) }
+        return s
+    }
+
     func int(_ value: JSON, _ key: String, _ range: ClosedRange<Int>) throws(ConfigError) -> Int {
         guard let i = value.intValue, range.contains(Int(i)) else {
             throw fail(key, "must be an integer in \(range.lowerBound)...\(range.upperBound)")
@@ -285,7 +292,7 @@ struct ConfigReader {
             "name", "group", "data", "listen", "admin", "discovery", "peers", "trust", "conflicts", "pullFilter",
             "validation", "logLevel", "limits", "readOnly", "replications",
         ])
-        if let v = top["name"] { c.name = try string(v, "name") }
+        if let v = top["name"] { c.name = try name(v, "name") }
         if let v = top["group"] {
             c.group = try string(v, "group")
             guard !c.group.isEmpty, c.group.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" }) else {
@@ -335,7 +342,7 @@ struct ConfigReader {
                 let o = try object(item, key, allowed: ["url", "id", "name"])
                 guard let u = o["url"] else { throw fail("\(key).url", "is required") }
                 guard let id = o["id"] else { throw fail("\(key).id", "is required: the peer's pinned node ID") }
-                c.peers.append(.init(url: try url(u, "\(key).url"), nodeID: try nodeID(id, "\(key).id"), name: try o["name"].map { v throws(ConfigError) in try string(v, "\(key).name") }))
+                c.peers.append(.init(url: try url(u, "\(key).url"), nodeID: try nodeID(id, "\(key).id"), name: try o["name"].map { v throws(ConfigError) in try name(v, "\(key).name") }))
             }
         }
         if let v = top["trust"] {
@@ -391,7 +398,7 @@ struct ConfigReader {
         let o = try object(item, key, allowed: ["id", "name", "policy"])
         guard let id = o["id"] else { throw fail("\(key).id", "is required") }
         var entry = NodeConfiguration.TrustEntry(nodeID: try nodeID(id, "\(key).id"))
-        if let n = o["name"] { entry.name = try string(n, "\(key).name") }
+        if let n = o["name"] { entry.name = try name(n, "\(key).name") }
         if let p = o["policy"] { entry.policy = try policy(p, "\(key).policy") }
         return entry
     }
@@ -404,7 +411,7 @@ struct ConfigReader {
             throw fail("\(key).id", "does not match the node ID in the URL")
         }
         var change = TrustStore.Change()
-        if let n = o["name"] { change.name = n == .null ? .some(nil) : .some(try string(n, "\(key).name")) }
+        if let n = o["name"] { change.name = n == .null ? .some(nil) : .some(try name(n, "\(key).name")) }
         if let p = o["policy"] {
             let po = try object(p, "\(key).policy", allowed: ["read", "write", "mayDelete"])
             if let r = po["read"] { change.read = try access(r, "\(key).policy.read") }

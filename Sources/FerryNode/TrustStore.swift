@@ -176,23 +176,27 @@ extension PeerPolicy {
 }
 
 extension AccessRule {
+    /// The rule in the config file's form, its empty lists left out: `"all"`, `"none"` or
+    /// `{"ids"?, "prefixes"?, "types"?}`.
     public var json: JSON {
         if admitsEverything { return "all" }
         if self == .none { return "none" }
-        return [
-            "ids": .array(idPatterns.map { .string($0) }), "prefixes": .array(idPrefixes.map { .string($0) }),
-            "types": .array(types.map { .string($0) }),
-        ]
+        var o: [String: JSON] = [:]
+        if !idPatterns.isEmpty { o["ids"] = .array(idPatterns.map { .string($0) }) }
+        if !idPrefixes.isEmpty { o["prefixes"] = .array(idPrefixes.map { .string($0) }) }
+        if !types.isEmpty { o["types"] = .array(types.map { .string($0) }) }
+        return .object(o)
     }
 }
 
-/// Writes JSON to a file through a temporary file and rename, so a crash never leaves half a file.
+/// Writes JSON to an owner-only file through a temporary file and rename, so a crash never leaves half a file.
 func writeAtomically(_ json: JSON, to path: String) throws(NodeError) {
     let temp = path + ".tmp"
-    try? FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+    try? FileManager.default.createDirectory(
+        atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
     var bytes = json.canonicalBytes
     bytes.append(0x0A)
-    guard FileManager.default.createFile(atPath: temp, contents: Data(bytes)) else {
+    guard FileManager.default.createFile(atPath: temp, contents: Data(bytes), attributes: [.posixPermissions: 0o600]) else {
         throw .badConfiguration("cannot write \(temp)")
     }
     let fd = open(temp, O_RDONLY)

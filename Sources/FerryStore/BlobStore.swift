@@ -18,7 +18,8 @@ public final class BlobStore: Sendable {
         self.directory = directory
         do {
             try FileManager.default.createDirectory(
-                atPath: (directory as NSString).appendingPathComponent("tmp"), withIntermediateDirectories: true)
+                atPath: (directory as NSString).appendingPathComponent("tmp"), withIntermediateDirectories: true,
+                attributes: [.posixPermissions: 0o700])
         } catch {
             throw .io("cannot create blob directory \(directory): \(error.localizedDescription)")
         }
@@ -61,7 +62,7 @@ public final class BlobStore: Sendable {
             return try put(Array(data), contentType: contentType)
         }
         let temp = "\(directory)/tmp/\(UUID().uuidString)"
-        guard FileManager.default.createFile(atPath: temp, contents: nil),
+        guard FileManager.default.createFile(atPath: temp, contents: nil, attributes: [.posixPermissions: 0o600]),
             let output = FileHandle(forWritingAtPath: temp)
         else { throw .io("cannot create \(temp)") }
         var hasher = SHA256()
@@ -159,7 +160,7 @@ public final class BlobStore: Sendable {
     }
 
     private func writeDurably(_ content: [UInt8], to path: String) throws(StoreError) {
-        let fd = Foundation.open(path, O_WRONLY | O_CREAT | O_EXCL, 0o644)
+        let fd = Foundation.open(path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
         guard fd >= 0 else { throw .io("cannot create \(path): errno \(errno)") }
         defer { close(fd) }
         var written = 0
@@ -181,7 +182,7 @@ public final class BlobStore: Sendable {
     private func moveIntoPlace(_ temp: String, _ final: String) throws(StoreError) {
         let dir = (final as NSString).deletingLastPathComponent
         do {
-            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         } catch {
             throw .io("cannot create \(dir): \(error.localizedDescription)")
         }

@@ -28,11 +28,16 @@ public final class DocumentStore: Sendable {
         -> DocumentStore
     {
         do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            // Owner-only: what a node stores is its user's alone. An existing directory keeps its mode.
+            try FileManager.default.createDirectory(
+                atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         } catch {
             throw .io("cannot create data directory \(directory): \(error.localizedDescription)")
         }
         let dbPath = (directory as NSString).appendingPathComponent(databaseFileName)
+        // A new database starts owner-only; SQLite gives its -wal and -shm files the same mode.
+        let fd = Foundation.open(dbPath, O_WRONLY | O_CREAT | O_EXCL, 0o600)
+        if fd >= 0 { close(fd) }
         let blobs = try BlobStore(directory: (directory as NSString).appendingPathComponent("blobs"))
         return try DocumentStore(path: dbPath, blobs: blobs, options: options)
     }

@@ -113,6 +113,10 @@ struct TrustAdd: AsyncParsableCommand {
     @Flag(help: "Refuse its deletions.") var noDelete = false
     @Flag(help: "Read only: it may pull, but none of its writes are accepted.") var readOnly = false
 
+    func validate() throws {
+        if let name { try TrustList.validateName(name) }
+    }
+
     func run() async throws {
         var entry: [String: JSON] = ["id": .string(id.lowercased())]
         if let name { entry["name"] = .string(name) }
@@ -157,6 +161,7 @@ struct TrustSet: AsyncParsableCommand {
     @Flag(help: "Accept its deletions.") var allowDelete = false
 
     func validate() throws {
+        if let name { try TrustList.validateName(name) }
         if readAll && !read.isEmpty { throw ValidationError("--read-all and --read contradict each other") }
         let writes = [writeAll, readOnly, !write.isEmpty || !writeType.isEmpty].filter { $0 }.count
         if writes > 1 { throw ValidationError("give one of --write/--write-type, --write-all or --read-only") }
@@ -198,7 +203,7 @@ struct TrustSet: AsyncParsableCommand {
             }
             result = e.json
         }
-        if global.json { Output.json(result) } else { Output.line("\(result["id"]?.stringValue ?? id)\t\(TrustList.describe(result["policy"]))") }
+        if global.json { Output.json(result) } else { Output.line(TrustList.line(result)) }
     }
 }
 
@@ -218,15 +223,35 @@ struct TrustList: AsyncParsableCommand {
         if global.json {
             Output.json(entries)
         } else if case .array(let list) = entries {
-            if list.isEmpty { Output.line("no trusted nodes (add one with `ferry trust add ID`)") }
-            for e in list {
-                Output.line("\(e["id"]?.stringValue ?? "?")\t\(e["name"]?.stringValue ?? "-")\t\(e["source"]?.stringValue ?? "?")\t\(Self.describe(e["policy"]))")
+            if list.isEmpty {
+                Output.line("no trusted nodes (add one with `ferry trust add ID`)")
+                return
             }
+            Output.line("ID\tNAME\tSOURCE\tPOLICY")
+            for e in list { Output.line(Self.line(e)) }
         }
     }
 
-    /// A policy as the config file writes it (`{"mayDelete":true,"read":"all","write":"all"}`).
-    static func describe(_ policy: JSON?) -> String { policy?.canonicalString ?? "" }
+    /// An entry as one tab-separated line: ID, name (escaped), source, policy.
+    static func line(_ e: JSON) -> String {
+        "\(e["id"]?.stringValue ?? "?")\t\(LogText.escape(e["name"]?.stringValue ?? "-"))\t\(e["source"]?.stringValue ?? "?")\t\(describe(e["policy"]))"
+    }
+
+    /// A policy as the config file takes it, minimally: `{"read":…,"write":…,"mayDelete":…}`
+    /// with empty lists left out.
+    static func describe(_ policy: JSON?) -> String {
+        guard let policy else { return "" }
+        func rule(_ r: JSON?) -> String {
+            guard let o = r?.objectValue else { return r?.canonicalString ?? "null" }
+            return JSON.object(o.filter { $0.value != .array([]) }).canonicalString
+        }
+        return #"{"read":\#(rule(policy["read"])),"write":\#(rule(policy["write"])),"mayDelete":\#(policy["mayDelete"]?.canonicalString ?? "null")}"#
+    }
+
+    /// Refuses a name with control or format characters as a usage error.
+    static func validateName(_ name: String) throws {
+        do { try NodeName.validate(name) } catch { throw ValidationError("--name: \(error.description)") }
+    }
 }
 
 struct TrustRemove: AsyncParsableCommand {

@@ -143,6 +143,9 @@ struct Changes: AsyncParsableCommand {
 
     func run() async throws {
         let store = try global.openExistingStore()
+        // As in the admin API: a `since` past the store's end is read as the end, so
+        // `last_seq` never points past a change not yet seen.
+        let since = min(self.since, try store.lastSequence)
         let changes = try store.changes(since: since, limit: limit)
         let last = changes.last?.sequence ?? since
         if global.json {

@@ -29,6 +29,9 @@ struct Ferry: AsyncParsableCommand {
     )
 
     static func main() async {
+        // Everything Ferry creates (data directory, database, identity, trust and node files,
+        // blobs) is its user's alone.
+        umask(0o077)
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = LogLevel.current
@@ -37,6 +40,10 @@ struct Ferry: AsyncParsableCommand {
         do {
             var command = try parseAsRoot(Self.movingGlobalOptions(Array(CommandLine.arguments.dropFirst())))
             if let reader = command as? any ReadsData { try reader.global.requireData() }
+            if let named = command as? any NamesNode, let name = named.nodeName {
+                do { try NodeName.validate(name) } catch { throw CLIError(message: "--name: \(error.description)", status: 64) }
+            }
+            if let serve = command as? Serve { serve.warnIfDataIsShared() }
             if var async = command as? AsyncParsableCommand {
                 try await async.run()
             } else {
@@ -108,6 +115,10 @@ struct GlobalOptions: ParsableArguments {
     /// Fails unless the data directory holds something of Ferry's (a database, an identity,
     /// a trust store or a running node's node.json), so a mistyped --data is reported.
     func requireData() throws {
+        var st = stat()
+        if stat(dataDirectory, &st) == 0, access(dataDirectory, R_OK | X_OK) != 0 {
+            throw CLIError(message: "cannot read the data directory \(dataDirectory): permission denied (run the CLI as the node's user)")
+        }
         let markers = [DocumentStore.databaseFileName, "identity", "trust.json", "node.json"]
         guard markers.contains(where: { FileManager.default.fileExists(atPath: "\(dataDirectory)/\($0)") }) else {
             throw StoreError.noDatabase(directory: dataDirectory)
@@ -132,6 +143,32 @@ extension BlobGet: ReadsData {}
 extension Status: ReadsData {}
 extension Peers: ReadsData {}
 extension TrustList: ReadsData {}
+
+/// A command that names this node (`--name`), which `main` refuses when it holds control
+/// or format characters (`NodeName`).
+protocol NamesNode {
+    var nodeName: String? { get }
+}
+
+extension ID: NamesNode {
+    var nodeName: String? { name }
+}
+
+extension Serve: NamesNode {
+    var nodeName: String? { name }
+
+    /// Logs a warning when the data directory (an existing one: a new one is created
+    /// owner-only) may be read or entered by other users.
+    func warnIfDataIsShared() {
+        let configured = config.flatMap { try? NodeConfiguration.load(file: $0).dataDirectory }
+        let dir = global.data ?? configured ?? global.dataDirectory
+        var st = stat()
+        guard stat(dir, &st) == 0, st.st_mode & 0o077 != 0 else { return }
+        Logger(label: "ferry").warning(
+            "the data directory is accessible to other users; restrict it with chmod 700",
+            metadata: ["directory": "\(dir)", "mode": "\(String(st.st_mode & 0o777, radix: 8))"])
+    }
+}
 
 /// The log level of loggers created from now on: $FERRY_LOG_LEVEL if set, else the
 /// config's (for serve), else warning.

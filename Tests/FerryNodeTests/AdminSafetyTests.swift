@@ -13,11 +13,58 @@ import Testing
 /// refusal to replace an entry by omission.
 @Suite struct AdminGuardTests {
     @Test func onlyLoopbackHostsAreAccepted() {
-        for host in ["127.0.0.1:4986", "127.0.0.1", "localhost:4986", "LOCALHOST", "127.1.2.3:80", "[::1]:4986", "[::1]"] {
+        for host in ["127.0.0.1:4986", "127.0.0.1", "localhost:4986", "LOCALHOST", "localhost.", "127.1.2.3:80", "[::1]:4986", "[::1]", "127.0.0.1:65535"] {
             #expect(AdminRequestRules.isLoopbackAuthority(host), "\(host)")
         }
-        for host in ["evil.example", "evil.example:4986", "127.0.0.1.evil.example", "localhost.evil.example:1", "10.0.0.1:4986", "[::2]:1", "", "[::1"] {
+        for host in [
+            "evil.example", "evil.example:4986", "127.0.0.1.evil.example", "localhost.evil.example:1", "10.0.0.1:4986", "[::2]:1", "", "[::1",
+            "[::1]evil", "[::1]:", "[::1]:x", "127.0.0.1:evil", "127.0.0.1:99999", "127.0.0.1:0", "127.0.0.1:", "127.0.0.1:+80",
+            "127.0.0.1:80:80", "localhost:٤٩٨٦", "user@127.0.0.1",
+        ] {
             #expect(!AdminRequestRules.isLoopbackAuthority(host), "\(host)")
+        }
+    }
+
+    @Test func anAbsoluteOrAuthorityFormTargetNamesItsAuthority() {
+        #expect(AdminRequestRules.targetAuthority("/docs/a") == nil)
+        #expect(AdminRequestRules.targetAuthority("*") == nil)
+        #expect(AdminRequestRules.targetAuthority("http://evil.example/") == "evil.example")
+        #expect(AdminRequestRules.targetAuthority("http://127.0.0.1:4986?x=1") == "127.0.0.1:4986")
+        #expect(AdminRequestRules.targetAuthority("HTTP://[::1]:4986/metrics") == "[::1]:4986")
+        #expect(AdminRequestRules.targetAuthority("evil.example:80") == "evil.example:80")
+        #expect(AdminRequestRules.targetAuthority("http:///") == "")
+    }
+
+    @Test func namesWithControlOrFormCharactersAreRefused() throws {
+        for name in ["tablet", "Ana's Mac", "café-1", "東京", "a b"] { try NodeName.validate(name) }
+        for name in ["tr\nFAKE2", "evil\u{1B}[31m", "a\u{7F}", "a\u{85}", "a\u{202E}b", "zw\u{200B}j", "a\u{2028}b", "tab\t"] {
+            #expect(throws: NodeNameError.self, "\(name.debugDescription)") { try NodeName.validate(name) }
+        }
+        #expect(throws: ConfigError.self) { try NodeConfiguration.parse(["name": "evil\n"], file: "test.json") }
+        let id = String(repeating: "a", count: 64)
+        #expect(throws: ConfigError.self) {
+            try NodeConfiguration.parse(["trust": [["id": .string(id), "name": "tr\nFAKE2"]]], file: "test.json")
+        }
+        #expect(throws: ConfigError.self) {
+            try NodeConfiguration.parse(["peers": [["url": "wss://127.0.0.1:1/ferry/sync", "id": .string(id), "name": "a\u{202E}"]]], file: "test.json")
+        }
+        #expect(throws: ConfigError.self) { try TrustStore.Change(parsing: ["name": "x\r"], id: id, source: "test") }
+        #expect(try NodeConfiguration.parse(["name": "kitchen"], file: "test.json").name == "kitchen")
+    }
+
+    @Test func anAccessRuleIsWrittenMinimallyAndReadBackAsItWas() throws {
+        let rules = [
+            AccessRule.all, .none, AccessRule(idPatterns: ["notes/*"]), AccessRule(idPrefixes: ["p/"], types: ["note"]),
+            AccessRule(idPrefixes: ["p/"], idPatterns: ["a*"], types: ["t"]),
+        ]
+        #expect(AccessRule(idPatterns: ["notes/*"]).json == ["ids": ["notes/*"]])
+        #expect(PeerPolicy(read: .all, write: AccessRule(idPatterns: ["notes/*"]), mayDelete: false).json.canonicalString
+            == #"{"mayDelete":false,"read":"all","write":{"ids":["notes/*"]}}"#)
+        for rule in rules {
+            let policy = PeerPolicy(read: rule, write: rule, mayDelete: true)
+            let id = String(repeating: "a", count: 64)
+            let entry = try NodeConfiguration.TrustEntry(parsing: ["id": .string(id), "policy": policy.json], source: "test")
+            #expect(entry.policy == policy, "\(rule.json)")
         }
     }
 
@@ -182,6 +229,64 @@ import Testing
         let other = #"{"id":"r1","url":"wss://10.0.0.66:1/ferry/sync","peer":"\#(id)","continuous":false}"#
         #expect(try await n.request("POST", "/replications", body: other).status == 409)
         #expect(n.node.replicationRegistry.specs.map(\.url) == ["wss://127.0.0.1:1/ferry/sync"])
+        await n.stop()
+    }
+
+    /// Sends `request` as raw bytes to the node's admin port and returns the status line's code.
+    static func rawStatus(_ port: Int, _ request: String) throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #expect(fd >= 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        #expect(connected == 0)
+        let bytes = Array(request.utf8)
+        #expect(write(fd, bytes, bytes.count) == bytes.count)
+        var reply: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = read(fd, &buffer, buffer.count)
+            if n <= 0 { break }
+            reply += buffer[0..<n]
+        }
+        let line = String(decoding: reply, as: UTF8.self).prefix { $0 != "\r" }
+        return Int(line.split(separator: " ").dropFirst().first ?? "") ?? -1
+    }
+
+    @Test func anAbsoluteFormTargetsAuthorityIsCheckedAndMustMatchHost() async throws {
+        let n = try await InProcessNode.start({ $0.discovery = false })
+        let port = n.ready.adminPort
+        let key = n.node.adminKey.value
+        func status(_ target: String, host: String?) throws -> Int {
+            let hostLine = host.map { "Host: \($0)\r\n" } ?? ""
+            return try Self.rawStatus(port, "GET \(target) HTTP/1.1\r\n\(hostLine)Authorization: Bearer \(key)\r\nConnection: close\r\n\r\n")
+        }
+        #expect(try status("http://evil.example/", host: "127.0.0.1") == 421)
+        #expect(try status("http://evil.example/metrics", host: "127.0.0.1") == 421)
+        #expect(try status("http://user@127.0.0.1/", host: "127.0.0.1") == 421)
+        #expect(try status("http://127.0.0.1:\(port)/", host: "localhost:\(port)") == 421)
+        #expect(try status("http://127.0.0.1:\(port)/", host: "127.0.0.1:\(port)") == 200)
+        #expect(try status("http://localhost/docs", host: "LOCALHOST") == 200)
+        #expect(try status("/", host: "127.0.0.1") == 200)
+        #expect(try status("/", host: "127.0.0.1:evil") == 421)
+        await n.stop()
+    }
+
+    @Test func trustNamesWithControlCharactersAreABadRequest() async throws {
+        let n = try await InProcessNode.start({ $0.discovery = false })
+        let id = String(repeating: "9", count: 64)
+        let post = try await n.request("POST", "/trust", body: #"{"id":"\#(id)","name":"tr\nFAKE2"}"#)
+        #expect(post.status == 400 && post.json["error"] == "bad_request", "\(post.text)")
+        #expect(!n.node.trust.isTrusted(id))
+        #expect(try await n.request("POST", "/trust", body: #"{"id":"\#(id)","name":"tablet"}"#).status == 201)
+        let put = try await n.request("PUT", "/trust/\(id)", body: #"{"name":"a\u202eb"}"#)
+        #expect(put.status == 400 && put.json["error"] == "bad_request", "\(put.text)")
+        #expect(n.node.trust.entry(id)?.name == "tablet")
         await n.stop()
     }
 
