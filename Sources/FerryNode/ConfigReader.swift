@@ -1,0 +1,284 @@
+import Crypto
+import FerryCore
+import FerryStore
+import FerrySync
+import Foundation
+import Logging
+
+/// Walks a config JSON value, keeping the key path for errors.
+struct ConfigReader {
+    let file: String
+
+    func fail(_ key: String, _ reason: String) -> ConfigError { ConfigError(file: file, key: key, reason: reason) }
+
+    func object(_ value: JSON, _ key: String, allowed: Set<String>) throws(ConfigError) -> [String: JSON] {
+        guard let o = value.objectValue else { throw fail(key, "must be an object, not \(value.typeName)") }
+        for k in o.keys.sorted() where !allowed.contains(k) {
+            throw fail(key.isEmpty ? k : "\(key).\(k)", "unknown key (allowed: \(allowed.sorted().joined(separator: ", ")))")
+        }
+        return o
+    }
+
+    func string(_ value: JSON, _ key: String) throws(ConfigError) -> String {
+        guard let s = value.stringValue else { throw fail(key, "must be a string, not \(value.typeName)") }
+        return s
+    }
+
+    func strings(_ value: JSON, _ key: String) throws(ConfigError) -> [String] {
+        guard case .array(let items) = value else { throw fail(key, "must be an array of strings") }
+        var out: [String] = []
+        for (i, item) in items.enumerated() { out.append(try string(item, "\(key)[\(i)]")) }
+        return out
+    }
+
+    /// A node's or trust entry's name: a string without control characters (`NodeName`).
+    func name(_ value: JSON, _ key: String) throws(ConfigError) -> String {
+        let s = try string(value, key)
+        do { try NodeName.validate(s) } catch { throw fail(key, error.reason) }
+        return s
+    }
+
+    func int(_ value: JSON, _ key: String, _ range: ClosedRange<Int>) throws(ConfigError) -> Int {
+        guard let i = value.intValue, range.contains(Int(i)) else {
+            throw fail(key, "must be an integer in \(range.lowerBound)...\(range.upperBound)")
+        }
+        return Int(i)
+    }
+
+    func bool(_ value: JSON, _ key: String) throws(ConfigError) -> Bool {
+        guard let b = value.boolValue else { throw fail(key, "must be true or false") }
+        return b
+    }
+
+    func nodeID(_ value: JSON, _ key: String) throws(ConfigError) -> String {
+        guard let id = NodeIDFormat.normalized(try string(value, key)) else { throw fail(key, NodeIDFormat.requirement) }
+        return id
+    }
+
+    func url(_ value: JSON, _ key: String) throws(ConfigError) -> String {
+        let s = try string(value, key)
+        guard s.hasPrefix("wss://") || s.hasPrefix("ws://"), URL(string: s)?.host != nil else {
+            throw fail(key, "must be a wss://HOST:PORT/GROUP/sync URL")
+        }
+        return s
+    }
+
+    mutating func read(_ json: JSON) throws(ConfigError) -> NodeConfiguration {
+        var c = NodeConfiguration()
+        let top = try object(json, "", allowed: [
+            "name", "group", "data", "listen", "admin", "discovery", "peers", "trust", "conflicts", "pullFilter",
+            "validation", "logLevel", "limits", "readOnly", "replications",
+        ])
+        if let v = top["name"] { c.name = try name(v, "name") }
+        if let v = top["group"] {
+            c.group = try string(v, "group")
+            guard !c.group.isEmpty, c.group.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" }) else {
+                throw fail("group", "use letters, digits, - and _ only (it is a URL path segment)")
+            }
+        }
+        if let v = top["data"] { c.dataDirectory = try string(v, "data") }
+        if let v = top["listen"] {
+            let o = try object(v, "listen", allowed: ["interface", "port"])
+            if let i = o["interface"] { c.interface = try string(i, "listen.interface") }
+            if let p = o["port"] { c.port = try int(p, "listen.port", 0...65535) }
+        }
+        if let v = top["admin"] {
+            let o = try object(v, "admin", allowed: ["interface", "port", "allowedOrigins", "publicMetrics"])
+            if let i = o["interface"] {
+                c.adminInterface = try string(i, "admin.interface")
+                guard NodeConfiguration.isLoopback(c.adminInterface) else {
+                    throw fail("admin.interface", "the admin API serves on loopback only (127.0.0.1 or ::1), not \(c.adminInterface)")
+                }
+            }
+            if let p = o["port"] { c.adminPort = try int(p, "admin.port", 0...65535) }
+            if let x = o["allowedOrigins"] {
+                c.adminAllowedOrigins = try strings(x, "admin.allowedOrigins")
+                for (i, origin) in c.adminAllowedOrigins.enumerated() {
+                    guard let u = URL(string: origin), u.scheme != nil, u.host != nil, u.path.isEmpty else {
+                        throw fail("admin.allowedOrigins[\(i)]", "must be an origin such as http://localhost:8080 (scheme, host, optional port)")
+                    }
+                }
+            }
+            if let x = o["publicMetrics"] { c.adminPublicMetrics = try bool(x, "admin.publicMetrics") }
+        }
+        if let v = top["discovery"] {
+            let o = try object(v, "discovery", allowed: ["enabled", "trust", "retrySeconds"])
+            if let e = o["enabled"] { c.discovery = try bool(e, "discovery.enabled") }
+            if let r = o["retrySeconds"] { c.discoveryRetrySeconds = try int(r, "discovery.retrySeconds", 1...3600) }
+            if let t = o["trust"] {
+                guard let mode = NodeConfiguration.TrustMode(rawValue: try string(t, "discovery.trust")) else {
+                    throw fail("discovery.trust", "must be \"pinned\" or \"tofu\"")
+                }
+                c.trustMode = mode
+            }
+        }
+        if let v = top["peers"] {
+            guard case .array(let items) = v else { throw fail("peers", "must be an array") }
+            for (i, item) in items.enumerated() {
+                let key = "peers[\(i)]"
+                let o = try object(item, key, allowed: ["url", "id", "name"])
+                guard let u = o["url"] else { throw fail("\(key).url", "is required") }
+                guard let id = o["id"] else { throw fail("\(key).id", "is required: the peer's pinned node ID") }
+                c.peers.append(.init(url: try url(u, "\(key).url"), nodeID: try nodeID(id, "\(key).id"), name: try o["name"].map { v throws(ConfigError) in try name(v, "\(key).name") }))
+            }
+        }
+        if let v = top["trust"] {
+            guard case .array(let items) = v else { throw fail("trust", "must be an array") }
+            for (i, item) in items.enumerated() {
+                c.trust.append(try trustEntry(item, "trust[\(i)]"))
+            }
+        }
+        if let v = top["conflicts"] {
+            let o = try object(v, "conflicts", allowed: ["default", "types"])
+            if let d = o["default"] { c.conflictDefault = try resolverName(d, "conflicts.default") }
+            if let t = o["types"] {
+                guard let types = t.objectValue else { throw fail("conflicts.types", "must be an object of type → policy") }
+                for (type, name) in types { c.conflictsByType[type] = try resolverName(name, "conflicts.types.\(type)") }
+            }
+        }
+        if let v = top["pullFilter"] { c.pullFilter = try rule(v, "pullFilter") }
+        if let v = top["validation"] { c.validation = try rule(v, "validation") }
+        if let v = top["logLevel"] {
+            guard let level = Logger.Level(rawValue: try string(v, "logLevel")) else {
+                throw fail("logLevel", "must be one of trace, debug, info, notice, warning, error, critical")
+            }
+            c.logLevel = level
+        }
+        if let v = top["limits"] {
+            let o = try object(v, "limits", allowed: ["maxConnections", "maxMessageBytes", "maxDocumentBytes", "idleTimeoutSeconds"])
+            if let x = o["maxConnections"] { c.limits.maxConnections = try int(x, "limits.maxConnections", 1...100_000) }
+            if let x = o["maxMessageBytes"] { c.limits.maxMessageBytes = try int(x, "limits.maxMessageBytes", 1024...(1 << 30)) }
+            if let x = o["maxDocumentBytes"] { c.limits.maxDocumentBytes = try int(x, "limits.maxDocumentBytes", 64...(1 << 30)) }
+            if let x = o["idleTimeoutSeconds"] { c.limits.idleTimeoutSeconds = try int(x, "limits.idleTimeoutSeconds", 5...86_400) }
+        }
+        if let v = top["readOnly"] { c.readOnly = try bool(v, "readOnly") }
+        if let v = top["replications"] {
+            guard case .array(let items) = v else { throw fail("replications", "must be an array") }
+            for (i, item) in items.enumerated() {
+                let spec = try replication(item, "replications[\(i)]", defaultID: "config-\(i)")
+                if c.replications.contains(where: { $0.id == spec.id }) { throw fail("replications[\(i)].id", "duplicate id \(spec.id)") }
+                c.replications.append(spec)
+            }
+        }
+        return c
+    }
+
+    func resolverName(_ v: JSON, _ key: String) throws(ConfigError) -> String {
+        let name = try string(v, key)
+        guard NodeConfiguration.resolver(named: name) != nil else {
+            throw fail(key, "unknown conflict policy \"\(name)\" (use \(NodeConfiguration.resolverNames.joined(separator: ", ")))")
+        }
+        return name
+    }
+
+    func trustEntry(_ item: JSON, _ key: String) throws(ConfigError) -> NodeConfiguration.TrustEntry {
+        let o = try object(item, key, allowed: ["id", "name", "policy"])
+        guard let id = o["id"] else { throw fail("\(key).id", "is required") }
+        var entry = NodeConfiguration.TrustEntry(nodeID: try nodeID(id, "\(key).id"))
+        if let n = o["name"] { entry.name = try name(n, "\(key).name") }
+        if let p = o["policy"] { entry.policy = try policy(p, "\(key).policy") }
+        return entry
+    }
+
+    /// A change to an existing trust entry, `{"id"?, "name"?, "policy"?: {"read"?, "write"?,
+    /// "mayDelete"?}}`: only the keys given change (`"name": null` removes the name).
+    func trustChange(_ item: JSON, _ key: String, id: String) throws(ConfigError) -> TrustStore.Change {
+        let o = try object(item, key, allowed: ["id", "name", "policy"])
+        if let given = o["id"], try nodeID(given, "\(key).id") != id {
+            throw fail("\(key).id", "does not match the node ID in the URL")
+        }
+        var change = TrustStore.Change()
+        if let n = o["name"] { change.name = n == .null ? .some(nil) : .some(try name(n, "\(key).name")) }
+        if let p = o["policy"] {
+            let po = try object(p, "\(key).policy", allowed: ["read", "write", "mayDelete"])
+            if let r = po["read"] { change.read = try access(r, "\(key).policy.read") }
+            if let w = po["write"] { change.write = try access(w, "\(key).policy.write") }
+            if let d = po["mayDelete"] { change.mayDelete = try bool(d, "\(key).policy.mayDelete") }
+        }
+        return change
+    }
+
+    func policy(_ v: JSON, _ key: String) throws(ConfigError) -> PeerPolicy {
+        let o = try object(v, key, allowed: ["read", "write", "mayDelete"])
+        var p = PeerPolicy()
+        if let r = o["read"] { p.read = try access(r, "\(key).read") }
+        if let w = o["write"] { p.write = try access(w, "\(key).write") }
+        if let d = o["mayDelete"] { p.mayDelete = try bool(d, "\(key).mayDelete") }
+        return p
+    }
+
+    /// `{"ids": [globs], "prefixes": [...], "types": [...]}`, or `"all"` / `"none"`.
+    func access(_ v: JSON, _ key: String) throws(ConfigError) -> AccessRule {
+        if let s = v.stringValue {
+            switch s {
+            case "all": return .all
+            case "none": return .none
+            default: throw fail(key, "must be \"all\", \"none\" or an object with ids, prefixes, types")
+            }
+        }
+        let o = try object(v, key, allowed: ["ids", "prefixes", "types"])
+        let rule = AccessRule(
+            idPrefixes: try o["prefixes"].map { v throws(ConfigError) in try strings(v, "\(key).prefixes") } ?? [],
+            idPatterns: try o["ids"].map { v throws(ConfigError) in try strings(v, "\(key).ids") } ?? [],
+            types: try o["types"].map { v throws(ConfigError) in try strings(v, "\(key).types") } ?? [])
+        // An empty object would admit everything, which is never what a restriction means.
+        return rule.admitsEverything ? .none : rule
+    }
+
+    func rule(_ v: JSON, _ key: String) throws(ConfigError) -> DocumentRule {
+        let o = try object(v, key, allowed: ["ids", "types", "maxBytes", "required"])
+        var r = DocumentRule()
+        if let x = o["ids"] { r.idPatterns = try strings(x, "\(key).ids") }
+        if let x = o["types"] { r.types = try strings(x, "\(key).types") }
+        if let x = o["maxBytes"] { r.maxBytes = try int(x, "\(key).maxBytes", 1...(1 << 30)) }
+        if let x = o["required"] {
+            guard let fields = x.objectValue else { throw fail("\(key).required", "must be an object of field → type") }
+            for (field, type) in fields {
+                let t = try string(type, "\(key).required.\(field)")
+                guard DocumentRule.typeNames.contains(t) else {
+                    throw fail("\(key).required.\(field)", "unknown type \"\(t)\" (use \(DocumentRule.typeNames.sorted().joined(separator: ", ")))")
+                }
+                r.required[field] = t
+            }
+        }
+        return r
+    }
+
+    func replication(_ item: JSON, _ key: String, defaultID: String) throws(ConfigError) -> ReplicationSpec {
+        let o = try object(item, key, allowed: ["id", "url", "peer", "direction", "continuous", "documentIDs"])
+        guard let u = o["url"] else { throw fail("\(key).url", "is required") }
+        guard let p = o["peer"] else { throw fail("\(key).peer", "is required: the pinned node ID of the URL's node") }
+        let id = try o["id"].map { v throws(ConfigError) in try string(v, "\(key).id") } ?? defaultID
+        guard !id.isEmpty, id.utf8.count <= 100, !id.contains("/") else { throw fail("\(key).id", "must be 1–100 characters without /") }
+        var spec = ReplicationSpec(id: id, url: try url(u, "\(key).url"), peerID: try nodeID(p, "\(key).peer"))
+        if let d = o["direction"] {
+            guard let dir = ReplicatorConfiguration.Direction(rawValue: try string(d, "\(key).direction")) else {
+                throw fail("\(key).direction", "must be push, pull or pushAndPull")
+            }
+            spec.direction = dir
+        }
+        if let c = o["continuous"] { spec.continuous = try bool(c, "\(key).continuous") }
+        if let d = o["documentIDs"] {
+            let ids = try strings(d, "\(key).documentIDs")
+            for (i, s) in ids.enumerated() where (try? DocumentID(s)) == nil {
+                throw fail("\(key).documentIDs[\(i)]", "\"\(s)\" is not a valid document ID")
+            }
+            spec.documentIDs = ids
+        }
+        return spec
+    }
+}
+
+extension TrustStore.Change {
+    /// Parses a change in the API's form (`{"name"?, "policy"?}`) for entry `id`; `source` names it in errors.
+    public init(parsing json: JSON, id: String, source: String) throws(ConfigError) {
+        self = try ConfigReader(file: source).trustChange(json, "", id: id)
+    }
+}
+
+extension NodeConfiguration.TrustEntry {
+    /// Parses an entry in the config file's form (`{"id","name","policy"}`); `source` names it in errors.
+    public init(parsing json: JSON, source: String) throws(ConfigError) {
+        self = try ConfigReader(file: source).trustEntry(json, "")
+    }
+}
