@@ -184,7 +184,7 @@ public final class FerryNode: Sendable {
             StartupGuard(role: .admin(configuration.adminInterface, configuration.adminPort), service: admin.application()))
         if let path = configuration.unixSocket {
             services.append(
-                StartupGuard(role: .unixSocket(path), service: UnixSocketService(path: path, responder: makeResponder(authenticated: false))))
+                StartupGuard(role: .unixSocket(path), service: UnixSocketService(path: path, responder: makeResponder(authenticated: false), readiness: readiness)))
         }
         services.append(ReadinessService(node: self, listener: listener, readiness: readiness, discovery: discovery, onReady: onReady))
         // A service that fails (one that cannot bind, say) stops the others gracefully: they
@@ -249,11 +249,17 @@ struct DeferredAdvertisement: Service {
 /// so a node whose admin API never binds can still stop.
 final class ReadinessBox: Sendable {
     private let port = Latch<Int>()
+    private let unixSocket = Latch<Void>()
 
     func adminBound(_ port: Int) { self.port.set(port) }
 
     /// The admin port once bound; throws CancellationError if the task is cancelled first.
     func adminPort() async throws -> Int { try await port.wait() }
+
+    func unixSocketBound() { unixSocket.set(()) }
+
+    /// Returns once the Unix socket listens (only awaited when one is configured).
+    func unixSocketListening() async throws { try await unixSocket.wait() }
 }
 
 /// Writes node.json once the listener and the admin API are bound (and discovery, if on,
@@ -272,6 +278,8 @@ struct ReadinessService: Service {
             ready = try await cancelWhenGracefulShutdown {
                 let port = try await listener.waitUntilBound()
                 let adminPort = try await readiness.adminPort()
+                // A node is not ready while a configured socket may still fail to bind.
+                if node.configuration.unixSocket != nil { try await readiness.unixSocketListening() }
                 var ready = node.readyInfo(port: port, adminPort: adminPort)
                 if let discovery {
                     ready.discovery = await Self.firstAvailability(of: discovery, clock: node.clock)
@@ -365,11 +373,12 @@ struct StartupGuard<Wrapped: Service>: Service {
 struct UnixSocketService: Service {
     let path: String
     let responder: ReplicationResponder
+    let readiness: ReadinessBox
 
     func run() async throws {
         do {
             try await cancelWhenGracefulShutdown {
-                try await ByteStreamTransport.serveUnix(path: path) { endpoint in
+                try await ByteStreamTransport.serveUnix(path: path, onBound: { readiness.unixSocketBound() }) { endpoint in
                     await responder.serve(endpoint)
                 }
             }

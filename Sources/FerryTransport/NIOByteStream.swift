@@ -81,7 +81,9 @@ public enum ByteStreamTransport {
 
     /// Serves `handle` for every connection to a Unix domain socket at `path` until cancelled.
     /// A socket another process still serves is never replaced: that is `address_in_use`.
-    public static func serveUnix(path: String, handle: @escaping @Sendable (any MessageEndpoint) async -> Void) async throws {
+    public static func serveUnix(
+        path: String, onBound: @Sendable () -> Void = {}, handle: @escaping @Sendable (any MessageEndpoint) async -> Void
+    ) async throws {
         if isServed(unixSocket: path) {
             throw TransportError(code: "address_in_use", message: "Unix socket \(path) is in use", isTransient: false)
         }
@@ -96,6 +98,7 @@ public enum ByteStreamTransport {
             throw TransportError.bindFailed("Unix socket \(path)", error: error)
         }
         chmod(path, 0o600)
+        onBound()
         defer { try? FileManager.default.removeItem(atPath: path) }
         try await withThrowingDiscardingTaskGroup { group in
             try await server.executeThenClose { inbound in

@@ -44,7 +44,7 @@ import Testing
         let local = try DocumentStore.inMemory()
         let source = try DocumentStore.inMemory()
         try source.put(docID("good"), body: ["n": 1])
-        let remote = TamperingRemote(StoreRemote(source))
+        let remote = InterposedRemote.tampering(StoreRemote(source))
         let context = ReplicationContext(
             store: local, configuration: { var c = ReplicatorConfiguration(); c.direction = .pull; return c }(),
             clock: ContinuousClock(), logger: .init(label: "test"))
@@ -76,7 +76,7 @@ import Testing
     @Test func aRemoteRejectionReachesTheEventWithItsStage() async throws {
         let local = try DocumentStore.inMemory()
         try local.put(docID("refused"), body: [:])
-        let remote = RefusingRemote(StoreRemote(try DocumentStore.inMemory()))
+        let remote = InterposedRemote.refusing(StoreRemote(try DocumentStore.inMemory()))
         let context = ReplicationContext(
             store: local, configuration: { var c = ReplicatorConfiguration(); c.direction = .push; return c }(),
             clock: ContinuousClock(), logger: .init(label: "test"))
@@ -121,40 +121,41 @@ import Testing
     }
 }
 
-/// Passes every verb through, but serves revisions with a body that does not match their ID.
-struct TamperingRemote: RemoteDatabase {
+/// Passes every verb through to a `StoreRemote`, but for the fetch and store it is given.
+struct InterposedRemote: RemoteDatabase {
     let inner: StoreRemote
-    init(_ inner: StoreRemote) { self.inner = inner }
-    var identity: RemoteIdentity { inner.identity }
-    func changes(_ r: RemoteChangesRequest) async throws -> RemoteChanges { try await inner.changes(r) }
-    func revsDiff(_ d: [DocumentID: [RevisionID]]) async throws -> [DocumentID: MissingRevisions] { try await inner.revsDiff(d) }
-    func fetchRevisions(_ r: [RevisionRequest], deltas: Bool, maxHistory: Int) async throws -> [WireRevision] {
-        try await inner.fetchRevisions(r, deltas: false, maxHistory: maxHistory).map {
-            var w = $0
-            w.content = Array(#"{"n":2}"#.utf8)
-            return w
-        }
-    }
-    func storeRevisions(_ r: [WireRevision]) async throws -> [PutResult] { try await inner.storeRevisions(r) }
-    func missingBlobs(_ d: [BlobDigest]) async throws -> [BlobDigest] { try await inner.missingBlobs(d) }
-    func blob(_ d: BlobDigest) async throws -> [UInt8] { try await inner.blob(d) }
-    func putBlob(_ d: BlobDigest, content: [UInt8]) async throws { try await inner.putBlob(d, content: content) }
-    func localDocument(_ id: String) async throws -> JSON? { try await inner.localDocument(id) }
-    func putLocalDocument(_ id: String, value: JSON) async throws { try await inner.putLocalDocument(id, value: value) }
-}
+    /// Fetch whole bodies, never deltas (a body rewritten after the fact cannot be a delta).
+    var fullBodies = false
+    var fetched: @Sendable ([WireRevision]) -> [WireRevision] = { $0 }
+    var store: (@Sendable ([WireRevision]) -> [PutResult])?
 
-/// Passes every verb through, but refuses every stored revision at the policy stage.
-struct RefusingRemote: RemoteDatabase {
-    let inner: StoreRemote
-    init(_ inner: StoreRemote) { self.inner = inner }
+    /// Serves revisions with a body that does not match their ID.
+    static func tampering(_ inner: StoreRemote) -> InterposedRemote {
+        InterposedRemote(inner: inner, fullBodies: true, fetched: { revisions in
+            revisions.map {
+                var w = $0
+                w.content = Array(#"{"n":2}"#.utf8)
+                return w
+            }
+        })
+    }
+
+    /// Refuses every stored revision at the policy stage.
+    static func refusing(_ inner: StoreRemote) -> InterposedRemote {
+        InterposedRemote(inner: inner, store: { r in
+            r.map { PutResult(id: $0.id, rev: $0.rev, status: .rejected(Rejection(stage: .policy, reason: "no"))) }
+        })
+    }
+
     var identity: RemoteIdentity { inner.identity }
     func changes(_ r: RemoteChangesRequest) async throws -> RemoteChanges { try await inner.changes(r) }
     func revsDiff(_ d: [DocumentID: [RevisionID]]) async throws -> [DocumentID: MissingRevisions] { try await inner.revsDiff(d) }
     func fetchRevisions(_ r: [RevisionRequest], deltas: Bool, maxHistory: Int) async throws -> [WireRevision] {
-        try await inner.fetchRevisions(r, deltas: deltas, maxHistory: maxHistory)
+        fetched(try await inner.fetchRevisions(r, deltas: deltas && !fullBodies, maxHistory: maxHistory))
     }
     func storeRevisions(_ r: [WireRevision]) async throws -> [PutResult] {
-        r.map { PutResult(id: $0.id, rev: $0.rev, status: .rejected(Rejection(stage: .policy, reason: "no"))) }
+        if let store { return store(r) }
+        return try await inner.storeRevisions(r)
     }
     func missingBlobs(_ d: [BlobDigest]) async throws -> [BlobDigest] { try await inner.missingBlobs(d) }
     func blob(_ d: BlobDigest) async throws -> [UInt8] { try await inner.blob(d) }
