@@ -6,28 +6,9 @@ import Testing
 /// Scenarios 4 and 5 in the LAN lab: hosts as network namespaces on one bridge, each with
 /// its own avahi-daemon, nodes finding each other over real mDNS.
 @Suite(
-    .serialized, .timeLimit(.minutes(10)),
+    .serialized, .timeLimit(.minutes(20)),
     .enabled(if: mustRunEverything, "the LAN lab needs root, `ip netns` and avahi-daemon (as root and in CI it always runs)"))
 struct LabScenarios {
-    /// Brings the lab up, runs `body` in it and tears it down even when `body` fails; a lab
-    /// that cannot come up fails the scenario (the suite runs only where it must).
-    func withLab(_ k: Int, _ scenario: String, _ body: (Lab) async throws -> Void) async throws {
-        if let why = await Lab.unavailableReason() {
-            Issue.record("\(scenario): the LAN lab cannot run here: \(why)")
-            return
-        }
-        let lab: Lab
-        do { lab = try await Lab(hosts: k) } catch {
-            Issue.record("\(scenario): the LAN lab did not come up: \(error)")
-            return
-        }
-        do { try await body(lab) } catch {
-            await lab.tearDown()
-            throw error
-        }
-        await lab.tearDown()
-    }
-
     /// Starts one trusting node per host, each trusting `trusted`.
     func startNodes(_ cluster: Cluster, _ lab: Lab, count: Int, trusting: (Int) -> [String], group: String) async throws -> [Node] {
         var nodes: [Node] = []

@@ -16,6 +16,25 @@ func finish(_ cluster: Cluster, allowing allowed: [String] = [], sourceLocation:
     cluster.cleanUp()
 }
 
+/// Brings the lab up, runs `body` in it and tears it down even when `body` fails; a lab
+/// that cannot come up fails the scenario (the suite runs only where it must).
+func withLab(_ k: Int, _ scenario: String, _ body: (Lab) async throws -> Void) async throws {
+    if let why = await Lab.unavailableReason() {
+        Issue.record("\(scenario): the LAN lab cannot run here: \(why)")
+        return
+    }
+    let lab: Lab
+    do { lab = try await Lab(hosts: k) } catch {
+        Issue.record("\(scenario): the LAN lab did not come up: \(error)")
+        return
+    }
+    do { try await body(lab) } catch {
+        await lab.tearDown()
+        throw error
+    }
+    await lab.tearDown()
+}
+
 extension JSON {
     var count: Int {
         switch self {

@@ -6,7 +6,7 @@ import NIOPosix
 import Synchronization
 
 /// A minimal keep-alive HTTP/1.1 client for the benchmarks' calls to admin and REST APIs
-/// on loopback.
+/// on loopback: this machine's, or a LAN-lab host's (its network namespace).
 ///
 /// Hand-rolled on NIOHTTP1 because what the latency figures time must be the node, not
 /// the client: Foundation's URLSession on Linux added about 6 ms to each long-poll here
@@ -27,15 +27,16 @@ final class BenchHTTPClient: Sendable {
     private let idle = Mutex<[String: [Channel]]>([:])
 
     func request(
-        _ method: String, _ url: String, headers: [(String, String)] = [], body: [UInt8]? = nil, timeout: Duration = .seconds(60)
+        _ method: String, _ url: String, headers: [(String, String)] = [], body: [UInt8]? = nil, timeout: Duration = .seconds(60),
+        namespace: NetworkNamespace? = nil
     ) async throws -> Reply {
         guard let u = URL(string: url), let host = u.host, let port = u.port else { throw BenchError("bad URL \(url)") }
-        let key = "\(host):\(port)"
-        let channel = try await takeConnection(key: key, host: host, port: port)
+        let key = "\(namespace.map { "\($0.holderPID)/" } ?? "")\(host):\(port)"
+        let channel = try await takeConnection(key: key, host: host, port: port, namespace: namespace)
         var path = u.path.isEmpty ? "/" : u.path
         if let q = u.query { path += "?" + q }
         var head = HTTPRequestHead(version: .http1_1, method: HTTPMethod(rawValue: method), uri: path)
-        head.headers.add(name: "Host", value: key)
+        head.headers.add(name: "Host", value: "\(host):\(port)")
         head.headers.add(name: "Content-Length", value: "\(body?.count ?? 0)")
         for (name, value) in headers { head.headers.add(name: name, value: value) }
         let promise = channel.eventLoop.makePromise(of: Reply.self)
@@ -62,16 +63,18 @@ final class BenchHTTPClient: Sendable {
         }
     }
 
-    private func takeConnection(key: String, host: String, port: Int) async throws -> Channel {
+    private func takeConnection(key: String, host: String, port: Int, namespace: NetworkNamespace?) async throws -> Channel {
         while let channel = idle.withLock({ $0[key]?.popLast() }) {
             if channel.isActive { return channel }
         }
-        return try await ClientBootstrap(group: group)
+        let bootstrap = ClientBootstrap(group: group)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.pipeline.addHTTPClientHandlers().flatMap { channel.pipeline.addHandler(ResponseCollector()) }
             }
-            .connect(host: host, port: port).get()
+        guard let namespace else { return try await bootstrap.connect(host: host, port: port).get() }
+        let socket = try await namespace.connectedSocket(ipv4: host, port: port)
+        return try await bootstrap.withConnectedSocket(socket).get()
     }
 }
 
@@ -108,5 +111,56 @@ private final class ResponseCollector: ChannelInboundHandler, @unchecked Sendabl
         promise?.fail(error)
         promise = nil
         context.close(promise: nil)
+    }
+}
+
+/// A LAN-lab host's network namespace, entered through its holder process: sockets made
+/// there reach the host's own loopback (where a node's admin API listens) for their life.
+struct NetworkNamespace: Sendable {
+    let holderPID: Int32
+
+    private typealias SetNS = @convention(c) (Int32, Int32) -> Int32
+    /// Glibc's setns(2), which Swift's Glibc module does not export.
+    private static let setns: SetNS? = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "setns")
+        .map { unsafeBitCast($0, to: SetNS.self) }
+    private static let newNet: Int32 = 0x4000_0000  // CLONE_NEWNET
+
+    /// A TCP socket connected to `ipv4:port` inside the namespace. setns(2) moves only the
+    /// calling thread, so the socket is made on a thread of its own that then exits.
+    func connectedSocket(ipv4: String, port: Int) async throws -> Int32 {
+        let pid = holderPID
+        return try await withCheckedThrowingContinuation { (c: CheckedContinuation<Int32, any Error>) in
+            let thread = Thread { c.resume(with: Result { try Self.connect(inNamespaceOf: pid, ipv4: ipv4, port: port) }) }
+            thread.start()
+        }
+    }
+
+    private static func connect(inNamespaceOf pid: Int32, ipv4: String, port: Int) throws -> Int32 {
+        guard let setns else { throw BenchError("setns(2) is not available") }
+        let target = open("/proc/\(pid)/ns/net", O_RDONLY)
+        let own = open("/proc/thread-self/ns/net", O_RDONLY)
+        defer {
+            if own >= 0 { _ = setns(own, newNet) }
+            close(target)
+            close(own)
+        }
+        guard target >= 0, own >= 0, setns(target, newNet) == 0 else {
+            throw BenchError("cannot enter the network namespace of pid \(pid): errno \(errno)")
+        }
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw BenchError("socket: errno \(errno)") }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        inet_pton(AF_INET, ipv4, &address.sin_addr)
+        let rc = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard rc == 0 else {
+            let e = errno
+            close(fd)
+            throw BenchError("connect to \(ipv4):\(port) in pid \(pid)'s namespace: errno \(e)")
+        }
+        return fd
     }
 }

@@ -1,0 +1,126 @@
+import FerryCore
+import Foundation
+import IntegrationHarness
+import Testing
+
+/// A LAN of a dozen hosts (`FERRY_LAN_HOSTS`, default 12): enrolment with one invitation and
+/// one join per node, a node joining a group that holds 10,000 documents, and a host whose
+/// cable is pulled and put back. Figures (times, bytes per write) belong to `ferry-bench
+/// lan`; here the bounds are generous and the counts exact. Part of `LabScenarios`, whose
+/// tests run one at a time: they share the one lab.
+extension LabScenarios {
+    static let hostCount = ProcessInfo.processInfo.environment["FERRY_LAN_HOSTS"].flatMap(Int.init).map { max(4, $0) } ?? 12
+    static let documentCount = 10_000
+
+    @Test func aDozenHostsEnrolInTwoCommandsPerNodeAndAJoinerPullsEachRevisionOnce() async throws {
+        let k = Self.hostCount
+        try await withLab(k, "a LAN of \(k) hosts") { lab in
+            let cluster = Cluster("lan-scale")
+            defer { cluster.cleanUp() }
+            let nodes = (0..<k).map { cluster.add("node\($0 + 1)", host: lab.hosts[$0]) }
+            let members = Array(nodes.dropLast())
+            let joiner = nodes[k - 1]
+
+            // The same 10,000 documents of about 1 KiB imported on every member: the same
+            // edits make the same revision IDs, so the members start converged.
+            let dump = cluster.root + "/docs.ndjson"
+            let dataBytes = try writeDocuments(Self.documentCount, to: dump)
+            for n in members {
+                let r = try await Ferry.run(["--data", n.dataDirectory, "import", dump])
+                #expect(r.status == 0, "import on \(n.name): \(r.stderr)")
+            }
+            let serve = ["--discovery", "--group", "dozen", "--interface", "0.0.0.0"]
+            for n in members { try await n.start(serve) }
+
+            // Enrolment: each new node takes one `ferry join`, and node1 one `ferry invite` for it.
+            var commands = 0
+            for n in members.dropFirst() {
+                try await enrol(n, through: nodes[0], commands: &commands)
+            }
+            let memberIDs = try await cluster.ids(members)
+            for (i, n) in members.enumerated() {
+                let others = Set(memberIDs.enumerated().filter { $0.offset != i }.map(\.element))
+                try await waitUntil("\(n.name) is linked to the other \(others.count) members", timeout: 180) {
+                    try await connectedTrustedPeers(n).isSuperset(of: others)
+                }
+            }
+            try await cluster.awaitConvergence(among: members, timeout: 120)
+
+            // A node joins the group that holds the documents.
+            try await joiner.start(serve)
+            try await enrol(joiner, through: nodes[0], commands: &commands)
+            #expect(commands == 2 * (k - 1), "enrolling \(k) nodes took \(commands) commands")
+            try await cluster.awaitConvergence(timeout: 300)
+            let metrics = try await joiner.admin.call("GET", "/metrics").text
+            let duplicates = metricTotal(metrics, "ferry_documents_duplicate_total")
+            let received = metricTotal(metrics, "ferry_bytes_received_total")
+            #expect(try await joiner.admin.get("/")["docCount"]?.intValue == Self.documentCount)
+            #expect(duplicates <= Double(Self.documentCount) / 100, "the joiner received \(Int(duplicates)) revisions it already had")
+            #expect(received <= 1.3 * Double(dataBytes), "the joiner received \(Int(received)) bytes for \(dataBytes) bytes of documents")
+
+            // A write anywhere reaches everyone.
+            try await nodes[k / 2].admin.put("after-join", #"{"from":"the middle"}"#)
+            try await cluster.awaitConvergence(timeout: 120)
+
+            // The joiner's cable is pulled: every member sees it offline, both sides write,
+            // the cable comes back and all converge.
+            let joinerID = try await joiner.id
+            try await lab.partition(lab.hosts[k - 1])
+            for n in members {
+                try await waitUntil("\(n.name) shows the cut-off joiner offline", timeout: 60) {
+                    !(try await connectedTrustedPeers(n).contains(joinerID))
+                }
+            }
+            try await nodes[0].admin.put("while-cut-majority", "{}")
+            try await joiner.admin.put("while-cut-island", "{}")
+            try await lab.heal(lab.hosts[k - 1])
+            try await cluster.awaitConvergence(timeout: 180)
+            for n in [nodes[0], joiner] {
+                #expect(try await n.admin.call("GET", "/docs/while-cut-majority").status == 200)
+                #expect(try await n.admin.call("GET", "/docs/while-cut-island").status == 200)
+            }
+            await finish(cluster, allowing: expectedRefusals + ["replication offline", "went silent"])
+        }
+    }
+
+    /// `ferry invite` on `inviter`, then `ferry join CODE` on `node`; counts both.
+    func enrol(_ node: Node, through inviter: Node, commands: inout Int) async throws {
+        let invite = try await Ferry.run(["--data", inviter.dataDirectory, "invite"], host: inviter.host)
+        commands += 1
+        guard invite.status == 0, let code = invite.stdout.split(whereSeparator: \.isWhitespace).first(where: { $0.hasPrefix("ferry1-") })
+        else { throw HarnessError("ferry invite on \(inviter.name) gave no code: \(invite.stdout) \(invite.stderr)") }
+        let join = try await Ferry.run(["--data", node.dataDirectory, "join", String(code)], host: node.host)
+        commands += 1
+        guard join.status == 0 else { throw HarnessError("ferry join on \(node.name) failed: \(join.stdout) \(join.stderr)") }
+    }
+}
+
+/// The IDs of the trusted peers a node lists as connected.
+func connectedTrustedPeers(_ node: Node) async throws -> Set<String> {
+    let peers = try await node.admin.get("/peers")["peers"]?.items ?? []
+    return Set(peers.filter { $0["trusted"] == true && $0["connected"] == true }.compactMap { $0["id"]?.stringValue })
+}
+
+/// The sum of a Prometheus metric over all its label sets.
+func metricTotal(_ text: String, _ name: String) -> Double {
+    text.split(separator: "\n").reduce(0) { sum, line in
+        guard line.hasPrefix(name), !line.hasPrefix("#") else { return sum }
+        let rest = line.dropFirst(name.count)
+        guard rest.first == " " || rest.first == "{" else { return sum }
+        return sum + (line.split(separator: " ").last.flatMap { Double($0) } ?? 0)
+    }
+}
+
+/// Writes `count` documents of about 1 KiB as NDJSON; returns the bytes of their bodies.
+func writeDocuments(_ count: Int, to path: String) throws -> Int {
+    var out = ""
+    var bytes = 0
+    let filler = String(repeating: "x", count: 960)
+    for i in 0..<count {
+        let body = #"{"_id":"doc-\#(String(format: "%05d", i))","n":\#(i),"text":"\#(filler)"}"#
+        bytes += body.utf8.count
+        out += body + "\n"
+    }
+    try out.write(toFile: path, atomically: true, encoding: .utf8)
+    return bytes
+}
