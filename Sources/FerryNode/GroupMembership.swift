@@ -343,7 +343,8 @@ public final class GroupMembership: Sendable {
             logger.notice("a node joined the group", metadata: ["node": "\(peer)", "remote": "\(remote ?? "?")"])
         } catch {
             let e = error as? MembershipError ?? .storage("\(error)")
-            if [.invitationUnknown, .invitationUsed, .invitationExpired, .badInvitationCode("")].contains(where: { $0.code == e.code }) {
+            let secretFailures: Set<String> = ["invitation_unknown", "invitation_used", "invitation_expired", "bad_invitation_code"]
+            if secretFailures.contains(e.code) {
                 attempts.failed(keys)
             }
             let level: Logger.Level = refusals.isNews("\(peer) \(e.code)") ? .warning : .debug

@@ -1,0 +1,102 @@
+import FerryCore
+import Foundation
+import IntegrationHarness
+import Testing
+
+/// Enrollment on loopback with real `ferry serve` processes: invitation codes, joins,
+/// group-wide trust without `ferry trust add`, and removal.
+@Suite(.serialized, .timeLimit(.minutes(10))) struct EnrollmentScenarios {
+    /// `ferry invite` on `node`; returns the code (and the JSON reply).
+    func invite(_ node: Node, _ extra: [String] = []) async throws -> (code: String, reply: JSON) {
+        let r = try await Ferry.run(["--data", node.dataDirectory, "invite", "--json"] + extra)
+        guard r.status == 0 else { throw HarnessError("invite on \(node.name) failed: \(r.stderr)") }
+        let reply = try JSON.parse(r.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+        return (reply["code"]?.stringValue ?? "", reply)
+    }
+
+    func join(_ node: Node, _ code: String) async throws -> Ferry.Result {
+        try await Ferry.run(["--data", node.dataDirectory, "join", code])
+    }
+
+    /// The IDs a node trusts (manual and group), from its admin API.
+    func trusted(_ node: Node) async throws -> Set<String> {
+        Set((try await node.admin.get("/trust")["trusted"]?.items ?? []).compactMap { $0["id"]?.stringValue })
+    }
+
+    func connected(_ node: Node, to id: String) async throws -> Bool {
+        (try await node.admin.get("/peers")["peers"]?.items ?? []).contains { $0["id"]?.stringValue == id && $0["connected"]?.boolValue == true }
+    }
+
+    @Test func invitedNodesTrustEachOtherConvergeAndARemovedNodeIsDropped() async throws {
+        let cluster = Cluster("enroll")
+        defer { cluster.cleanUp() }
+        let (a, b, c, d) = (cluster.add("a"), cluster.add("b"), cluster.add("c"), cluster.add("d"))
+        for n in [a, b, c, d] { try await n.start() }
+        let (idA, idB, idC) = (try await a.id, try await b.id, try await c.id)
+
+        // One invite on A and one join on each new node: no `trust add` anywhere.
+        let first = try await invite(a)
+        #expect(first.code.hasPrefix("ferry1-"))
+        let joinB = try await join(b, first.code)
+        #expect(joinB.status == 0, "\(joinB.stderr)")
+        let second = try await invite(a)
+        let joinC = try await join(c, second.code)
+        #expect(joinC.status == 0, "\(joinC.stderr)")
+        try await waitUntil("A, B and C trust each other", timeout: 30) {
+            let (ta, tb, tc) = (try await trusted(a), try await trusted(b), try await trusted(c))
+            return ta.isSuperset(of: [idB, idC]) && tb.isSuperset(of: [idA, idC]) && tc.isSuperset(of: [idA, idB])
+        }
+        try await c.admin.put("from-c", #"{"by":"c"}"#)
+        try await cluster.awaitConvergence(among: [a, b, c], timeout: 30)
+        #expect(try await b.admin.get("/docs/from-c")["by"]?.stringValue == "c")
+
+        // Keep one invitation open, so D's attempts reach the inviter's own checks.
+        let open = try await invite(a)
+        // The same code twice: refused.
+        let reuse = try await join(d, first.code)
+        #expect(reuse.status != 0)
+        #expect(reuse.stderr.contains("already used"), "\(reuse.stderr)")
+        // An expired code: refused once its expiry has passed.
+        let short = try await invite(a, ["--expires", "1s"])
+        let expiry = ISO8601DateFormatter().date(from: short.reply["expires"]?.stringValue ?? "") ?? Date()
+        try await waitUntil("the short invitation expired", timeout: 10, every: .milliseconds(100)) { Date() > expiry.addingTimeInterval(0.2) }
+        let late = try await join(d, short.code)
+        #expect(late.status != 0)
+        #expect(late.stderr.contains("expired"), "\(late.stderr)")
+        // A wrong secret (a forged code for A): refused as unknown.
+        var forged = Array(open.code.utf8)
+        forged[60] = forged[60] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
+        let wrong = try await join(d, String(decoding: forged, as: UTF8.self))
+        #expect(wrong.status != 0)
+        #expect(wrong.stderr.contains("no such invitation") || wrong.stderr.contains("not a valid invitation code"), "\(wrong.stderr)")
+        #expect(!(try await trusted(a)).contains(try await d.id))
+
+        // A member that is no admin cannot invite.
+        let denied = try await Ferry.run(["--data", b.dataDirectory, "invite"])
+        #expect(denied.status != 0)
+        #expect(denied.stderr.contains("not an admin"), "\(denied.stderr)")
+
+        // The group lists all three, A the founder.
+        let listing = try await Ferry.run(["--data", c.dataDirectory, "group"])
+        #expect(listing.status == 0 && listing.stdout.contains(String(idA.prefix(12))) && listing.stdout.contains("founder"), "\(listing.stdout)")
+
+        // Removal on A reaches C: C stops trusting B, and B's links to A and C close.
+        let removal = try await Ferry.run(["--data", a.dataDirectory, "group", "remove", "b"])
+        #expect(removal.status == 0, "\(removal.stderr)")
+        try await waitUntil("C drops B", timeout: 30) { !(try await trusted(c)).contains(idB) }
+        try await waitUntil("B's connections close", timeout: 30) {
+            let aToB = try await connected(a, to: idB)
+            let cToB = try await connected(c, to: idB)
+            return !aToB && !cToB
+        }
+        try await b.admin.put("b-after-removal", "{}")
+        try await a.admin.put("a-after-removal", "{}")
+        try await cluster.awaitConvergence(among: [a, c], timeout: 30)
+        for n in [a, c] {
+            #expect(try await n.admin.call("GET", "/docs/b-after-removal").status == 404, "\(n.name) received B's write after the removal")
+        }
+        let group = try await c.admin.get("/group")
+        #expect(group["members"]?.items.first { $0["id"]?.stringValue == idB }?["state"]?.stringValue == "removed")
+        await finish(cluster, allowing: expectedRefusals + ["refused a join", "no longer trusts", "forbids this connection"])
+    }
+}
