@@ -59,7 +59,8 @@ import Testing
         // An expired code: refused once its expiry has passed.
         let short = try await invite(a, ["--expires", "1s"])
         let expiry = ISO8601DateFormatter().date(from: short.reply["expires"]?.stringValue ?? "") ?? Date()
-        try await waitUntil("the short invitation expired", timeout: 10, every: .milliseconds(100)) { Date() > expiry.addingTimeInterval(0.2) }
+        // The reply's expiry is in whole seconds (ISO 8601): allow for the truncated fraction.
+        try await waitUntil("the short invitation expired", timeout: 10, every: .milliseconds(100)) { Date() > expiry.addingTimeInterval(1.2) }
         let late = try await join(d, short.code)
         #expect(late.status != 0)
         #expect(late.stderr.contains("expired"), "\(late.stderr)")

@@ -183,7 +183,7 @@ enum MembershipFixture {
         }
         #expect(reason("ferry2-abc").contains("does not start with \"ferry1-\""))
         #expect(reason("ferry1-***").contains("not base64url"))
-        #expect(reason(String(good.prefix(40))).contains("too short"))
+        #expect(reason(String(good.prefix(39))).contains("too short"))
         let noPort = InvitationCode(inviter: String(repeating: "ab", count: 32), secret: Array(0..<16), addresses: ["host"]).text
         #expect(reason(noPort).contains("not a host:port address"))
         var bytes = Base64URL.decode(String(good.dropFirst(7)))!
