@@ -46,6 +46,12 @@ import Testing
             let (ta, tb, tc) = (try await trusted(a), try await trusted(b), try await trusted(c))
             return ta.isSuperset(of: [idB, idC]) && tb.isSuperset(of: [idA, idC]) && tc.isSuperset(of: [idA, idB])
         }
+        // B and C dial each other directly, from the addresses in their signed entries.
+        try await waitUntil("B and C connect to each other", timeout: 30) {
+            let bc = try await connected(b, to: idC)
+            let cb = try await connected(c, to: idB)
+            return bc && cb
+        }
         try await c.admin.put("from-c", #"{"by":"c"}"#)
         try await cluster.awaitConvergence(among: [a, b, c], timeout: 30)
         #expect(try await b.admin.get("/docs/from-c")["by"]?.stringValue == "c")
