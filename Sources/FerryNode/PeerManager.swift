@@ -370,7 +370,9 @@ extension PeerManager {
     /// Takes the dial URLs of the group's active members (from their signed entries). Of
     /// two members, only the lower node ID dials (as for discovered peers), so each pair has
     /// one link; a configured static peer keeps its own URL. Members that left lose the URL.
+    /// With discovery on, members are found (at their current addresses) by DNS-SD instead.
     public func memberAddressesChanged(_ urls: [String: String]) {
+        guard !configuration.discovery else { return }
         let configured = Set(configuration.peers.map(\.nodeID))
         let touched = state.withLock { s -> [String] in
             var touched: [String] = []
