@@ -300,6 +300,39 @@ enum MembershipFixture {
         #expect(throws: MembershipError.self) { try a.membership.remove("nobody") }
     }
 
+    @Test func pulledEntriesAreValidatedAndARestrictedPeerStillRelaysValidOnes() async throws {
+        let a = try MembershipFixture.node("a")
+        _ = try a.membership.invite(admin: false, lifetime: 60, addresses: nil)
+        let stranger = try MembershipFixture.identity()
+        // A peer whose database holds a valid entry (signed by A), a forged one and a note;
+        // A trusts it for notes only.
+        let remote = try DocumentStore.inMemory()
+        let valid = try MembershipFixture.entry(group: a.identity, node: String(repeating: "1", count: 64))
+        let forged = try MemberEntry.signed(
+            group: a.identity.nodeID, node: String(repeating: "2", count: 64), name: nil, state: .member, admin: true, version: 1,
+            addresses: [], by: stranger)
+        try remote.put(MemberEntry.documentID(valid.node), body: valid.body)
+        try remote.put(MemberEntry.documentID(forged.node), body: forged.body)
+        try remote.put(try DocumentID("notes/1"), body: ["text": "hi"])
+        try remote.put(try DocumentID("other"), body: [:])
+        try a.trust.add(.init(nodeID: stranger.nodeID, name: nil, policy: PeerPolicy(write: .init(idPrefixes: ["notes/"])), source: .api))
+        let responder = ReplicationResponder(store: remote, options: .init(), logger: .init(label: "t"))
+        let replicator = a.replicators.replicator(peerID: stranger.nodeID, connector: {
+            let (client, server) = InMemoryEndpoint.pair()
+            Task { await responder.serve(server) }
+            return client
+        }) { rc in
+            rc.direction = .pull
+            rc.maxAttempts = 1
+        }
+        await replicator.run()
+        #expect(try a.store.document(try DocumentID("notes/1")) != nil)
+        #expect(try a.store.document(try DocumentID("other")) == nil, "the policy still binds other documents")
+        #expect(try a.store.document(MemberEntry.documentID(valid.node)) != nil, "a valid entry passes a restricted policy")
+        #expect(try a.store.document(MemberEntry.documentID(forged.node)) == nil, "a forged entry is never stored")
+        #expect(replicator.summary.rejected == 2)
+    }
+
     @Test func restrictedPeerPoliciesStillCarryMembershipEntries() throws {
         let readOnly = PeerPolicy(read: .init(idPrefixes: ["notes/"]), write: .none, mayDelete: false)
         let widened = ReplicationFactory.carryingMembership(readOnly)
