@@ -111,14 +111,14 @@ public final class GroupMembership: Sendable {
             guard let group = s.group else { return "this node belongs to no group, so it takes no membership entries" }
             guard entry.group == group else { return "the entry is for group \(entry.group.prefix(12)), not this node's \(group.prefix(12))" }
             if entry.node == group && entry.state == .removed { return MembershipError.cannotRemoveFounder.description }
-            let view = s.view ?? MembershipView(group: group, entries: s.ledger.values.joined())
+            let view = s.view ?? MembershipView(group: group, entries: s.ledger.values.joined(), signaturesChecked: true)
             guard view.activeAdmins.contains(entry.signer) else {
                 return "signer \(entry.signer.prefix(12)) is neither the founder nor an active admin of the group"
             }
             // A verified statement by an admin: later entries it enables may count on it.
             if !(s.ledger[node] ?? []).contains(entry) {
                 s.ledger[node, default: []].append(entry)
-                s.view = MembershipView(group: group, entries: s.ledger.values.joined())
+                s.view = MembershipView(group: group, entries: s.ledger.values.joined(), signaturesChecked: true)
             }
             return nil
         }
@@ -167,7 +167,7 @@ public final class GroupMembership: Sendable {
         guard let c = context.withLock({ $0 }) else { return }
         let (view, overrides) = state.withLock { s -> (MembershipView?, [String: String]) in
             guard let group = s.group else { return (nil, [:]) }
-            s.view = MembershipView(group: group, entries: s.ledger.values.joined())
+            s.view = MembershipView(group: group, entries: s.ledger.values.joined(), signaturesChecked: true)
             return (s.view, s.urlOverrides)
         }
         guard let view else { return }

@@ -176,11 +176,12 @@ public struct MembershipView: Sendable, Equatable {
     public let selected: [String: MemberEntry]
 
     /// Computes the view. `entries` may hold anything: forged, foreign or stale entries
-    /// are simply not counted.
-    public init(group: String, entries: some Sequence<MemberEntry>) {
+    /// are simply not counted. `signaturesChecked` skips checking signatures again for
+    /// entries the caller already checked (a ledger of verified entries).
+    public init(group: String, entries: some Sequence<MemberEntry>, signaturesChecked: Bool = false) {
         self.group = group
         var byNode: [String: [MemberEntry]] = [:]
-        for e in entries where e.group == group && (try? e.verifySignature()) != nil {
+        for e in entries where e.group == group && (signaturesChecked || (try? e.verifySignature()) != nil) {
             // The founder cannot be removed: the group is its ID.
             if e.node == group && e.state == .removed { continue }
             byNode[e.node, default: []].append(e)
