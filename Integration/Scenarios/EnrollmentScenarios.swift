@@ -27,6 +27,51 @@ import Testing
         (try await node.admin.get("/peers")["peers"]?.items ?? []).contains { $0["id"]?.stringValue == id && $0["connected"]?.boolValue == true }
     }
 
+    /// K nodes (8, or FERRY_ENROLL_K) enrolled with 2(K−1) commands form a full mesh of
+    /// trust and links, converge, and keep their group across a restart.
+    @Test func aGroupOfKNodesEnrollsWithTwoCommandsPerNewNode() async throws {
+        let k = Int(ProcessInfo.processInfo.environment["FERRY_ENROLL_K"] ?? "") ?? 8
+        let cluster = Cluster("enroll-k")
+        defer { cluster.cleanUp() }
+        let nodes = (0..<k).map { cluster.add("n\($0)") }
+        for n in nodes { try await n.start() }
+        let ids = try await cluster.ids(nodes)
+        let started = ContinuousClock.now
+        var commands = 0
+        for n in nodes.dropFirst() {
+            let code = try await invite(nodes[0]).code
+            let r = try await join(n, code)
+            commands += 2
+            #expect(r.status == 0, "\(n.name): \(r.stderr)")
+        }
+        let joined = ContinuousClock.now - started
+        #expect(commands == 2 * (k - 1))
+        try await waitUntil("every node trusts every other", timeout: 60) {
+            for (i, n) in nodes.enumerated() where !(try await trusted(n)).isSuperset(of: Set(ids).subtracting([ids[i]])) { return false }
+            return true
+        }
+        let trustedAll = ContinuousClock.now - started
+        try await waitUntil("every node is connected to every other", timeout: 60) {
+            for (i, n) in nodes.enumerated() {
+                let peers = try await n.admin.get("/peers")["peers"]?.items ?? []
+                let up = Set(peers.filter { $0["connected"]?.boolValue == true }.compactMap { $0["id"]?.stringValue })
+                if !up.isSuperset(of: Set(ids).subtracting([ids[i]])) { return false }
+            }
+            return true
+        }
+        let meshed = ContinuousClock.now - started
+        try await nodes[k - 1].admin.put("from-last", "{}")
+        try await cluster.awaitConvergence(timeout: 60)
+        print("enrollment K=\(k): \(commands) commands; joins done \(joined), full trust \(trustedAll), full mesh \(meshed)")
+        // A restart keeps the group: the node trusts the members again at once.
+        await nodes[1].stop()
+        try await nodes[1].restart()
+        #expect((try await trusted(nodes[1])).isSuperset(of: Set(ids).subtracting([ids[1]])))
+        try await nodes[0].admin.put("after-restart", "{}")
+        try await cluster.awaitConvergence(timeout: 60)
+        await finish(cluster, allowing: expectedRefusals)
+    }
+
     @Test func invitedNodesTrustEachOtherConvergeAndARemovedNodeIsDropped() async throws {
         let cluster = Cluster("enroll")
         defer { cluster.cleanUp() }
