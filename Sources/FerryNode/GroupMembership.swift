@@ -245,6 +245,9 @@ public final class GroupMembership: Sendable {
         guard lifetime > 0, lifetime <= 7 * 86_400 else {
             throw MembershipError.badInvitationCode("an invitation lasts more than 0 s and at most 7 days")
         }
+        for a in addresses ?? [] where InvitationCode.split(address: a) == nil {
+            throw MembershipError.badInvitationCode("\"\(LogText.escape(a))\" is not a host:port address")
+        }
         try foundGroupIfNeeded()
         let c = try requireContext()
         let me = c.identity.nodeID
@@ -260,9 +263,6 @@ public final class GroupMembership: Sendable {
         }
         let list = addresses ?? current
         guard !list.isEmpty else { throw MembershipError.storage("the listener is not bound yet; try again") }
-        for a in list where InvitationCode.split(address: a) == nil {
-            throw MembershipError.badInvitationCode("\"\(LogText.escape(a))\" is not a host:port address")
-        }
         let (secret, expires) = try invitations.issue(admin: admin, lifetime: lifetime)
         logger.notice("issued an invitation", metadata: ["admin": "\(admin)", "expires": "\(expires)"])
         return Invitation(code: InvitationCode(inviter: me, secret: secret, addresses: list), expires: expires, admin: admin, group: group)
