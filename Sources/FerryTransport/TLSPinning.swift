@@ -217,7 +217,10 @@ enum TLSContexts {
                     record.accepted(id)
                     promise.succeed(.certificateVerified)
                 } else if let enrollmentOpen, enrollmentOpen() {
-                    logger.info("admitted an unknown certificate to the join exchange only", metadata: ["peer": "\(id)", "remote": "\(record.remote ?? "?")"])
+                    let level: Logger.Level = refusals?.isNews("enroll \(id)") ?? true ? .info : .debug
+                    logger.log(
+                        level: level, "admitted an unknown certificate to the join exchange only",
+                        metadata: ["peer": "\(id)", "remote": "\(record.remote ?? "?")"])
                     record.admittedToEnroll(id)
                     promise.succeed(.certificateVerified)
                 } else {
