@@ -59,6 +59,7 @@ public final class GroupMembership: Sendable {
     let state: Mutex<State>
     let context = Mutex<Context?>(nil)
     let onChange = Mutex<(@Sendable ([String: String]) -> Void)?>(nil)
+    private let applying = Mutex(())
 
     /// Reads DATA/group.json (absent: no group yet).
     public init(
@@ -162,8 +163,13 @@ public final class GroupMembership: Sendable {
         }
     }
 
-    /// Recomputes the view, hands the active members to the trust store and the dial URLs to `onChange`.
+    /// Recomputes the view, hands the active members to the trust store and the dial URLs to
+    /// `onChange`. Serialized, so a view computed earlier never lands after a later one.
     func apply() {
+        applying.withLock { _ in applyNow() }
+    }
+
+    private func applyNow() {
         guard let c = context.withLock({ $0 }) else { return }
         let (view, overrides) = state.withLock { s -> (MembershipView?, [String: String]) in
             guard let group = s.group else { return (nil, [:]) }

@@ -247,6 +247,26 @@ enum MembershipFixture {
         #expect(reopened.group == a.identity.nodeID)
     }
 
+    @Test func joiningIsRefusedInAnotherGroupAndWhenTheInviterIsUnreachable() async throws {
+        let a = try MembershipFixture.node("a")
+        let x = try MembershipFixture.node("x")
+        let fresh = try MembershipFixture.node("fresh")
+        _ = try a.membership.invite(admin: false, lifetime: 60, addresses: nil)
+        let other = try x.membership.invite(admin: false, lifetime: 60, addresses: ["127.0.0.1:1"])
+        await #expect(throws: MembershipError.alreadyInGroup(a.identity.nodeID)) {
+            _ = try await a.membership.join(code: other.code.text, name: nil)
+        }
+        do {
+            _ = try await fresh.membership.join(code: other.code.text, name: nil)
+            Issue.record("a join with an unreachable inviter succeeded")
+        } catch let e as MembershipError {
+            #expect(e.code == "inviter_unreachable" && e.isTransient, "\(e)")
+            #expect(e.description.contains("127.0.0.1:1"))
+        }
+        #expect(fresh.membership.group == nil)
+        await #expect(throws: MembershipError.self) { _ = try await fresh.membership.join(code: "ferry1-", name: nil) }
+    }
+
     @Test func storeRejectsReplicatedEntriesThatAreForgedForeignOrDeleted() throws {
         let a = try MembershipFixture.node("a")
         let stranger = try MembershipFixture.identity()
