@@ -551,7 +551,8 @@ public final class GroupMembership: Sendable {
                 else { continue }
                 var host = [CChar](repeating: 0, count: Int(NI_MAXHOST))
                 if getnameinfo(addr, socklen_t(MemoryLayout<sockaddr_in>.size), &host, socklen_t(host.count), nil, 0, NI_NUMERICHOST) == 0 {
-                    out.append("\(String(cString: host)):\(port)")
+                    let text = String(decoding: host.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+                    out.append("\(text):\(port)")
                 }
             }
             freeifaddrs(list)
