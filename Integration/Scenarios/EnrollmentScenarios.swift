@@ -152,3 +152,65 @@ import Testing
         await finish(cluster, allowing: expectedRefusals + ["refused a join", "no longer trusts", "forbids this connection"])
     }
 }
+
+/// Enrollment in the LAN lab with DNS-SD on: members find each other over mDNS once the
+/// group makes them trusted; nothing but `invite` and `join` is typed.
+@Suite(
+    .serialized, .timeLimit(.minutes(10)),
+    .enabled(if: mustRunEverything, "the LAN lab needs root, `ip netns` and avahi-daemon (as root and in CI it always runs)"))
+struct EnrollmentLabScenarios {
+    @Test func threeHostsEnrollOverTheLANAndARemovalReachesEveryMember() async throws {
+        if let why = await Lab.unavailableReason() {
+            Issue.record("the LAN lab cannot run here: \(why)")
+            return
+        }
+        let lab = try await Lab(hosts: 3)
+        do {
+            try await scenario(lab)
+        } catch {
+            await lab.tearDown()
+            throw error
+        }
+        await lab.tearDown()
+    }
+
+    func scenario(_ lab: Lab) async throws {
+        let cluster = Cluster("lab-enroll")
+        defer { cluster.cleanUp() }
+        let nodes = (0..<3).map { cluster.add("node\($0 + 1)", host: lab.hosts[$0]) }
+        for n in nodes { try await n.start(["--discovery", "--group", "lab", "--interface", "0.0.0.0"]) }
+        let ids = try await cluster.ids(nodes)
+        for n in nodes.dropFirst() {
+            let invite = try await Ferry.run(["--data", nodes[0].dataDirectory, "invite"], host: nodes[0].host)
+            #expect(invite.status == 0, "\(invite.stderr)")
+            let code = invite.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            // The code names the inviter's LAN address, not loopback.
+            #expect(try InvitationAddresses.of(code).contains("\(lab.hosts[0].address):\(nodes[0].info["port"]?.intValue ?? 0)"))
+            let join = try await Ferry.run(["--data", n.dataDirectory, "join", code], host: n.host)
+            #expect(join.status == 0, "\(join.stderr)")
+        }
+        try await nodes[2].admin.put("from-3", "{}")
+        try await cluster.awaitConvergence(timeout: 90)
+        try await waitUntil("node2 and node3 connect over DNS-SD", timeout: 60) {
+            let peers = try await nodes[1].admin.get("/peers")["peers"]?.items ?? []
+            return peers.contains { $0["id"]?.stringValue == ids[2] && $0["connected"] == true && $0["source"]?.stringValue == "dns-sd" }
+        }
+        let removal = try await Ferry.run(["--data", nodes[0].dataDirectory, "group", "remove", ids[1]], host: nodes[0].host)
+        #expect(removal.status == 0, "\(removal.stderr)")
+        try await waitUntil("node3 drops node2", timeout: 30) {
+            let peers = try await nodes[2].admin.get("/peers")["peers"]?.items ?? []
+            return !peers.contains { $0["id"]?.stringValue == ids[1] && ($0["trusted"] == true || $0["connected"] == true) }
+        }
+        await finish(cluster, allowing: expectedRefusals + ["no longer trusts", "forbids this connection"])
+    }
+}
+
+/// Reads the addresses out of an invitation code, as `ferry join` does.
+enum InvitationAddresses {
+    static func of(_ code: String) throws -> [String] {
+        var text = String(code.dropFirst("ferry1-".count)).replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while text.count % 4 != 0 { text += "=" }
+        guard let data = Data(base64Encoded: text), data.count > 49 else { throw HarnessError("not an invitation code: \(code)") }
+        return String(decoding: data.dropFirst(49), as: UTF8.self).split(separator: ",").map(String.init)
+    }
+}
