@@ -154,27 +154,14 @@ import Testing
 }
 
 /// Enrollment in the LAN lab with DNS-SD on: members find each other over mDNS once the
-/// group makes them trusted; nothing but `invite` and `join` is typed.
-@Suite(
-    .serialized, .timeLimit(.minutes(10)),
-    .enabled(if: mustRunEverything, "the LAN lab needs root, `ip netns` and avahi-daemon (as root and in CI it always runs)"))
-struct EnrollmentLabScenarios {
+/// group makes them trusted; nothing but `invite` and `join` is typed. Part of
+/// LabScenarios, so it is serialized with the other users of the one lab.
+extension LabScenarios {
     @Test func threeHostsEnrollOverTheLANAndARemovalReachesEveryMember() async throws {
-        if let why = await Lab.unavailableReason() {
-            Issue.record("the LAN lab cannot run here: \(why)")
-            return
-        }
-        let lab = try await Lab(hosts: 3)
-        do {
-            try await scenario(lab)
-        } catch {
-            await lab.tearDown()
-            throw error
-        }
-        await lab.tearDown()
+        try await withLab(3, "enrollment across hosts") { lab in try await enrollmentScenario(lab) }
     }
 
-    func scenario(_ lab: Lab) async throws {
+    func enrollmentScenario(_ lab: Lab) async throws {
         let cluster = Cluster("lab-enroll")
         defer { cluster.cleanUp() }
         let nodes = (0..<3).map { cluster.add("node\($0 + 1)", host: lab.hosts[$0]) }
