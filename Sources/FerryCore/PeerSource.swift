@@ -15,6 +15,8 @@ public enum PeerSource: String, Sendable, Hashable, CaseIterable, Comparable {
     case `static`
     /// Known only because it dialled this node.
     case inbound
+    /// A valid active member of this node's group (signed membership entries).
+    case group
 
     public static func < (a: PeerSource, b: PeerSource) -> Bool { a.rawValue < b.rawValue }
 }

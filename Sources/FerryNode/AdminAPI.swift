@@ -51,6 +51,10 @@ struct AdminAPI: Sendable {
         router.post("/trust") { request, _ in try await addTrust(request) }
         router.put("/trust/:id") { request, ctx in try await setTrust(request, id: ctx.parameters.require("id")) }
         router.delete("/trust/:id") { _, ctx in try removeTrust(ctx.parameters.require("id")) }
+        router.get("/group") { _, _ in groupInfo() }
+        router.post("/group/invitations") { request, _ in try await invite(request) }
+        router.post("/group/join") { request, _ in try await join(request) }
+        router.delete("/group/members/:id") { _, ctx in try removeMember(ctx.parameters.require("id")) }
         router.get("/metrics") { _, _ in metrics() }
         return router
     }
@@ -291,9 +295,99 @@ struct AdminAPI: Sendable {
     }
 
     func removeTrust(_ id: String) throws -> Response {
-        guard try node.trust.remove(id.lowercased()) else { throw APIError(.notFound, "not_found", "node \(id) is not in the trust store") }
+        guard try node.trust.remove(id.lowercased()) else {
+            if node.trust.entry(id.lowercased())?.source == .group {
+                throw APIError(.notFound, "not_found", "node \(id) is trusted as a member of this node's group: remove it with `ferry group remove` (DELETE /group/members/{id})")
+            }
+            throw APIError(.notFound, "not_found", "node \(id) is not in the trust store")
+        }
         manager.trustChanged()
         return json(["id": .string(id.lowercased()), "removed": true])
+    }
+
+    // MARK: group
+
+    /// `GET /group`: the group, this node's role, and every node with a counting entry.
+    func groupInfo() -> Response {
+        let m = node.membership
+        let me = node.identity.nodeID
+        guard let group = m.group, let view = m.view else {
+            return json(["group": .null, "self": .string(me), "admin": false, "members": []])
+        }
+        return json([
+            "group": .string(group), "self": .string(me), "admin": .bool(view.isAdmin(me)),
+            "members": .array(view.selected.values.sorted { $0.node < $1.node }.map { e in
+                [
+                    "id": .string(e.node), "name": e.name.map(JSON.string) ?? .null, "admin": .bool(e.admin && e.state == .member),
+                    "state": .string(e.state.rawValue), "version": .int(e.version), "signer": .string(e.signer),
+                    "founder": .bool(e.node == group), "addresses": .array(e.addresses.map(JSON.string)),
+                ]
+            }),
+        ])
+    }
+
+    /// `POST /group/invitations` `{"admin"?, "expiresSeconds"?, "addresses"?}` → the code.
+    func invite(_ request: Request) async throws -> Response {
+        let body = try await readJSON(request)
+        guard body.objectValue != nil else { throw APIError(.badRequest, "bad_request", "the body must be a JSON object") }
+        if let key = body.objectValue?.keys.first(where: { !["admin", "expiresSeconds", "addresses"].contains($0) }) {
+            throw APIError(.badRequest, "bad_request", "unknown member \"\(key)\"")
+        }
+        let admin = body["admin"]?.boolValue ?? false
+        let seconds = body["expiresSeconds"].map { $0.doubleValue ?? -1 } ?? 600
+        guard seconds > 0, seconds <= 7 * 86_400 else {
+            throw APIError(.badRequest, "bad_request", "expiresSeconds must be a number in (0, 604800]")
+        }
+        var addresses: [String]?
+        if let list = body["addresses"] {
+            guard case .array(let items) = list, !items.isEmpty, items.allSatisfy({ $0.stringValue != nil }) else {
+                throw APIError(.badRequest, "bad_request", "addresses must be a non-empty array of \"host:port\" strings")
+            }
+            addresses = items.compactMap(\.stringValue)
+        }
+        let invitation = try membershipCall { try node.membership.invite(admin: admin, lifetime: seconds, addresses: addresses) }
+        return json(
+            [
+                "code": .string(invitation.code.text), "group": .string(invitation.group), "admin": .bool(invitation.admin),
+                "expires": .string(ISO8601DateFormatter().string(from: invitation.expires)),
+                "addresses": .array(invitation.code.addresses.map(JSON.string)),
+            ], status: .created)
+    }
+
+    /// `POST /group/join` `{"code"}`: joins through the code's inviter.
+    func join(_ request: Request) async throws -> Response {
+        let body = try await readJSON(request)
+        guard let code = body["code"]?.stringValue else { throw APIError(.badRequest, "bad_request", "the body needs {\"code\": \"ferry1-…\"}") }
+        let joined: GroupMembership.Joined
+        do { joined = try await node.membership.join(code: code, name: node.configuration.name) } catch let e as MembershipError {
+            throw Self.apiError(e)
+        }
+        return json(["group": .string(joined.group), "inviter": .string(joined.inviter), "members": .int(Int64(joined.members))])
+    }
+
+    /// `DELETE /group/members/{id-or-name}`: signs a removed entry.
+    func removeMember(_ who: String) throws -> Response {
+        let entry = try membershipCall { try node.membership.remove(who.removingPercentEncoding ?? who) }
+        return json(["id": .string(entry.node), "state": .string(entry.state.rawValue), "version": .int(entry.version)])
+    }
+
+    func membershipCall<T>(_ body: () throws -> T) throws -> T {
+        do { return try body() } catch let e as MembershipError { throw Self.apiError(e) }
+    }
+
+    /// A membership error with the status docs/operations.md gives its code.
+    static func apiError(_ e: MembershipError) -> APIError {
+        let status: HTTPResponse.Status =
+            switch e {
+            case .notAdmin, .invitationExpired, .invitationUsed, .invitationUnknown, .noOpenInvitation, .cannotRemoveFounder: .forbidden
+            case .alreadyInGroup, .wrongGroup: .conflict
+            case .unknownMember, .noGroup: .notFound
+            case .rateLimited: .tooManyRequests
+            case .inviterUnreachable, .badReply: .badGateway
+            case .storage: .internalServerError
+            default: .badRequest
+            }
+        return APIError(status, e.code, e.description)
     }
 
     // MARK: metrics

@@ -51,6 +51,8 @@ public final class FerryNode: Sendable {
     public let store: DocumentStore
     public let identity: NodeIdentity
     public let trust: TrustStore
+    /// The node's group: signed member entries, invitations and the join exchange.
+    public let membership: GroupMembership
     /// The secret every admin API request carries (DATA/admin.key).
     public let adminKey: AdminKey
     public let metrics = NodeMetrics()
@@ -87,16 +89,22 @@ public final class FerryNode: Sendable {
         lock = try DataDirectoryLock(directory: dataDirectory)
         var storeOptions = StoreOptions()
         storeOptions.maxBodyBytes = configuration.limits.maxDocumentBytes
-        if let rule = configuration.validation {
-            storeOptions.validator = Validator { proposed in
-                rule.violation(id: proposed.id, deleted: proposed.deleted, body: proposed.body, size: proposed.body.canonicalBytes.count)
-            }
+        // Membership entries are checked first: only signed entries of this node's group go in.
+        let membership = try GroupMembership(dataDirectory: dataDirectory, clock: clock, logger: logger)
+        self.membership = membership
+        let rule = configuration.validation
+        storeOptions.validator = Validator { proposed in
+            if let reason = membership.validate(proposed) { return reason }
+            return rule?.violation(id: proposed.id, deleted: proposed.deleted, body: proposed.body, size: proposed.body.canonicalBytes.count)
         }
         store = try DocumentStore.open(directory: dataDirectory, options: storeOptions)
         identity = try NodeIdentity.loadOrCreate(directory: dataDirectory, name: configuration.name)
         adminKey = try AdminKey.loadOrCreate(dataDirectory: dataDirectory)
         trust = try TrustStore(dataDirectory: dataDirectory, configuration: configuration)
         replicationRegistry = try ReplicationRegistry(dataDirectory: dataDirectory)
+        membership.attach(
+            .init(store: store, identity: identity, trust: trust, databaseName: configuration.group, name: configuration.name, insecure: configuration.insecure))
+        try membership.loadFromStore()
     }
 
     var nodeFile: String { "\(dataDirectory)/node.json" }
@@ -125,6 +133,12 @@ public final class FerryNode: Sendable {
             config.authentication = .mutualTLS(.acceptAnyPeer)
         } else {
             config.authentication = .mutualTLS(.dynamic(trust.ids))
+            if !configuration.insecure {
+                let membership = self.membership
+                config.enrollment = .init(
+                    isOpen: { membership.invitations.isOpen },
+                    serve: { endpoint, peer, remote in await membership.serveJoin(endpoint, peer: peer, remote: remote) })
+            }
         }
         return WebSocketListener(identity: identity, configuration: config, responder: responder, logger: logger)
     }
@@ -145,6 +159,12 @@ public final class FerryNode: Sendable {
         let manager = PeerManager(
             configuration: configuration, identity: identity, trust: trust, replicators: replicators, replications: replications,
             inboundSessions: { responder.sessions }, discovery: discovery, clock: clock, logger: logger ?? self.logger)
+        let interface = configuration.interface
+        membership.setListenAddresses { listener.boundPort.map { GroupMembership.listenAddresses(interface: interface, port: $0) } ?? [] }
+        membership.setOnChange { urls in
+            manager.memberAddressesChanged(urls)
+            manager.trustChanged()
+        }
         return Parts(listener: listener, manager: manager, admin: AdminAPI(node: self, manager: manager, listener: listener, readiness: readiness))
     }
 
@@ -180,6 +200,7 @@ public final class FerryNode: Sendable {
         var services: [any Service] = [StartupGuard(role: .listener(configuration.interface, configuration.port), service: listener)]
         if let discovery { services.append(DeferredAdvertisement(discovery: discovery, listener: listener, node: self)) }
         services.append(manager)
+        services.append(MembershipFollower(membership: membership, store: store))
         services.append(
             StartupGuard(role: .admin(configuration.adminInterface, configuration.adminPort), service: admin.application()))
         if let path = configuration.unixSocket {

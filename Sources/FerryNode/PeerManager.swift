@@ -365,3 +365,31 @@ public final class PeerManager: Service, Sendable {
         for link in links { await link.wait() }
     }
 }
+
+extension PeerManager {
+    /// Takes the dial URLs of the group's active members (from their signed entries). Of
+    /// two members, only the lower node ID dials (as for discovered peers), so each pair has
+    /// one link; a configured static peer keeps its own URL. Members that left lose the URL.
+    /// With discovery on, members are found (at their current addresses) by DNS-SD instead.
+    public func memberAddressesChanged(_ urls: [String: String]) {
+        guard !configuration.discovery else { return }
+        let configured = Set(configuration.peers.map(\.nodeID))
+        let touched = state.withLock { s -> [String] in
+            var touched: [String] = []
+            // Only configured peers and members get a static URL, so an unconfigured one is a member's.
+            for (id, p) in s.peers where p.staticURL != nil && !configured.contains(id) && urls[id] == nil {
+                s.peers[id]?.staticURL = nil
+                touched.append(id)
+            }
+            for (id, url) in urls where id != nodeID && nodeID < id && !configured.contains(id) {
+                var p = s.peers[id] ?? PeerState(nodeID: id)
+                guard p.staticURL != url else { continue }
+                p.staticURL = url
+                s.peers[id] = p
+                touched.append(id)
+            }
+            return touched
+        }
+        for id in touched { reconcile(id) }
+    }
+}

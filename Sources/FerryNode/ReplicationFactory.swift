@@ -37,6 +37,24 @@ public struct ReplicationFactory: Sendable {
     /// Nothing readable or writable: the policy of a peer that is no longer trusted.
     static let denyAll = PeerPolicy(read: .none, write: .none, mayDelete: false)
 
+    /// A trusted peer's policy widened to read and write group membership entries
+    /// (`_ferry/members/`): they carry their own authority (an admin's signature, checked by
+    /// the store's validation on the way in), so a peer restricted to other documents still
+    /// relays them. Deletions of them are refused by that validation.
+    static func carryingMembership(_ policy: PeerPolicy) -> PeerPolicy {
+        var p = policy
+        if !p.read.admitsEverything { p.read.idPrefixes.append(MemberEntry.documentPrefix) }
+        if !p.write.admitsEverything { p.write.idPrefixes.append(MemberEntry.documentPrefix) }
+        return p
+    }
+
+    /// The pull filter, letting membership entries through (they are validated instead).
+    static func carryingMembership(_ filter: RevisionFilter) -> RevisionFilter {
+        RevisionFilter(name: filter.name) { input in
+            input.id.rawValue.hasPrefix(MemberEntry.documentPrefix) || filter.admits(input)
+        }
+    }
+
     /// A responder for incoming sessions. `authenticated` says whether the transport proves
     /// peer IDs (mutual TLS): then a peer missing from the trust store (trust revoked while it
     /// was connected) gets nothing. Password, acceptAnyPeer, Unix-socket and stdio clients
@@ -46,10 +64,10 @@ public struct ReplicationFactory: Sendable {
         r.nodeID = nodeID
         r.readOnly = readOnly
         let trust = self.trust
-        r.policyLookup = { trust.policy(for: $0) }
+        r.policyLookup = { trust.policy(for: $0).map(Self.carryingMembership) }
         r.defaultPolicy = authenticated ? Self.denyAll : .trusted
         r.resolvers = resolvers
-        r.incomingFilter = pullFilter
+        r.incomingFilter = pullFilter.map(Self.carryingMembership)
         r.metrics = metrics
         return ReplicationResponder(store: store, options: r, logger: logger)
     }
@@ -62,9 +80,9 @@ public struct ReplicationFactory: Sendable {
     ) -> Replicator {
         var rc = ReplicatorConfiguration()
         rc.nodeID = nodeID
-        rc.remotePolicy = peerID.flatMap(trust.policy(for:)) ?? .trusted
+        rc.remotePolicy = Self.carryingMembership(peerID.flatMap(trust.policy(for:)) ?? .trusted)
         rc.resolvers = resolvers
-        rc.pullFilter = pullFilter
+        rc.pullFilter = pullFilter.map(Self.carryingMembership)
         rc.metrics = metrics
         configure(&rc)
         return Replicator(store: store, connector: connector, configuration: rc, clock: clock, logger: logger ?? self.logger)

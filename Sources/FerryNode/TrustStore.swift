@@ -5,7 +5,8 @@ import Foundation
 import Synchronization
 
 /// The node's trusted peers and their policies: the config file's entries and static
-/// peers (read-only), plus entries added at run time, persisted in DATA/trust.json.
+/// peers (read-only), entries added at run time (persisted in DATA/trust.json), and the
+/// active members of the node's group (full policy, unless a manual entry says otherwise).
 /// Keeps the listener's pinned-ID set in step, so a change applies to the next handshake.
 public final class TrustStore: Sendable {
     /// A trusted node as the API shows it.
@@ -50,6 +51,8 @@ public final class TrustStore: Sendable {
     let file: String
     let fixed: [String: Entry]
     let added: Mutex<[String: Entry]>
+    /// Active members of this node's group (this node excluded), by ID, with their names.
+    let groupMembers = Mutex<[String: String?]>([:])
     /// The IDs the TLS listener admits.
     public let ids = TrustedIDs()
 
@@ -82,12 +85,29 @@ public final class TrustStore: Sendable {
     }
 
     /// Every trusted entry, fixed ones first winning over added ones, sorted by ID.
+    /// Group members without a manual entry come last, with source `group`.
     public var entries: [Entry] {
-        let added = self.added.withLock { $0 }
-        return added.merging(fixed) { _, f in f }.values.sorted { $0.nodeID < $1.nodeID }
+        var all = self.added.withLock { $0 }.merging(fixed) { _, f in f }
+        for (id, name) in groupMembers.withLock({ $0 }) where all[id] == nil {
+            all[id] = Entry(nodeID: id, name: name, policy: .trusted, source: .group)
+        }
+        return all.values.sorted { $0.nodeID < $1.nodeID }
     }
 
-    public func entry(_ id: String) -> Entry? { fixed[id] ?? added.withLock { $0[id] } }
+    public func entry(_ id: String) -> Entry? {
+        if let e = fixed[id] ?? added.withLock({ $0[id] }) { return e }
+        return groupMembers.withLock { $0[id] }.map { Entry(nodeID: id, name: $0, policy: .trusted, source: .group) }
+    }
+
+    /// Whether a manual (config or run-time) entry trusts `id`, whatever the group says.
+    public func isManuallyTrusted(_ id: String) -> Bool { fixed[id] != nil || added.withLock { $0[id] != nil } }
+
+    /// Replaces the group's active members; IDs that leave lose their connections unless a
+    /// manual entry still trusts them.
+    public func setGroupMembers(_ members: [String: String?]) {
+        groupMembers.withLock { $0 = members }
+        refreshIDs()
+    }
     public func isTrusted(_ id: String) -> Bool { entry(id) != nil }
     public func policy(for id: String) -> PeerPolicy? { entry(id)?.policy }
     /// Whether a TOFU entry exists already (TOFU pins only the first node seen).
@@ -147,7 +167,7 @@ public final class TrustStore: Sendable {
     }
 
     func refreshIDs() {
-        ids.replace(with: Set(fixed.keys).union(added.withLock { Set($0.keys) }))
+        ids.replace(with: Set(fixed.keys).union(added.withLock { Set($0.keys) }).union(groupMembers.withLock { Set($0.keys) }))
     }
 
     func save() throws(NodeError) {

@@ -1,8 +1,10 @@
+import Crypto
 import FerryCore
 import Logging
 import NIOCore
 import NIOSSL
 import Synchronization
+import X509
 
 /// Which peers a TLS endpoint accepts, decided inside the handshake by the SHA-256
 /// fingerprint of the peer's leaf certificate.
@@ -72,7 +74,14 @@ final class HandshakeRecord: Sendable {
     let remote: String?
     init(remote: String? = nil) { self.remote = remote }
     private let state = Mutex<(peer: String?, refused: String?, tlsError: String?)>((nil, nil, nil))
+    private let enrolling = Mutex(false)
     var peerID: String? { state.withLock { $0.peer } }
+    /// Whether the peer is not trusted and was let through only to join (an open invitation).
+    var isEnrollmentOnly: Bool { enrolling.withLock { $0 } }
+    func admittedToEnroll(_ id: String) {
+        enrolling.withLock { $0 = true }
+        accepted(id)
+    }
     var refusedID: String? { state.withLock { $0.refused } }
     /// The first error the TLS handler raised, as text.
     var tlsError: String? { state.withLock { $0.tlsError } }
@@ -186,8 +195,11 @@ enum TLSContexts {
 
     /// A callback that accepts exactly the trusted fingerprints, recording the outcome.
     /// With `refusals`, only the first refusal of a peer in its window is a warning.
+    /// With `enrollmentOpen`, an unknown certificate passes while it returns true, marked
+    /// in the record as enrollment-only (the listener then allows it the join path alone).
     static func verifier(
-        trust: PeerTrust, record: HandshakeRecord, logger: Logger, refusals: RepeatedRefusals? = nil
+        trust: PeerTrust, record: HandshakeRecord, logger: Logger, refusals: RepeatedRefusals? = nil,
+        enrollmentOpen: (@Sendable () -> Bool)? = nil
     ) -> NIOSSLCustomVerificationCallback {
         { certificates, promise in
             guard let leaf = certificates.first, let der = try? leaf.toDERBytes() else {
@@ -204,6 +216,13 @@ enum TLSContexts {
                 if trust.admits(id) {
                     record.accepted(id)
                     promise.succeed(.certificateVerified)
+                } else if let enrollmentOpen, enrollmentOpen() {
+                    let level: Logger.Level = refusals?.isNews("enroll \(id)") ?? true ? .info : .debug
+                    logger.log(
+                        level: level, "admitted an unknown certificate to the join exchange only",
+                        metadata: ["peer": "\(id)", "remote": "\(record.remote ?? "?")"])
+                    record.admittedToEnroll(id)
+                    promise.succeed(.certificateVerified)
                 } else {
                     record.refused(id)
                     let level: Logger.Level = refusals?.isNews(id) ?? true ? .warning : .debug
@@ -214,5 +233,14 @@ enum TLSContexts {
                 }
             }
         }
+    }
+}
+
+/// Reads public keys out of node certificates, for checking signatures made with node identities.
+public enum CertificateKeys {
+    /// The P-256 signing key of a DER certificate, or nil when it is not one or holds another key type.
+    public static func p256PublicKey(certificateDER der: [UInt8]) -> P256.Signing.PublicKey? {
+        guard let certificate = try? Certificate(derEncoded: der) else { return nil }
+        return P256.Signing.PublicKey(certificate.publicKey)
     }
 }

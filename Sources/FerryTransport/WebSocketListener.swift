@@ -29,7 +29,26 @@ public final class WebSocketListener: Service, Sendable {
         public var maxMessageSize = 64 << 20
         /// A connection that sends nothing for this long is closed. Default 120 s.
         public var idleTimeout: TimeAmount = .seconds(120)
+        /// The join exchange for new members (mutual TLS only). Default none.
+        public var enrollment: Enrollment?
         public init() {}
+    }
+
+    /// The path of the join exchange (docs/protocol.md, "Joining a group").
+    public static let joinPath = "/_ferry/join"
+
+    /// Lets unknown peers through the TLS handshake while an invitation is open, to the
+    /// join path only; every other request of theirs is refused with 403.
+    public struct Enrollment: Sendable {
+        /// Whether an invitation is open now (checked in each handshake).
+        public var isOpen: @Sendable () -> Bool
+        /// Serves one join connection (the peer's certificate ID, its address); the
+        /// listener closes the connection when it returns.
+        public var serve: @Sendable (any MessageEndpoint, String, String?) async -> Void
+        public init(isOpen: @escaping @Sendable () -> Bool, serve: @escaping @Sendable (any MessageEndpoint, String, String?) async -> Void) {
+            self.isOpen = isOpen
+            self.serve = serve
+        }
     }
 
     /// How a connecting peer proves who it is.
@@ -158,6 +177,8 @@ public final class WebSocketListener: Service, Sendable {
     /// What an accepted TCP connection turned into.
     enum Upgrade: Sendable {
         case websocket(NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, HandshakeRecord)
+        /// A connection to the join path.
+        case join(NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, HandshakeRecord)
         case refused
     }
 
@@ -238,7 +259,9 @@ public final class WebSocketListener: Service, Sendable {
             case .mutualTLS(let trust):
                 try sync.addHandler(
                     NIOSSLServerHandler(
-                        context: ssl, customVerificationCallback: TLSContexts.verifier(trust: trust, record: record, logger: logger, refusals: refusals)))
+                        context: ssl,
+                        customVerificationCallback: TLSContexts.verifier(
+                            trust: trust, record: record, logger: logger, refusals: refusals, enrollmentOpen: config.enrollment?.isOpen)))
             case .password:
                 try sync.addHandler(NIOSSLServerHandler(context: ssl))
             }
@@ -250,14 +273,15 @@ public final class WebSocketListener: Service, Sendable {
         let upgrader = NIOTypedWebSocketServerUpgrader<Upgrade>(
             maxFrameSize: min(config.maxMessageSize, Int(UInt32.max)),
             shouldUpgrade: { channel, head in
-                let status = Self.refusal(for: head, config: config)
+                let status = Self.refusal(for: head, config: config, enrollmentOnly: record.isEnrollmentOnly)
                 refusal.set(status, uri: head.uri)
                 return channel.eventLoop.makeSucceededFuture(status == nil ? HTTPHeaders() : nil)
             },
-            upgradePipelineHandler: { channel, _ in
+            upgradePipelineHandler: { channel, head in
                 channel.eventLoop.makeCompletedFuture {
                     try WebSocketMessageHandler.addHandlers(to: channel, isClient: false, limits: .init(maxMessageSize: config.maxMessageSize))
                     let ws = try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(wrappingChannelSynchronously: channel)
+                    if Self.path(of: head) == Self.joinPath { return Upgrade.join(ws, record) }
                     return Upgrade.websocket(ws, record)
                 }
             })
@@ -288,10 +312,22 @@ public final class WebSocketListener: Service, Sendable {
         return "the connection closed before the WebSocket upgrade"
     }
 
-    /// Why an upgrade request is refused: 404 for a wrong path, 401 for missing or wrong
-    /// credentials, 400 for anything that is not a WebSocket upgrade; nil to accept.
-    static func refusal(for head: HTTPRequestHead, config: Configuration) -> HTTPResponseStatus? {
-        let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? head.uri
+    static func path(of head: HTTPRequestHead) -> String {
+        head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? head.uri
+    }
+
+    /// Why an upgrade request is refused: 404 for a wrong path (or the join path on a
+    /// listener without enrollment), 403 for a peer admitted only to join that asks for
+    /// anything else, 401 for missing or wrong credentials, 400 for anything that is not a
+    /// WebSocket upgrade; nil to accept.
+    static func refusal(for head: HTTPRequestHead, config: Configuration, enrollmentOnly: Bool = false) -> HTTPResponseStatus? {
+        let path = Self.path(of: head)
+        if path == joinPath {
+            guard config.enrollment != nil, !config.insecure, case .mutualTLS = config.authentication else { return .notFound }
+            guard head.headers.first(name: "Upgrade")?.lowercased() == "websocket" else { return .badRequest }
+            return nil
+        }
+        if enrollmentOnly { return .forbidden }
         guard path == "/\(config.databaseName)/sync" else { return .notFound }
         if case .password(let user, let password) = config.authentication {
             let expected = "Basic " + Data("\(user):\(password)".utf8).base64EncodedString()
@@ -323,6 +359,10 @@ public final class WebSocketListener: Service, Sendable {
                 metadata: ["reason": "\(LogText.escape(reason))", "remote": "\(record?.remote ?? "?")"])
             return
         }
+        if case .join(let channel, let record) = result {
+            await serveJoin(channel, record: record)
+            return
+        }
         guard case .websocket(let channel, let record) = result else { return }
         let endpoint = WebSocketEndpoint(channel, isClient: false, maximumMessageSize: configuration.maxMessageSize, logger: logger)
         let (id, admitted) = state.withLock { s -> (Int, Bool) in
@@ -347,6 +387,32 @@ public final class WebSocketListener: Service, Sendable {
             $0.endpoints.removeValue(forKey: id)
         }
         logger.info("peer disconnected", metadata: ["peer": "\(record.peerID ?? "password")"])
+    }
+}
+
+extension WebSocketListener {
+    /// Hands a join connection to the enrollment handler, then closes it: such a connection
+    /// never carries replication.
+    func serveJoin(_ channel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, record: HandshakeRecord) async {
+        let endpoint = WebSocketEndpoint(channel, isClient: false, maximumMessageSize: 1 << 20, logger: logger)
+        guard let enrollment = configuration.enrollment, let peer = record.peerID else {
+            await endpoint.close(error: .init(code: "not_found", message: "this listener takes no joins", isTransient: false))
+            return
+        }
+        let (id, admitted) = state.withLock { s -> (Int, Bool) in
+            let id = s.nextID
+            s.nextID += 1
+            guard s.connections.count < configuration.maxConnections, !s.stopping else { return (id, false) }
+            s.connections[id] = ConnectionInfo(id: id, peerID: peer, remoteAddress: channel.channel.remoteAddress?.description ?? "?", active: true)
+            s.endpoints[id] = endpoint
+            return (id, true)
+        }
+        if admitted { await enrollment.serve(endpoint, peer, record.remote) }
+        await endpoint.close(error: admitted ? nil : .init(code: "busy", message: "too many connections", isTransient: true))
+        state.withLock {
+            $0.connections.removeValue(forKey: id)
+            $0.endpoints.removeValue(forKey: id)
+        }
     }
 }
 

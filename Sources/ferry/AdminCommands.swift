@@ -15,8 +15,9 @@ struct Status: AsyncParsableCommand {
         let info = try await node.call("GET", "/")
         let peers = try await node.call("GET", "/peers")
         let replications = try await node.call("GET", "/replications")
+        let group = try await node.call("GET", "/group")
         if global.json {
-            Output.json(["node": info, "peers": peers["peers"] ?? [], "replications": replications["replications"] ?? []])
+            Output.json(["node": info, "peers": peers["peers"] ?? [], "replications": replications["replications"] ?? [], "group": group])
             return
         }
         Output.line("""
@@ -25,6 +26,10 @@ struct Status: AsyncParsableCommand {
             docs     \(info["docCount"]?.intValue ?? 0) live, \(info["deletedCount"]?.intValue ?? 0) deleted, \(info["conflictedCount"]?.intValue ?? 0) conflicted; last sequence \(info["lastSequence"]?.intValue ?? 0)
             digest   \(info["digest"]?.stringValue ?? "?")
             """)
+        if let id = group["group"]?.stringValue {
+            let members = group["members"]?.items.filter { $0["state"]?.stringValue == "member" }.count ?? 0
+            Output.line("members  group \(id.prefix(12)): \(members) active\(group["admin"]?.boolValue == true ? ", this node is an admin" : "")")
+        }
         PeerTable.print(peers["peers"])
         if case .array(let list)? = replications["replications"], !list.isEmpty {
             Output.line("replications:")

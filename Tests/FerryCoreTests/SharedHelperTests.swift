@@ -18,7 +18,7 @@ import Testing
 
 @Suite struct PeerSourceTests {
     @Test func rawValuesAreTheNamesTheAPIShows() {
-        #expect(PeerSource.allCases.map(\.rawValue) == ["config", "api", "tofu", "peer", "dns-sd", "static", "inbound"])
+        #expect(PeerSource.allCases.map(\.rawValue) == ["config", "api", "tofu", "peer", "dns-sd", "static", "inbound", "group"])
         #expect(PeerSource(rawValue: "dns-sd") == .dnsSD)
     }
 }

@@ -136,7 +136,8 @@ final class Switchboard: Sendable {
         manager.trustChanged()
         let second = try #require(link())
         #expect(second !== first && second.policy == readOnly)
-        #expect(second.replicator.configuration.remotePolicy == readOnly)
+        // The replicator's policy also admits signed membership entries (validated instead).
+        #expect(second.replicator.configuration.remotePolicy == ReplicationFactory.carryingMembership(readOnly))
         // No longer trusted: no link.
         try node.trust.remove(other)
         manager.trustChanged()
