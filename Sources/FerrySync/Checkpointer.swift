@@ -154,7 +154,10 @@ struct Checkpointer<Position: CheckpointSequence> {
     /// Writes the local copy, then the remote one, at the position.
     mutating func saveBoth() async throws {
         try saveLocal()
-        try await remote.putCheckpoint(key, value: ["seq": position.checkpointJSON], direction: Position.direction)
+        // A push tells the other side when it has reached the end of this side's feed: only
+        // then does that side hold everything this one held when it said hello.
+        let caughtUp = try Position.direction == .push && (position.number ?? 0) >= store.lastChangeSequence
+        try await remote.putCheckpoint(key, value: ["seq": position.checkpointJSON], direction: Position.direction, caughtUp: caughtUp)
         remoteSaved = position
         lag = nil
         try raiseCoverage()
@@ -189,7 +192,7 @@ extension RemoteDatabase {
         RemoteCheckpoint(value: try await localDocument(id), holds: nil)
     }
 
-    func putCheckpoint(_ id: String, value: JSON, direction: CheckpointDirection) async throws {
+    func putCheckpoint(_ id: String, value: JSON, direction: CheckpointDirection, caughtUp: Bool) async throws {
         try await putLocalDocument(id, value: value)
     }
 }

@@ -95,7 +95,7 @@ struct FerryRemote: RemoteDatabase {
         return RemoteCheckpoint(value: answer.value, holds: direction == .push ? answer.holds : nil)
     }
 
-    func putCheckpoint(_ id: String, value: JSON, direction: CheckpointDirection) async throws {
-        _ = try await ask(SetCheckpointRequest(id: id, value: value, direction: direction))
+    func putCheckpoint(_ id: String, value: JSON, direction: CheckpointDirection, caughtUp: Bool) async throws {
+        _ = try await ask(SetCheckpointRequest(id: id, value: value, direction: direction, caughtUp: caughtUp))
     }
 }

@@ -45,8 +45,9 @@ protocol RemoteDatabase: Sendable {
     /// documents; for a push, also how far the other side already holds this side's feed.
     /// (Default: `localDocument`, no floor.)
     func checkpoint(_ id: String, direction: CheckpointDirection) async throws -> RemoteCheckpoint
-    /// Writes a checkpoint's copy on the other side. (Default: `putLocalDocument`.)
-    func putCheckpoint(_ id: String, value: JSON, direction: CheckpointDirection) async throws
+    /// Writes a checkpoint's copy on the other side; `caughtUp` (push) says this side's feed
+    /// ended at the checkpoint when it was written. (Default: `putLocalDocument`.)
+    func putCheckpoint(_ id: String, value: JSON, direction: CheckpointDirection, caughtUp: Bool) async throws
 }
 
 /// The other side's identity and capabilities.

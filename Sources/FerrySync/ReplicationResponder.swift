@@ -230,7 +230,9 @@ final class ResponderSession: Sendable {
     func setCheckpoint(_ request: Message) throws -> Message {
         let set = try SetCheckpointRequest(try request.json())
         try store.putLocalDocument(checkpointKey(set.id), body: set.value, durability: .normal)  // rolls back with the pushed revisions it covers
-        if set.direction == .push, let n = set.value["seq"]?.intValue, n > 0 { try pushCheckpointWritten(through: UInt64(n)) }
+        if set.direction == .push, let n = set.value["seq"]?.intValue, n >= 0 {
+            try pushCheckpointWritten(through: UInt64(n), caughtUp: set.caughtUp)
+        }
         return reply(request, [:])
     }
 

@@ -13,6 +13,8 @@ final class ResponderCatchUp: Sendable {
         var ticket: CatchUpTicket?
         /// The first push-direction checkpoint read was answered (only that one waits).
         var asked = false
+        /// The peer's stated coverage was taken over (once per session).
+        var adopted = false
     }
 
     let state = Mutex(State())
@@ -63,31 +65,30 @@ extension ResponderSession {
                 throw SyncError.disconnected("the session ended while waiting for another link's catch-up")
             }
             // Nothing to wait for when this node already holds the peer's feed that far.
-            let held = try Coverage.of(database, in: store) ?? 0
-            if coverage.sequence <= held { try finishPushCatchUp(ticket: ticket, coverage: coverage) }
+            if coverage.sequence <= (try Coverage.of(database, in: store) ?? 0) { gate.release(ticket) }
         }
         guard !database.isEmpty else { return nil }
         return try Coverage.of(database, in: store)
     }
 
     /// After a push-direction checkpoint write through `sequence` of the peer's feed: the
-    /// peer's push has stored that much here. Raises coverage when the intake is complete,
-    /// and ends the catch-up once the push passed the feed's end as the peer's hello stated it.
-    func pushCheckpointWritten(through sequence: UInt64) throws {
-        let (database, coverage, ticket) = catchUp.state.withLock { ($0.peerDatabase, $0.peerCoverage, $0.ticket) }
-        if pushIntakeIsComplete { try Coverage.raise(database, to: sequence, in: store) }
-        if let ticket, ticket.holds, let coverage, sequence >= coverage.sequence {
-            try finishPushCatchUp(ticket: ticket, coverage: coverage)
+    /// peer's push has stored that much here. Raises coverage when the intake is complete;
+    /// once the push reached the end of the peer's feed (`caughtUp`), this node holds all the
+    /// peer held at hello and takes over its stated coverage (once). The lease passes on then,
+    /// or as soon as the push passed the feed's end as the hello stated it.
+    func pushCheckpointWritten(through sequence: UInt64, caughtUp: Bool) throws {
+        let (database, coverage, ticket, adopt) = catchUp.state.withLock { s in
+            defer { if caughtUp { s.adopted = true } }
+            return (s.peerDatabase, s.peerCoverage, s.ticket, caughtUp && !s.adopted)
         }
-    }
-
-    /// Takes over the peer's stated coverage (when its intake is complete) and passes the lease on.
-    private func finishPushCatchUp(ticket: CatchUpTicket, coverage: CoverageSnapshot) throws {
-        defer { gate?.release(ticket) }
-        guard pushIntakeIsComplete else { return }
-        let raised = try Coverage.adopt(coverage, in: store)
-        responder.logger.debug(
-            "caught up by a peer's push; took over its coverage", metadata: ["peer": "\(peerForLog)", "raised": "\(raised)"])
+        let complete = pushIntakeIsComplete
+        if complete && sequence > 0 { try Coverage.raise(database, to: sequence, in: store) }
+        if adopt, complete, let coverage {
+            let raised = try Coverage.adopt(coverage, in: store)
+            responder.logger.debug(
+                "caught up by a peer's push; took over its coverage", metadata: ["peer": "\(peerForLog)", "raised": "\(raised)"])
+        }
+        if let ticket, ticket.holds, caughtUp || sequence >= (coverage?.sequence ?? 0) { gate?.release(ticket) }
     }
 
     /// The session ended: leave the line, or pass the lease on.

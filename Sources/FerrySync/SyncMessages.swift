@@ -174,19 +174,24 @@ struct SetCheckpointRequest: SyncRequestBody {
     var value: JSON
     /// As in `GetCheckpointRequest` (optional).
     var direction: CheckpointDirection?
+    /// Push only, optional: the requester's feed ended at this checkpoint when it wrote it.
+    var caughtUp = false
     var json: JSON {
         var o: [String: JSON] = ["id": .string(id), "value": value]
         if let direction { o["direction"] = .string(direction.rawValue) }
+        if caughtUp { o["caughtUp"] = true }
         return .object(o)
     }
-    init(id: String, value: JSON, direction: CheckpointDirection? = nil) {
+    init(id: String, value: JSON, direction: CheckpointDirection? = nil, caughtUp: Bool = false) {
         self.id = id
         self.value = value
         self.direction = direction
+        self.caughtUp = caughtUp
     }
     init(_ o: JSON) throws(SyncError) {
         id = try GetCheckpointRequest.checkpointID(o)
         direction = try GetCheckpointRequest.direction(o)
+        caughtUp = o["caughtUp"] == .bool(true)
         guard let value = o["value"], value.objectValue != nil else {
             throw .protocolViolation("setCheckpoint lacks an object value")
         }

@@ -164,6 +164,83 @@ import Testing
     }
 }
 
+/// The responder's side, driven message by message as a pushing peer would.
+@Suite struct PushCatchUpTests {
+    func open(_ link: Link, coverage: CoverageSnapshot?) async throws -> (FerryRemote, Connection) {
+        let connection = Connection(endpoint: try await link.connector())
+        connection.start()
+        let remote = try await FerryRemote.open(
+            connection, nodeID: "pusher", localDatabase: "pusher-db", inlineWanted: false, coverage: coverage)
+        return (remote, connection)
+    }
+
+    @Test func aPushersCoverageIsTakenOverOnlyOnceItsPushReachedItsFeedsEnd() async throws {
+        let j = try JoinNode("j")
+        let (remote, connection) = try await open(j.link(), coverage: CoverageSnapshot(sequence: 10, databases: ["other-db": 100]))
+        // A write that names no direction (an older peer) records nothing.
+        try await remote.putLocalDocument("k", value: ["seq": 4])
+        #expect(try Coverage.of("pusher-db", in: j.store) == nil)
+        let first = try await remote.checkpoint("k", direction: .push)
+        #expect(first.value?["seq"]?.intValue == 4)
+        #expect(first.holds == nil)
+        #expect(j.gate.snapshot.holder != nil)
+        try await remote.putCheckpoint("k", value: ["seq": 6], direction: .push, caughtUp: false)
+        #expect(try Coverage.of("pusher-db", in: j.store) == 6)
+        #expect(j.gate.snapshot.holder != nil)
+        // Past the feed's end as hello stated it: the lease passes on, but the push has not
+        // reached the feed's end now, so nothing is taken over yet.
+        try await remote.putCheckpoint("k", value: ["seq": 10], direction: .push, caughtUp: false)
+        #expect(j.gate.snapshot.holder == nil)
+        #expect(try Coverage.of("other-db", in: j.store) == nil)
+        try await remote.putCheckpoint("k", value: ["seq": 12], direction: .push, caughtUp: true)
+        #expect(try Coverage.of("other-db", in: j.store) == 100)
+        #expect(try Coverage.of("pusher-db", in: j.store) == 12)
+        // A later push starts from what this node holds.
+        #expect(try await remote.checkpoint("k", direction: .push).holds == 12)
+        await connection.close()
+    }
+
+    @Test func aPushIntakeThatRefusesDeletionsRecordsNoCoverage() async throws {
+        let j = try JoinNode("j")
+        let (remote, connection) = try await open(
+            j.link(policy: PeerPolicy(mayDelete: false)), coverage: CoverageSnapshot(sequence: 3, databases: ["other-db": 100]))
+        _ = try await remote.checkpoint("k", direction: .push)
+        try await remote.putCheckpoint("k", value: ["seq": 3], direction: .push, caughtUp: true)
+        #expect(try Coverage.of("pusher-db", in: j.store) == nil)
+        #expect(try Coverage.of("other-db", in: j.store) == nil)
+        #expect(j.gate.snapshot.holder == nil)
+        await connection.close()
+    }
+
+    @Test func aPushingPeerThatStatesNoCoverageNeitherWaitsNorIsCovered() async throws {
+        let j = try JoinNode("j")
+        let held = j.gate.ticket(label: "another link")
+        try await j.gate.acquire(held)
+        let (remote, connection) = try await open(j.link(), coverage: nil)
+        // Answered at once although another link holds the lease.
+        _ = try await remote.checkpoint("k", direction: .push)
+        try await remote.putCheckpoint("k", value: ["seq": 3], direction: .push, caughtUp: true)
+        #expect(try Coverage.of("pusher-db", in: j.store) == nil)
+        #expect(j.gate.snapshot.holder == "another link")
+        j.gate.release(held)
+        await connection.close()
+    }
+
+    @Test func aPusherWaitingForItsTurnLeavesTheLineWhenItsSessionEnds() async throws {
+        let j = try JoinNode("j")
+        let held = j.gate.ticket(label: "another link")
+        try await j.gate.acquire(held)
+        let (remote, connection) = try await open(j.link(), coverage: CoverageSnapshot(sequence: 3, databases: [:]))
+        let asking = Task { try await remote.checkpoint("k", direction: .push) }
+        while j.gate.snapshot.waiting == 0 { await Task.yield() }
+        await connection.close()
+        _ = try? await asking.value
+        while j.gate.snapshot.waiting != 0 { await Task.yield() }
+        j.gate.release(held)
+        #expect(j.gate.snapshot.holder == nil)
+    }
+}
+
 /// The lease itself: one holder, arrival order, and no holder left behind by a link that ends.
 @Suite struct CatchUpGateTests {
     @Test func theLeasePassesToTheNextWaiterWhenTheHolderReleases() async throws {
@@ -240,6 +317,8 @@ import Testing
         #expect(throws: SyncError.self) { try GetCheckpointRequest(["id": "k", "direction": "sideways"]) }
         let set = SetCheckpointRequest(id: "k", value: ["seq": 3], direction: .pull)
         #expect(try SetCheckpointRequest(set.json).direction == .pull)
+        #expect(try SetCheckpointRequest(set.json).caughtUp == false)
+        #expect(try SetCheckpointRequest(SetCheckpointRequest(id: "k", value: [:], direction: .push, caughtUp: true).json).caughtUp)
         #expect(CheckpointValue(CheckpointValue(value: nil, holds: 9).json).holds == 9)
         #expect(CheckpointValue(["value": ["seq": 1]]).holds == nil)
     }
