@@ -34,7 +34,9 @@ final class Puller: Sendable {
         let remoteDB = remote.identity.databaseID
         let intakeComplete = configuration.pullIntakeIsComplete(from: remote.identity)
         if intakeComplete { checkpoint.coverage = remoteDB }
-        let gate = configuration.catchUpGate
+        // Only a pull that leaves coverage behind takes part: one that does not (filtered,
+        // restricted, or from a peer stating none) would hold the others up for nothing.
+        let gate = intakeComplete ? configuration.catchUpGate : nil
         let ticket = gate?.ticket(label: "pull from \(LogText.escape(remote.identity.peerID))")
         defer { if let gate, let ticket { gate.release(ticket) } }
         if let gate, let ticket { try await gate.acquire(ticket) }

@@ -104,6 +104,19 @@ import Testing
         #expect(try a.coverage(of: d) == d.store.lastChangeSequence)
     }
 
+    @Test func aPullThatLeavesNoCoverageNeitherWaitsForNorTakesTheLease() async throws {
+        let d = try JoinNode("d")
+        try writeDocuments(d.store, prefix: "doc", count: 10)
+        let joiner = try JoinNode("j")
+        let held = joiner.gate.ticket(label: "another link")
+        try await joiner.gate.acquire(held)
+        // Filtered: it would leave no coverage behind, so it runs beside the holder.
+        let filtered = await joiner.sync(with: d, direction: .pull) { $0.pullFilter = RevisionFilter(name: "all") { _ in true } }
+        #expect(filtered.summary.pulled == 10)
+        #expect(joiner.gate.snapshot.holder == "another link")
+        joiner.gate.release(held)
+    }
+
     @Test func whenTheHoldersLinkFailsTheNextWaiterCatchesTheJoinerUp() async throws {
         let holders = try await settledTrio(documents: 300)
         let joiner = try JoinNode("j")
