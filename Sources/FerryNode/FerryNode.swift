@@ -56,6 +56,8 @@ public final class FerryNode: Sendable {
     /// The secret every admin API request carries (DATA/admin.key).
     public let adminKey: AdminKey
     public let metrics = NodeMetrics()
+    /// One link at a time catches this node up (docs/protocol.md, "Join catch-up").
+    let catchUpGate = CatchUpGate(logger: Logger(label: "ferry.sync.catchup"))
     let replicationRegistry: ReplicationRegistry
     let logger: Logger
     let lock: DataDirectoryLock
@@ -111,9 +113,11 @@ public final class FerryNode: Sendable {
 
     /// Builds this node's replicators and responders (trust policy, resolvers, pull filter, metrics).
     public var replicators: ReplicationFactory {
-        ReplicationFactory(
+        var factory = ReplicationFactory(
             store: store, nodeID: identity.nodeID, trust: trust, configuration: configuration, metrics: metrics.sync, clock: clock,
             logger: logger)
+        factory.catchUpGate = catchUpGate
+        return factory
     }
 
     func makeResponder(authenticated: Bool) -> ReplicationResponder { replicators.responder(authenticated: authenticated) }

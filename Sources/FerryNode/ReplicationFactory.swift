@@ -17,6 +17,8 @@ public struct ReplicationFactory: Sendable {
     public var metrics: SyncMetrics?
     public var clock: any Clock<Duration>
     public var logger: Logger
+    /// The node's one catch-up lease, shared by every replicator and responder it builds; nil: none.
+    public var catchUpGate: CatchUpGate?
 
     /// Takes resolvers, pull filter and read-only from `configuration`.
     public init(
@@ -69,6 +71,7 @@ public struct ReplicationFactory: Sendable {
         r.resolvers = resolvers
         r.incomingFilter = pullFilter.map(Self.carryingMembership)
         r.metrics = metrics
+        r.catchUpGate = catchUpGate
         return ReplicationResponder(store: store, options: r, logger: logger)
     }
 
@@ -84,6 +87,7 @@ public struct ReplicationFactory: Sendable {
         rc.resolvers = resolvers
         rc.pullFilter = pullFilter.map(Self.carryingMembership)
         rc.metrics = metrics
+        rc.catchUpGate = catchUpGate
         configure(&rc)
         return Replicator(store: store, connector: connector, configuration: rc, clock: clock, logger: logger ?? self.logger)
     }

@@ -14,6 +14,12 @@ protocol CheckpointSequence: Sendable, Equatable {
     static var start: Self { get }
     /// Where to resume when the two copies differ; nil: start over.
     static func resume(local: Self, remote: Self) -> Self?
+    /// Which replication keeps checkpoints of this kind of sequence.
+    static var direction: CheckpointDirection { get }
+    /// This position or `floor`, whichever is further (a floor only applies to numbered sequences).
+    func raised(to floor: UInt64) -> Self
+    /// The position as a number of a Ferry feed; nil for an opaque sequence.
+    var number: UInt64? { get }
 }
 
 extension UInt64: CheckpointSequence {
@@ -24,6 +30,9 @@ extension UInt64: CheckpointSequence {
     var checkpointJSON: JSON { .int(Int64(self)) }
     static var start: UInt64 { 0 }
     static func resume(local: UInt64, remote: UInt64) -> UInt64? { Swift.min(local, remote) }
+    static var direction: CheckpointDirection { .push }
+    func raised(to floor: UInt64) -> UInt64 { Swift.max(self, floor) }
+    var number: UInt64? { self }
 }
 
 extension RemoteSequence: CheckpointSequence {
@@ -35,11 +44,22 @@ extension RemoteSequence: CheckpointSequence {
         guard let l = local.json.intValue, let r = remote.json.intValue else { return nil }
         return RemoteSequence(.int(Swift.min(l, r)))
     }
+    static var direction: CheckpointDirection { .pull }
+    func raised(to floor: UInt64) -> RemoteSequence {
+        guard let n = number, n < floor else { return self }
+        return RemoteSequence(floor)
+    }
+    var number: UInt64? { json.intValue.map { UInt64(Swift.max(0, $0)) } }
 }
 
 /// Keeps one direction's checkpoint: where to resume, and both copies (a local document
 /// here, a local document on the other side), with the other side's copy deferred once a
 /// continuous replication has caught up.
+///
+/// A pull whose intake is complete also raises this store's coverage of the remote
+/// database (`Coverage`) whenever it writes both copies, and any checkpoint may start from
+/// a floor above both copies: the coverage of the remote database (pull), or how far the
+/// other side says it holds this one's feed (push, `holds`).
 ///
 /// A checkpoint advances only past what is durably stored or deliberately rejected. Until
 /// caught up, both copies are written after every batch; once caught up, changes come one
@@ -52,6 +72,8 @@ struct Checkpointer<Position: CheckpointSequence> {
     let remote: any RemoteDatabase
     let delay: Duration
     let clock: any Clock<Duration>
+    /// The remote database whose coverage saves raise (a pull with a complete intake); nil: none.
+    var coverage: String?
     /// How far the replication has got (stored or deliberately skipped).
     private(set) var position = Position.start
     private(set) var localSaved = Position.start
@@ -87,18 +109,26 @@ struct Checkpointer<Position: CheckpointSequence> {
     }
 
     /// Reads both copies and returns where to resume: from the start when either is
-    /// missing, when `reset`, or when they disagree in a way the sequence cannot settle.
-    mutating func start(reset: Bool) async throws -> Position {
+    /// missing, when `reset`, or when they disagree in a way the sequence cannot settle;
+    /// then from `floor`, or the other side's `holds` (push), when further (not when `reset`).
+    mutating func start(reset: Bool, floor: UInt64? = nil) async throws -> Position {
         var resume = Position.start
+        var raised = resume
         if !reset {
             let local = try Self.local(store, key: key)
-            let remoteCopy = try await remote.localDocument(key)?["seq"].flatMap(Position.init(checkpoint:))
+            let answer = try await remote.checkpoint(key, direction: Position.direction)
+            let remoteCopy = answer.value?["seq"].flatMap(Position.init(checkpoint:))
             if let local, let remoteCopy { resume = Position.resume(local: local, remote: remoteCopy) ?? .start }
+            // The other side's floor can only make this side send less to it: a side that
+            // lies about what it holds only keeps documents from itself.
+            let highest = Swift.max(floor ?? 0, Position.direction == .push ? answer.holds ?? 0 : 0)
+            raised = resume.raised(to: highest)
         }
-        position = resume
+        position = raised
+        // Both copies are behind a raised start, so the first batch (or the end) writes them.
         localSaved = resume
         remoteSaved = resume
-        return resume
+        return raised
     }
 
     /// The remote copy lags behind the position.
@@ -124,11 +154,45 @@ struct Checkpointer<Position: CheckpointSequence> {
     /// Writes the local copy, then the remote one, at the position.
     mutating func saveBoth() async throws {
         try saveLocal()
-        try await remote.putLocalDocument(key, value: ["seq": position.checkpointJSON])
+        // A push tells the other side when it has reached the end of this side's feed: only
+        // then does that side hold everything this one held when it said hello.
+        let caughtUp = try Position.direction == .push && (position.number ?? 0) >= store.lastChangeSequence
+        try await remote.putCheckpoint(key, value: ["seq": position.checkpointJSON], direction: Position.direction, caughtUp: caughtUp)
         remoteSaved = position
         lag = nil
+        try raiseCoverage()
     }
 
     /// However a loop ends, the local copy covers what was stored (no network needed).
-    mutating func saveLocalIfBehind() { if localSaved != position { try? saveLocal() } }
+    mutating func saveLocalIfBehind() {
+        if localSaved != position { try? saveLocal() }
+        try? raiseCoverage()
+    }
+
+    /// Records the position as this store's coverage of the remote database, if it keeps one.
+    /// Only with both copies (or at the end): once live, every batch writes the local copy,
+    /// and a coverage that lags a few seconds costs a restart no more than re-read entries.
+    func raiseCoverage() throws {
+        guard let coverage, let n = position.number else { return }
+        try Coverage.raise(coverage, to: n, in: store)
+    }
+}
+
+/// A checkpoint copy as the other side answered it, with its floor for a push.
+struct RemoteCheckpoint: Sendable, Equatable {
+    var value: JSON?
+    /// Push only: the sequence of this side's feed through which the other side says it
+    /// holds everything; nil when it says nothing.
+    var holds: UInt64?
+}
+
+extension RemoteDatabase {
+    /// A remote without directions or floors: its local document, no floor.
+    func checkpoint(_ id: String, direction: CheckpointDirection) async throws -> RemoteCheckpoint {
+        RemoteCheckpoint(value: try await localDocument(id), holds: nil)
+    }
+
+    func putCheckpoint(_ id: String, value: JSON, direction: CheckpointDirection, caughtUp: Bool) async throws {
+        try await putLocalDocument(id, value: value)
+    }
 }

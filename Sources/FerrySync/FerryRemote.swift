@@ -7,16 +7,17 @@ struct FerryRemote: RemoteDatabase {
     let connection: Connection
     let identity: RemoteIdentity
 
-    /// Says hello on `connection` and returns the remote it opens.
-    static func open(_ connection: Connection, nodeID: String, localDatabase: String, inlineWanted: Bool) async throws(SyncError)
-        -> FerryRemote
-    {
+    /// Says hello on `connection` (stating `coverage`, when given) and returns the remote it opens.
+    static func open(
+        _ connection: Connection, nodeID: String, localDatabase: String, inlineWanted: Bool, coverage: CoverageSnapshot? = nil
+    ) async throws(SyncError) -> FerryRemote {
         let hello = HelloRequest(
-            nodeID: nodeID, database: localDatabase, protocols: SyncProtocol.versions, features: SyncProtocol.features)
+            nodeID: nodeID, database: localDatabase, protocols: SyncProtocol.versions, features: SyncProtocol.features,
+            coverage: coverage)
         let reply = try HelloReply(try await connection.request(HelloRequest.profile, body: hello.bytes).json())
         let identity = RemoteIdentity(
             databaseID: reply.database, peerID: reply.nodeID, allowsPull: reply.allowPull, allowsPush: reply.allowPush,
-            inline: inlineWanted && reply.features.contains("inline"))
+            inline: inlineWanted && reply.features.contains("inline"), coverage: reply.coverage)
         return FerryRemote(connection: connection, identity: identity)
     }
 
@@ -87,5 +88,14 @@ struct FerryRemote: RemoteDatabase {
 
     func putLocalDocument(_ id: String, value: JSON) async throws {
         _ = try await ask(SetCheckpointRequest(id: id, value: value))
+    }
+
+    func checkpoint(_ id: String, direction: CheckpointDirection) async throws -> RemoteCheckpoint {
+        let answer = CheckpointValue(try await ask(GetCheckpointRequest(id: id, direction: direction)))
+        return RemoteCheckpoint(value: answer.value, holds: direction == .push ? answer.holds : nil)
+    }
+
+    func putCheckpoint(_ id: String, value: JSON, direction: CheckpointDirection, caughtUp: Bool) async throws {
+        _ = try await ask(SetCheckpointRequest(id: id, value: value, direction: direction, caughtUp: caughtUp))
     }
 }

@@ -29,7 +29,31 @@ final class Puller: Sendable {
     func run(checkpointKey key: String) async throws {
         var checkpoint = Checkpointer<RemoteSequence>(
             key: key, store: context.store, remote: remote, delay: configuration.remoteCheckpointDelay, clock: context.clock)
-        var since = try await checkpoint.start(reset: configuration.resetCheckpoint)
+        // Catch-up coordination (docs/protocol.md, "Join catch-up"): wait for the node's
+        // lease, then start no lower than what this store already holds of the remote's feed.
+        let remoteDB = remote.identity.databaseID
+        let intakeComplete = configuration.pullIntakeIsComplete(from: remote.identity)
+        if intakeComplete { checkpoint.coverage = remoteDB }
+        // Only a pull that leaves coverage behind takes part: one that does not (filtered,
+        // restricted, or from a peer stating none) would hold the others up for nothing.
+        let gate = intakeComplete ? configuration.catchUpGate : nil
+        let ticket = gate?.ticket(label: "pull from \(LogText.escape(remote.identity.peerID))")
+        defer { if let gate, let ticket { gate.release(ticket) } }
+        if let gate, let ticket { try await gate.acquire(ticket) }
+        let floor = try Coverage.of(remoteDB, in: context.store)
+        var since = try await checkpoint.start(reset: configuration.resetCheckpoint, floor: floor)
+        var catchingUp = true
+        /// The first catch-up of this connection ended: take over the remote's coverage
+        /// (this store now holds everything the remote held at hello) and pass the lease on.
+        func caughtUpFirstTime() throws {
+            guard catchingUp else { return }
+            catchingUp = false
+            if intakeComplete, let snapshot = remote.identity.coverage {
+                let raised = try Coverage.adopt(snapshot, in: context.store)
+                if raised > 0 { context.logger.debug("caught up; took over the peer's coverage", metadata: ["raised": "\(raised)"]) }
+            }
+            if let gate, let ticket { gate.release(ticket) }
+        }
         var caughtUp = false
         var prefetched: (since: RemoteSequence, task: Task<RemoteChanges, any Error>)?
         var planned: (since: RemoteSequence, task: Task<PullPlan?, any Error>)?
@@ -76,6 +100,7 @@ final class Puller: Sendable {
                     checkpoint.deferRemote()
                 }
                 if checkpoint.remoteLags && (!live || checkpoint.isDue) { try await checkpoint.saveBoth() }
+                try caughtUpFirstTime()
                 if !configuration.continuous { return }
                 caughtUp = true
                 progress.markIdleIfCaughtUp()
@@ -126,6 +151,7 @@ final class Puller: Sendable {
             } else {
                 try await checkpoint.saveBoth()
                 caughtUp = endsFeed
+                if endsFeed { try caughtUpFirstTime() }
             }
             progress.update { $0.completed += page.changes.count }
             progress.markIdleIfCaughtUp()

@@ -40,6 +40,14 @@ protocol RemoteDatabase: Sendable {
     /// A local (never replicated) document of the other side: where checkpoints live.
     func localDocument(_ id: String) async throws -> JSON?
     func putLocalDocument(_ id: String, value: JSON) async throws
+
+    /// A checkpoint's copy on the other side, read saying which way the replication moves
+    /// documents; for a push, also how far the other side already holds this side's feed.
+    /// (Default: `localDocument`, no floor.)
+    func checkpoint(_ id: String, direction: CheckpointDirection) async throws -> RemoteCheckpoint
+    /// Writes a checkpoint's copy on the other side; `caughtUp` (push) says this side's feed
+    /// ended at the checkpoint when it was written. (Default: `putLocalDocument`.)
+    func putCheckpoint(_ id: String, value: JSON, direction: CheckpointDirection, caughtUp: Bool) async throws
 }
 
 /// The other side's identity and capabilities.
@@ -52,6 +60,8 @@ struct RemoteIdentity: Sendable, Equatable {
     var allowsPush: Bool
     /// Whether small fresh revisions may travel inline (in live changes, and pushed without revsDiff).
     var inline: Bool
+    /// The other side's coverage as its hello stated it; nil when it sent none.
+    var coverage: CoverageSnapshot? = nil
 }
 
 /// A position in the other side's changes feed. Opaque to the workers: they only keep it,

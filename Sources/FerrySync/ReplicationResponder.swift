@@ -36,6 +36,9 @@ public final class ReplicationResponder: Sendable {
         public var incomingFilter: RevisionFilter?
         /// Where counters go; nil: nowhere.
         public var metrics: SyncMetrics?
+        /// The node's catch-up lease, shared with its replicators: a pushing peer's first
+        /// push-direction checkpoint read waits its turn. Nil: nothing waits.
+        public var catchUpGate: CatchUpGate?
         public init() {}
 
         func policy(for peer: String) -> PeerPolicy { policyLookup?(peer) ?? policies[peer] ?? defaultPolicy }
@@ -67,6 +70,7 @@ public final class ReplicationResponder: Sendable {
         liveSessions.withLock { $0[id] = live }
         defer { _ = liveSessions.withLock { $0.removeValue(forKey: id) } }
         await connection.run()
+        session.catchUpEnded()
     }
 
     /// One peer connected to this responder, as the node lists it.
@@ -128,6 +132,8 @@ final class ResponderSession: Sendable {
     let counts = Mutex(ReplicationSummary())
     /// Requests that move documents or blobs being answered now.
     let working = Mutex(0)
+    /// The pushing peer's stated coverage and this session's place with the catch-up gate.
+    let catchUp = ResponderCatchUp()
 
     init(responder: ReplicationResponder, authenticatedPeer: String?) {
         self.responder = responder
@@ -165,7 +171,7 @@ final class ResponderSession: Sendable {
             let reply: Message
             switch profile {
             case SyncProtocol.Profile.hello: reply = try hello(request)
-            case SyncProtocol.Profile.getCheckpoint: reply = try getCheckpoint(request)
+            case SyncProtocol.Profile.getCheckpoint: reply = try await getCheckpoint(request)
             case SyncProtocol.Profile.setCheckpoint: reply = try setCheckpoint(request)
             case SyncProtocol.Profile.changes: reply = try await changes(request)
             case SyncProtocol.Profile.getRevs: reply = try getRevs(request)
@@ -201,25 +207,32 @@ final class ResponderSession: Sendable {
                 "peer speaks protocol \(offered), this node speaks \(SyncProtocol.versions)")
         }
         peer.withLock { $0 = authenticatedPeer ?? hello.nodeID }
+        noteHello(hello)
         return reply(
             request,
             HelloReply(
                 nodeID: options.nodeID, database: store.uuid, protocolVersion: version, features: SyncProtocol.features,
-                allowPush: options.allowPush && !options.readOnly, allowPull: options.allowPull
+                allowPush: options.allowPush && !options.readOnly, allowPull: options.allowPull,
+                coverage: coverageForHello(peerDatabase: hello.database)
             ).json)
     }
 
     /// Namespaced by peer so one peer cannot read or overwrite another's checkpoints.
     func checkpointKey(_ id: String) -> String { "checkpoint/peer/\(peer.withLock { $0 } ?? "")/\(id)" }
 
-    func getCheckpoint(_ request: Message) throws -> Message {
-        let key = checkpointKey(try GetCheckpointRequest(try request.json()).id)
-        return reply(request, CheckpointValue(value: try store.localDocument(key)).json)
+    func getCheckpoint(_ request: Message) async throws -> Message {
+        let get = try GetCheckpointRequest(try request.json())
+        // A pushing peer may wait here for its catch-up turn (ResponderCatchUp.swift).
+        let holds = get.direction == .push ? try await pushCheckpointTurn() : nil
+        return reply(request, CheckpointValue(value: try store.localDocument(checkpointKey(get.id)), holds: holds).json)
     }
 
     func setCheckpoint(_ request: Message) throws -> Message {
         let set = try SetCheckpointRequest(try request.json())
         try store.putLocalDocument(checkpointKey(set.id), body: set.value, durability: .normal)  // rolls back with the pushed revisions it covers
+        if set.direction == .push, let n = set.value["seq"]?.intValue, n >= 0 {
+            try pushCheckpointWritten(through: UInt64(n), caughtUp: set.caughtUp)
+        }
         return reply(request, [:])
     }
 
@@ -318,7 +331,9 @@ final class ResponderSession: Sendable {
             if case .rejected = outcome {} else { peerHeld.record(rev.id, rev.revision) }
             switch outcome {
             case .inserted: counts.withLock { $0.pulled += 1 }
-            case .alreadyPresent: results[index].status = .exists
+            case .alreadyPresent:
+                results[index].status = .exists
+                options.metrics?.duplicates(1)
             case .rejected(let e):
                 counts.withLock { $0.rejected += 1 }
                 let rejection = Rejection(storeError: e)

@@ -226,7 +226,8 @@ public final class Replicator: Sendable {
         connection.start()
         do {
             let remote = try await FerryRemote.open(
-                connection, nodeID: configuration.nodeID, localDatabase: store.uuid, inlineWanted: configuration.inlineLimit > 0)
+                connection, nodeID: configuration.nodeID, localDatabase: store.uuid, inlineWanted: configuration.inlineLimit > 0,
+                coverage: configuration.coverageForHello(store))
             try await replicate(with: remote)
             await connection.close()
         } catch {

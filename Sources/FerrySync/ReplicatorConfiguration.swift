@@ -76,6 +76,12 @@ public struct ReplicatorConfiguration: Sendable {
 
     /// Where counters go (documents, rejections by reason, bytes, deltas, errors); nil: nowhere.
     public var metrics: SyncMetrics?
+    /// The node's catch-up lease, shared with its other replicators and its responder: the
+    /// pull of each connection waits its turn before it starts (when its intake is complete:
+    /// see docs/protocol.md §6, join catch-up), so that one link at a time catches this node
+    /// up and the others start from the coverage it leaves. Nil (the default): the pull
+    /// starts at once.
+    public var catchUpGate: CatchUpGate?
     public init() {}
 
     var effectiveMaxAttempts: Int { maxAttempts ?? (continuous ? Int.max : 10) }

@@ -27,19 +27,24 @@ struct HelloRequest: SyncRequestBody {
     var database: String
     var protocols: [Int]
     var features: [String]
+    /// The requester's coverage, when it pushes to this peer unfiltered (optional; docs/protocol.md, "Join catch-up").
+    var coverage: CoverageSnapshot?
 
     var json: JSON {
-        [
+        var o: [String: JSON] = [
             "nodeID": .string(nodeID), "database": .string(database),
             "protocol": .array(protocols.map { .int(Int64($0)) }), "features": .array(features.map { .string($0) }),
         ]
+        if let coverage { o["coverage"] = coverage.json }
+        return .object(o)
     }
 
-    init(nodeID: String, database: String, protocols: [Int], features: [String]) {
+    init(nodeID: String, database: String, protocols: [Int], features: [String], coverage: CoverageSnapshot? = nil) {
         self.nodeID = nodeID
         self.database = database
         self.protocols = protocols
         self.features = features
+        self.coverage = coverage
     }
 
     init(_ o: JSON) throws(SyncError) {
@@ -49,6 +54,7 @@ struct HelloRequest: SyncRequestBody {
         database = o["database"]?.stringValue ?? ""
         protocols = versions.compactMap(\.intValue).map(Int.init)
         features = Self.strings(o["features"])
+        coverage = CoverageSnapshot(o["coverage"])
     }
 
     static func strings(_ value: JSON?) -> [String] {
@@ -65,21 +71,29 @@ struct HelloReply: Sendable {
     var features: [String]
     var allowPush: Bool
     var allowPull: Bool
+    /// The responder's coverage, when it serves this peer's pulls unrestricted (optional; docs/protocol.md, "Join catch-up").
+    var coverage: CoverageSnapshot?
 
     var json: JSON {
-        [
+        var o: [String: JSON] = [
             "nodeID": .string(nodeID), "database": .string(database), "protocol": .int(Int64(protocolVersion)),
             "features": .array(features.map { .string($0) }), "allowPush": .bool(allowPush), "allowPull": .bool(allowPull),
         ]
+        if let coverage { o["coverage"] = coverage.json }
+        return .object(o)
     }
 
-    init(nodeID: String, database: String, protocolVersion: Int, features: [String], allowPush: Bool, allowPull: Bool) {
+    init(
+        nodeID: String, database: String, protocolVersion: Int, features: [String], allowPush: Bool, allowPull: Bool,
+        coverage: CoverageSnapshot? = nil
+    ) {
         self.nodeID = nodeID
         self.database = database
         self.protocolVersion = protocolVersion
         self.features = features
         self.allowPush = allowPush
         self.allowPull = allowPull
+        self.coverage = coverage
     }
 
     init(_ o: JSON) throws(SyncError) {
@@ -90,6 +104,7 @@ struct HelloReply: Sendable {
         features = HelloRequest.strings(o["features"])
         allowPush = o["allowPush"] == .bool(true)
         allowPull = o["allowPull"] == .bool(true)
+        coverage = CoverageSnapshot(o["coverage"])
     }
 }
 
@@ -97,9 +112,30 @@ struct HelloReply: Sendable {
 struct GetCheckpointRequest: SyncRequestBody {
     static let profile = SyncProtocol.Profile.getCheckpoint
     var id: String
-    var json: JSON { ["id": .string(id)] }
-    init(id: String) { self.id = id }
-    init(_ o: JSON) throws(SyncError) { id = try Self.checkpointID(o) }
+    /// Which way the requester's replication moves documents (optional; absent: unknown).
+    var direction: CheckpointDirection?
+    var json: JSON {
+        var o: [String: JSON] = ["id": .string(id)]
+        if let direction { o["direction"] = .string(direction.rawValue) }
+        return .object(o)
+    }
+    init(id: String, direction: CheckpointDirection? = nil) {
+        self.id = id
+        self.direction = direction
+    }
+    init(_ o: JSON) throws(SyncError) {
+        id = try Self.checkpointID(o)
+        direction = try Self.direction(o)
+    }
+
+    /// The optional `direction` member: absent is unknown, anything but pull or push is an error.
+    static func direction(_ o: JSON) throws(SyncError) -> CheckpointDirection? {
+        guard let value = o["direction"], value != .null else { return nil }
+        guard let text = value.stringValue, let direction = CheckpointDirection(rawValue: text) else {
+            throw .protocolViolation("checkpoint direction must be \"pull\" or \"push\"")
+        }
+        return direction
+    }
 
     static func checkpointID(_ o: JSON) throws(SyncError) -> String {
         guard let id = o["id"]?.stringValue, !id.isEmpty, id.utf8.count <= 200 else {
@@ -109,14 +145,25 @@ struct GetCheckpointRequest: SyncRequestBody {
     }
 }
 
-/// A getCheckpoint reply: the stored object, or nil when there is none.
+/// A getCheckpoint reply: the stored object, or nil when there is none, and for a push the
+/// sequence of the requester's feed through which the responder already holds everything.
 struct CheckpointValue: Sendable {
     var value: JSON?
-    var json: JSON { ["value": value ?? .null] }
-    init(value: JSON?) { self.value = value }
+    /// Push direction only, optional: the requester may resume its push from here.
+    var holds: UInt64?
+    var json: JSON {
+        var o: [String: JSON] = ["value": value ?? .null]
+        if let holds { o["holds"] = .int(Int64(clamping: holds)) }
+        return .object(o)
+    }
+    init(value: JSON?, holds: UInt64? = nil) {
+        self.value = value
+        self.holds = holds
+    }
     init(_ o: JSON) {
         // Spelled out: JSON is ExpressibleByNilLiteral, so a bare `nil` here would be `.null`.
         if let v = o["value"], v != .null { value = v } else { value = Optional<JSON>.none }
+        if let n = o["holds"]?.intValue, n > 0 { holds = UInt64(n) } else { holds = nil }
     }
 }
 
@@ -125,13 +172,26 @@ struct SetCheckpointRequest: SyncRequestBody {
     static let profile = SyncProtocol.Profile.setCheckpoint
     var id: String
     var value: JSON
-    var json: JSON { ["id": .string(id), "value": value] }
-    init(id: String, value: JSON) {
+    /// As in `GetCheckpointRequest` (optional).
+    var direction: CheckpointDirection?
+    /// Push only, optional: the requester's feed ended at this checkpoint when it wrote it.
+    var caughtUp = false
+    var json: JSON {
+        var o: [String: JSON] = ["id": .string(id), "value": value]
+        if let direction { o["direction"] = .string(direction.rawValue) }
+        if caughtUp { o["caughtUp"] = true }
+        return .object(o)
+    }
+    init(id: String, value: JSON, direction: CheckpointDirection? = nil, caughtUp: Bool = false) {
         self.id = id
         self.value = value
+        self.direction = direction
+        self.caughtUp = caughtUp
     }
     init(_ o: JSON) throws(SyncError) {
         id = try GetCheckpointRequest.checkpointID(o)
+        direction = try GetCheckpointRequest.direction(o)
+        caughtUp = o["caughtUp"] == .bool(true)
         guard let value = o["value"], value.objectValue != nil else {
             throw .protocolViolation("setCheckpoint lacks an object value")
         }

@@ -1,0 +1,99 @@
+import FerryCore
+import FerryStore
+import Logging
+import Synchronization
+
+/// One responder session's part in catch-up coordination: the pushing peer's coverage as
+/// its hello stated it, and the session's place with the node's `CatchUpGate`.
+final class ResponderCatchUp: Sendable {
+    /// What the session knows of the pushing peer, behind the mutex.
+    struct State {
+        var peerDatabase = ""
+        var peerCoverage: CoverageSnapshot?
+        var ticket: CatchUpTicket?
+        /// The first push-direction checkpoint read was answered (only that one waits).
+        var asked = false
+        /// The peer's stated coverage was taken over (once per session).
+        var adopted = false
+    }
+
+    let state = Mutex(State())
+}
+
+extension ResponderSession {
+    var gate: CatchUpGate? { options.catchUpGate }
+
+    /// Notes the peer's database and stated coverage from its hello.
+    func noteHello(_ hello: HelloRequest) {
+        catchUp.state.withLock {
+            $0.peerDatabase = hello.database
+            $0.peerCoverage = hello.coverage
+        }
+    }
+
+    /// This node's coverage for the hello reply: only to a peer whose pulls it serves
+    /// without restriction (what it covers is then what the peer may read).
+    func coverageForHello(peerDatabase: String) -> CoverageSnapshot? {
+        guard options.allowPull, policy.read.admitsEverything else { return nil }
+        return try? Coverage.snapshot(of: store, leavingOut: peerDatabase)
+    }
+
+    /// Whether what this peer pushes reaches the store unrestricted: the peer pushes
+    /// unfiltered (it stated its coverage), and its policy here and the node's incoming
+    /// filter let every revision and deletion through.
+    var pushIntakeIsComplete: Bool {
+        let stated = catchUp.state.withLock { $0.peerCoverage != nil }
+        let p = policy
+        return stated && p.write.admitsEverything && p.mayDelete && options.incomingFilter == nil && options.allowPush
+            && !options.readOnly
+    }
+
+    /// Before a push-direction checkpoint read is answered: the first one of a peer that
+    /// stated its coverage waits for the catch-up lease, and holds it while that peer's push
+    /// catches this node up. Returns the `holds` floor for the answer.
+    func pushCheckpointTurn() async throws -> UInt64? {
+        let (database, coverage, first) = catchUp.state.withLock { s -> (String, CoverageSnapshot?, Bool) in
+            defer { s.asked = true }
+            return (s.peerDatabase, s.peerCoverage, !s.asked)
+        }
+        if first, let gate, let coverage {
+            let ticket = gate.ticket(label: "push from \(peerForLog)")
+            catchUp.state.withLock { $0.ticket = ticket }
+            do {
+                try await gate.acquire(ticket)
+            } catch {
+                throw SyncError.disconnected("the session ended while waiting for another link's catch-up")
+            }
+            // Nothing to wait for when this node already holds the peer's feed that far.
+            if coverage.sequence <= (try Coverage.of(database, in: store) ?? 0) { gate.release(ticket) }
+        }
+        guard !database.isEmpty else { return nil }
+        return try Coverage.of(database, in: store)
+    }
+
+    /// After a push-direction checkpoint write through `sequence` of the peer's feed: the
+    /// peer's push has stored that much here. Raises coverage when the intake is complete;
+    /// once the push reached the end of the peer's feed (`caughtUp`), this node holds all the
+    /// peer held at hello and takes over its stated coverage (once). The lease passes on then,
+    /// or as soon as the push passed the feed's end as the hello stated it.
+    func pushCheckpointWritten(through sequence: UInt64, caughtUp: Bool) throws {
+        let (database, coverage, ticket, adopt) = catchUp.state.withLock { s in
+            defer { if caughtUp { s.adopted = true } }
+            return (s.peerDatabase, s.peerCoverage, s.ticket, caughtUp && !s.adopted)
+        }
+        let complete = pushIntakeIsComplete
+        if complete && sequence > 0 { try Coverage.raise(database, to: sequence, in: store) }
+        if adopt, complete, let coverage {
+            let raised = try Coverage.adopt(coverage, in: store)
+            responder.logger.debug(
+                "caught up by a peer's push; took over its coverage", metadata: ["peer": "\(peerForLog)", "raised": "\(raised)"])
+        }
+        if let ticket, ticket.holds, caughtUp || sequence >= (coverage?.sequence ?? 0) { gate?.release(ticket) }
+    }
+
+    /// The session ended: leave the line, or pass the lease on.
+    func catchUpEnded() {
+        guard let ticket = catchUp.state.withLock({ $0.ticket }) else { return }
+        gate?.release(ticket)
+    }
+}
