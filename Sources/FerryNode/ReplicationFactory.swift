@@ -17,6 +17,11 @@ public struct ReplicationFactory: Sendable {
     public var metrics: SyncMetrics?
     public var clock: any Clock<Duration>
     public var logger: Logger
+    /// The node's one mesh view and relay ledger, given to every replicator and responder
+    /// (heartbeats carry links; relays a peer gets elsewhere are skipped). nil: neither.
+    public var mesh: MeshRelay?
+    /// Heartbeat interval and silence limit for every link.
+    public var liveness = Liveness()
 
     /// Takes resolvers, pull filter and read-only from `configuration`.
     public init(
@@ -41,8 +46,13 @@ public struct ReplicationFactory: Sendable {
     /// peer IDs (mutual TLS): then a peer missing from the trust store (trust revoked while it
     /// was connected) gets nothing. Password, acceptAnyPeer, Unix-socket and stdio clients
     /// (authenticated by the transport's own means) get the full policy.
-    public func responder(authenticated: Bool) -> ReplicationResponder {
+    public func responder(
+        authenticated: Bool, sessionEnded: (@Sendable (ReplicationResponder.SessionStatus, SyncError?) -> Void)? = nil
+    ) -> ReplicationResponder {
         var r = ReplicationResponder.Options()
+        r.mesh = mesh
+        r.liveness = liveness
+        r.sessionEnded = sessionEnded
         r.nodeID = nodeID
         r.readOnly = readOnly
         let trust = self.trust
@@ -51,7 +61,7 @@ public struct ReplicationFactory: Sendable {
         r.resolvers = resolvers
         r.incomingFilter = pullFilter
         r.metrics = metrics
-        return ReplicationResponder(store: store, options: r, logger: logger)
+        return ReplicationResponder(store: store, options: r, clock: clock, logger: logger)
     }
 
     /// A replicator with `peerID` (its trust-store policy bounds what it may write here;
@@ -66,6 +76,8 @@ public struct ReplicationFactory: Sendable {
         rc.resolvers = resolvers
         rc.pullFilter = pullFilter
         rc.metrics = metrics
+        rc.mesh = mesh
+        rc.liveness = liveness
         configure(&rc)
         return Replicator(store: store, connector: connector, configuration: rc, clock: clock, logger: logger ?? self.logger)
     }

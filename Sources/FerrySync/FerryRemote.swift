@@ -8,15 +8,15 @@ struct FerryRemote: RemoteDatabase {
     let identity: RemoteIdentity
 
     /// Says hello on `connection` and returns the remote it opens.
-    static func open(_ connection: Connection, nodeID: String, localDatabase: String, inlineWanted: Bool) async throws(SyncError)
-        -> FerryRemote
-    {
-        let hello = HelloRequest(
-            nodeID: nodeID, database: localDatabase, protocols: SyncProtocol.versions, features: SyncProtocol.features)
+    static func open(
+        _ connection: Connection, nodeID: String, localDatabase: String, inlineWanted: Bool, features: [String] = SyncProtocol.features
+    ) async throws(SyncError) -> FerryRemote {
+        let hello = HelloRequest(nodeID: nodeID, database: localDatabase, protocols: SyncProtocol.versions, features: features)
         let reply = try HelloReply(try await connection.request(HelloRequest.profile, body: hello.bytes).json())
         let identity = RemoteIdentity(
             databaseID: reply.database, peerID: reply.nodeID, allowsPull: reply.allowPull, allowsPush: reply.allowPush,
-            inline: inlineWanted && reply.features.contains("inline"))
+            inline: inlineWanted && reply.features.contains("inline"),
+            heartbeat: features.contains(SyncProtocol.heartbeatFeature) && reply.features.contains(SyncProtocol.heartbeatFeature))
         return FerryRemote(connection: connection, identity: identity)
     }
 

@@ -52,6 +52,8 @@ struct RemoteIdentity: Sendable, Equatable {
     var allowsPush: Bool
     /// Whether small fresh revisions may travel inline (in live changes, and pushed without revsDiff).
     var inline: Bool
+    /// Whether both sides offered heartbeats in hello.
+    var heartbeat = false
 }
 
 /// A position in the other side's changes feed. Opaque to the workers: they only keep it,

@@ -36,6 +36,12 @@ public final class ReplicationResponder: Sendable {
         public var incomingFilter: RevisionFilter?
         /// Where counters go; nil: nowhere.
         public var metrics: SyncMetrics?
+        /// Heartbeats and the silence watchdog, when the peer offers them too. Default 1 s, dead after 4 s.
+        public var liveness = Liveness()
+        /// The node's mesh view and relay ledger (see `ReplicatorConfiguration.mesh`); nil: none.
+        public var mesh: MeshRelay?
+        /// Told when a session ends, with why (nil: a normal close).
+        public var sessionEnded: (@Sendable (SessionStatus, SyncError?) -> Void)?
         public init() {}
 
         func policy(for peer: String) -> PeerPolicy { policyLookup?(peer) ?? policies[peer] ?? defaultPolicy }
@@ -65,8 +71,10 @@ public final class ReplicationResponder: Sendable {
         let live = LiveSession(session: session, connection: connection, remoteAddress: endpoint.remoteAddress, connectedAt: Date())
         let id = live.session.sessionID
         liveSessions.withLock { $0[id] = live }
-        defer { _ = liveSessions.withLock { $0.removeValue(forKey: id) } }
+        session.connection.withLock { $0 = connection }
         await connection.run()
+        _ = liveSessions.withLock { $0.removeValue(forKey: id) }
+        options.sessionEnded?(live.status, connection.closeReason)
     }
 
     /// One peer connected to this responder, as the node lists it.
@@ -128,6 +136,8 @@ final class ResponderSession: Sendable {
     let counts = Mutex(ReplicationSummary())
     /// Requests that move documents or blobs being answered now.
     let working = Mutex(0)
+    /// The session's connection, for heartbeats (set before any request is read).
+    let connection = Mutex<Connection?>(nil)
 
     init(responder: ReplicationResponder, authenticatedPeer: String?) {
         self.responder = responder
@@ -201,10 +211,12 @@ final class ResponderSession: Sendable {
                 "peer speaks protocol \(offered), this node speaks \(SyncProtocol.versions)")
         }
         peer.withLock { $0 = authenticatedPeer ?? hello.nodeID }
+        armLiveness(peerOffers: hello.features)
         return reply(
             request,
             HelloReply(
-                nodeID: options.nodeID, database: store.uuid, protocolVersion: version, features: SyncProtocol.features,
+                nodeID: options.nodeID, database: store.uuid, protocolVersion: version,
+                features: SyncProtocol.features(liveness: options.liveness),
                 allowPush: options.allowPush && !options.readOnly, allowPull: options.allowPull
             ).json)
     }
@@ -317,7 +329,9 @@ final class ResponderSession: Sendable {
         for ((index, rev), outcome) in zip(accepted, outcomes) {
             if case .rejected = outcome {} else { peerHeld.record(rev.id, rev.revision) }
             switch outcome {
-            case .inserted: counts.withLock { $0.pulled += 1 }
+            case .inserted:
+                counts.withLock { $0.pulled += 1 }
+                recordRelayed(rev)
             case .alreadyPresent: results[index].status = .exists
             case .rejected(let e):
                 counts.withLock { $0.rejected += 1 }

@@ -226,7 +226,9 @@ public final class Replicator: Sendable {
         connection.start()
         do {
             let remote = try await FerryRemote.open(
-                connection, nodeID: configuration.nodeID, localDatabase: store.uuid, inlineWanted: configuration.inlineLimit > 0)
+                connection, nodeID: configuration.nodeID, localDatabase: store.uuid, inlineWanted: configuration.inlineLimit > 0,
+                features: SyncProtocol.features(liveness: configuration.liveness))
+            context.startLiveness(on: connection, remote: remote.identity)
             try await replicate(with: remote)
             await connection.close()
         } catch {
