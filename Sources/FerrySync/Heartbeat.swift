@@ -97,7 +97,7 @@ extension Connection {
         }
         guard let plan else { return }
         let token = plan.mesh?.view.watchLocalLinks { [weak self] in self?.sendHeartbeat(onlyIfLinksChanged: true) }
-        let task = Task { [weak self] in await self?.watch() }
+        let task = Task { [weak self] () -> Void in await self?.watch() }
         let late = state.withLock { s -> Bool in
             guard s.liveness?.ended == false else { return true }
             s.liveness?.task = task

@@ -202,6 +202,11 @@ public final class MeshRelay: Sendable {
         if relied.isEmpty { return true }
         guard ledger.hasRoom(for: target, relied.count) else { return false }
         ledger.rememberSkips(to: target, relied)
+        // A report that dropped a sender between the check and the record scanned the skips
+        // before this one was there: look again, and offer it again if so.
+        let now = view.links(of: target) ?? []
+        let gone = Set(relied.map(\.2)).subtracting(now)
+        if !gone.isEmpty { ledger.sendersLost(by: target, gone) }
         return true
     }
 }
