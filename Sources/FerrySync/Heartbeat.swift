@@ -63,6 +63,9 @@ struct LivenessState {
     var registeredLink = false
     var watchToken: Int?
     var ended = false
+    /// The number of the last heartbeat whose links were applied: heartbeats are sent from
+    /// separate tasks, so an older one may arrive after a newer one and must not undo it.
+    var linksApplied: UInt64 = 0
 }
 
 extension Connection {
@@ -132,20 +135,26 @@ extension Connection {
             await close(error: error)
             return
         }
-        guard let plan = state.withLock({ $0.liveness?.plan }), let mesh = plan.mesh else { return }
-        if let links = decoded.links { mesh.peerReported(plan.peerID, links: Set(links)) }
-        guard let full = decoded.full else { return }
-        let change = state.withLock { s -> Bool? in
-            guard var l = s.liveness, !l.ended else { return nil }
+        guard decoded.links != nil || decoded.full != nil else { return }
+        // Applied in number order under the lock (the mesh view takes its own lock inside).
+        let change = state.withLock { s -> (plan: LivenessPlan, register: Bool?)? in
+            guard var l = s.liveness, !l.ended, let mesh = l.plan.mesh, message.number > l.linksApplied else { return nil }
+            l.linksApplied = message.number
+            if let links = decoded.links { mesh.peerReported(l.plan.peerID, links: Set(links)) }
+            guard let full = decoded.full else {
+                s.liveness = l
+                return (l.plan, nil)
+            }
             let want = full && l.plan.localFull
-            guard want != l.registeredLink else { return nil }
+            let register: Bool? = want != l.registeredLink ? want : nil
             l.registeredLink = want
             s.liveness = l
-            return want
+            return (l.plan, register)
         }
-        switch change {
-        case true?: mesh.view.linkUp(plan.peerID)
-        case false?: mesh.view.linkDown(plan.peerID)
+        guard let change, let mesh = change.plan.mesh else { return }
+        switch change.register {
+        case true?: mesh.view.linkUp(change.plan.peerID)
+        case false?: mesh.view.linkDown(change.plan.peerID)
         case nil: break
         }
     }

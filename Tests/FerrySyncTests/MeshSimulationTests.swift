@@ -7,14 +7,18 @@ import Synchronization
 import Testing
 @testable import FerrySync
 
-/// Messages and bytes on the wire, optionally only those carrying a marker.
+/// Messages and bytes on the wire (heartbeats counted apart), and those carrying a marker.
 final class WireTally: Sendable {
-    private let counts = Mutex((messages: 0, bytes: 0, marked: 0))
+    private let counts = Mutex((messages: 0, bytes: 0, marked: 0, heartbeats: 0))
     let marker: [UInt8]?
 
     init(marker: String? = nil) { self.marker = marker.map { Array($0.utf8) } }
 
     func count(_ bytes: [UInt8]) {
+        if (try? Message(decoding: bytes))?.profile == SyncProtocol.Profile.heartbeat {
+            counts.withLock { $0.heartbeats += 1 }
+            return
+        }
         let marked = marker.map { m in contains(String(decoding: m, as: UTF8.self), in: bytes) } ?? false
         counts.withLock {
             $0.messages += 1
@@ -27,6 +31,7 @@ final class WireTally: Sendable {
     var bytes: Int { counts.withLock { $0.bytes } }
     /// Messages that carried the marker.
     var marked: Int { counts.withLock { $0.marked } }
+    var heartbeats: Int { counts.withLock { $0.heartbeats } }
 }
 
 /// One node of an in-memory mesh: a store, its mesh view and relay ledger, and a responder.
@@ -130,8 +135,8 @@ final class MeshNetwork: Sendable {
     }
 
     /// Waits until every node's view of each linked peer lists exactly that peer's links.
-    func viewsSettled() async throws {
-        try await waitUntil("mesh views settle", timeout: 20, every: .milliseconds(2)) {
+    func viewsSettled(timeout: Double = 20) async throws {
+        try await waitUntil("mesh views settle", timeout: timeout, every: .milliseconds(2)) {
             let pairs = linked
             for (i, node) in nodes.enumerated() {
                 let mine = Set(pairs.filter { $0.low == i || $0.high == i }.map { nodes[$0.low == i ? $0.high : $0.low].id })
@@ -212,7 +217,7 @@ final class MeshNetwork: Sendable {
     static func trafficPerWrite(nodes k: Int, writes: Int) async throws -> (Double, Double) {
         let net = try MeshNetwork(count: k, relayDelay: .milliseconds(10))
         for i in 0..<k { for j in (i + 1)..<k { net.connect(i, j) } }
-        try await net.viewsSettled()
+        try await net.viewsSettled(timeout: 120)
         let fill = String(repeating: "x", count: 1000)
         // One write first, so every link is caught up and live before counting.
         let warm = try net.nodes[0].store.put(docID("warm-up"), body: ["fill": .string(fill)])
