@@ -72,6 +72,31 @@ import Testing
         // However many redials failed meanwhile, each side logged the dead link once.
         #expect(silentLines(a) == 1, "a logged \(silentLines(a)) silent-peer lines:\n\(a.logTail())")
         #expect(silentLines(b) == 1, "b logged \(silentLines(b)) silent-peer lines:\n\(b.logTail())")
+        let cLines = silentLines(c)
+
+        // Now the dialler falls silent: b and c only know a through its connections to them
+        // (inbound), and still list it, offline, with why.
+        let pidA = try #require(a.pid)
+        kill(pidA, SIGSTOP)
+        var resumedA = false
+        defer { if !resumedA { kill(pidA, SIGCONT) } }
+        try await waitUntil("b and c show a offline", timeout: 15, every: .milliseconds(100)) {
+            let bSees = try await connected(b, ids[0])
+            let cSees = try await connected(c, ids[0])
+            return bSees == false && cSees == false
+        }
+        let entry = try await b.admin.get("/peers")["peers"]?.items.first { $0["id"]?.stringValue == ids[0] }
+        #expect(entry?["replication"]?["errorCode"]?.stringValue == "peer_silent", "b lists a as \(String(describing: entry))")
+        _ = try await b.admin.call("PUT", "/docs/while-a-stopped", body: #"{"n":3}"#)
+        kill(pidA, SIGCONT)
+        resumedA = true
+        try await waitUntil("a back and caught up", timeout: 30, every: .milliseconds(100)) {
+            try await a.admin.call("GET", "/docs/while-a-stopped").status == 200
+        }
+        try await cluster.awaitConvergence(timeout: 60)
+        // The responders noticed too, once each (a's own lines on waking are not counted).
+        #expect(silentLines(b) == 2, "b logged \(silentLines(b)) silent-peer lines:\n\(b.logTail())")
+        #expect(silentLines(c) == cLines + 1, "c logged \(silentLines(c) - cLines) silent-peer lines for a")
         await finish(cluster, allowing: expectedRefusals)
     }
 }

@@ -281,13 +281,17 @@ public final class PeerManager: Service, Sendable {
     /// How long one dial (TCP, TLS, WebSocket upgrade) may take.
     static let dialTimeout: TimeAmount = .seconds(3)
 
-    /// Records a peer's inbound session that ended, so that `/peers` keeps listing the peer
-    /// (not connected, with why) until it connects again. Only proven IDs are kept.
+    /// Records a peer's inbound session that died (went silent, or failed), so that `/peers`
+    /// keeps listing the peer (not connected, with why) until it connects again. A peer that
+    /// closed its connection itself has left: it is no longer listed. Only proven IDs count.
     func inboundEnded(_ session: ReplicationResponder.SessionStatus, error: SyncError?) {
         guard session.authenticated, let id = session.peerID else { return }
+        let died = error.map { $0.code != "disconnected" } ?? false
         state.withLock {
-            $0.endedInbound[id] = EndedInbound(
-                summary: session.summary, error: error, remoteAddress: session.remoteAddress, connectedAt: session.connectedAt)
+            $0.endedInbound[id] =
+                died
+                ? EndedInbound(summary: session.summary, error: error, remoteAddress: session.remoteAddress, connectedAt: session.connectedAt)
+                : nil
         }
     }
 
