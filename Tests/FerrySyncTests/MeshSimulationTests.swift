@@ -131,7 +131,9 @@ final class MeshNetwork: Sendable {
     }
 
     func stopAll() async {
-        for pair in linked { await disconnect(pair.low, pair.high) }
+        await withTaskGroup(of: Void.self) { group in
+            for pair in linked { group.addTask { await self.disconnect(pair.low, pair.high) } }
+        }
     }
 
     /// Waits until every node's view of each linked peer lists exactly that peer's links.
@@ -182,16 +184,30 @@ final class MeshNetwork: Sendable {
             let count = env["FERRY_SIM_SEEDS"].flatMap(Int.init) ?? 200
             seeds = (1...UInt64(max(1, count))).map { $0 }
         }
+        // Four seeds at a time: each spends most of its time waiting on its links.
         var failures = 0
-        for seed in seeds {
-            do {
-                try await MeshSimulation(seed: seed).run()
-            } catch {
-                failures += 1
-                Issue.record(
-                    "mesh simulation seed \(seed) failed: \(error)\nreplay: FERRY_SIM_SEED=\(seed) swift test --filter MeshSimulationTests")
-                if failures >= 3 { break }
+        for start in stride(from: 0, to: seeds.count, by: 4) {
+            let batch = seeds[start..<min(start + 4, seeds.count)]
+            let failed = await withTaskGroup(of: (UInt64, String?).self) { group in
+                for seed in batch {
+                    group.addTask {
+                        do {
+                            try await MeshSimulation(seed: seed).run()
+                            return (seed, nil)
+                        } catch {
+                            return (seed, "\(error)")
+                        }
+                    }
+                }
+                var failed: [(UInt64, String)] = []
+                for await (seed, error) in group { if let error { failed.append((seed, error)) } }
+                return failed.sorted { $0.0 < $1.0 }
             }
+            for (seed, error) in failed {
+                Issue.record("mesh simulation seed \(seed) failed: \(error)\nreplay: FERRY_SIM_SEED=\(seed) swift test --filter MeshSimulationTests")
+            }
+            failures += failed.count
+            if failures >= 3 { break }
         }
     }
 
@@ -254,7 +270,7 @@ final class MeshSimulation: @unchecked Sendable {
         let net = try MeshNetwork(count: k)
         defer { Task { await net.stopAll() } }
         for i in 0..<k { for j in (i + 1)..<k where random(3) != 0 { net.connect(i, j) } }
-        for _ in 0..<(15 + random(15)) {
+        for _ in 0..<(10 + random(10)) {
             switch random(10) {
             case 0...5: try write(net.nodes[random(k)].store)
             case 6:
