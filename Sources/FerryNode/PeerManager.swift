@@ -165,8 +165,6 @@ public final class PeerManager: Service, Sendable {
                 return isNew
             }
             if isNew {
-                // Back after a partition, say: dial now rather than at the end of a backoff wait.
-                defer { reconcile(peer.nodeID, redial: true) }
                 logger.info(
                     "peer discovered",
                     metadata: [
@@ -185,7 +183,8 @@ public final class PeerManager: Service, Sendable {
                 }
                 trustChanged()
             }
-            reconcile(peer.nodeID)
+            // Seen again (after a partition, say): dial now rather than at the end of a backoff wait.
+            reconcile(peer.nodeID, redial: isNew)
         case .disappeared(let instance):
             let id = state.withLock { s -> String? in
                 guard let id = s.instances.removeValue(forKey: instance) else { return nil }

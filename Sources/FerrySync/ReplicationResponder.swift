@@ -38,7 +38,8 @@ public final class ReplicationResponder: Sendable {
         public var metrics: SyncMetrics?
         /// Heartbeats and the silence watchdog, when the peer offers them too. Default 1 s, dead after 4 s.
         public var liveness = Liveness()
-        /// The node's mesh view and relay ledger (see `ReplicatorConfiguration.mesh`); nil: none.
+        /// The node's mesh view and relay ledger (see `ReplicatorConfiguration.mesh`), used
+        /// for peers whose node ID the transport proves; nil: none.
         public var mesh: MeshRelay?
         /// Told when a session ends, with why (nil: a normal close).
         public var sessionEnded: (@Sendable (SessionStatus, SyncError?) -> Void)?

@@ -86,7 +86,7 @@ extension ResponderSession {
         let poll = LiveChanges.Poll(interval: pollInterval, clock: clock)
         // A re-offer due to the peer ends the wait too (subscribed before the check).
         var reoffer: AsyncStream<Void>?
-        if let mesh = options.mesh, let peer = peerID {
+        if let mesh, let peer = peerID {
             reoffer = mesh.ledger.reofferSignal(for: peer)
             if mesh.ledger.hasReoffers(for: peer) { return [] }
         }

@@ -104,9 +104,11 @@ final class MeshNetwork: Sendable {
             return [bytes]
         }
         let responder = listener.responder
+        let dialerID = dialer.id
         let connector: Replicator.Connector = {
             let (client, server) = InMemoryEndpoint.pair(faultsA: .init(deliver: deliver), faultsB: .init(deliver: deliver))
-            Task { await responder.serve(server) }
+            // As mutual TLS would: the responder knows the dialler's ID for sure.
+            Task { await responder.serve(server, authenticatedPeer: dialerID) }
             return client
         }
         var config = ReplicatorConfiguration()
