@@ -62,6 +62,8 @@ public final class FerryNode: Sendable {
     let logger: Logger
     let lock: DataDirectoryLock
     let clock: any Clock<Duration>
+    /// Who is linked to whom and who sent what: one per node, shared by all its links.
+    let mesh: MeshRelay
     private let stopState = Mutex<StopState>(StopState())
 
     /// Whether `stop` was called, and the running group it stops.
@@ -83,6 +85,7 @@ public final class FerryNode: Sendable {
         self.dataDirectory = dataDirectory
         self.logger = logger
         self.clock = clock
+        mesh = MeshRelay(clock: clock)
         do {
             try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true)
         } catch {
@@ -117,6 +120,7 @@ public final class FerryNode: Sendable {
             store: store, nodeID: identity.nodeID, trust: trust, configuration: configuration, metrics: metrics.sync, clock: clock,
             logger: logger)
         factory.catchUpGate = catchUpGate
+        factory.mesh = mesh
         return factory
     }
 
@@ -157,7 +161,9 @@ public final class FerryNode: Sendable {
     /// Builds responder, listener, peer manager and admin API, in that order.
     func makeParts(discovery: (any PeerDiscovery)?, readiness: ReadinessBox = ReadinessBox(), logger: Logger? = nil) -> Parts {
         let pinned = configuration.password == nil && !configuration.acceptAnyPeer
-        let responder = makeResponder(authenticated: pinned)
+        // The peer manager lists peers whose inbound session ended (why, and when); it is made after the responder.
+        let endings = InboundEndings()
+        let responder = replicators.responder(authenticated: pinned, sessionEnded: { endings.ended($0, $1) })
         let listener = makeListener(responder: responder)
         let replications = configuration.replications.map { ($0, PeerSource.config) } + replicationRegistry.specs.map { ($0, PeerSource.api) }
         let manager = PeerManager(
@@ -169,6 +175,7 @@ public final class FerryNode: Sendable {
             manager.memberAddressesChanged(urls)
             manager.trustChanged()
         }
+        endings.deliver(to: manager)
         return Parts(listener: listener, manager: manager, admin: AdminAPI(node: self, manager: manager, listener: listener, readiness: readiness))
     }
 

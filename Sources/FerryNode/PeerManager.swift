@@ -5,6 +5,7 @@ import FerrySync
 import FerryTransport
 import Foundation
 import Logging
+import NIOCore
 import ServiceLifecycle
 import Synchronization
 
@@ -78,6 +79,16 @@ public final class PeerManager: Service, Sendable {
         var stopping = false
         /// The trust store as last seen, to tell which entries a change touched.
         var trustSeen: [String: PeerPolicy] = [:]
+        /// Per peer, its last inbound session that ended: listed (offline, with why) until it is back.
+        var endedInbound: [String: EndedInbound] = [:]
+    }
+
+    /// A peer's inbound session that ended, as `/peers` shows it until the peer connects again.
+    struct EndedInbound {
+        var summary: ReplicationSummary
+        var error: SyncError?
+        var remoteAddress: String?
+        var connectedAt: Date
     }
 
     /// Static peers, trust mode, scheme and group: read only.
@@ -172,7 +183,8 @@ public final class PeerManager: Service, Sendable {
                 }
                 trustChanged()
             }
-            reconcile(peer.nodeID)
+            // Seen again (after a partition, say): dial now rather than at the end of a backoff wait.
+            reconcile(peer.nodeID, redial: isNew)
         case .disappeared(let instance):
             let id = state.withLock { s -> String? in
                 guard let id = s.instances.removeValue(forKey: instance) else { return nil }
@@ -248,15 +260,38 @@ public final class PeerManager: Service, Sendable {
         let connector: Replicator.Connector = {
             var c = try WebSocketConnector(url: url, serverTrust: .pinned([peerID]), identity: identity)
             c.logger = logger
+            // A dial begun while the network was down must not outlive its healing by long.
+            c.connectTimeout = Self.dialTimeout
             return try await c.connector()
         }
         let replicator = replicators.replicator(peerID: peerID, connector: connector, logger: logger.with("peer", peerID)) { rc in
             rc.continuous = spec?.continuous ?? true
             rc.direction = spec?.direction ?? .pushAndPull
             rc.documentIDs = spec?.documentIDs.map { Set($0.compactMap { try? DocumentID($0) }) }
-            rc.maxAttemptWait = .seconds(30)
+            // A dead link must be back within seconds of the network healing; a failed dial
+            // every 1.5 s (at most) to a peer that is gone costs nothing measurable.
+            rc.maxAttemptWait = Self.maxRedialWait
         }
         return ReplicationLink(url: url, peerID: peerID, policy: policy, replicator: replicator, clock: clock, logger: logger)
+    }
+
+    /// The longest wait between dials of a peer whose link is down.
+    static let maxRedialWait: Duration = .milliseconds(1500)
+    /// How long one dial (TCP, TLS, WebSocket upgrade) may take.
+    static let dialTimeout: TimeAmount = .seconds(3)
+
+    /// Records a peer's inbound session that died (went silent, or failed), so that `/peers`
+    /// keeps listing the peer (not connected, with why) until it connects again. A peer that
+    /// closed its connection itself has left: it is no longer listed. Only proven IDs count.
+    func inboundEnded(_ session: ReplicationResponder.SessionStatus, error: SyncError?) {
+        guard session.authenticated, let id = session.peerID else { return }
+        let died = error.map { $0.code != "disconnected" } ?? false
+        state.withLock {
+            $0.endedInbound[id] =
+                died
+                ? EndedInbound(summary: session.summary, error: error, remoteAddress: session.remoteAddress, connectedAt: session.connectedAt)
+                : nil
+        }
     }
 
     // MARK: persistent replications
@@ -294,7 +329,17 @@ public final class PeerManager: Service, Sendable {
     public var peers: [PeerInfo] {
         let proven = inboundSessions().filter { $0.authenticated && $0.peerID != nil }
         let inbound = Dictionary(grouping: proven, by: { $0.peerID! })
-        let known = state.withLock { s in s.peers.values.sorted { $0.nodeID < $1.nodeID } }
+        let (known, ended) = state.withLock { s in (s.peers.values.sorted { $0.nodeID < $1.nodeID }, s.endedInbound) }
+        func info(
+            nodeID: String, name: String?, addresses: [String], port: Int?, sources: Set<PeerSource>, lastSeen: Date?,
+            link: ReplicationLink?, status: ReplicatorStatus?, inbound: [ReplicationResponder.SessionStatus]
+        ) -> PeerInfo {
+            var p = self.info(
+                nodeID: nodeID, name: name, addresses: addresses, port: port, sources: sources, lastSeen: lastSeen, link: link,
+                status: status, inbound: inbound)
+            if p.inbound == nil, let e = ended[nodeID] { p.inbound = Self.endedLink(e) }
+            return p
+        }
         var list: [PeerInfo] = known.map { p in
             var sources: Set<PeerSource> = []
             if p.staticURL != nil { sources.insert(.static) }
@@ -310,6 +355,12 @@ public final class PeerManager: Service, Sendable {
                 nodeID: id, name: nil, addresses: [], port: nil, sources: [.inbound], lastSeen: nil, link: nil, status: nil,
                 inbound: sessions))
         }
+        // An inbound-only peer whose session ended stays listed, offline, while it is trusted.
+        for (id, e) in ended where !listed.contains(id) && inbound[id] == nil && trust.isTrusted(id) {
+            list.append(info(
+                nodeID: id, name: nil, addresses: e.remoteAddress.map { [$0] } ?? [], port: nil, sources: [.inbound],
+                lastSeen: e.connectedAt, link: nil, status: nil, inbound: []))
+        }
         return list.sorted { $0.nodeID < $1.nodeID }
     }
 
@@ -319,6 +370,7 @@ public final class PeerManager: Service, Sendable {
     ) -> PeerInfo {
         let outboundUp = status.map { [.idle, .busy].contains($0.activity) } ?? false
         let inbound = Self.inboundLink(sessions)
+        // `connected` and `direction` count live sessions only (an ended one is added by the caller).
         let direction: Direction? =
             switch (outboundUp, inbound != nil) {
             case (true, true): .both
@@ -351,6 +403,14 @@ public final class PeerManager: Service, Sendable {
         return InboundLink(
             status: ReplicatorStatus(activity: busy ? .busy : .idle, completed: 0, total: 0, error: nil), summary: summary,
             remoteAddresses: sessions.compactMap(\.remoteAddress), since: sessions.map(\.connectedAt).min() ?? first.connectedAt)
+    }
+
+    /// An ended inbound session as an offline link: its counters, and why it ended.
+    static func endedLink(_ e: EndedInbound) -> InboundLink {
+        InboundLink(
+            status: ReplicatorStatus(
+                activity: .offline, completed: 0, total: 0, error: e.error ?? .disconnected("the peer closed the connection")),
+            summary: e.summary, remoteAddresses: e.remoteAddress.map { [$0] } ?? [], since: e.connectedAt)
     }
 
     /// Number of peers with a live connection either way.
@@ -391,5 +451,16 @@ extension PeerManager {
             return touched
         }
         for id in touched { reconcile(id) }
+    }
+}
+
+/// Hands the responder's ended sessions to the peer manager, which is made after the responder.
+final class InboundEndings: Sendable {
+    private let manager = Mutex<PeerManager?>(nil)
+
+    func deliver(to manager: PeerManager) { self.manager.withLock { $0 = manager } }
+
+    func ended(_ session: ReplicationResponder.SessionStatus, _ error: SyncError?) {
+        manager.withLock { $0 }?.inboundEnded(session, error: error)
     }
 }

@@ -19,6 +19,11 @@ public struct ReplicationFactory: Sendable {
     public var logger: Logger
     /// The node's one catch-up lease, shared by every replicator and responder it builds; nil: none.
     public var catchUpGate: CatchUpGate?
+    /// The node's one mesh view and relay ledger, given to every replicator and responder
+    /// (heartbeats carry links; relays a peer gets elsewhere are skipped). nil: neither.
+    public var mesh: MeshRelay?
+    /// Heartbeat interval and silence limit for every link.
+    public var liveness = Liveness()
 
     /// Takes resolvers, pull filter and read-only from `configuration`.
     public init(
@@ -61,8 +66,13 @@ public struct ReplicationFactory: Sendable {
     /// peer IDs (mutual TLS): then a peer missing from the trust store (trust revoked while it
     /// was connected) gets nothing. Password, acceptAnyPeer, Unix-socket and stdio clients
     /// (authenticated by the transport's own means) get the full policy.
-    public func responder(authenticated: Bool) -> ReplicationResponder {
+    public func responder(
+        authenticated: Bool, sessionEnded: (@Sendable (ReplicationResponder.SessionStatus, SyncError?) -> Void)? = nil
+    ) -> ReplicationResponder {
         var r = ReplicationResponder.Options()
+        r.mesh = mesh
+        r.liveness = liveness
+        r.sessionEnded = sessionEnded
         r.nodeID = nodeID
         r.readOnly = readOnly
         let trust = self.trust
@@ -72,7 +82,7 @@ public struct ReplicationFactory: Sendable {
         r.incomingFilter = pullFilter.map(Self.carryingMembership)
         r.metrics = metrics
         r.catchUpGate = catchUpGate
-        return ReplicationResponder(store: store, options: r, logger: logger)
+        return ReplicationResponder(store: store, options: r, clock: clock, logger: logger)
     }
 
     /// A replicator with `peerID` (its trust-store policy bounds what it may write here;
@@ -88,6 +98,8 @@ public struct ReplicationFactory: Sendable {
         rc.pullFilter = pullFilter.map(Self.carryingMembership)
         rc.metrics = metrics
         rc.catchUpGate = catchUpGate
+        rc.mesh = mesh
+        rc.liveness = liveness
         configure(&rc)
         return Replicator(store: store, connector: connector, configuration: rc, clock: clock, logger: logger ?? self.logger)
     }

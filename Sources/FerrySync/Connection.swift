@@ -8,7 +8,7 @@ public final class Connection: Sendable {
     public typealias RequestHandler = @Sendable (Message) async -> Message?
 
     let endpoint: any MessageEndpoint
-    private let state = Mutex(State())
+    let state = Mutex(State())
     private let handler: RequestHandler?
     /// Bytes sent and received, for summaries.
     public let counters = Mutex(Counters())
@@ -27,6 +27,8 @@ public final class Connection: Sendable {
         var pending: [UInt64: CheckedContinuation<Message, any Error>] = [:]
         var closedWith: SyncError?
         var reader: Task<Void, Never>?
+        /// Heartbeats and the silence watchdog, once hello showed both sides offer them.
+        var liveness: LivenessState?
     }
 
     let metrics: SyncMetrics?
@@ -57,6 +59,7 @@ public final class Connection: Sendable {
                     $0.messagesReceived += 1
                 }
                 metrics?.bytes(received: bytes.count)
+                noteTraffic(sent: false)
                 let message: Message
                 do { message = try Message(decoding: bytes) } catch {
                     closeError = error
@@ -64,6 +67,9 @@ public final class Connection: Sendable {
                     break
                 }
                 switch message.kind {
+                case .request where message.profile == SyncProtocol.Profile.heartbeat:
+                    // Answered by the connection itself, on either side; it never reaches the handler.
+                    await receivedHeartbeat(message)
                 case .request: dispatch(message)
                 case .response, .error:
                     let waiter = state.withLock { $0.pending.removeValue(forKey: message.number) }
@@ -91,17 +97,21 @@ public final class Connection: Sendable {
             if let reply, request.flags & Message.flagNoReply == 0 {
                 try? await self.sendRaw(reply)
             }
+            // Heartbeats armed by hello start once its reply is out, so the first one never precedes it.
+            self.beginArmedLiveness()
         }
     }
 
     private func failAll(_ error: SyncError) {
-        let waiters = state.withLock { s -> [CheckedContinuation<Message, any Error>] in
+        let (waiters, reason) = state.withLock { s -> ([CheckedContinuation<Message, any Error>], SyncError) in
             if s.closedWith == nil { s.closedWith = error }
             let w = Array(s.pending.values)
             s.pending.removeAll()
-            return w
+            return (w, s.closedWith ?? error)
         }
-        for w in waiters { w.resume(throwing: error) }
+        endLiveness()
+        // The first reason wins: a local close's cause, not the stream end it brings about.
+        for w in waiters { w.resume(throwing: reason) }
     }
 
     func sendRaw(_ message: Message) async throws(SyncError) {
@@ -111,6 +121,7 @@ public final class Connection: Sendable {
             $0.messagesSent += 1
         }
         metrics?.bytes(sent: bytes.count)
+        noteTraffic(sent: true)
         try await endpoint.send(bytes)
     }
 
@@ -165,10 +176,16 @@ public final class Connection: Sendable {
         try await request(profile, body: body.canonicalBytes).json()
     }
 
+    /// Why the connection ended; nil while it is open.
+    public var closeReason: SyncError? { state.withLock { $0.closedWith } }
+
     /// Closes the endpoint and fails waiting requests.
     public func close(error: SyncError? = nil) async {
+        let reason = error ?? .disconnected("closed locally")
+        // Recorded before the endpoint closes, so the read loop's end does not replace it.
+        state.withLock { if $0.closedWith == nil { $0.closedWith = reason } }
         await endpoint.close(error: error)
-        failAll(error ?? .disconnected("closed locally"))
+        failAll(reason)
         let reader = state.withLock { $0.reader }
         reader?.cancel()
     }

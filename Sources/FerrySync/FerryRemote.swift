@@ -9,15 +9,17 @@ struct FerryRemote: RemoteDatabase {
 
     /// Says hello on `connection` (stating `coverage`, when given) and returns the remote it opens.
     static func open(
-        _ connection: Connection, nodeID: String, localDatabase: String, inlineWanted: Bool, coverage: CoverageSnapshot? = nil
+        _ connection: Connection, nodeID: String, localDatabase: String, inlineWanted: Bool,
+        features: [String] = SyncProtocol.features, coverage: CoverageSnapshot? = nil
     ) async throws(SyncError) -> FerryRemote {
         let hello = HelloRequest(
-            nodeID: nodeID, database: localDatabase, protocols: SyncProtocol.versions, features: SyncProtocol.features,
-            coverage: coverage)
+            nodeID: nodeID, database: localDatabase, protocols: SyncProtocol.versions, features: features, coverage: coverage)
         let reply = try HelloReply(try await connection.request(HelloRequest.profile, body: hello.bytes).json())
         let identity = RemoteIdentity(
             databaseID: reply.database, peerID: reply.nodeID, allowsPull: reply.allowPull, allowsPush: reply.allowPush,
-            inline: inlineWanted && reply.features.contains("inline"), coverage: reply.coverage)
+            inline: inlineWanted && reply.features.contains("inline"),
+            heartbeat: features.contains(SyncProtocol.heartbeatFeature) && reply.features.contains(SyncProtocol.heartbeatFeature),
+            coverage: reply.coverage)
         return FerryRemote(connection: connection, identity: identity)
     }
 

@@ -23,5 +23,8 @@ final class PeerHeldRevisions: Sendable {
         leaves.count == 1 && held.withLock { $0[id] } == leaves[0]
     }
 
+    /// True when `revision` is the one the peer is known to hold for the document.
+    func peerHolds(_ id: DocumentID, revision: RevisionID) -> Bool { held.withLock { $0[id] } == revision }
+
     func reset() { held.withLock { $0.removeAll() } }
 }

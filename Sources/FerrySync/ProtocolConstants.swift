@@ -16,10 +16,19 @@ public enum SyncProtocol {
         public static let hasBlobs = "hasBlobs"
         public static let getBlob = "getBlob"
         public static let putBlob = "putBlob"
+        /// No-reply liveness probe, sent by either side (docs/protocol.md §3 heartbeat).
+        public static let heartbeat = "heartbeat"
     }
     /// `inline`: changes replies carry small fresh revisions, and caught-up pushes send them
-    /// without revsDiff (docs/protocol.md §3.4).
-    public static let features = ["deltas", "blobs", "inline"]
+    /// without revsDiff (docs/protocol.md §3.4). `heartbeat`: both sides send heartbeats on an
+    /// idle connection and close it when the peer falls silent (docs/protocol.md §3 heartbeat).
+    public static let features = ["deltas", "blobs", "inline", heartbeatFeature]
+    public static let heartbeatFeature = "heartbeat"
+
+    /// The features this side offers in hello: all of them, less `heartbeat` when liveness is off.
+    public static func features(liveness: Liveness) -> [String] {
+        liveness.enabled ? features : features.filter { $0 != heartbeatFeature }
+    }
     /// The most bytes of inline revision content a changes request may ask for, per revision.
     public static let maxInlineBytes: Int64 = 65536
 }

@@ -220,6 +220,7 @@ final class Puller: Sendable {
             }
             switch outcome {
             case .inserted(_, let branched):
+                context.recordRelayed(rev.id, rev.revision, from: remote.identity.peerID)
                 // A document left with one leaf has nothing to resolve (nor to count as a conflict).
                 if branched { touched.insert(rev.id) }
                 progress.moved(.pull, id: rev.id.rawValue, rev: rev.revision.description, deleted: rev.deleted)

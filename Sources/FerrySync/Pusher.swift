@@ -35,6 +35,7 @@ final class Pusher: Sendable {
             // Cancelled when the pull side failed: end here (an idle wait returns at once
             // once cancelled, so the loop must not go round again).
             try Task.checkCancellation()
+            try await reofferSkipped()
             // Once caught up, the page's trees come with it: the inline push needs them.
             var trees: [DocumentID: RevisionTree]?
             let page: [(Change, [RevisionID])]
@@ -80,22 +81,55 @@ final class Pusher: Sendable {
         }
     }
 
-    /// Returns after a local commit past `since`, a stop, or `atMost` of the clock.
+    /// Returns after a local commit past `since`, a stop, `atMost` of the clock, or when
+    /// documents skipped for the peer are due to be offered again.
     private func waitForLocalChange(after since: UInt64, atMost limit: Duration? = nil) async throws {
         let store = self.store
         let poll = LiveChanges.Poll(interval: configuration.localPollInterval, clock: context.clock)
         let relayDelay = configuration.relayDelay
-        _ = try await context.race(timeout: limit) {
-            try await store.waitForChangeToPassOn(past: since, poll: poll, relayDelay: relayDelay)
+        var reoffer: AsyncStream<Void>?
+        if let mesh = configuration.mesh {
+            let target = remote.identity.peerID
+            reoffer = mesh.ledger.reofferSignal(for: target)
+            if mesh.ledger.hasReoffers(for: target) { return }
         }
+        var racers: [@Sendable () async throws -> Void] = [
+            { try await store.waitForChangeToPassOn(past: since, poll: poll, relayDelay: relayDelay) }
+        ]
+        if let reoffer { racers.append { for await _ in reoffer { return } } }
+        let waits = racers
+        _ = try await context.race(timeout: limit) { try await Race.first(of: waits) }
+    }
+
+    /// Offers the peer again, through revsDiff, the documents skipped for it whose skip no
+    /// longer holds (its link to the sender went): it answers what it still lacks.
+    private func reofferSkipped() async throws {
+        guard let mesh = configuration.mesh else { return }
+        var ids = mesh.ledger.takeReoffers(for: remote.identity.peerID)
+        if let only = configuration.documentIDs { ids = ids.filter(only.contains) }
+        guard !ids.isEmpty else { return }
+        let trees = try store.revisionTrees(Array(ids))
+        var docs: [DocumentID: [RevisionID]] = [:]
+        for (id, tree) in trees { docs[id] = tree.leaves.map(\.id) }
+        context.logger.debug("offering skipped relays again", metadata: ["documents": "\(docs.count)"])
+        try await announce(docs)
     }
 
     private func push(_ page: [(Change, [RevisionID])], inline: Bool, trees known: [DocumentID: RevisionTree]?) async throws {
-        var page = page.filter { !context.peerHeld.peerHolds($0.0.id, leaves: $0.1) }
+        let target = remote.identity.peerID
+        var page = page
         if let ids = configuration.documentIDs { page = page.filter { ids.contains($0.0.id) } }
+        page = page.filter {
+            !context.peerHeld.peerHolds($0.0.id, leaves: $0.1) && !context.skipsRelay($0.0.id, leaves: $0.1, to: target)
+        }
         if inline { page = try await pushInline(page, trees: known) }
         var docs: [DocumentID: [RevisionID]] = [:]
         for (change, leaves) in page { docs[change.id] = leaves }
+        try await announce(docs)
+    }
+
+    /// Asks the peer which of these leaves it lacks, then sends those (as deltas when smaller).
+    private func announce(_ docs: [DocumentID: [RevisionID]]) async throws {
         guard !docs.isEmpty else { return }
         let answer = try await remote.revsDiff(docs)
         let trees = try store.revisionTrees(answer.keys)

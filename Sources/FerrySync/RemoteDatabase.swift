@@ -60,6 +60,8 @@ struct RemoteIdentity: Sendable, Equatable {
     var allowsPush: Bool
     /// Whether small fresh revisions may travel inline (in live changes, and pushed without revsDiff).
     var inline: Bool
+    /// Whether both sides offered heartbeats in hello.
+    var heartbeat = false
     /// The other side's coverage as its hello stated it; nil when it sent none.
     var coverage: CoverageSnapshot? = nil
 }

@@ -35,6 +35,28 @@ final class ReplicationContext: Sendable {
 
     func clearStop() { stopState.withLock { $0 = false } }
 
+    /// Whether a change need not be offered to `target`: it gets it from its own link to
+    /// the peer this node got it from (see `MeshRelay.skipsRelay`).
+    func skipsRelay(_ id: DocumentID, leaves: [RevisionID], to target: String) -> Bool {
+        guard let mesh = configuration.mesh else { return false }
+        return mesh.skipsRelay(of: id, leaves: leaves, to: target, peerHeld: peerHeld)
+    }
+
+    /// Remembers that `sender` sent this stored revision.
+    func recordRelayed(_ id: DocumentID, _ rev: RevisionID, from sender: String) {
+        configuration.mesh?.ledger.recordReceived(id, rev, from: sender)
+    }
+
+    /// Starts heartbeats on a connection whose hello showed both sides offer them.
+    func startLiveness(on connection: Connection, remote: RemoteIdentity) {
+        guard configuration.liveness.enabled, remote.heartbeat else { return }
+        let full = configuration.replicatesEverything && remote.allowsPull && remote.allowsPush
+        connection.startLiveness(
+            LivenessPlan(
+                settings: configuration.liveness, clock: clock, logger: logger, peerID: remote.peerID, mesh: configuration.mesh,
+                localFull: full))
+    }
+
     /// Runs `operation` until it returns (its value), `limit` passes on the clock, or a stop
     /// is requested (nil for both). The one race of work against a deadline or a stop.
     func race<T: Sendable>(

@@ -39,6 +39,13 @@ public final class ReplicationResponder: Sendable {
         /// The node's catch-up lease, shared with its replicators: a pushing peer's first
         /// push-direction checkpoint read waits its turn. Nil: nothing waits.
         public var catchUpGate: CatchUpGate?
+        /// Heartbeats and the silence watchdog, when the peer offers them too. Default 1 s, dead after 4 s.
+        public var liveness = Liveness()
+        /// The node's mesh view and relay ledger (see `ReplicatorConfiguration.mesh`), used
+        /// for peers whose node ID the transport proves; nil: none.
+        public var mesh: MeshRelay?
+        /// Told when a session ends, with why (nil: a normal close).
+        public var sessionEnded: (@Sendable (SessionStatus, SyncError?) -> Void)?
         public init() {}
 
         func policy(for peer: String) -> PeerPolicy { policyLookup?(peer) ?? policies[peer] ?? defaultPolicy }
@@ -68,9 +75,11 @@ public final class ReplicationResponder: Sendable {
         let live = LiveSession(session: session, connection: connection, remoteAddress: endpoint.remoteAddress, connectedAt: Date())
         let id = live.session.sessionID
         liveSessions.withLock { $0[id] = live }
-        defer { _ = liveSessions.withLock { $0.removeValue(forKey: id) } }
+        session.connection.withLock { $0 = connection }
         await connection.run()
         session.catchUpEnded()
+        _ = liveSessions.withLock { $0.removeValue(forKey: id) }
+        options.sessionEnded?(live.status, connection.closeReason)
     }
 
     /// One peer connected to this responder, as the node lists it.
@@ -134,6 +143,8 @@ final class ResponderSession: Sendable {
     let working = Mutex(0)
     /// The pushing peer's stated coverage and this session's place with the catch-up gate.
     let catchUp = ResponderCatchUp()
+    /// The session's connection, for heartbeats (set before any request is read).
+    let connection = Mutex<Connection?>(nil)
 
     init(responder: ReplicationResponder, authenticatedPeer: String?) {
         self.responder = responder
@@ -208,10 +219,12 @@ final class ResponderSession: Sendable {
         }
         peer.withLock { $0 = authenticatedPeer ?? hello.nodeID }
         noteHello(hello)
+        armLiveness(peerOffers: hello.features)
         return reply(
             request,
             HelloReply(
-                nodeID: options.nodeID, database: store.uuid, protocolVersion: version, features: SyncProtocol.features,
+                nodeID: options.nodeID, database: store.uuid, protocolVersion: version,
+                features: SyncProtocol.features(liveness: options.liveness),
                 allowPush: options.allowPush && !options.readOnly, allowPull: options.allowPull,
                 coverage: coverageForHello(peerDatabase: hello.database)
             ).json)
@@ -330,7 +343,9 @@ final class ResponderSession: Sendable {
         for ((index, rev), outcome) in zip(accepted, outcomes) {
             if case .rejected = outcome {} else { peerHeld.record(rev.id, rev.revision) }
             switch outcome {
-            case .inserted: counts.withLock { $0.pulled += 1 }
+            case .inserted:
+                counts.withLock { $0.pulled += 1 }
+                recordRelayed(rev)
             case .alreadyPresent:
                 results[index].status = .exists
                 options.metrics?.duplicates(1)

@@ -227,7 +227,8 @@ public final class Replicator: Sendable {
         do {
             let remote = try await FerryRemote.open(
                 connection, nodeID: configuration.nodeID, localDatabase: store.uuid, inlineWanted: configuration.inlineLimit > 0,
-                coverage: configuration.coverageForHello(store))
+                features: SyncProtocol.features(liveness: configuration.liveness), coverage: configuration.coverageForHello(store))
+            context.startLiveness(on: connection, remote: remote.identity)
             try await replicate(with: remote)
             await connection.close()
         } catch {

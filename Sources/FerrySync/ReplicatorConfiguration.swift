@@ -85,6 +85,22 @@ public struct ReplicatorConfiguration: Sendable {
     public init() {}
 
     var effectiveMaxAttempts: Int { maxAttempts ?? (continuous ? Int.max : 10) }
+
+    /// Heartbeats on an idle connection and the silence watchdog, when the peer offers them
+    /// too (docs/protocol.md §3 heartbeat). Default: one per second, dead after 4 s silent.
+    public var liveness = Liveness()
+    /// The node's mesh view and relay ledger, one per node and shared by all its replicators
+    /// and its responder: heartbeats carry this node's links, and a revision a peer will get
+    /// from its own link to the sender is not relayed to it. nil (the default): neither.
+    public var mesh: MeshRelay?
+
+    /// Whether this side of the link replicates every document both ways, which a mesh
+    /// link must for relay suppression to rely on it (the pull filter is node-wide, so the
+    /// same whichever peer a revision comes from).
+    var replicatesEverything: Bool {
+        direction == .pushAndPull && continuous && documentIDs == nil && pushFilter == nil
+            && remotePolicy.read.admitsEverything && remotePolicy.write.admitsEverything && remotePolicy.mayDelete
+    }
 }
 
 /// What a replicator is doing.

@@ -22,9 +22,12 @@ extension ResponderSession {
         var scanned = since
         var page = try store.changesWithLeaves(since: since, limit: limit)
         var entries: [ChangeEntry] = []
+        // Documents skipped earlier whose skip no longer holds (docs/protocol.md §6.6).
+        var reoffered = try reofferedEntries(at: since, docIDs: docIDs)
         while true {
-            if page.isEmpty && live {
+            if page.isEmpty && live && reoffered.isEmpty {
                 page = try await waitForChanges(since: scanned, limit: limit, for: wait - elapsed())
+                reoffered = try reofferedEntries(at: scanned, docIDs: docIDs)
             }
             entries = try changeEntries(page, docIDs: docIDs, inlineLimit: inlineLimit, inlineDeltas: inlineDeltas)
             scanned = page.last?.0.sequence ?? scanned
@@ -32,8 +35,12 @@ extension ResponderSession {
             // change is hidden or already held by the peer (in a mesh, the echo of what it
             // just sent us) goes on waiting from past it, instead of costing the peer a
             // round trip per change for nothing.
-            guard live, entries.isEmpty, !page.isEmpty, page.count < limit, elapsed() < wait else { break }
+            guard live, entries.isEmpty, reoffered.isEmpty, !page.isEmpty, page.count < limit, elapsed() < wait else { break }
             page = []  // the wait reads the next page, at once if a commit is already past it
+        }
+        if !reoffered.isEmpty {
+            for i in reoffered.indices { reoffered[i].sequence = scanned }
+            entries = reoffered + entries
         }
         // A short page ends the feed as it stood: the peer need not ask again before going live.
         return reply(request, ChangesReply(changes: entries, lastSeq: scanned, caughtUp: page.count < limit).json)
@@ -46,6 +53,7 @@ extension ResponderSession {
         let readRule = policy.read
         let candidates = page.filter { change, leaves in
             (docIDs?.contains(change.id.rawValue) ?? true) && !peerHeld.peerHolds(change.id, leaves: leaves)
+                && !skipsRelay(change.id, leaves: leaves)
         }
         var trees: [DocumentID: RevisionTree] = [:]
         if !candidates.isEmpty && (!readRule.types.isEmpty || inlineLimit > 0) {
@@ -76,10 +84,16 @@ extension ResponderSession {
         let pollInterval = options.pollInterval
         let relayDelay = options.relayDelay
         let poll = LiveChanges.Poll(interval: pollInterval, clock: clock)
+        // A re-offer due to the peer ends the wait too (subscribed before the check).
+        var reoffer: AsyncStream<Void>?
+        if let mesh, let peer = peerID {
+            reoffer = mesh.ledger.reofferSignal(for: peer)
+            if mesh.ledger.hasReoffers(for: peer) { return [] }
+        }
         let page = try await firstOf({ () async throws -> [(Change, [RevisionID])] in
             try await store.waitForChangeToPassOn(past: since, poll: poll, relayDelay: relayDelay)
             return try store.changesWithLeaves(since: since, limit: limit)
-        }, timeout: wait, clock: clock)
+        }, timeout: wait, clock: clock, stop: reoffer)
         return page ?? []
     }
 }

@@ -522,3 +522,50 @@ extension Rejection {
         }
     }
 }
+
+/// The no-reply `heartbeat` request (docs/protocol.md §3): sent on an idle connection, and
+/// at once when the sender's live links changed, which it then lists. An empty body says
+/// nothing but "alive".
+struct HeartbeatMessage: Sendable, Equatable {
+    static let profile = SyncProtocol.Profile.heartbeat
+    /// The node IDs of the sender's live full links, sorted; nil when unchanged since its last heartbeat.
+    var links: [String]?
+    /// Whether the sender's half of this connection replicates every document both ways; sent with `links`.
+    var full: Bool?
+
+    init(links: [String]? = nil, full: Bool? = nil) {
+        self.links = links
+        self.full = full
+    }
+
+    /// Empty when there is nothing to say beyond "alive".
+    var bytes: [UInt8] {
+        var o: [String: JSON] = [:]
+        if let links { o["links"] = .array(links.map { .string($0) }) }
+        if let full { o["full"] = .bool(full) }
+        return o.isEmpty ? [] : JSON.object(o).canonicalBytes
+    }
+
+    init(body: [UInt8]) throws(SyncError) {
+        guard !body.isEmpty else { return }
+        let o: JSON
+        do { o = try JSON.parse(body) } catch { throw .protocolViolation("heartbeat body is not JSON") }
+        guard case .object = o else { throw .protocolViolation("heartbeat body is not a JSON object") }
+        switch o["links"] {
+        case nil: break
+        case .array(let items)?:
+            var ids: [String] = []
+            for item in items {
+                guard let id = item.stringValue else { throw .protocolViolation("heartbeat links must be strings") }
+                ids.append(id)
+            }
+            links = ids
+        default: throw .protocolViolation("heartbeat links must be an array")
+        }
+        switch o["full"] {
+        case nil: break
+        case .bool(let b)?: full = b
+        default: throw .protocolViolation("heartbeat full must be a boolean")
+        }
+    }
+}

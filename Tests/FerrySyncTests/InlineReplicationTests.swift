@@ -20,7 +20,10 @@ final class RequestRecorder: MessageEndpoint {
     }
 
     func send(_ message: [UInt8]) async throws(SyncError) {
-        if let m = try? Message(decoding: message), m.kind == .request { continuation.yield(m.profile ?? "?") }
+        // Heartbeats are the connection's own, not the workers' round trips.
+        if let m = try? Message(decoding: message), m.kind == .request, m.profile != SyncProtocol.Profile.heartbeat {
+            continuation.yield(m.profile ?? "?")
+        }
         try await inner.send(message)
     }
 

@@ -1,0 +1,231 @@
+import FerryCore
+import Logging
+import Synchronization
+
+/// How a connection notices a silent peer: it sends a heartbeat whenever it sent nothing
+/// for `interval`, and closes when it received nothing at all for `deadAfter`.
+///
+/// Used only when both hellos list the `heartbeat` feature. Any message counts as life, so
+/// a busy connection sends no heartbeats; an idle one sends one per `interval` each way.
+public struct Liveness: Sendable, Equatable {
+    /// Send a heartbeat when nothing was sent for this long. Default 1 s.
+    public var interval: Duration = .seconds(1)
+    /// Declare the peer dead and close when nothing was received for this long. Default 4 s.
+    public var deadAfter: Duration = .seconds(4)
+    /// Offer the `heartbeat` feature in hello. Default true; false behaves as a peer that
+    /// predates heartbeats (no watchdog on either side).
+    public var enabled = true
+    public init() {}
+}
+
+extension SyncError {
+    /// The peer sent nothing at all for `seconds`: its process is stopped, or the network
+    /// between us dropped without a close. Transient: it may come back.
+    public static func peerSilent(_ seconds: Double) -> SyncError {
+        SyncError(
+            code: peerSilentCode, message: "the peer sent nothing for \(Self.formatSeconds(seconds)) s; link closed",
+            isTransient: true)
+    }
+
+    public static let peerSilentCode = "peer_silent"
+
+    static func formatSeconds(_ s: Double) -> String {
+        let tenths = (s * 10).rounded() / 10
+        return "\(tenths)"
+    }
+}
+
+/// One connection's heartbeat settings, decided once hello showed both sides offer the feature.
+struct LivenessPlan: Sendable {
+    var settings: Liveness
+    var clock: any Clock<Duration>
+    /// Carries the peer's ID in its metadata; the one "went silent" line goes here.
+    var logger: Logger
+    /// The peer's node ID (proven or claimed in hello).
+    var peerID: String
+    /// Where the peer's reported links go and this node's own links come from; nil: none sent.
+    var mesh: MeshRelay?
+    /// Whether this side's half of the connection replicates every document both ways.
+    var localFull: Bool
+}
+
+/// A connection's heartbeat state, behind the connection's mutex.
+struct LivenessState {
+    let plan: LivenessPlan
+    var running = false
+    var elapsed: (@Sendable () -> Duration)?
+    var lastSent: Duration = .zero
+    var lastReceived: Duration = .zero
+    var task: Task<Void, Never>?
+    /// The links in the last heartbeat that carried them; nil before the first.
+    var linksSent: [String]?
+    /// The peer said both its halves replicate everything; this connection then counts as a link.
+    var registeredLink = false
+    var watchToken: Int?
+    var ended = false
+    /// The number of the last heartbeat whose links were applied: heartbeats are sent from
+    /// separate tasks, so an older one may arrive after a newer one and must not undo it.
+    var linksApplied: UInt64 = 0
+}
+
+extension Connection {
+    /// Arms heartbeats, to start once the reply being prepared (hello's) is sent. Heartbeats
+    /// that arrive before then are already read.
+    func armLiveness(_ plan: LivenessPlan) {
+        let armed = state.withLock { s -> Bool in
+            guard s.liveness == nil && s.closedWith == nil else { return false }
+            s.liveness = LivenessState(plan: plan)
+            return true
+        }
+        if armed { plan.mesh?.view.connectionOpened(plan.peerID) }
+    }
+
+    /// Starts heartbeats and the silence watchdog now.
+    func startLiveness(_ plan: LivenessPlan) {
+        armLiveness(plan)
+        beginArmedLiveness()
+    }
+
+    /// Starts armed heartbeats (after the reply that armed them went out); does nothing otherwise.
+    func beginArmedLiveness() {
+        let plan = state.withLock { s -> LivenessPlan? in
+            guard var l = s.liveness, !l.running, !l.ended, s.closedWith == nil else { return nil }
+            let elapsed = Stopwatch.start(on: l.plan.clock).elapsed
+            l.running = true
+            l.elapsed = elapsed
+            l.lastSent = .zero
+            l.lastReceived = .zero
+            s.liveness = l
+            return l.plan
+        }
+        guard let plan else { return }
+        let token = plan.mesh?.view.watchLocalLinks { [weak self] in self?.sendHeartbeat(onlyIfLinksChanged: true) }
+        let task = Task { [weak self] () -> Void in await self?.watch() }
+        let late = state.withLock { s -> Bool in
+            guard s.liveness?.ended == false else { return true }
+            s.liveness?.task = task
+            s.liveness?.watchToken = token
+            return false
+        }
+        if late {
+            task.cancel()
+            if let token { plan.mesh?.view.unwatch(token) }
+            return
+        }
+        // The first heartbeat goes at once: it carries this side's links and half of the link's fullness.
+        sendHeartbeat(onlyIfLinksChanged: false)
+    }
+
+    /// Records traffic for the watchdog (a clock read per message, only while heartbeats run).
+    func noteTraffic(sent: Bool) {
+        state.withLock { s in
+            guard var l = s.liveness, l.running, let elapsed = l.elapsed else { return }
+            if sent { l.lastSent = elapsed() } else { l.lastReceived = elapsed() }
+            s.liveness = l
+        }
+    }
+
+    /// Whether heartbeats run on this connection (both sides offered them).
+    public var heartbeatsRunning: Bool { state.withLock { $0.liveness?.running == true && $0.closedWith == nil } }
+
+    /// Reads a received heartbeat: its links go into the mesh view. A malformed one closes the connection.
+    func receivedHeartbeat(_ message: Message) async {
+        let decoded: HeartbeatMessage
+        do { decoded = try HeartbeatMessage(body: message.body) } catch {
+            await close(error: error)
+            return
+        }
+        guard decoded.links != nil || decoded.full != nil else { return }
+        // Applied in number order under the lock (the mesh view takes its own lock inside).
+        let change = state.withLock { s -> (plan: LivenessPlan, register: Bool?)? in
+            guard var l = s.liveness, !l.ended, let mesh = l.plan.mesh, message.number > l.linksApplied else { return nil }
+            l.linksApplied = message.number
+            if let links = decoded.links { mesh.peerReported(l.plan.peerID, links: Set(links)) }
+            guard let full = decoded.full else {
+                s.liveness = l
+                return (l.plan, nil)
+            }
+            let want = full && l.plan.localFull
+            let register: Bool? = want != l.registeredLink ? want : nil
+            l.registeredLink = want
+            s.liveness = l
+            return (l.plan, register)
+        }
+        guard let change, let mesh = change.plan.mesh else { return }
+        switch change.register {
+        case true?: mesh.view.linkUp(change.plan.peerID)
+        case false?: mesh.view.linkDown(change.plan.peerID)
+        case nil: break
+        }
+    }
+
+    /// Sends a heartbeat without waiting for it to go out (a send blocked by a stalled peer must
+    /// not hold up the watchdog). It lists this node's links when they changed since the last.
+    func sendHeartbeat(onlyIfLinksChanged: Bool) {
+        let message = state.withLock { s -> Message? in
+            guard var l = s.liveness, l.running, !l.ended, s.closedWith == nil else { return nil }
+            var body = HeartbeatMessage()
+            if let mesh = l.plan.mesh {
+                let links = mesh.view.localLinks.sorted()
+                if links != l.linksSent {
+                    body.links = links
+                    body.full = l.plan.localFull
+                    l.linksSent = links
+                }
+            }
+            if onlyIfLinksChanged && body.links == nil { return nil }
+            s.liveness = l
+            defer { s.nextNumber += 1 }
+            return Message(
+                kind: .request, number: s.nextNumber, flags: Message.flagNoReply,
+                properties: [("Profile", SyncProtocol.Profile.heartbeat)], body: body.bytes)
+        }
+        guard let message else { return }
+        Task { try? await self.sendRaw(message) }
+    }
+
+    /// Sends heartbeats on an idle connection and closes it when the peer falls silent.
+    private func watch() async {
+        while !Task.isCancelled {
+            guard let l = state.withLock({ s in s.closedWith == nil ? s.liveness : nil }), l.running, !l.ended,
+                let elapsed = l.elapsed
+            else { return }
+            let settings = l.plan.settings
+            let now = elapsed()
+            let silent = now - l.lastReceived
+            if silent >= settings.deadAfter {
+                let seconds = Double(silent.components.seconds) + Double(silent.components.attoseconds) / 1e18
+                l.plan.logger.warning(
+                    "peer went silent; link closed",
+                    metadata: ["peer": "\(LogText.escape(l.plan.peerID))", "silentFor": "\(SyncError.formatSeconds(seconds))s"])
+                await close(error: .peerSilent(seconds))
+                return
+            }
+            if now - l.lastSent >= settings.interval {
+                sendHeartbeat(onlyIfLinksChanged: false)
+                // sendRaw notes the send when it runs; until then, count it as sent now.
+                state.withLock { s in if s.liveness?.running == true { s.liveness?.lastSent = now } }
+                continue
+            }
+            let wake = min(l.lastSent + settings.interval, l.lastReceived + settings.deadAfter) - now
+            do { try await l.plan.clock.sleep(for: max(wake, .milliseconds(1))) } catch { return }
+        }
+    }
+
+    /// Stops the watchdog and takes this connection out of the mesh view (the connection ended).
+    func endLiveness() {
+        let ended = state.withLock { s -> LivenessState? in
+            guard var l = s.liveness, !l.ended else { return nil }
+            l.ended = true
+            s.liveness = l
+            return l
+        }
+        guard let ended else { return }
+        ended.task?.cancel()
+        if let mesh = ended.plan.mesh {
+            if let token = ended.watchToken { mesh.view.unwatch(token) }
+            if ended.registeredLink { mesh.view.linkDown(ended.plan.peerID) }
+            mesh.view.connectionClosed(ended.plan.peerID)
+        }
+    }
+}

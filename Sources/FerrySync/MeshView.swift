@@ -1,0 +1,96 @@
+import FerryCore
+import Synchronization
+
+/// A node's picture of the mesh around it: which of its peers it is linked to now, and, for
+/// each peer, the live links that peer last reported in a heartbeat.
+///
+/// A link counts only when both of its ends replicate every document both ways ("full"),
+/// since relay suppression relies on it to deliver. What a peer reported is forgotten when
+/// this node's last connection to it ends: an unknown view means "do not rely on it".
+public final class MeshView: Sendable {
+    /// The view and the watchers of this node's own links, behind one lock.
+    struct State {
+        /// Peer → the links it reported last.
+        var reported: [String: Set<String>] = [:]
+        /// Peer → full links to it up now (two while one connection replaces another).
+        var fullLinks: [String: Int] = [:]
+        /// Peer → connections to it with heartbeats (full or not).
+        var connections: [String: Int] = [:]
+        var watchers: [Int: @Sendable () -> Void] = [:]
+        var nextToken = 0
+    }
+
+    private let state = Mutex(State())
+    /// Told which peer's report dropped which links (the relay ledger re-offers what it skipped).
+    let linksLost: @Sendable (_ peer: String, _ lost: Set<String>) -> Void
+
+    init(linksLost: @escaping @Sendable (_ peer: String, _ lost: Set<String>) -> Void = { _, _ in }) {
+        self.linksLost = linksLost
+    }
+
+    /// The peers this node has a live full link to.
+    public var localLinks: Set<String> { state.withLock { Set($0.fullLinks.keys) } }
+
+    /// The links `peer` reported last; nil when it reported none since this node's link to it came up.
+    public func links(of peer: String) -> Set<String>? { state.withLock { $0.reported[peer] } }
+
+    /// Records `peer`'s report; links it no longer lists are passed to `linksLost`.
+    func peerReported(_ peer: String, links: Set<String>) {
+        let lost = state.withLock { s -> Set<String> in
+            let before = s.reported[peer] ?? []
+            s.reported[peer] = links
+            return before.subtracting(links)
+        }
+        if !lost.isEmpty { linksLost(peer, lost) }
+    }
+
+    func connectionOpened(_ peer: String) { state.withLock { $0.connections[peer, default: 0] += 1 } }
+
+    /// The last connection to `peer` ended: what it reported no longer holds.
+    func connectionClosed(_ peer: String) {
+        let lost = state.withLock { s -> Set<String>? in
+            let n = (s.connections[peer] ?? 1) - 1
+            guard n <= 0 else {
+                s.connections[peer] = n
+                return nil
+            }
+            s.connections[peer] = nil
+            return s.reported.removeValue(forKey: peer)
+        }
+        if let lost, !lost.isEmpty { linksLost(peer, lost) }
+    }
+
+    /// A full link to `peer` came up; every connection's next heartbeat says so at once.
+    func linkUp(_ peer: String) {
+        let changed = state.withLock { s -> Bool in
+            s.fullLinks[peer, default: 0] += 1
+            return s.fullLinks[peer] == 1
+        }
+        if changed { notifyWatchers() }
+    }
+
+    func linkDown(_ peer: String) {
+        let changed = state.withLock { s -> Bool in
+            let n = (s.fullLinks[peer] ?? 1) - 1
+            s.fullLinks[peer] = n > 0 ? n : nil
+            return n <= 0
+        }
+        if changed { notifyWatchers() }
+    }
+
+    /// Calls `changed` whenever this node's own links change, until `unwatch`.
+    func watchLocalLinks(_ changed: @escaping @Sendable () -> Void) -> Int {
+        state.withLock { s in
+            s.nextToken += 1
+            s.watchers[s.nextToken] = changed
+            return s.nextToken
+        }
+    }
+
+    func unwatch(_ token: Int) { _ = state.withLock { $0.watchers.removeValue(forKey: token) } }
+
+    private func notifyWatchers() {
+        let watchers = state.withLock { Array($0.watchers.values) }
+        for w in watchers { w() }
+    }
+}

@@ -1,0 +1,212 @@
+import FerryCore
+import Synchronization
+
+/// Remembers which peer each recently stored revision came from, and which revisions this
+/// node chose not to relay to which peer, so that those can be offered again when the
+/// reason for skipping them (the peer's link to the sender) goes away.
+///
+/// Bounded in memory whatever the database size: the newest `receivedCapacity` senders,
+/// and per target at most `skipCapacity` skips younger than `rememberSkipsFor`. A revision
+/// whose sender was forgotten is relayed as usual; a target whose skip memory is full is
+/// not skipped for until room frees up, so a bound never loses a revision.
+public final class RelayLedger: Sendable {
+    /// How much the ledger keeps.
+    public struct Limits: Sendable {
+        /// Stored revisions whose sender is remembered. Default 100 000.
+        public var receivedCapacity = 100_000
+        /// Skipped revisions remembered per target peer. Default 100 000.
+        public var skipCapacity = 100_000
+        /// How long a skip is remembered: by then the link it relied on has delivered. Default 5 min.
+        public var rememberSkipsFor: Duration = .seconds(300)
+        public init() {}
+    }
+
+    /// One revision of one document.
+    struct RevisionKey: Hashable, Sendable {
+        let id: DocumentID
+        let rev: RevisionID
+    }
+
+    /// A revision not relayed to a target because the target has a link to `sender`.
+    struct Skip {
+        let at: Duration
+        let key: RevisionKey
+        let sender: String
+    }
+
+    /// One target's skips (oldest first, from `head`) and the documents to offer it again.
+    struct TargetSkips {
+        var entries: [Skip] = []
+        var head = 0
+        var reoffer = Set<DocumentID>()
+        var live: Int { entries.count - head }
+    }
+
+    /// Senders in arrival order (a ring) and skips per target, behind one lock.
+    struct State {
+        var senders: [RevisionKey: String] = [:]
+        var ring: [RevisionKey] = []
+        var next = 0
+        var targets: [String: TargetSkips] = [:]
+    }
+
+    public let limits: Limits
+    private let state = Mutex(State())
+    private let elapsed: @Sendable () -> Duration
+    /// Per target peer: announces documents to be offered to it again.
+    private let signals = Mutex<[String: Broadcaster<Void>]>([:])
+
+    init(limits: Limits, clock: any Clock<Duration>) {
+        self.limits = limits
+        elapsed = Stopwatch.start(on: clock).elapsed
+    }
+
+    /// Records that `rev` of `id` was stored here as received from `sender`.
+    func recordReceived(_ id: DocumentID, _ rev: RevisionID, from sender: String) {
+        let key = RevisionKey(id: id, rev: rev)
+        state.withLock { s in
+            if s.ring.count < limits.receivedCapacity {
+                s.ring.append(key)
+            } else {
+                let old = s.ring[s.next]
+                s.senders.removeValue(forKey: old)
+                s.ring[s.next] = key
+                s.next = (s.next + 1) % limits.receivedCapacity
+            }
+            s.senders[key] = sender
+        }
+    }
+
+    /// The peer `rev` of `id` was received from, while remembered.
+    func sender(of id: DocumentID, _ rev: RevisionID) -> String? {
+        state.withLock { $0.senders[RevisionKey(id: id, rev: rev)] }
+    }
+
+    /// Whether `count` more skips toward `target` can be remembered (expired ones are dropped first).
+    func hasRoom(for target: String, _ count: Int) -> Bool {
+        let now = elapsed()
+        return state.withLock { s in
+            guard var t = s.targets[target] else { return count <= limits.skipCapacity }
+            expire(&t, now: now)
+            s.targets[target] = t
+            return t.live + count <= limits.skipCapacity
+        }
+    }
+
+    /// Remembers revisions not relayed to `target`, each with the sender it relied on.
+    func rememberSkips(to target: String, _ skips: [(DocumentID, RevisionID, String)]) {
+        let now = elapsed()
+        state.withLock { s in
+            var t = s.targets[target] ?? TargetSkips()
+            for (id, rev, sender) in skips { t.entries.append(Skip(at: now, key: RevisionKey(id: id, rev: rev), sender: sender)) }
+            s.targets[target] = t
+        }
+    }
+
+    /// `target` no longer reports links to `senders`: what was skipped on their account is
+    /// to be offered to it again.
+    func sendersLost(by target: String, _ senders: Set<String>) {
+        let now = elapsed()
+        let any = state.withLock { s -> Bool in
+            guard var t = s.targets[target] else { return false }
+            expire(&t, now: now)
+            var kept: [Skip] = []
+            var moved = false
+            for skip in t.entries[t.head...] {
+                if senders.contains(skip.sender) {
+                    t.reoffer.insert(skip.key.id)
+                    moved = true
+                } else {
+                    kept.append(skip)
+                }
+            }
+            t.entries = kept
+            t.head = 0
+            s.targets[target] = t
+            return moved || !t.reoffer.isEmpty
+        }
+        if any { signal(for: target).send(()) }
+    }
+
+    /// Takes the documents to offer `target` again (empty when none).
+    func takeReoffers(for target: String) -> Set<DocumentID> {
+        state.withLock { s in
+            guard var t = s.targets[target], !t.reoffer.isEmpty else { return [] }
+            let ids = t.reoffer
+            t.reoffer = []
+            s.targets[target] = t
+            return ids
+        }
+    }
+
+    private func signal(for target: String) -> Broadcaster<Void> {
+        signals.withLock { s in
+            if let b = s[target] { return b }
+            let b = Broadcaster<Void>()
+            s[target] = b
+            return b
+        }
+    }
+
+    /// Yields each time documents become due to be offered to `target` again. Subscribe
+    /// before checking `hasReoffers`, so that none is missed in between.
+    func reofferSignal(for target: String) -> AsyncStream<Void> { signal(for: target).subscribe() }
+
+    /// Whether documents are due to be offered to `target` again.
+    func hasReoffers(for target: String) -> Bool { state.withLock { $0.targets[target]?.reoffer.isEmpty == false } }
+
+    /// Skips remembered for `target` now (for tests and status).
+    func rememberedSkips(for target: String) -> Int { state.withLock { $0.targets[target]?.live ?? 0 } }
+
+    private func expire(_ t: inout TargetSkips, now: Duration) {
+        while t.head < t.entries.count && now - t.entries[t.head].at > limits.rememberSkipsFor { t.head += 1 }
+        if t.head > 1024 && t.head * 2 > t.entries.count {
+            t.entries.removeFirst(t.head)
+            t.head = 0
+        }
+    }
+}
+
+/// The node-wide pair that makes a write cost O(K) in a mesh: the `MeshView` (who is linked
+/// to whom, from heartbeats) and the `RelayLedger` (who sent each revision here). One per
+/// node, shared by every replicator and the responder.
+///
+/// A revision received from S is not relayed to a peer P that reports a live full link to
+/// S: S delivers it to P (or, by the same rule, skips P only because P is linked to the one
+/// S got it from, and so on back to the author, who always delivers).
+public final class MeshRelay: Sendable {
+    public let view: MeshView
+    public let ledger: RelayLedger
+
+    public init(clock: any Clock<Duration> = ContinuousClock(), limits: RelayLedger.Limits = .init()) {
+        let ledger = RelayLedger(limits: limits, clock: clock)
+        self.ledger = ledger
+        view = MeshView(linksLost: { peer, lost in ledger.sendersLost(by: peer, lost) })
+    }
+
+    func peerReported(_ peer: String, links: Set<String>) { view.peerReported(peer, links: links) }
+
+    /// Whether a change of `id` with these leaves need not be offered to `target`: each leaf
+    /// is held by the target, came from it, or came from a peer the target reports a live
+    /// link to. Records the skips it relies on, for a re-offer if that link goes.
+    func skipsRelay(of id: DocumentID, leaves: [RevisionID], to target: String, peerHeld: PeerHeldRevisions) -> Bool {
+        guard let targetLinks = view.links(of: target) else { return false }
+        var relied: [(DocumentID, RevisionID, String)] = []
+        for leaf in leaves {
+            if peerHeld.peerHolds(id, revision: leaf) { continue }
+            guard let sender = ledger.sender(of: id, leaf) else { return false }
+            if sender == target { continue }
+            guard targetLinks.contains(sender) else { return false }
+            relied.append((id, leaf, sender))
+        }
+        if relied.isEmpty { return true }
+        guard ledger.hasRoom(for: target, relied.count) else { return false }
+        ledger.rememberSkips(to: target, relied)
+        // A report that dropped a sender between the check and the record scanned the skips
+        // before this one was there: look again, and offer it again if so.
+        let now = view.links(of: target) ?? []
+        let gone = Set(relied.map(\.2)).subtracting(now)
+        if !gone.isEmpty { ledger.sendersLost(by: target, gone) }
+        return true
+    }
+}

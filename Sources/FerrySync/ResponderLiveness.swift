@@ -1,0 +1,63 @@
+import FerryCore
+import FerryStore
+
+/// The responder's part in heartbeats and relay suppression: it arms the watchdog after
+/// hello, records who sent each stored revision, and leaves out of its changes feed what
+/// the peer gets from its own link to the sender.
+extension ResponderSession {
+    /// The node's mesh relay, for a peer whose node ID the transport proved: a claimed ID
+    /// could speak for another node, make this one skip it, or be taken for its sender.
+    var mesh: MeshRelay? { authenticatedPeer == nil ? nil : options.mesh }
+
+    /// Arms heartbeats when both hellos offer them; they start once hello's reply is sent.
+    func armLiveness(peerOffers features: [String]) {
+        let settings = options.liveness
+        guard settings.enabled, features.contains(SyncProtocol.heartbeatFeature), let peer = peerID,
+            let connection = connection.withLock({ $0 })
+        else { return }
+        let policy = self.policy
+        // This side's half of a full link: it takes and serves every document of this peer.
+        let full =
+            options.allowPush && options.allowPull && !options.readOnly && policy.read.admitsEverything
+            && policy.write.admitsEverything && policy.mayDelete
+        var logger = responder.logger
+        logger[metadataKey: "peer"] = "\(LogText.escape(peer))"
+        connection.armLiveness(
+            LivenessPlan(settings: settings, clock: responder.clock, logger: logger, peerID: peer, mesh: mesh, localFull: full))
+    }
+
+    /// Remembers that the peer sent this stored revision (it is not relayed back toward it).
+    func recordRelayed(_ rev: IncomingRevision) {
+        guard let mesh, let peer = peerID else { return }
+        mesh.ledger.recordReceived(rev.id, rev.revision, from: peer)
+    }
+
+    /// Whether a change need not be offered to this session's peer (see `MeshRelay.skipsRelay`).
+    func skipsRelay(_ id: DocumentID, leaves: [RevisionID]) -> Bool {
+        guard let mesh, let peer = peerID else { return false }
+        return mesh.skipsRelay(of: id, leaves: leaves, to: peer, peerHeld: peerHeld)
+    }
+
+    /// The documents to offer this peer again, as changes entries after `sequence` (their
+    /// order in the feed does not matter to the peer: it asks for what it lacks).
+    func reofferedEntries(at sequence: UInt64, docIDs: Set<String>?) throws -> [ChangeEntry] {
+        guard let mesh, let peer = peerID else { return [] }
+        let ids = mesh.ledger.takeReoffers(for: peer).filter { docIDs?.contains($0.rawValue) ?? true }
+        guard !ids.isEmpty else { return [] }
+        let trees = try store.revisionTrees(Array(ids))
+        let readRule = policy.read
+        var entries: [ChangeEntry] = []
+        for id in ids.sorted() {
+            guard let tree = trees[id], let winner = tree.winner else { continue }
+            if !readRule.admitsEverything {
+                let body = winner.body.flatMap { try? JSON.parse($0) }
+                if !readRule.admits(id: id, body: body) { continue }
+            }
+            entries.append(
+                ChangeEntry(
+                    sequence: sequence, id: id.rawValue, leaves: tree.leaves.map(\.id.description), deleted: winner.deleted,
+                    size: Int64(winner.body?.count ?? 0)))
+        }
+        return entries
+    }
+}

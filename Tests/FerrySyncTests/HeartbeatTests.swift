@@ -1,0 +1,171 @@
+import FerryCore
+import FerryStore
+import Foundation
+import IntegrationHarness
+import Logging
+import Synchronization
+import Testing
+@testable import FerrySync
+
+/// Two connections over an in-memory pair whose links can be cut, with a count of the
+/// heartbeats each side receives.
+final class HeartbeatPair: Sendable {
+    let clock = ManualClock()
+    let cut = Switch()
+    let heartbeatsToA = Counter()
+    let heartbeatsToB = Counter()
+    let a: Connection
+    let b: Connection
+
+    init() {
+        let cut = self.cut
+        func deliver(_ counter: Counter) -> @Sendable ([UInt8]) async -> [[UInt8]] {
+            { bytes in
+                if cut.isOn { return [] }
+                if (try? Message(decoding: bytes))?.profile == SyncProtocol.Profile.heartbeat { counter.increment() }
+                return [bytes]
+            }
+        }
+        let (ea, eb) = InMemoryEndpoint.pair(faultsA: .init(deliver: deliver(heartbeatsToB)), faultsB: .init(deliver: deliver(heartbeatsToA)))
+        a = Connection(endpoint: ea)
+        b = Connection(endpoint: eb, handler: { request in Message(kind: .response, number: request.number) })
+        a.start()
+        b.start()
+    }
+
+    func plan(_ peer: String) -> LivenessPlan {
+        var quiet = Logger(label: "ferry.test")
+        quiet.logLevel = .critical
+        return LivenessPlan(settings: Liveness(), clock: clock, logger: quiet, peerID: peer, mesh: nil, localFull: false)
+    }
+
+    func startBoth() {
+        a.startLiveness(plan("b"))
+        b.startLiveness(plan("a"))
+    }
+
+    /// Waits until both watchdogs sleep (or their connections closed) with the clock at its current time.
+    func settled() async throws {
+        try await yieldUntil("both watchdogs wait") {
+            let now = clock.now.offset
+            let sleeping = clock.pendingDeadlines.filter { $0 > now }.count
+            let closed = [a, b].filter { $0.closeReason != nil }.count
+            return sleeping + closed >= 2
+        }
+    }
+}
+
+/// A flag tests flip while tasks read it.
+final class Switch: Sendable {
+    private let value = Mutex(false)
+    var isOn: Bool { value.withLock { $0 } }
+    func turn(on: Bool) { value.withLock { $0 = on } }
+}
+
+@Suite(.timeLimit(.minutes(2))) struct HeartbeatTests {
+    @Test func anIdleConnectionSendsAHeartbeatEachIntervalAndABusyOneSendsNone() async throws {
+        let pair = HeartbeatPair()
+        pair.startBoth()
+        // The first heartbeat goes at once (it would carry the links).
+        try await yieldUntil("first heartbeats") { pair.heartbeatsToA.current == 1 && pair.heartbeatsToB.current == 1 }
+        try await pair.settled()
+        for second in 1...3 {
+            pair.clock.advance(by: .seconds(1))
+            try await yieldUntil("heartbeat \(second + 1)") {
+                pair.heartbeatsToA.current == second + 1 && pair.heartbeatsToB.current == second + 1
+            }
+            try await pair.settled()
+        }
+        // Busy: a request and its reply every half interval, for four intervals.
+        for _ in 0..<8 {
+            _ = try await pair.a.request("echo")
+            pair.clock.advance(by: .milliseconds(500))
+            try await pair.settled()
+        }
+        #expect(pair.heartbeatsToA.current == 4)
+        #expect(pair.heartbeatsToB.current == 4)
+        #expect(pair.a.closeReason == nil && pair.b.closeReason == nil)
+    }
+
+    @Test func silencePastTheLimitClosesBothSidesWithATransientPeerSilentError() async throws {
+        let pair = HeartbeatPair()
+        pair.startBoth()
+        try await yieldUntil("first heartbeats") { pair.heartbeatsToA.current == 1 && pair.heartbeatsToB.current == 1 }
+        try await pair.settled()
+        pair.cut.turn(on: true)
+        let waiting = Task { try await pair.a.request("never-answered") }
+        for _ in 1...3 {
+            pair.clock.advance(by: .seconds(1))
+            try await pair.settled()
+        }
+        #expect(pair.a.closeReason == nil && pair.b.closeReason == nil)
+        pair.clock.advance(by: .seconds(1))
+        try await yieldUntil("both sides closed") { pair.a.closeReason != nil && pair.b.closeReason != nil }
+        for side in [pair.a, pair.b] {
+            let reason = try #require(side.closeReason)
+            #expect(reason.code == SyncError.peerSilentCode)
+            #expect(reason.isTransient)
+        }
+        // A request waiting on the silent peer fails with the same error (the replicator retries it).
+        await #expect(throws: SyncError.self) { _ = try await waiting.value }
+        do { _ = try await waiting.value } catch { #expect(SyncError.from(error).code == SyncError.peerSilentCode) }
+    }
+
+    @Test func aMalformedHeartbeatClosesTheConnectionWithAProtocolError() async throws {
+        let (ea, eb) = InMemoryEndpoint.pair()
+        let b = Connection(endpoint: eb)
+        b.start()
+        b.armLiveness(HeartbeatPair().plan("a"))
+        let bad = Message(
+            kind: .request, number: 1, flags: Message.flagNoReply, properties: [("Profile", SyncProtocol.Profile.heartbeat)],
+            body: Array(#"{"links":"everyone"}"#.utf8))
+        try await ea.send(bad.encoded())
+        try await yieldUntil("closed") { b.closeReason != nil }
+        #expect(b.closeReason?.code == "protocol_error")
+    }
+
+    /// A replicator's connection to a responder, and whether heartbeats run on it.
+    func handshake(client: Liveness, responder: Liveness, clock: ManualClock) async throws -> (Connection, RemoteIdentity) {
+        var options = ReplicationResponder.Options()
+        options.liveness = responder
+        let server = ReplicationResponder(store: try DocumentStore.inMemory(), options: options, clock: clock)
+        let (ea, eb) = InMemoryEndpoint.pair()
+        Task { await server.serve(eb) }
+        let connection = Connection(endpoint: ea)
+        connection.start()
+        let remote = try await FerryRemote.open(
+            connection, nodeID: "client", localDatabase: "db", inlineWanted: false, features: SyncProtocol.features(liveness: client))
+        var config = ReplicatorConfiguration()
+        config.liveness = client
+        var quiet = Logger(label: "ferry.test")
+        quiet.logLevel = .critical
+        let context = ReplicationContext(store: try DocumentStore.inMemory(), configuration: config, clock: clock, logger: quiet)
+        context.startLiveness(on: connection, remote: remote.identity)
+        return (connection, remote.identity)
+    }
+
+    @Test func aPeerWithoutTheHeartbeatFeatureGetsNoWatchdogEitherWay() async throws {
+        var off = Liveness()
+        off.enabled = false
+        for (client, responder) in [(off, Liveness()), (Liveness(), off)] {
+            let clock = ManualClock()
+            let (connection, identity) = try await handshake(client: client, responder: responder, clock: clock)
+            #expect(!identity.heartbeat)
+            #expect(!connection.heartbeatsRunning)
+            // Long silence on an idle connection is no reason to close it.
+            let received = connection.counters.withLock { $0.messagesReceived }
+            for _ in 0..<10 { clock.advance(by: .seconds(1)) }
+            for _ in 0..<1000 { await Task.yield() }
+            #expect(connection.closeReason == nil)
+            #expect(connection.counters.withLock { $0.messagesReceived } == received)
+            await connection.close()
+        }
+        // Both offering: heartbeats run, and the responder's first one arrives.
+        let clock = ManualClock()
+        let (connection, identity) = try await handshake(client: Liveness(), responder: Liveness(), clock: clock)
+        #expect(identity.heartbeat)
+        #expect(connection.heartbeatsRunning)
+        try await yieldUntil("the responder's first heartbeat") { connection.counters.withLock { $0.messagesReceived } >= 2 }
+        await connection.close()
+    }
+}

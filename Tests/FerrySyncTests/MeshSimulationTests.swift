@@ -1,0 +1,313 @@
+import FerryCore
+import FerryStore
+import Foundation
+import IntegrationHarness
+import Logging
+import Synchronization
+import Testing
+@testable import FerrySync
+
+/// Messages and bytes on the wire (heartbeats counted apart), and those carrying a marker.
+final class WireTally: Sendable {
+    private let counts = Mutex((messages: 0, bytes: 0, marked: 0, heartbeats: 0))
+    let marker: [UInt8]?
+
+    init(marker: String? = nil) { self.marker = marker.map { Array($0.utf8) } }
+
+    func count(_ bytes: [UInt8]) {
+        if (try? Message(decoding: bytes))?.profile == SyncProtocol.Profile.heartbeat {
+            counts.withLock { $0.heartbeats += 1 }
+            return
+        }
+        let marked = marker.map { m in contains(String(decoding: m, as: UTF8.self), in: bytes) } ?? false
+        counts.withLock {
+            $0.messages += 1
+            $0.bytes += bytes.count
+            if marked { $0.marked += 1 }
+        }
+    }
+
+    var messages: Int { counts.withLock { $0.messages } }
+    var bytes: Int { counts.withLock { $0.bytes } }
+    /// Messages that carried the marker.
+    var marked: Int { counts.withLock { $0.marked } }
+    var heartbeats: Int { counts.withLock { $0.heartbeats } }
+}
+
+/// One node of an in-memory mesh: a store, its mesh view and relay ledger, and a responder.
+final class MeshNode: Sendable {
+    let id: String
+    let store: DocumentStore
+    let mesh: MeshRelay
+    let responder: ReplicationResponder
+
+    init(id: String, relayDelay: Duration) throws {
+        self.id = id
+        store = try DocumentStore.inMemory()
+        mesh = MeshRelay()
+        var options = ReplicationResponder.Options()
+        options.nodeID = id
+        options.mesh = mesh
+        options.relayDelay = relayDelay
+        var quiet = Logger(label: "ferry.mesh")
+        quiet.logLevel = .critical
+        responder = ReplicationResponder(store: store, options: options, logger: quiet)
+    }
+}
+
+/// Nodes joined by continuous push-and-pull replicators over in-memory links (the lower
+/// index dials), each with the node's mesh view and relay ledger, as a Ferry node wires them.
+final class MeshNetwork: Sendable {
+    let nodes: [MeshNode]
+    let tally: WireTally
+    let relayDelay: Duration
+    /// Unordered pair → the replicator that runs the link.
+    private let links = Mutex<[Pair: Replicator]>([:])
+    /// Messages on a link's wire are dropped while its pair is listed (the link stays up).
+    let muted = MuteRules()
+
+    /// Per link, which messages its wire drops.
+    final class MuteRules: Sendable {
+        private let rules = Mutex<[Pair: @Sendable ([UInt8]) -> Bool]>([:])
+        func set(_ pair: Pair, _ drop: @escaping @Sendable ([UInt8]) -> Bool) { rules.withLock { $0[pair] = drop } }
+        func drops(_ pair: Pair, _ bytes: [UInt8]) -> Bool { rules.withLock { $0[pair] }?(bytes) ?? false }
+    }
+
+    /// Two node indexes, lower first.
+    struct Pair: Hashable, Sendable {
+        let low: Int
+        let high: Int
+        init(_ a: Int, _ b: Int) {
+            low = min(a, b)
+            high = max(a, b)
+        }
+    }
+
+    init(count: Int, relayDelay: Duration = .zero, marker: String? = nil) throws {
+        nodes = try (0..<count).map { try MeshNode(id: "node-\($0)", relayDelay: relayDelay) }
+        tally = WireTally(marker: marker)
+        self.relayDelay = relayDelay
+    }
+
+    var linked: Set<Pair> { links.withLock { Set($0.keys) } }
+
+    /// Starts the link between `a` and `b` (the lower index dials).
+    func connect(_ a: Int, _ b: Int) {
+        let pair = Pair(a, b)
+        guard links.withLock({ $0[pair] }) == nil else { return }
+        let (dialer, listener) = (nodes[pair.low], nodes[pair.high])
+        let tally = self.tally
+        let muted = self.muted
+        let deliver: @Sendable ([UInt8]) async -> [[UInt8]] = { bytes in
+            if muted.drops(pair, bytes) { return [] }
+            tally.count(bytes)
+            return [bytes]
+        }
+        let responder = listener.responder
+        let dialerID = dialer.id
+        let connector: Replicator.Connector = {
+            let (client, server) = InMemoryEndpoint.pair(faultsA: .init(deliver: deliver), faultsB: .init(deliver: deliver))
+            // As mutual TLS would: the responder knows the dialler's ID for sure.
+            Task { await responder.serve(server, authenticatedPeer: dialerID) }
+            return client
+        }
+        var config = ReplicatorConfiguration()
+        config.nodeID = dialer.id
+        config.continuous = true
+        config.mesh = dialer.mesh
+        config.relayDelay = relayDelay
+        config.initialAttemptWait = .milliseconds(1)
+        config.maxAttemptWait = .milliseconds(20)
+        var quiet = Logger(label: "ferry.mesh")
+        quiet.logLevel = .critical
+        let replicator = Replicator(store: dialer.store, connector: connector, configuration: config, logger: quiet)
+        links.withLock { $0[pair] = replicator }
+        replicator.start()
+    }
+
+    /// Stops the link between `a` and `b` and waits until it is down.
+    func disconnect(_ a: Int, _ b: Int) async {
+        guard let replicator = links.withLock({ $0.removeValue(forKey: Pair(a, b)) }) else { return }
+        replicator.stop()
+        await replicator.waitUntilStopped()
+    }
+
+    func stopAll() async {
+        await withTaskGroup(of: Void.self) { group in
+            for pair in linked { group.addTask { await self.disconnect(pair.low, pair.high) } }
+        }
+    }
+
+    /// Waits until every node's view of each linked peer lists exactly that peer's links.
+    func viewsSettled(timeout: Double = 20) async throws {
+        try await waitUntil("mesh views settle", timeout: timeout, every: .milliseconds(2)) {
+            let pairs = linked
+            for (i, node) in nodes.enumerated() {
+                let mine = Set(pairs.filter { $0.low == i || $0.high == i }.map { nodes[$0.low == i ? $0.high : $0.low].id })
+                if node.mesh.view.localLinks != mine { return false }
+                for pair in pairs where pair.low == i || pair.high == i {
+                    let other = pair.low == i ? pair.high : pair.low
+                    let theirs = Set(pairs.filter { $0.low == other || $0.high == other }.map { nodes[$0.low == other ? $0.high : $0.low].id })
+                    if node.mesh.view.links(of: nodes[other].id) != theirs { return false }
+                }
+            }
+            return true
+        }
+    }
+
+    /// Waits until every node holds the same documents, current revisions and conflicts.
+    func converged(timeout: Double = 20) async throws {
+        try await waitUntil("every node converges", timeout: timeout, every: .milliseconds(2)) {
+            let reference = try digest(nodes[0].store)
+            for node in nodes.dropFirst() where try digest(node.store) != reference { return false }
+            return true
+        }
+    }
+
+    /// Whether every node holds `id` at `rev`.
+    func everyoneHas(_ id: DocumentID, _ rev: RevisionID) throws -> Bool {
+        try nodes.allSatisfy { try $0.store.document(id)?.revision == rev }
+    }
+}
+
+/// A seeded simulation of relay suppression: random partial meshes whose links drop and
+/// come back while random writes happen on random nodes; after healing (a connected mesh),
+/// every node must hold the same documents with the same current revisions.
+///
+/// `FERRY_SIM_SEEDS=N` runs N seeds (default 200); `FERRY_SIM_SEED=S` replays one seed.
+/// `FERRY_SIM_NODES=32` also measures messages and bytes per write in full meshes of 4–32.
+@Suite(.timeLimit(.minutes(10))) struct MeshSimulationTests {
+    @Test func seededPartialMeshesWithDroppedLinksConvergeAfterHealing() async throws {
+        let env = ProcessInfo.processInfo.environment
+        let seeds: [UInt64]
+        if let one = env["FERRY_SIM_SEED"].flatMap(UInt64.init) {
+            seeds = [one]
+        } else {
+            let count = env["FERRY_SIM_SEEDS"].flatMap(Int.init) ?? 200
+            seeds = (1...UInt64(max(1, count))).map { $0 }
+        }
+        // Four seeds at a time: each spends most of its time waiting on its links.
+        var failures = 0
+        for start in stride(from: 0, to: seeds.count, by: 4) {
+            let batch = seeds[start..<min(start + 4, seeds.count)]
+            let failed = await withTaskGroup(of: (UInt64, String?).self) { group in
+                for seed in batch {
+                    group.addTask {
+                        do {
+                            try await MeshSimulation(seed: seed).run()
+                            return (seed, nil)
+                        } catch {
+                            return (seed, "\(error)")
+                        }
+                    }
+                }
+                var failed: [(UInt64, String)] = []
+                for await (seed, error) in group { if let error { failed.append((seed, error)) } }
+                return failed.sorted { $0.0 < $1.0 }
+            }
+            for (seed, error) in failed {
+                Issue.record("mesh simulation seed \(seed) failed: \(error)\nreplay: FERRY_SIM_SEED=\(seed) swift test --filter MeshSimulationTests")
+            }
+            failures += failed.count
+            if failures >= 3 { break }
+        }
+    }
+
+    /// Full meshes of K = 4, 8, 16, 32 (up to FERRY_SIM_NODES): messages and bytes on the
+    /// wire per 1 KiB write must grow linearly in K, not with K².
+    @Test(.enabled(if: ProcessInfo.processInfo.environment["FERRY_SIM_NODES"] != nil))
+    func messagesPerWriteGrowLinearlyWithTheMeshSize() async throws {
+        let limit = ProcessInfo.processInfo.environment["FERRY_SIM_NODES"].flatMap(Int.init) ?? 32
+        var perWrite: [Int: Double] = [:]
+        for k in [4, 8, 16, 32] where k <= limit {
+            let (messages, bytes) = try await Self.trafficPerWrite(nodes: k, writes: 20)
+            perWrite[k] = messages
+            print("mesh K=\(k): \(String(format: "%.1f", messages)) messages and \(String(format: "%.0f", bytes)) bytes per 1 KiB write "
+                + "(bound (K-1)x1.5 KiB + Kx200 B = \((k - 1) * 1536 + k * 200) B)")
+        }
+        for (k, next) in [(4, 8), (8, 16), (16, 32)] {
+            guard let small = perWrite[k], let large = perWrite[next] else { continue }
+            #expect(large <= small * 2.5, "messages per write grew from \(small) at K=\(k) to \(large) at K=\(next)")
+        }
+    }
+
+    /// Messages and bytes on the wire per write, averaged over `writes` 1 KiB writes on rotating nodes.
+    static func trafficPerWrite(nodes k: Int, writes: Int) async throws -> (Double, Double) {
+        let net = try MeshNetwork(count: k, relayDelay: .milliseconds(10))
+        for i in 0..<k { for j in (i + 1)..<k { net.connect(i, j) } }
+        try await net.viewsSettled(timeout: 120)
+        let fill = String(repeating: "x", count: 1000)
+        // One write first, so every link is caught up and live before counting.
+        let warm = try net.nodes[0].store.put(docID("warm-up"), body: ["fill": .string(fill)])
+        try await waitUntil("warm-up everywhere", timeout: 60, every: .milliseconds(5)) { try net.everyoneHas(docID("warm-up"), warm) }
+        let (messages0, bytes0) = (net.tally.messages, net.tally.bytes)
+        for w in 0..<writes {
+            let id = docID("write-\(w)")
+            let rev = try net.nodes[w % k].store.put(id, body: ["fill": .string(fill), "n": .int(Int64(w))])
+            try await waitUntil("write \(w) everywhere", timeout: 60, every: .milliseconds(2)) { try net.everyoneHas(id, rev) }
+        }
+        // Let relays after the relay delay and the heartbeats they trigger land before counting.
+        try await Task.sleep(for: .milliseconds(100))
+        let result = (Double(net.tally.messages - messages0) / Double(writes), Double(net.tally.bytes - bytes0) / Double(writes))
+        await net.stopAll()
+        return result
+    }
+}
+
+/// One seeded run of the mesh simulation.
+final class MeshSimulation: @unchecked Sendable {
+    let seed: UInt64
+    var rng: SeededGenerator
+    let docIDs = (0..<8).map { docID("doc-\($0)") }
+
+    init(seed: UInt64) {
+        self.seed = seed
+        rng = SeededGenerator(seed: seed)
+    }
+
+    func random(_ n: Int) -> Int { Int.random(in: 0..<n, using: &rng) }
+
+    func run() async throws {
+        let k = 3 + random(3)
+        let net = try MeshNetwork(count: k)
+        defer { Task { await net.stopAll() } }
+        for i in 0..<k { for j in (i + 1)..<k where random(3) != 0 { net.connect(i, j) } }
+        for _ in 0..<(10 + random(10)) {
+            switch random(10) {
+            case 0...5: try write(net.nodes[random(k)].store)
+            case 6:
+                if let pair = net.linked.randomElement(using: &rng) { await net.disconnect(pair.low, pair.high) }
+            case 7:
+                let a = random(k)
+                let b = (a + 1 + random(k - 1)) % k
+                net.connect(a, b)
+            default:
+                for _ in 0..<random(20) { await Task.yield() }
+            }
+        }
+        // Heal: a line through every node, besides what is left of the mesh.
+        for i in 0..<(k - 1) { net.connect(i, i + 1) }
+        do {
+            try await net.converged()
+        } catch {
+            var report = "links \(net.linked.map { "\($0.low)-\($0.high)" }.sorted())"
+            for (i, node) in net.nodes.enumerated() { report += "\nnode \(i): \(try digest(node.store))" }
+            throw SimulationFailure(description: "\(error)\n\(report)")
+        }
+        await net.stopAll()
+    }
+
+    func write(_ store: DocumentStore) throws {
+        let id = docIDs[random(docIDs.count)]
+        let body: JSON = ["n": .int(Int64(random(1000))), "seed": .int(Int64(seed))]
+        if let doc = try store.document(id) {
+            if !doc.deleted && random(6) == 0 {
+                _ = try? store.delete(id, revision: doc.revision)
+            } else {
+                _ = try? store.put(id, body: body, parent: doc.deleted ? nil : doc.revision)
+            }
+        } else {
+            _ = try? store.put(id, body: body)
+        }
+    }
+}
