@@ -237,10 +237,10 @@ final class MeshNetwork: Sendable {
         let limit = ProcessInfo.processInfo.environment["FERRY_SIM_NODES"].flatMap(Int.init) ?? 32
         var perWrite: [Int: Double] = [:]
         for k in [4, 8, 16, 32] where k <= limit {
-            let (messages, bytes) = try await Self.trafficPerWrite(nodes: k, writes: 20)
+            let (messages, bytes, cpu) = try await Self.trafficPerWrite(nodes: k, writes: 20)
             perWrite[k] = messages
             print("mesh K=\(k): \(String(format: "%.1f", messages)) messages and \(String(format: "%.0f", bytes)) bytes per 1 KiB write "
-                + "(bound (K-1)x1.5 KiB + Kx200 B = \((k - 1) * 1536 + k * 200) B)")
+                + "(bound (K-1)x1.5 KiB + Kx200 B = \((k - 1) * 1536 + k * 200) B); \(String(format: "%.1f", cpu)) ms CPU per write, all nodes (with this test's polling and idle heartbeats; debug build)")
         }
         for (k, next) in [(4, 8), (8, 16), (16, 32)] {
             guard let small = perWrite[k], let large = perWrite[next] else { continue }
@@ -248,8 +248,15 @@ final class MeshNetwork: Sendable {
         }
     }
 
-    /// Messages and bytes on the wire per write, averaged over `writes` 1 KiB writes on rotating nodes.
-    static func trafficPerWrite(nodes k: Int, writes: Int) async throws -> (Double, Double) {
+    /// CPU seconds this process has used (every node of the mesh runs in it).
+    static func processCPU() -> Double {
+        var t = timespec()
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t)
+        return Double(t.tv_sec) + Double(t.tv_nsec) / 1e9
+    }
+
+    /// Messages, bytes on the wire and CPU milliseconds per write, averaged over `writes` 1 KiB writes on rotating nodes.
+    static func trafficPerWrite(nodes k: Int, writes: Int) async throws -> (Double, Double, Double) {
         let net = try MeshNetwork(count: k, relayDelay: .milliseconds(10))
         for i in 0..<k { for j in (i + 1)..<k { net.connect(i, j) } }
         try await net.viewsSettled(timeout: 120)
@@ -257,7 +264,7 @@ final class MeshNetwork: Sendable {
         // One write first, so every link is caught up and live before counting.
         let warm = try net.nodes[0].store.put(docID("warm-up"), body: ["fill": .string(fill)])
         try await waitUntil("warm-up everywhere", timeout: 60, every: .milliseconds(5)) { try net.everyoneHas(docID("warm-up"), warm) }
-        let (messages0, bytes0) = (net.tally.messages, net.tally.bytes)
+        let (messages0, bytes0, cpu0) = (net.tally.messages, net.tally.bytes, Self.processCPU())
         for w in 0..<writes {
             let id = docID("write-\(w)")
             let rev = try net.nodes[w % k].store.put(id, body: ["fill": .string(fill), "n": .int(Int64(w))])
@@ -265,7 +272,10 @@ final class MeshNetwork: Sendable {
         }
         // Let relays after the relay delay and the heartbeats they trigger land before counting.
         try await Task.sleep(for: .milliseconds(100))
-        let result = (Double(net.tally.messages - messages0) / Double(writes), Double(net.tally.bytes - bytes0) / Double(writes))
+        let result = (
+            Double(net.tally.messages - messages0) / Double(writes), Double(net.tally.bytes - bytes0) / Double(writes),
+            (Self.processCPU() - cpu0) * 1000 / Double(writes)
+        )
         await net.stopAll()
         return result
     }
