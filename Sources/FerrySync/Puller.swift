@@ -202,6 +202,9 @@ final class Puller: Sendable {
         let accepted = checked.accepted
         try await blobs.fetchMissing(for: accepted)
         let store = context.store
+        // Who sent them is recorded before the commit a relay reads (the plan fetched only
+        // revisions this store lacked).
+        for rev in accepted { context.recordRelayed(rev.id, rev.revision, from: remote.identity.peerID) }
         // A bulk chunk is inserted on the database's thread, so that judging the next chunk
         // keeps a cooperative thread; a live change or two is inserted in place, where two
         // thread hand-offs would cost more than the insert (the first-peer latency, P2).
@@ -220,7 +223,6 @@ final class Puller: Sendable {
             }
             switch outcome {
             case .inserted(_, let branched):
-                context.recordRelayed(rev.id, rev.revision, from: remote.identity.peerID)
                 // A document left with one leaf has nothing to resolve (nor to count as a conflict).
                 if branched { touched.insert(rev.id) }
                 progress.moved(.pull, id: rev.id.rawValue, rev: rev.revision.description, deleted: rev.deleted)

@@ -78,7 +78,7 @@ public final class RelayLedger: Sendable {
     }
 
     /// The peer `rev` of `id` was received from, while remembered.
-    func sender(of id: DocumentID, _ rev: RevisionID) -> String? {
+    public func sender(of id: DocumentID, _ rev: RevisionID) -> String? {
         state.withLock { $0.senders[RevisionKey(id: id, rev: rev)] }
     }
 
@@ -155,8 +155,8 @@ public final class RelayLedger: Sendable {
     /// Whether documents are due to be offered to `target` again.
     func hasReoffers(for target: String) -> Bool { state.withLock { $0.targets[target]?.reoffer.isEmpty == false } }
 
-    /// Skips remembered for `target` now (for tests and status).
-    func rememberedSkips(for target: String) -> Int { state.withLock { $0.targets[target]?.live ?? 0 } }
+    /// Skips toward `target` remembered now (each a revision not relayed to it).
+    public func rememberedSkips(for target: String) -> Int { state.withLock { $0.targets[target]?.live ?? 0 } }
 
     private func expire(_ t: inout TargetSkips, now: Duration) {
         while t.head < t.entries.count && now - t.entries[t.head].at > limits.rememberSkipsFor { t.head += 1 }

@@ -326,6 +326,7 @@ final class ResponderSession: Sendable {
                 results.append(PutResult(id: wire.id, rev: wire.rev, status: .needFull))
             }
         }
+        recordRelayed(accepted.map(\.1), absentFrom: trees)
         let outcomes = try store.insertRevisions(accepted.map(\.1), durability: .normal)
         var touched = Set<DocumentID>()
         var branched = Set<DocumentID>()
@@ -343,9 +344,7 @@ final class ResponderSession: Sendable {
         for ((index, rev), outcome) in zip(accepted, outcomes) {
             if case .rejected = outcome {} else { peerHeld.record(rev.id, rev.revision) }
             switch outcome {
-            case .inserted:
-                counts.withLock { $0.pulled += 1 }
-                recordRelayed(rev)
+            case .inserted: counts.withLock { $0.pulled += 1 }
             case .alreadyPresent:
                 results[index].status = .exists
                 options.metrics?.duplicates(1)

@@ -26,10 +26,15 @@ extension ResponderSession {
             LivenessPlan(settings: settings, clock: responder.clock, logger: logger, peerID: peer, mesh: mesh, localFull: full))
     }
 
-    /// Remembers that the peer sent this stored revision (it is not relayed back toward it).
-    func recordRelayed(_ rev: IncomingRevision) {
+    /// Remembers that the peer sent these revisions, before they are inserted: a relay
+    /// reading the commit must already find who sent them. Only revisions this store lacked
+    /// are recorded, so that the sender is always one that held the revision before this
+    /// node did (the induction relay suppression rests on).
+    func recordRelayed(_ revs: [IncomingRevision], absentFrom trees: [DocumentID: RevisionTree]) {
         guard let mesh, let peer = peerID else { return }
-        mesh.ledger.recordReceived(rev.id, rev.revision, from: peer)
+        for rev in revs where trees[rev.id]?.revision(rev.revision) == nil {
+            mesh.ledger.recordReceived(rev.id, rev.revision, from: peer)
+        }
     }
 
     /// Whether a change need not be offered to this session's peer (see `MeshRelay.skipsRelay`).

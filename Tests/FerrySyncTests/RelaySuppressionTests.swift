@@ -62,27 +62,31 @@ import Testing
         await net.stopAll()
     }
 
-    @Test func aSkipIsOfferedAgainWhenTheTargetsLinkToTheSenderGoes() async throws {
+    /// The author's deliveries to the target are lost while their link stays up; the relay
+    /// skipped the target. Author 0: the relay (1) dials the target (2) and offers again by
+    /// revsDiff; author 2: the target (0) dials the relay, whose changes feed offers again.
+    @Test(arguments: [(0, 2), (2, 0)])
+    func aSkipIsOfferedAgainWhenTheTargetsLinkToTheSenderGoes(author: Int, target: Int) async throws {
         let net = try MeshNetwork(count: 3, marker: Self.marker)
         for i in 0..<3 { for j in (i + 1)..<3 { net.connect(i, j) } }
         try await net.viewsSettled()
-        // Node 0's deliveries to node 2 are lost, though the link stays up.
         let body = Array(Self.marker.utf8)
-        net.muted.set(.init(0, 2)) { bytes in bytes.count >= body.count && contains(Self.marker, in: bytes) }
+        net.muted.set(.init(author, target)) { bytes in bytes.count >= body.count && contains(Self.marker, in: bytes) }
         let id = docID("marked")
-        let rev = try net.nodes[0].store.put(id, body: ["fill": .string(Self.marker)])
-        let (one, two) = (net.nodes[1], net.nodes[2])
-        // Node 1 got it from node 0 and skipped node 2, which reports a link to node 0.
-        try await waitUntil("node 1 skips node 2", timeout: 20, every: .milliseconds(2)) {
-            try one.store.document(id)?.revision == rev && one.mesh.ledger.rememberedSkips(for: two.id) == 1
+        let rev = try net.nodes[author].store.put(id, body: ["fill": .string(Self.marker)])
+        let (relay, lacking) = (net.nodes[1], net.nodes[target])
+        // The relay got it from the author and skipped the target, which reports a link to the author.
+        try await waitUntil("the relay skips the target", timeout: 20, every: .milliseconds(2)) {
+            try relay.store.document(id)?.revision == rev && relay.mesh.ledger.rememberedSkips(for: lacking.id) == 1
         }
-        #expect(try two.store.document(id) == nil)
-        // The link 0–2 goes: node 2's next heartbeat no longer lists node 0, and node 1 offers the write again.
-        await net.disconnect(0, 2)
-        try await waitUntil("node 2 gets the write from node 1", timeout: 20, every: .milliseconds(2)) {
-            try two.store.document(id)?.revision == rev
+        #expect(try lacking.store.document(id) == nil)
+        // The author's link to the target goes: the target's next heartbeat no longer lists
+        // the author, and the relay offers the write again.
+        await net.disconnect(author, target)
+        try await waitUntil("the target gets the write from the relay", timeout: 20, every: .milliseconds(2)) {
+            try lacking.store.document(id)?.revision == rev
         }
-        #expect(one.mesh.ledger.rememberedSkips(for: two.id) == 0)
+        #expect(relay.mesh.ledger.rememberedSkips(for: lacking.id) == 0)
         await net.stopAll()
     }
 
