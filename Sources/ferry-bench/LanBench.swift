@@ -114,6 +114,22 @@ struct LanBench: AsyncParsableCommand {
             for n in nodes where try await Self.connectedPeers(n).count < k - 1 { return false }
             return true
         }
+        // The join's aftermath (the joiner's pushes, relays and checkpoints) must be over
+        // before writes are timed: wait until the mesh sends no more than its idle heartbeats
+        // (about 25 bytes a second each way per link; 64 allowed) for two seconds running.
+        let quietStart = ContinuousClock.now
+        let idleRate = Double(k * (k - 1)) * 64
+        var lastSent = try await nodes.asyncMap { Self.total(try await Self.metrics($0), "ferry_bytes_sent_total") }.reduce(0, +)
+        var lastBusy = ContinuousClock.now
+        while ContinuousClock.now - lastBusy < .seconds(2) {
+            guard ContinuousClock.now - quietStart < .seconds(300) else { throw BenchError("the mesh never went quiet after the join") }
+            try await Task.sleep(for: .seconds(1))
+            let sent = try await nodes.asyncMap { Self.total(try await Self.metrics($0), "ferry_bytes_sent_total") }.reduce(0, +)
+            if sent - lastSent > idleRate { lastBusy = ContinuousClock.now }
+            lastSent = sent
+        }
+        let aftermath = (lastBusy - joinStart).seconds
+        print(String(format: "P8 join: the mesh's replication traffic of the join ended %.1f s after the joiner started", aftermath))
         let idleBefore = nodes.map { NetBench.cpuMilliseconds($0.pid) }
         try await Task.sleep(for: .seconds(2))
         let idle = zip(nodes, idleBefore).map { (NetBench.cpuMilliseconds($0.pid) - $1) / 2000 * 100 }
