@@ -86,10 +86,10 @@ public final class RelayLedger: Sendable {
     func hasRoom(for target: String, _ count: Int) -> Bool {
         let now = elapsed()
         return state.withLock { s in
-            guard var t = s.targets[target] else { return count <= limits.skipCapacity }
-            expire(&t, now: now)
-            s.targets[target] = t
-            return t.live + count <= limits.skipCapacity
+            guard s.targets[target] != nil else { return count <= limits.skipCapacity }
+            // Mutated in place: a copy taken out of the dictionary would copy every skip.
+            expire(&s.targets[target, default: TargetSkips()], now: now)
+            return (s.targets[target]?.live ?? 0) + count <= limits.skipCapacity
         }
     }
 
@@ -97,9 +97,9 @@ public final class RelayLedger: Sendable {
     func rememberSkips(to target: String, _ skips: [(DocumentID, RevisionID, String)]) {
         let now = elapsed()
         state.withLock { s in
-            var t = s.targets[target] ?? TargetSkips()
-            for (id, rev, sender) in skips { t.entries.append(Skip(at: now, key: RevisionKey(id: id, rev: rev), sender: sender)) }
-            s.targets[target] = t
+            // Appended in place: a copy taken out of the dictionary would copy every skip.
+            s.targets[target, default: TargetSkips()].entries.append(
+                contentsOf: skips.map { Skip(at: now, key: RevisionKey(id: $0.0, rev: $0.1), sender: $0.2) })
         }
     }
 
@@ -108,7 +108,7 @@ public final class RelayLedger: Sendable {
     func sendersLost(by target: String, _ senders: Set<String>) {
         let now = elapsed()
         let any = state.withLock { s -> Bool in
-            guard var t = s.targets[target] else { return false }
+            guard var t = s.targets.removeValue(forKey: target) else { return false }
             expire(&t, now: now)
             var kept: [Skip] = []
             var moved = false
@@ -131,10 +131,9 @@ public final class RelayLedger: Sendable {
     /// Takes the documents to offer `target` again (empty when none).
     func takeReoffers(for target: String) -> Set<DocumentID> {
         state.withLock { s in
-            guard var t = s.targets[target], !t.reoffer.isEmpty else { return [] }
-            let ids = t.reoffer
-            t.reoffer = []
-            s.targets[target] = t
+            guard s.targets[target]?.reoffer.isEmpty == false else { return [] }
+            let ids = s.targets[target]?.reoffer ?? []
+            s.targets[target]?.reoffer = []
             return ids
         }
     }

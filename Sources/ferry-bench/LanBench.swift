@@ -20,6 +20,8 @@ struct LanBench: AsyncParsableCommand {
     @Option(help: "Writes for the per-write figures, one at a time, on the nodes in turn.") var writes = 200
     @Option(help: "Directory for scratch data.") var scratch = "/var/tmp"
     @Option(help: "Also record the figures in this JSON report.") var report: String?
+    @Option(help: "Seconds to pause after the join's traffic ends, printing the node PIDs, before the writes (to inspect the nodes).")
+    var pauseAfterJoin = 0
 
     /// One running node on a lab host.
     struct LabNode {
@@ -86,7 +88,7 @@ struct LanBench: AsyncParsableCommand {
             for n in members where try await Self.connectedPeers(n).count < k - 2 { return false }
             return true
         }
-        print("lan: K = \(k) hosts, \(docs) documents of ~1 KiB on \(k - 1) of them, mesh up")
+        say("lan: K = \(k) hosts, \(docs) documents of ~1 KiB on \(k - 1) of them, mesh up")
 
         // P8: the K-th node joins.
         let reference = try await Self.digest(members[0])
@@ -102,10 +104,10 @@ struct LanBench: AsyncParsableCommand {
         let duplicates = Self.total(joinMetrics, "ferry_documents_duplicate_total")
         let bytesRatio = received / Double(dataBytes)
         let duplicateShare = duplicates / Double(docs)
-        print(String(format: "P8 join: %.2f s from process start to equal digest (target <= 3 s)  %@", joinTime, joinTime <= 3 ? "HOLDS" : "MISSES"))
-        print(String(format: "P8 join: received %.1f MB for %.1f MB of documents: %.2fx (target <= 1.2x)  %@", received / 1e6,
+        say(String(format: "P8 join: %.2f s from process start to equal digest (target <= 3 s)  %@", joinTime, joinTime <= 3 ? "HOLDS" : "MISSES"))
+        say(String(format: "P8 join: received %.1f MB for %.1f MB of documents: %.2fx (target <= 1.2x)  %@", received / 1e6,
             Double(dataBytes) / 1e6, bytesRatio, bytesRatio <= 1.2 ? "HOLDS" : "MISSES"))
-        print(String(format: "P8 join: %.0f duplicate revisions, %.2f%% (target <= 1%%)  %@", duplicates, duplicateShare * 100,
+        say(String(format: "P8 join: %.0f duplicate revisions, %.2f%% (target <= 1%%)  %@", duplicates, duplicateShare * 100,
             duplicateShare <= 0.01 ? "HOLDS" : "MISSES"))
 
         // P9: writes rotating over the nodes, each timed to the first and to the last peer.
@@ -129,14 +131,15 @@ struct LanBench: AsyncParsableCommand {
             lastSent = sent
         }
         let aftermath = (lastBusy - joinStart).seconds
-        print(String(format: "P8 join: the mesh's replication traffic of the join ended %.1f s after the joiner started", aftermath))
+        say(String(format: "P8 join: the mesh's replication traffic of the join ended %.1f s after the joiner started", aftermath))
+        if pauseAfterJoin > 0 {
+            say("pausing \(pauseAfterJoin) s; node PIDs: \(nodes.map { String($0.pid) }.joined(separator: " "))")
+            try await Task.sleep(for: .seconds(pauseAfterJoin))
+        }
         let idleBefore = nodes.map { NetBench.cpuMilliseconds($0.pid) }
         try await Task.sleep(for: .seconds(2))
         let idle = zip(nodes, idleBefore).map { (NetBench.cpuMilliseconds($0.pid) - $1) / 2000 * 100 }
         var since = try await nodes.asyncMap { try await Self.lastSequence($0) }
-        let wireBefore = try await Self.wireBytes(k)
-        let appBefore = try await nodes.asyncMap { Self.total(try await Self.metrics($0), "ferry_bytes_sent_total") }
-        let cpuBefore = nodes.map { NetBench.cpuMilliseconds($0.pid) }
         let body = #"{"text":"\#(String(repeating: "w", count: 1000))"}"#
         var first: [Double] = []
         var all: [Double] = []
@@ -168,6 +171,15 @@ struct LanBench: AsyncParsableCommand {
             // Let relays and checkpoints of this write settle, so each write meets a quiet mesh.
             try await Task.sleep(for: .milliseconds(20))
         }
+        // The cost pass: the same writes again with no change feed open (answering K
+        // long-polls per write is the benchmark's work, not replication's), 50 ms apart.
+        let wireBefore = try await Self.wireBytes(k)
+        let appBefore = try await nodes.asyncMap { Self.total(try await Self.metrics($0), "ferry_bytes_sent_total") }
+        let cpuBefore = nodes.map { NetBench.cpuMilliseconds($0.pid) }
+        for w in 0..<writes {
+            _ = try await Self.call(nodes[w % k], "PUT", "/docs/c-\(k)-\(w)", body: body)
+            try await Task.sleep(for: .milliseconds(50))
+        }
         try await Task.sleep(for: .milliseconds(500))
         let wirePerWrite = Double(try await Self.wireBytes(k) - wireBefore) / Double(writes)
         let appAfter = try await nodes.asyncMap { Self.total(try await Self.metrics($0), "ferry_bytes_sent_total") }
@@ -176,12 +188,12 @@ struct LanBench: AsyncParsableCommand {
         let byteTarget = Double(k - 1) * 1536 + Double(k) * 200
         let cpuTarget = Double(k) * 2
         let p1 = Percentiles(first), pa = Percentiles(all)
-        print(String(format: "P9 idle CPU per node: %@%%", idle.map { String(format: "%.1f", $0) }.joined(separator: " ")))
-        print(String(format: "P9 bytes per 1 KiB write, whole mesh: %.0f B on the wire (target <= %.0f B)  %@; %.0f B of replication messages",
+        say(String(format: "P9 idle CPU per node: %@%%", idle.map { String(format: "%.1f", $0) }.joined(separator: " ")))
+        say(String(format: "P9 bytes per 1 KiB write, whole mesh: %.0f B on the wire (target <= %.0f B)  %@; %.0f B of replication messages",
             wirePerWrite, byteTarget, wirePerWrite <= byteTarget ? "HOLDS" : "MISSES", appPerWrite))
-        print(String(format: "P9 CPU per write, whole mesh: %.1f ms (target <= %.0f ms)  %@", cpuPerWrite, cpuTarget,
+        say(String(format: "P9 CPU per write, whole mesh: %.1f ms (target <= %.0f ms)  %@", cpuPerWrite, cpuTarget,
             cpuPerWrite <= cpuTarget ? "HOLDS" : "MISSES"))
-        print(String(format: "P9 latency: first peer p50 %.2f ms p99 %.2f ms; all %d peers p50 %.2f ms p99 %.2f ms", p1.p50, p1.p99, k - 1, pa.p50, pa.p99))
+        say(String(format: "P9 latency: first peer p50 %.2f ms p99 %.2f ms; all %d peers p50 %.2f ms p99 %.2f ms", p1.p50, p1.p99, k - 1, pa.p50, pa.p99))
 
         // P10: the last host's cable is pulled, both sides write, the cable comes back.
         let cut = nodes[k - 1]
@@ -200,7 +212,7 @@ struct LanBench: AsyncParsableCommand {
             }
             try await Task.sleep(for: .milliseconds(50))
         }
-        if seenOffline.count < nodes.count { print("P10 dead link: \(nodes.count - seenOffline.count) of \(nodes.count) nodes did not notice the pulled cable in 60 s") }
+        if seenOffline.count < nodes.count { say("P10 dead link: \(nodes.count - seenOffline.count) of \(nodes.count) nodes did not notice the pulled cable in 60 s") }
         let detection = seenOffline.count < nodes.count ? 60 : seenOffline.values.max() ?? 0
         _ = try await Self.call(others[0], "PUT", "/docs/cut-majority-\(k)", body: "{}")
         _ = try await Self.call(cut, "PUT", "/docs/cut-island-\(k)", body: "{}")
@@ -212,9 +224,9 @@ struct LanBench: AsyncParsableCommand {
             return Set(d).count == 1
         }
         let heal = (ContinuousClock.now - healStart).seconds
-        print(String(format: "P10 dead link: first node saw it %@ after the cable was pulled, all nodes (both sides) %.2f s (target <= 5 s)  %@",
+        say(String(format: "P10 dead link: first node saw it %@ after the cable was pulled, all nodes (both sides) %.2f s (target <= 5 s)  %@",
             seenOffline.values.min().map { String(format: "%.2f s", $0) } ?? "never", detection, detection <= 5 ? "HOLDS" : "MISSES"))
-        print(String(format: "P10 heal: %.2f s from the cable's return to equal digests (target <= 5 s)  %@", heal, heal <= 5 ? "HOLDS" : "MISSES"))
+        say(String(format: "P10 heal: %.2f s from the cable's return to equal digests (target <= 5 s)  %@", heal, heal <= 5 ? "HOLDS" : "MISSES"))
 
         let tag = "K\(k)"
         func figure(_ id: String, _ name: String, _ value: Double, _ unit: String, baseline: Double?, target: String, holds: Bool) -> Figure {
@@ -307,3 +319,6 @@ extension Array {
         return out
     }
 }
+
+/// Prints a line at once, unbuffered, so a long run's figures show as they are measured.
+func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
