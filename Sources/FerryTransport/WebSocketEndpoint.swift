@@ -123,13 +123,19 @@ final class WebSocketEndpoint: MessageEndpoint {
     }
 
     func close(error: SyncError?) async {
+        // The reader learns of the end at once, whatever becomes of the close frame.
+        continuation.finish()
+        // A peer that stopped reading (a pulled cable, a frozen process) may never take the
+        // close frame: the channel closes 2 s later regardless, not when TCP gives up.
+        let channel = self.channel
+        let deadline = channel.eventLoop.scheduleTask(in: .seconds(2)) { channel.close(promise: nil) }
         if let writer = outbound.withLock({ $0 }) {
             var buffer = ByteBuffer()
             buffer.write(webSocketErrorCode: error == nil ? .normalClosure : .unexpectedServerError)
             if let error { buffer.writeString(String(error.description.prefix(100))) }
             try? await writer.write(WebSocketFrame(fin: true, opcode: .connectionClose, maskKey: mask, data: buffer))
         }
-        continuation.finish()
+        deadline.cancel()
         try? await channel.close()
     }
 }
