@@ -15,6 +15,9 @@ final class ResponderCatchUp: Sendable {
         var asked = false
         /// The peer's stated coverage was taken over (once per session).
         var adopted = false
+        /// The session ended: a request still being answered must not take the lease then
+        /// (its handler can outlive the session, and nothing would release it).
+        var ended = false
     }
 
     let state = Mutex(State())
@@ -58,7 +61,11 @@ extension ResponderSession {
         }
         if first, let gate, let coverage {
             let ticket = gate.ticket(label: "push from \(peerForLog)")
-            catchUp.state.withLock { $0.ticket = ticket }
+            let ended = catchUp.state.withLock { s -> Bool in
+                if !s.ended { s.ticket = ticket }
+                return s.ended
+            }
+            if ended { throw SyncError.disconnected("the session ended") }
             do {
                 try await gate.acquire(ticket)
             } catch {
@@ -93,7 +100,10 @@ extension ResponderSession {
 
     /// The session ended: leave the line, or pass the lease on.
     func catchUpEnded() {
-        guard let ticket = catchUp.state.withLock({ $0.ticket }) else { return }
-        gate?.release(ticket)
+        let ticket = catchUp.state.withLock { s -> CatchUpTicket? in
+            s.ended = true
+            return s.ticket
+        }
+        if let ticket { gate?.release(ticket) }
     }
 }
