@@ -94,7 +94,12 @@ public struct AdminClient: Sendable {
 
     /// A Prometheus counter or gauge summed over its label sets (0 when absent).
     public func metric(_ name: String, labelsContaining: [String] = []) async throws -> Double {
-        let text = try await call("GET", "/metrics").text
+        Self.metricTotal(in: try await call("GET", "/metrics").text, name, labelsContaining: labelsContaining)
+    }
+
+    /// The sum of a Prometheus metric over its label sets (those whose labels contain every
+    /// one of `labelsContaining`) in a `/metrics` text.
+    public static func metricTotal(in text: String, _ name: String, labelsContaining: [String] = []) -> Double {
         var total = 0.0
         for line in text.split(separator: "\n") where line.hasPrefix(name) && !line.hasPrefix("#") {
             let head = line.prefix { $0 != " " }

@@ -24,7 +24,7 @@ extension LabScenarios {
             // The same 10,000 documents of about 1 KiB imported on every member: the same
             // edits make the same revision IDs, so the members start converged.
             let dump = cluster.root + "/docs.ndjson"
-            let dataBytes = try writeDocuments(Self.documentCount, to: dump)
+            let dataBytes = try DocumentFixtures.writeKiBDocuments(Self.documentCount, to: dump)
             for n in members {
                 let r = try await Ferry.run(["--data", n.dataDirectory, "import", dump])
                 #expect(r.status == 0, "import on \(n.name): \(r.stderr)")
@@ -51,9 +51,8 @@ extension LabScenarios {
             try await enrol(joiner, through: nodes[0], commands: &commands)
             #expect(commands == 2 * (k - 1), "enrolling \(k) nodes took \(commands) commands")
             try await cluster.awaitConvergence(timeout: 300)
-            let metrics = try await joiner.admin.call("GET", "/metrics").text
-            let duplicates = metricTotal(metrics, "ferry_documents_duplicate_total")
-            let received = metricTotal(metrics, "ferry_bytes_received_total")
+            let duplicates = try await joiner.admin.metric("ferry_documents_duplicate_total")
+            let received = try await joiner.admin.metric("ferry_bytes_received_total")
             // The documents and the group's membership entries, on the joiner as on node1.
             #expect(try await joiner.admin.get("/")["docCount"] == (try await nodes[0].admin.get("/")["docCount"]))
             #expect(duplicates <= Double(Self.documentCount) / 100, "the joiner received \(Int(duplicates)) revisions it already had")
@@ -102,28 +101,4 @@ extension LabScenarios {
 func connectedTrustedPeers(_ node: Node) async throws -> Set<String> {
     let peers = try await node.admin.get("/peers")["peers"]?.items ?? []
     return Set(peers.filter { $0["trusted"] == true && $0["connected"] == true }.compactMap { $0["id"]?.stringValue })
-}
-
-/// The sum of a Prometheus metric over all its label sets.
-func metricTotal(_ text: String, _ name: String) -> Double {
-    text.split(separator: "\n").reduce(0) { sum, line in
-        guard line.hasPrefix(name), !line.hasPrefix("#") else { return sum }
-        let rest = line.dropFirst(name.count)
-        guard rest.first == " " || rest.first == "{" else { return sum }
-        return sum + (line.split(separator: " ").last.flatMap { Double($0) } ?? 0)
-    }
-}
-
-/// Writes `count` documents of about 1 KiB as NDJSON; returns the bytes of their bodies.
-func writeDocuments(_ count: Int, to path: String) throws -> Int {
-    var out = ""
-    var bytes = 0
-    let filler = String(repeating: "x", count: 960)
-    for i in 0..<count {
-        let body = #"{"_id":"doc-\#(String(format: "%05d", i))","n":\#(i),"text":"\#(filler)"}"#
-        bytes += body.utf8.count
-        out += body + "\n"
-    }
-    try out.write(toFile: path, atomically: true, encoding: .utf8)
-    return bytes
 }

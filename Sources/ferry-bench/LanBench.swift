@@ -68,7 +68,7 @@ struct LanBench: AsyncParsableCommand {
         // The same documents imported on every node but the last: the same edits make the
         // same revision IDs, so those nodes start converged.
         let dump = "\(root)/docs.ndjson"
-        let dataBytes = try Self.writeDocuments(docs, to: dump)
+        let dataBytes = try DocumentFixtures.writeKiBDocuments(docs, to: dump)
         for dir in dirs.dropLast() {
             guard NetBench.reap(try NetBench.launch(ferry, ["--data", dir, "import", dump], quiet: true)).status == 0 else {
                 throw BenchError("import into \(dir) failed")
@@ -100,8 +100,8 @@ struct LanBench: AsyncParsableCommand {
         }
         let joinTime = (ContinuousClock.now - joinStart).seconds
         let joinMetrics = try await Self.metrics(joiner)
-        let received = Self.total(joinMetrics, "ferry_bytes_received_total")
-        let duplicates = Self.total(joinMetrics, "ferry_documents_duplicate_total")
+        let received = AdminClient.metricTotal(in: joinMetrics, "ferry_bytes_received_total")
+        let duplicates = AdminClient.metricTotal(in: joinMetrics, "ferry_documents_duplicate_total")
         let bytesRatio = received / Double(dataBytes)
         let duplicateShare = duplicates / Double(docs)
         say(String(format: "P8 join: %.2f s from process start to equal digest (target <= 3 s)  %@", joinTime, joinTime <= 3 ? "HOLDS" : "MISSES"))
@@ -121,12 +121,12 @@ struct LanBench: AsyncParsableCommand {
         // (about 25 bytes a second each way per link; 64 allowed) for two seconds running.
         let quietStart = ContinuousClock.now
         let idleRate = Double(k * (k - 1)) * 64
-        var lastSent = try await nodes.asyncMap { Self.total(try await Self.metrics($0), "ferry_bytes_sent_total") }.reduce(0, +)
+        var lastSent = try await nodes.asyncMap { AdminClient.metricTotal(in: try await Self.metrics($0), "ferry_bytes_sent_total") }.reduce(0, +)
         var lastBusy = ContinuousClock.now
         while ContinuousClock.now - lastBusy < .seconds(2) {
             guard ContinuousClock.now - quietStart < .seconds(300) else { throw BenchError("the mesh never went quiet after the join") }
             try await Task.sleep(for: .seconds(1))
-            let sent = try await nodes.asyncMap { Self.total(try await Self.metrics($0), "ferry_bytes_sent_total") }.reduce(0, +)
+            let sent = try await nodes.asyncMap { AdminClient.metricTotal(in: try await Self.metrics($0), "ferry_bytes_sent_total") }.reduce(0, +)
             if sent - lastSent > idleRate { lastBusy = ContinuousClock.now }
             lastSent = sent
         }
@@ -174,7 +174,7 @@ struct LanBench: AsyncParsableCommand {
         // The cost pass: the same writes again with no change feed open (answering K
         // long-polls per write is the benchmark's work, not replication's), 50 ms apart.
         let wireBefore = try await Self.wireBytes(k)
-        let appBefore = try await nodes.asyncMap { Self.total(try await Self.metrics($0), "ferry_bytes_sent_total") }
+        let appBefore = try await nodes.asyncMap { AdminClient.metricTotal(in: try await Self.metrics($0), "ferry_bytes_sent_total") }
         let cpuBefore = nodes.map { NetBench.cpuMilliseconds($0.pid) }
         for w in 0..<writes {
             _ = try await Self.call(nodes[w % k], "PUT", "/docs/c-\(k)-\(w)", body: body)
@@ -182,7 +182,7 @@ struct LanBench: AsyncParsableCommand {
         }
         try await Task.sleep(for: .milliseconds(500))
         let wirePerWrite = Double(try await Self.wireBytes(k) - wireBefore) / Double(writes)
-        let appAfter = try await nodes.asyncMap { Self.total(try await Self.metrics($0), "ferry_bytes_sent_total") }
+        let appAfter = try await nodes.asyncMap { AdminClient.metricTotal(in: try await Self.metrics($0), "ferry_bytes_sent_total") }
         let appPerWrite = zip(appAfter, appBefore).map { $0 - $1 }.reduce(0, +) / Double(writes)
         let cpuPerWrite = zip(nodes, cpuBefore).map { NetBench.cpuMilliseconds($0.pid) - $1 }.reduce(0, +) / Double(writes)
         let byteTarget = Double(k - 1) * 1536 + Double(k) * 200
@@ -279,35 +279,11 @@ struct LanBench: AsyncParsableCommand {
         return Set(list.filter { $0["trusted"] == true && $0["connected"] == true }.compactMap { $0["id"]?.stringValue })
     }
 
-    /// The sum of a Prometheus metric over its label sets.
-    static func total(_ text: String, _ name: String) -> Double {
-        text.split(separator: "\n").reduce(0) { sum, line in
-            guard line.hasPrefix(name) else { return sum }
-            let rest = line.dropFirst(name.count)
-            guard rest.first == " " || rest.first == "{" else { return sum }
-            return sum + (line.split(separator: " ").last.flatMap { Double($0) } ?? 0)
-        }
-    }
-
     /// Bytes every host has sent onto the lab's bridge so far (its ports' receive counters).
     static func wireBytes(_ k: Int) async throws -> Int {
         let r = try await Shell.bash(
             "for n in $(seq 1 \(k)); do ip netns exec ferrylab-br cat /sys/class/net/p$n/statistics/rx_bytes; done")
         return r.stdout.split(separator: "\n").compactMap { Int($0) }.reduce(0, +)
-    }
-
-    /// Writes `count` documents of about 1 KiB as NDJSON; returns the bytes of their bodies.
-    static func writeDocuments(_ count: Int, to path: String) throws -> Int {
-        var out = ""
-        var bytes = 0
-        let filler = String(repeating: "x", count: 960)
-        for i in 0..<count {
-            let line = #"{"_id":"doc-\#(String(format: "%06d", i))","n":\#(i),"text":"\#(filler)"}"#
-            bytes += line.utf8.count
-            out += line + "\n"
-        }
-        try out.write(toFile: path, atomically: true, encoding: .utf8)
-        return bytes
     }
 }
 
