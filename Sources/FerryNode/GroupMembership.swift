@@ -312,21 +312,26 @@ public final class GroupMembership: Sendable {
 
     /// Serves one join connection: reads the `join` request, checks the invitation, signs
     /// the new member's entry and answers with the group and its valid entries.
+    /// The next message on `endpoint`, or nil when it ends or `joinTimeout` passes first.
+    func firstMessage(from endpoint: any MessageEndpoint) async throws -> [UInt8]? {
+        let clock = self.clock
+        return try await Race.first(
+            { () async throws -> [UInt8]? in
+                var it = endpoint.incoming.makeAsyncIterator()
+                return try await it.next()
+            },
+            { () async throws -> [UInt8]? in
+                try await clock.sleep(for: Self.joinTimeout)
+                return nil
+            })
+    }
+
     func serveJoin(_ endpoint: any MessageEndpoint, peer: String, remote: String?) async {
         let keys = [peer, remote ?? "?"]
         let number: UInt64
         let request: JSON
         do {
-            let clock = self.clock
-            let first = try await Race.first(
-                { () async throws -> [UInt8]? in
-                    var it = endpoint.incoming.makeAsyncIterator()
-                    return try await it.next()
-                },
-                { () async throws -> [UInt8]? in
-                    try await clock.sleep(for: Self.joinTimeout)
-                    return nil
-                })
+            let first = try await firstMessage(from: endpoint)
             guard let bytes = first else { return }
             let message = try Message(decoding: bytes)
             guard message.kind == .request, message.profile == Self.joinProfile else {
@@ -459,18 +464,9 @@ public final class GroupMembership: Sendable {
                 throw e
             }
         }
-        let clock = self.clock
         do {
             try await endpoint.send(Message(kind: .request, number: 1, properties: [("Profile", Self.joinProfile)], body: request.canonicalBytes).encoded())
-            let answer = try await Race.first(
-                { () async throws -> [UInt8]? in
-                    var it = endpoint.incoming.makeAsyncIterator()
-                    return try await it.next()
-                },
-                { () async throws -> [UInt8]? in
-                    try await clock.sleep(for: Self.joinTimeout)
-                    return nil
-                })
+            let answer = try await firstMessage(from: endpoint)
             await endpoint.close(error: nil)
             guard let answer else { throw MembershipError.inviterUnreachable("\(address) did not answer the join request") }
             return try Message(decoding: answer)
