@@ -15,6 +15,8 @@ let package = Package(
         .library(name: "FerrySync", targets: ["FerrySync"]),
         .library(name: "FerryTransport", targets: ["FerryTransport"]),
         .library(name: "FerryDiscovery", targets: ["FerryDiscovery"]),
+        .library(name: "FerryQuery", targets: ["FerryQuery"]),
+        .library(name: "FerryCouch", targets: ["FerryCouch"]),
         .library(name: "FerryNode", targets: ["FerryNode"]),
     ],
     dependencies: [
@@ -36,6 +38,9 @@ let package = Package(
             name: "FerryCore",
             dependencies: [.product(name: "Crypto", package: "swift-crypto")]
         ),
+        // CouchDB's collation and Mango selectors: pure, so the store (indexes) and the
+        // CouchDB API (changes filters, _find) share one definition.
+        .target(name: "FerryQuery", dependencies: ["FerryCore"]),
         .target(
             name: "FerryStore",
             dependencies: [
@@ -82,10 +87,25 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        // The CouchDB HTTP API of a node (Hummingbird): an edge, like the admin API.
+        .target(
+            name: "FerryCouch",
+            dependencies: [
+                "FerryCore", "FerryQuery", "FerryStore", "FerrySync",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
         .target(
             name: "FerryNode",
             dependencies: [
-                "FerryCore", "FerryStore", "FerrySync", "FerryTransport", "FerryDiscovery",
+                "FerryCore", "FerryStore", "FerrySync", "FerryTransport", "FerryDiscovery", "FerryCouch",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -116,6 +136,15 @@ let package = Package(
             ]
         ),
         .testTarget(name: "FerryCoreTests", dependencies: ["FerryCore"]),
+        .testTarget(name: "FerryQueryTests", dependencies: ["FerryQuery", "FerryCore"]),
+        .testTarget(
+            name: "FerryCouchTests",
+            dependencies: [
+                "FerryCouch", "FerryQuery", "FerryStore", "FerrySync", "FerryCore", "IntegrationHarness",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+            ]
+        ),
         .testTarget(name: "FerryStoreTests", dependencies: ["FerryStore", "FerryCore", "IntegrationHarness"]),
         .testTarget(
             name: "FerrySyncTests",

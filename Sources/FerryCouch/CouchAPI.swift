@@ -1,0 +1,264 @@
+import FerryCore
+import FerryStore
+import FerrySync
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+
+/// The node's one database as the CouchDB API serves it, with what every endpoint needs
+/// from the node: the store, the trust-boundary hooks and the API's limits.
+public struct CouchDatabase: Sendable {
+    /// The database name clients use: the node's group name.
+    public let name: String
+    public let store: DocumentStore
+    /// The node's pull filter: revisions stored with `new_edits=false` face it as a peer's do.
+    public let pullFilter: RevisionFilter?
+    /// Largest request body accepted; larger ones are 413.
+    public let maxRequestBytes: Int
+    /// CouchDB's `instance_start_time`: microseconds since the epoch when the node started, as a string.
+    public let instanceStartTime: String
+    /// Answered in `GET /` as `uuid`: stable per node.
+    public let serverUUID: String
+    public let logger: Logger
+    /// Fired when the node shuts down: open long-polls and continuous feeds end at once.
+    public let shutdown: CouchShutdown
+
+    public init(
+        name: String, store: DocumentStore, pullFilter: RevisionFilter? = nil, maxRequestBytes: Int = 64 << 20,
+        instanceStartTime: String = String(UInt64(Date().timeIntervalSince1970 * 1_000_000)), serverUUID: String,
+        logger: Logger = Logger(label: "ferry.couch"), shutdown: CouchShutdown = CouchShutdown()
+    ) {
+        self.name = name
+        self.store = store
+        self.pullFilter = pullFilter
+        self.maxRequestBytes = maxRequestBytes
+        self.instanceStartTime = instanceStartTime
+        self.serverUUID = serverUUID
+        self.logger = logger
+        self.shutdown = shutdown
+    }
+}
+
+/// Who a request was authenticated as; its policy bounds what it may read and write.
+public enum CouchPrincipal: Sendable, Equatable {
+    /// The node's admin key: everything.
+    case admin
+    /// A configured user, with Ferry's read/write policy.
+    case user(name: String, policy: PeerPolicy)
+
+    public var policy: PeerPolicy {
+        switch self {
+        case .admin: return .trusted
+        case .user(_, let policy): return policy
+        }
+    }
+
+    public var name: String {
+        switch self {
+        case .admin: return "admin"
+        case .user(let name, _): return name
+        }
+    }
+}
+
+/// The request context of the CouchDB API: Hummingbird's core storage plus the principal
+/// the server's authentication found (nil only on the routes open to everyone).
+public struct CouchRequestContext: RequestContext {
+    public var coreContext: CoreRequestContextStorage
+    public var principal: CouchPrincipal?
+
+    public init(source: Source) {
+        coreContext = .init(source: source)
+        principal = nil
+    }
+
+    /// The principal, or 401 for a request that reached a protected endpoint without one.
+    public func requirePrincipal() throws(CouchError) -> CouchPrincipal {
+        guard let principal else { throw .unauthorized("You are not authorized to access this db.") }
+        return principal
+    }
+}
+
+/// Fires once when the node stops, so that long-lived responses end promptly.
+public final class CouchShutdown: Sendable {
+    private let fired = Latch<Void>()
+    public init() {}
+    public var isFired: Bool { fired.value != nil }
+    public func fire() { fired.set(()) }
+    /// Returns once fired, or once the waiting task is cancelled.
+    public func wait() async { _ = try? await fired.wait() }
+}
+
+/// Splits a CouchDB API path into its endpoint and calls the handler that serves it.
+/// Hand-rolled rather than Hummingbird's trie: CouchDB's paths put document IDs and
+/// attachment names (which may contain `/`, `_design/…`) where a trie sees segments.
+public enum CouchRouting {
+    /// The endpoint a path names.
+    public enum Endpoint: Equatable, Sendable {
+        case welcome, up, allDbs, session, uuids
+        case database(String)
+        /// `/{db}/_changes`, `_all_docs`, `_bulk_docs`, …: the special segment without its `_`.
+        case databaseSpecial(db: String, name: String)
+        case localDocument(db: String, id: String)
+        case document(db: String, id: String)
+        case attachment(db: String, docID: String, name: String)
+        /// A server-level path Ferry does not serve (`/_utils`, `/_replicate`, …).
+        case unknownServer(String)
+    }
+
+    /// The endpoint of a raw (still percent-encoded) path; nil for a malformed escape.
+    public static func endpoint(rawPath: String) -> Endpoint? {
+        var parts = rawPath.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        if parts.first == "" { parts.removeFirst() }
+        if parts.last == "" && parts.count > 1 { parts.removeLast() }
+        if parts == [""] { parts = [] }
+        var decoded: [String] = []
+        for p in parts {
+            guard let d = p.removingPercentEncoding else { return nil }
+            decoded.append(d)
+        }
+        guard let first = decoded.first else { return .welcome }
+        if first.hasPrefix("_") && decoded.count == 1 {
+            switch first {
+            case "_up": return .up
+            case "_all_dbs": return .allDbs
+            case "_session": return .session
+            case "_uuids": return .uuids
+            default: return .unknownServer(first)
+            }
+        }
+        if first.hasPrefix("_") { return .unknownServer(first) }
+        let db = first
+        let rest = Array(decoded.dropFirst())
+        guard let head = rest.first else { return .database(db) }
+        if head == "_local" {
+            guard rest.count >= 2 else { return .databaseSpecial(db: db, name: "local") }
+            return .localDocument(db: db, id: rest.dropFirst().joined(separator: "/"))
+        }
+        if head == "_design" {
+            guard rest.count >= 2 else { return .databaseSpecial(db: db, name: "design") }
+            let id = "_design/" + rest[1]
+            if rest.count == 2 { return .document(db: db, id: id) }
+            return .attachment(db: db, docID: id, name: rest.dropFirst(2).joined(separator: "/"))
+        }
+        if head.hasPrefix("_") && rest.count == 1 { return .databaseSpecial(db: db, name: String(head.dropFirst())) }
+        if rest.count == 1 { return .document(db: db, id: head) }
+        return .attachment(db: db, docID: head, name: rest.dropFirst().joined(separator: "/"))
+    }
+}
+
+extension CouchDatabase {
+    /// Serves one request: finds its endpoint, checks the database name, and calls the
+    /// handler. Authentication, CORS and the Host check ran before (Server/).
+    public func respond(_ request: Request, context: CouchRequestContext) async throws -> Response {
+        guard let endpoint = CouchRouting.endpoint(rawPath: request.uri.path) else {
+            throw CouchError.badRequest("The request path is not valid percent-encoding.")
+        }
+        switch endpoint {
+        case .welcome: return try await welcome(request, context: context)
+        case .up: return try await up(request, context: context)
+        case .session, .uuids, .unknownServer:
+            return try await serverEndpoint(endpoint, request, context: context)
+        case .allDbs: return try await allDbs(request, context: context)
+        case .database(let db):
+            try checkDatabase(db, request: request)
+            return try await databaseEndpoint(request, context: context)
+        case .databaseSpecial(let db, let name):
+            try checkDatabase(db, request: request)
+            switch name {
+            case "bulk_docs": return try await bulkDocs(request, context: context)
+            case "bulk_get": return try await bulkGet(request, context: context)
+            default: return try await databaseSpecial(name, request, context: context)
+            }
+        case .localDocument(let db, let id):
+            try checkDatabase(db, request: request)
+            return try await localDocument(request, context: context, id: id)
+        case .document(let db, let id):
+            try checkDatabase(db, request: request)
+            return try await document(request, context: context, id: id)
+        case .attachment(let db, let docID, let name):
+            try checkDatabase(db, request: request)
+            return try await attachment(request, context: context, docID: docID, name: name)
+        }
+    }
+
+    /// 404 for any database but this node's (`PUT /{db}` of another name answers in its handler).
+    func checkDatabase(_ db: String, request: Request) throws(CouchError) {
+        if db != name && !(request.method == .put && request.uri.path.split(separator: "/").count == 1) {
+            throw .notFound("Database does not exist.")
+        }
+    }
+
+    /// Reads the whole request body, 413 past `maxRequestBytes`.
+    public func readBody(_ request: Request) async throws -> ByteBuffer {
+        do {
+            return try await request.body.collect(upTo: maxRequestBytes)
+        } catch is NIOTooManyBytesError {
+            throw CouchError.tooLarge("Request body is larger than \(maxRequestBytes) bytes.")
+        }
+    }
+
+    /// Reads the body as JSON, with CouchDB's `bad_request` for malformed JSON.
+    public func readJSON(_ request: Request) async throws -> JSON {
+        let buffer = try await readBody(request)
+        do {
+            return try JSON.parse(Array(buffer.readableBytesView))
+        } catch {
+            throw CouchError.badRequest("invalid UTF-8 JSON")
+        }
+    }
+}
+
+/// An error in CouchDB's shape: `{"error": …, "reason": …}` with CouchDB's status.
+public struct CouchError: HTTPResponseError, FerryError, Equatable {
+    public let status: HTTPResponse.Status
+    public let error: String
+    public let reason: String
+
+    public init(_ status: HTTPResponse.Status, _ error: String, _ reason: String) {
+        self.status = status
+        self.error = error
+        self.reason = reason
+    }
+
+    public static func badRequest(_ reason: String) -> CouchError { .init(.badRequest, "bad_request", reason) }
+    public static func notFound(_ reason: String = "missing") -> CouchError { .init(.notFound, "not_found", reason) }
+    public static func conflict(_ reason: String = "Document update conflict.") -> CouchError {
+        .init(.conflict, "conflict", reason)
+    }
+    public static func unauthorized(_ reason: String) -> CouchError { .init(.unauthorized, "unauthorized", reason) }
+    public static func forbidden(_ reason: String) -> CouchError { .init(.forbidden, "forbidden", reason) }
+    public static func tooLarge(_ reason: String) -> CouchError { .init(.contentTooLarge, "too_large", reason) }
+    public static func unsupportedMediaType(_ reason: String) -> CouchError {
+        .init(.unsupportedMediaType, "bad_content_type", reason)
+    }
+    public static func methodNotAllowed(_ allowed: String) -> CouchError {
+        .init(.methodNotAllowed, "method_not_allowed", "Only \(allowed) allowed")
+    }
+
+    public var domain: String { "couch" }
+    public var code: String { error }
+    public var isTransient: Bool { status.code >= 500 || status == .tooManyRequests }
+    public var description: String { "\(error): \(reason)" }
+
+    public func response(from request: Request, context: some RequestContext) throws -> Response {
+        let fields: [String: JSON] = ["error": .string(error), "reason": .string(reason)]
+        var response = CouchResponse.json(.object(fields), status: status)
+        if status == .unauthorized { response.headers[.wwwAuthenticate] = #"Basic realm="server""# }
+        return response
+    }
+}
+
+/// Responses as CouchDB writes them.
+public enum CouchResponse {
+    /// A JSON body (`application/json`), ending in a newline as CouchDB's do.
+    public static func json(_ value: JSON, status: HTTPResponse.Status = .ok, headers: HTTPFields = [:]) -> Response {
+        var bytes = value.canonicalBytes
+        bytes.append(0x0A)
+        var h = headers
+        h[.contentType] = "application/json"
+        h[.cacheControl] = "must-revalidate"
+        return Response(status: status, headers: h, body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
+    }
+}
