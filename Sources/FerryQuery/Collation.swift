@@ -1,0 +1,222 @@
+import FerryCore
+
+/// The result of comparing two values: which one sorts first.
+public enum CollationOrder: Int, Sendable, Hashable {
+    case ascending = -1
+    case same = 0
+    case descending = 1
+
+    /// The order with the two sides swapped.
+    public var reversed: CollationOrder { CollationOrder(rawValue: -rawValue)! }
+
+    static func of<T: Comparable>(_ a: T, _ b: T) -> CollationOrder {
+        a < b ? .ascending : (a > b ? .descending : .same)
+    }
+}
+
+/// CouchDB's collation of JSON values (view keys, Mango `$gt`/`$lt` and sort), as Ferry
+/// approximates it: null < false < true < numbers < strings < arrays < objects.
+///
+/// Strings follow a documented subset of the Unicode Collation Algorithm that CouchDB gets from
+/// ICU: for ASCII, characters compare case-insensitively first (whitespace, then punctuation and
+/// symbols, then digits, then letters), then lowercase before uppercase; every other character
+/// sorts after all ASCII letters, by code point. docs/queries.md lists the known differences.
+public enum CouchCollation {
+    /// Compares two JSON values in CouchDB's view collation.
+    public static func compare(_ a: JSON, _ b: JSON) -> CollationOrder {
+        let (ra, rb) = (typeRank(a), typeRank(b))
+        if ra != rb { return CollationOrder.of(ra, rb) }
+        switch (a, b) {
+        case (.null, .null): return .same
+        case (.bool(let x), .bool(let y)): return CollationOrder.of(x ? 1 : 0, y ? 1 : 0)
+        case (.string(let x), .string(let y)): return compareStrings(x, y)
+        case (.array(let x), .array(let y)):
+            for (ex, ey) in zip(x, y) {
+                let order = compare(ex, ey)
+                if order != .same { return order }
+            }
+            return CollationOrder.of(x.count, y.count)
+        case (.object(let x), .object(let y)):
+            return compareMembers(x, y, keys: compareStrings, values: compare)
+        default:
+            return compareNumbers(a, b)
+        }
+    }
+
+    /// Whether `a` sorts strictly before `b`; usable as a `sort(by:)` predicate.
+    public static func precedes(_ a: JSON, _ b: JSON) -> Bool { compare(a, b) == .ascending }
+
+    /// Compares two strings in Ferry's approximation of ICU's root collation.
+    ///
+    /// Level 1 compares the characters' primary weights (letters case-folded, ignorable control
+    /// characters skipped), a shorter prefix first; level 3 then puts lowercase before uppercase
+    /// at the first differing position; strings still tied compare by code points, so only
+    /// identical strings are `.same`.
+    public static func compareStrings(_ a: String, _ b: String) -> CollationOrder {
+        if a == b, a.utf8.elementsEqual(b.utf8) { return .same }
+        var ia = a.unicodeScalars.makeIterator()
+        var ib = b.unicodeScalars.makeIterator()
+        var tertiary = CollationOrder.same
+        while true {
+            let wa = nextWeight(&ia)
+            let wb = nextWeight(&ib)
+            switch (wa, wb) {
+            case (nil, nil):
+                if tertiary != .same { return tertiary }
+                return compareCodePoints(a, b)
+            case (nil, _): return .ascending
+            case (_, nil): return .descending
+            case (let x?, let y?):
+                if x.primary != y.primary { return CollationOrder.of(x.primary, y.primary) }
+                if tertiary == .same && x.tertiary != y.tertiary {
+                    tertiary = CollationOrder.of(x.tertiary, y.tertiary)
+                }
+            }
+        }
+    }
+
+    /// Compares two values the way CouchDB compares `_id` in a selector: Erlang term order
+    /// (numbers < false < null < true < objects < arrays < strings) with strings by their
+    /// UTF-8 bytes, as `_all_docs` orders IDs.
+    public static func compareRaw(_ a: JSON, _ b: JSON) -> CollationOrder {
+        let (ra, rb) = (rawRank(a), rawRank(b))
+        if ra != rb { return CollationOrder.of(ra, rb) }
+        switch (a, b) {
+        case (.string(let x), .string(let y)): return compareCodePoints(x, y)
+        case (.array(let x), .array(let y)):
+            for (ex, ey) in zip(x, y) {
+                let order = compareRaw(ex, ey)
+                if order != .same { return order }
+            }
+            return CollationOrder.of(x.count, y.count)
+        case (.object(let x), .object(let y)):
+            return compareMembers(x, y, keys: compareCodePoints, values: compareRaw)
+        case (.int, _), (.double, _): return compareNumbers(a, b)
+        default: return .same  // equal ranks among null/true/false are equal atoms
+        }
+    }
+
+    /// Numbers by value, integers and doubles mixed (1 and 1.0 are the same).
+    public static func compareNumbers(_ a: JSON, _ b: JSON) -> CollationOrder {
+        switch (a, b) {
+        case (.int(let x), .int(let y)): return CollationOrder.of(x, y)
+        case (.double(let x), .double(let y)): return CollationOrder.of(x, y)
+        case (.int(let x), .double(let y)): return compare(int: x, double: y)
+        case (.double(let x), .int(let y)): return compare(int: y, double: x).reversed
+        default: return .same
+        }
+    }
+
+    // MARK: - Pieces
+
+    private static func typeRank(_ value: JSON) -> Int {
+        switch value {
+        case .null: return 0
+        case .bool(let b): return b ? 2 : 1
+        case .int, .double: return 3
+        case .string: return 4
+        case .array: return 5
+        case .object: return 6
+        }
+    }
+
+    private static func rawRank(_ value: JSON) -> Int {
+        switch value {
+        case .int, .double: return 0
+        case .bool(false): return 1
+        case .null: return 2
+        case .bool(true): return 3
+        case .object: return 4
+        case .array: return 5
+        case .string: return 6
+        }
+    }
+
+    /// Ferry keeps no member order, so objects compare member by member in their canonical
+    /// order (keys by UTF-8 bytes), each key then its value, then the smaller object first.
+    private static func compareMembers(
+        _ x: [String: JSON], _ y: [String: JSON],
+        keys: (String, String) -> CollationOrder, values: (JSON, JSON) -> CollationOrder
+    ) -> CollationOrder {
+        let kx = x.keys.sorted(by: utf8Precedes)
+        let ky = y.keys.sorted(by: utf8Precedes)
+        for (a, b) in zip(kx, ky) {
+            let keyOrder = keys(a, b)
+            if keyOrder != .same { return keyOrder }
+            let valueOrder = values(x[a]!, y[b]!)
+            if valueOrder != .same { return valueOrder }
+        }
+        return CollationOrder.of(kx.count, ky.count)
+    }
+
+    static func utf8Precedes(_ a: String, _ b: String) -> Bool {
+        a.utf8.lexicographicallyPrecedes(b.utf8)
+    }
+
+    static func compareCodePoints(_ a: String, _ b: String) -> CollationOrder {
+        if a.utf8.elementsEqual(b.utf8) { return .same }
+        return utf8Precedes(a, b) ? .ascending : .descending
+    }
+
+    private static func compare(int i: Int64, double d: Double) -> CollationOrder {
+        if d >= 9_223_372_036_854_775_808.0 { return .ascending }
+        if d < -9_223_372_036_854_775_808.0 { return .descending }
+        let whole = d.rounded(.towardZero)
+        let order = CollationOrder.of(i, Int64(whole))
+        if order != .same { return order }
+        let fraction = d - whole
+        return fraction > 0 ? .ascending : (fraction < 0 ? .descending : .same)
+    }
+
+    // MARK: - String weights
+
+    struct Weight {
+        var primary: UInt32
+        var tertiary: UInt8
+    }
+
+    /// The next non-ignorable character's weights, or nil at the end of the string.
+    private static func nextWeight(_ it: inout String.UnicodeScalarView.Iterator) -> Weight? {
+        while let scalar = it.next() {
+            let v = scalar.value
+            if v < 128 {
+                let w = asciiWeights[Int(v)]
+                if w.primary != 0 { return w }
+                continue  // a control character: ignorable at every level
+            }
+            return Weight(primary: 0x1_0000 + v, tertiary: 0)
+        }
+        return nil
+    }
+
+    /// The ASCII order CouchDB documents for its view collation (ICU, root locale):
+    /// whitespace, then `` ` ^ _ - , ; : ! ? . ' " ( ) [ ] { } @ * / \ & # % + < = > | ~ $ ``,
+    /// then digits, then letters with `a` < `A` < `b` < `B` …
+    static let asciiOrder: [String] = {
+        var order: [String] = ["\t", "\n", "\u{0B}", "\u{0C}", "\r", " "]
+        order += "`^_-,;:!?.'\"()[]{}@*/\\&#%+<=>|~$".map { String($0) }
+        order += "0123456789".map { String($0) }
+        for letter in "abcdefghijklmnopqrstuvwxyz" {
+            order.append(String(letter))
+            order.append(letter.uppercased())
+        }
+        return order
+    }()
+
+    private static let asciiWeights: [Weight] = {
+        var weights = [Weight](repeating: Weight(primary: 0, tertiary: 0), count: 128)
+        var primary: UInt32 = 1
+        for entry in asciiOrder {
+            let v = Int(entry.unicodeScalars.first!.value)
+            let scalar = entry.unicodeScalars.first!
+            if scalar.properties.isUppercase {
+                // Shares its lowercase letter's primary weight, one step up at level 3.
+                weights[v] = Weight(primary: weights[v + 32].primary, tertiary: 1)
+            } else {
+                weights[v] = Weight(primary: primary, tertiary: 0)
+                primary += 1
+            }
+        }
+        return weights
+    }()
+}
