@@ -1,4 +1,5 @@
 import FerryCore
+import Foundation
 
 /// The result of comparing two values: which one sorts first.
 public enum CollationOrder: Int, Sendable, Hashable {
@@ -18,9 +19,10 @@ public enum CollationOrder: Int, Sendable, Hashable {
 /// approximates it: null < false < true < numbers < strings < arrays < objects.
 ///
 /// Strings follow a documented subset of the Unicode Collation Algorithm that CouchDB gets from
-/// ICU: for ASCII, characters compare case-insensitively first (whitespace, then punctuation and
-/// symbols, then digits, then letters), then lowercase before uppercase; every other character
-/// sorts after all ASCII letters, by code point. docs/queries.md lists the known differences.
+/// ICU: characters compare case- and accent-insensitively first (whitespace, then punctuation and
+/// symbols, then digits, then letters; accented Latin letters with their base letter), then by
+/// accents, then lowercase before uppercase; other characters sort after all ASCII letters, by
+/// code point. docs/queries.md lists the known differences.
 public enum CouchCollation {
     /// Compares two JSON values in CouchDB's view collation.
     public static func compare(_ a: JSON, _ b: JSON) -> CollationOrder {
@@ -48,22 +50,37 @@ public enum CouchCollation {
 
     /// Compares two strings in Ferry's approximation of ICU's root collation.
     ///
-    /// Level 1 compares the characters' primary weights (letters case-folded, ignorable control
-    /// characters skipped), a shorter prefix first; level 3 then puts lowercase before uppercase
-    /// at the first differing position; strings still tied compare by code points, so only
-    /// identical strings are `.same`.
+    /// Level 1 compares the characters' primary weights (letters case-folded and stripped of
+    /// accents, ignorable control characters skipped), a shorter prefix first; level 2 compares
+    /// accents; level 3 puts lowercase before uppercase; strings still tied compare by code
+    /// points, so only identical strings are `.same`.
     public static func compareStrings(_ a: String, _ b: String) -> CollationOrder {
-        if a == b, a.utf8.elementsEqual(b.utf8) { return .same }
-        var ia = a.unicodeScalars.makeIterator()
-        var ib = b.unicodeScalars.makeIterator()
+        if a.utf8.elementsEqual(b.utf8) { return .same }
+        if a.utf8.allSatisfy({ $0 < 0x80 }) && b.utf8.allSatisfy({ $0 < 0x80 }) {
+            return compareASCII(a, b)
+        }
+        let wa = weights(a)
+        let wb = weights(b)
+        let primary = compareLevel(wa, wb) { $0.primary }
+        if primary != .same { return primary }
+        let secondary = compareLevel(wa, wb) { $0.secondary }
+        if secondary != .same { return secondary }
+        let tertiary = compareLevel(wa, wb) { $0.primary == 0 ? 0 : UInt32($0.tertiary) + 1 }
+        if tertiary != .same { return tertiary }
+        return compareCodePoints(a, b)
+    }
+
+    /// The common case in one pass: ASCII has no secondary level.
+    private static func compareASCII(_ a: String, _ b: String) -> CollationOrder {
+        var ia = a.utf8.makeIterator()
+        var ib = b.utf8.makeIterator()
         var tertiary = CollationOrder.same
         while true {
-            let wa = nextWeight(&ia)
-            let wb = nextWeight(&ib)
+            let wa = nextASCIIWeight(&ia)
+            let wb = nextASCIIWeight(&ib)
             switch (wa, wb) {
             case (nil, nil):
-                if tertiary != .same { return tertiary }
-                return compareCodePoints(a, b)
+                return tertiary != .same ? tertiary : compareCodePoints(a, b)
             case (nil, _): return .ascending
             case (_, nil): return .descending
             case (let x?, let y?):
@@ -71,6 +88,28 @@ public enum CouchCollation {
                 if tertiary == .same && x.tertiary != y.tertiary {
                     tertiary = CollationOrder.of(x.tertiary, y.tertiary)
                 }
+            }
+        }
+    }
+
+    private static func nextASCIIWeight(_ it: inout String.UTF8View.Iterator) -> Weight? {
+        while let byte = it.next() {
+            let w = asciiWeights[Int(byte)]
+            if w.primary != 0 { return w }  // control characters are ignorable at every level
+        }
+        return nil
+    }
+
+    /// Compares one level: the sequences of non-zero weights, a prefix first.
+    private static func compareLevel(_ a: [Weight], _ b: [Weight], _ level: (Weight) -> UInt32) -> CollationOrder {
+        var ia = a.lazy.map(level).filter { $0 != 0 }.makeIterator()
+        var ib = b.lazy.map(level).filter { $0 != 0 }.makeIterator()
+        while true {
+            switch (ia.next(), ib.next()) {
+            case (nil, nil): return .same
+            case (nil, _): return .ascending
+            case (_, nil): return .descending
+            case (let x?, let y?): if x != y { return CollationOrder.of(x, y) }
             }
         }
     }
@@ -172,21 +211,60 @@ public enum CouchCollation {
 
     struct Weight {
         var primary: UInt32
+        var secondary: UInt32 = 0
         var tertiary: UInt8
     }
 
-    /// The next non-ignorable character's weights, or nil at the end of the string.
-    private static func nextWeight(_ it: inout String.UnicodeScalarView.Iterator) -> Weight? {
-        while let scalar = it.next() {
+    /// Every base character's secondary weight; accents weigh more.
+    private static let baseSecondary: UInt32 = 1
+
+    /// The weights of each character: ASCII from the documented table; a Latin letter with
+    /// accents (by canonical decomposition) as its base letter plus one secondary weight per
+    /// accent; anything else after all ASCII, by code point.
+    private static func weights(_ s: String) -> [Weight] {
+        var out: [Weight] = []
+        out.reserveCapacity(s.utf8.count)
+        for scalar in s.unicodeScalars {
             let v = scalar.value
             if v < 128 {
                 let w = asciiWeights[Int(v)]
-                if w.primary != 0 { return w }
-                continue  // a control character: ignorable at every level
+                if w.primary != 0 { out.append(w) }
+                continue
             }
-            return Weight(primary: 0x1_0000 + v, tertiary: 0)
+            if let accent = accentSecondary(v) {
+                out.append(Weight(primary: 0, secondary: accent, tertiary: 0))
+                continue
+            }
+            if let decomposed = latinDecomposition(scalar) {
+                out.append(contentsOf: decomposed)
+                continue
+            }
+            out.append(Weight(primary: 0x1_0000 + v, secondary: baseSecondary, tertiary: 0))
         }
-        return nil
+        return out
+    }
+
+    /// A Latin letter with accents (é, Ö, ñ, ç, ů…) as its ASCII base letter's weight followed by
+    /// its accents' secondary weights; nil for anything else.
+    private static func latinDecomposition(_ scalar: Unicode.Scalar) -> [Weight]? {
+        guard (0xC0...0x24F).contains(scalar.value) || (0x1E00...0x1EFF).contains(scalar.value) else { return nil }
+        let parts = Array(String(scalar).decomposedStringWithCanonicalMapping.unicodeScalars)
+        guard parts.count > 1, parts[0].value < 128, parts[0].properties.isAlphabetic else { return nil }
+        var out = [asciiWeights[Int(parts[0].value)]]
+        for mark in parts.dropFirst() {
+            guard let accent = accentSecondary(mark.value) else { return nil }
+            out.append(Weight(primary: 0, secondary: accent, tertiary: 0))
+        }
+        return out
+    }
+
+    /// Secondary weights of combining accents: the common ones in ICU's order
+    /// (é < è < ĕ < ê < ě < e̊ < ë < ő < ẽ < ė < ȩ < ę < ē), the rest after them by code point.
+    private static func accentSecondary(_ v: UInt32) -> UInt32? {
+        guard (0x300...0x36F).contains(v) else { return nil }
+        let common: [UInt32] = [0x301, 0x300, 0x306, 0x302, 0x30C, 0x30A, 0x308, 0x30B, 0x303, 0x307, 0x327, 0x328, 0x304]
+        if let rank = common.firstIndex(of: v) { return 2 + UInt32(rank) }
+        return 0x100 + v
     }
 
     /// The ASCII order CouchDB documents for its view collation (ICU, root locale):
@@ -211,9 +289,9 @@ public enum CouchCollation {
             let scalar = entry.unicodeScalars.first!
             if scalar.properties.isUppercase {
                 // Shares its lowercase letter's primary weight, one step up at level 3.
-                weights[v] = Weight(primary: weights[v + 32].primary, tertiary: 1)
+                weights[v] = Weight(primary: weights[v + 32].primary, secondary: baseSecondary, tertiary: 1)
             } else {
-                weights[v] = Weight(primary: primary, tertiary: 0)
+                weights[v] = Weight(primary: primary, secondary: baseSecondary, tertiary: 0)
                 primary += 1
             }
         }

@@ -58,10 +58,26 @@ private func json(_ text: String) -> JSON { try! JSON.parse(text) }
         #expect(CouchCollation.compareStrings("a b", "ab") == .ascending)
     }
 
-    @Test func charactersBeyondASCIISortAfterLettersByCodePoint() {
-        #expect(CouchCollation.compareStrings("z", "é") == .ascending)
-        #expect(CouchCollation.compareStrings("é", "ü") == .ascending)
-        #expect(CouchCollation.compareStrings("Zz", "é") == .ascending)
+    @Test func accentedLatinLettersSortWithTheirBaseLetterThenByAccent() {
+        let ordered = ["e", "E", "é", "É", "è", "ê", "ë", "ea", "éa", "f"]
+        for (a, b) in zip(ordered, ordered.dropFirst()) {
+            #expect(CouchCollation.compareStrings(a, b) == .ascending, "\(a) < \(b)")
+        }
+        // Accents outrank case: resume < Resume < résumé < Résumé.
+        let words = ["resume", "Resume", "résumé", "Résumé"]
+        for (a, b) in zip(words, words.dropFirst()) {
+            #expect(CouchCollation.compareStrings(a, b) == .ascending, "\(a) < \(b)")
+        }
+        // A precomposed letter and its decomposed spelling differ only in code points.
+        #expect(CouchCollation.compareStrings("\u{E9}", "e\u{301}") != .same)
+        #expect(CouchCollation.compareStrings("\u{E9}x", "e\u{301}y") == .ascending)
+        #expect(CouchCollation.compareStrings("ñ", "o") == .ascending)
+    }
+
+    @Test func otherCharactersSortAfterASCIILettersByCodePoint() {
+        #expect(CouchCollation.compareStrings("z", "ø") == .ascending)
+        #expect(CouchCollation.compareStrings("Zz", "日") == .ascending)
+        #expect(CouchCollation.compareStrings("ø", "日") == .ascending)
         #expect(CouchCollation.compareStrings("日本", "日本") == .same)
     }
 
