@@ -102,15 +102,23 @@ public enum CouchCollation {
 
     /// Compares one level: the sequences of non-zero weights, a prefix first.
     private static func compareLevel(_ a: [Weight], _ b: [Weight], _ level: (Weight) -> UInt32) -> CollationOrder {
-        var ia = a.lazy.map(level).filter { $0 != 0 }.makeIterator()
-        var ib = b.lazy.map(level).filter { $0 != 0 }.makeIterator()
+        var i = 0
+        var j = 0
         while true {
-            switch (ia.next(), ib.next()) {
-            case (nil, nil): return .same
-            case (nil, _): return .ascending
-            case (_, nil): return .descending
-            case (let x?, let y?): if x != y { return CollationOrder.of(x, y) }
+            var x: UInt32 = 0
+            while i < a.count {
+                x = level(a[i])
+                i += 1
+                if x != 0 { break }
             }
+            var y: UInt32 = 0
+            while j < b.count {
+                y = level(b[j])
+                j += 1
+                if y != 0 { break }
+            }
+            if x != y { return CollationOrder.of(x, y) }  // 0 means "ended", which sorts first
+            if x == 0 { return .same }
         }
     }
 
@@ -209,7 +217,7 @@ public enum CouchCollation {
 
     // MARK: - String weights
 
-    struct Weight {
+    struct Weight: Sendable {
         var primary: UInt32
         var secondary: UInt32 = 0
         var tertiary: UInt8
@@ -247,16 +255,28 @@ public enum CouchCollation {
     /// A Latin letter with accents (é, Ö, ñ, ç, ů…) as its ASCII base letter's weight followed by
     /// its accents' secondary weights; nil for anything else.
     private static func latinDecomposition(_ scalar: Unicode.Scalar) -> [Weight]? {
-        guard (0xC0...0x24F).contains(scalar.value) || (0x1E00...0x1EFF).contains(scalar.value) else { return nil }
-        let parts = Array(String(scalar).decomposedStringWithCanonicalMapping.unicodeScalars)
-        guard parts.count > 1, parts[0].value < 128, parts[0].properties.isAlphabetic else { return nil }
-        var out = [asciiWeights[Int(parts[0].value)]]
-        for mark in parts.dropFirst() {
-            guard let accent = accentSecondary(mark.value) else { return nil }
-            out.append(Weight(primary: 0, secondary: accent, tertiary: 0))
-        }
-        return out
+        let v = scalar.value
+        if (0xC0...0x24F).contains(v) { return latinTable[Int(v - 0xC0)] }
+        if (0x1E00...0x1EFF).contains(v) { return latinTable[Int(v - 0x1E00) + 0x190] }
+        return nil
     }
+
+    /// Decompositions of Latin-1 Supplement, Latin Extended-A/B and Latin Extended Additional,
+    /// worked out once.
+    private static let latinTable: [[Weight]?] = {
+        let scalars = Array(0xC0...0x24F) + Array(0x1E00...0x1EFF)
+        return scalars.map { value -> [Weight]? in
+            guard let scalar = Unicode.Scalar(UInt32(value)) else { return nil }
+            let parts = Array(String(scalar).decomposedStringWithCanonicalMapping.unicodeScalars)
+            guard parts.count > 1, parts[0].value < 128, parts[0].properties.isAlphabetic else { return nil }
+            var out = [asciiWeights[Int(parts[0].value)]]
+            for mark in parts.dropFirst() {
+                guard let accent = accentSecondary(mark.value) else { return nil }
+                out.append(Weight(primary: 0, secondary: accent, tertiary: 0))
+            }
+            return out
+        }
+    }()
 
     /// Secondary weights of combining accents: the common ones in ICU's order
     /// (é < è < ĕ < ê < ě < e̊ < ë < ő < ẽ < ė < ȩ < ę < ē), the rest after them by code point.
@@ -267,12 +287,13 @@ public enum CouchCollation {
         return 0x100 + v
     }
 
-    /// The ASCII order CouchDB documents for its view collation (ICU, root locale):
-    /// whitespace, then `` ` ^ _ - , ; : ! ? . ' " ( ) [ ] { } @ * / \ & # % + < = > | ~ $ ``,
-    /// then digits, then letters with `a` < `A` < `b` < `B` …
+    /// The ASCII order of ICU's root collation (as in ICU 72; CouchDB's documentation shows an
+    /// older ICU's, with `` ` `` and `^` first): whitespace, then
+    /// `` _ - , ; : ! ? . ' " ( ) [ ] { } @ * / \ & # % ` ^ + < = > | ~ $ ``, then digits, then
+    /// letters with `a` < `A` < `b` < `B` …
     static let asciiOrder: [String] = {
         var order: [String] = ["\t", "\n", "\u{0B}", "\u{0C}", "\r", " "]
-        order += "`^_-,;:!?.'\"()[]{}@*/\\&#%+<=>|~$".map { String($0) }
+        order += "_-,;:!?.'\"()[]{}@*/\\&#%`^+<=>|~$".map { String($0) }
         order += "0123456789".map { String($0) }
         for letter in "abcdefghijklmnopqrstuvwxyz" {
             order.append(String(letter))
