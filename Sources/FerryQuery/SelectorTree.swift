@@ -101,3 +101,47 @@ public struct MangoRegex: Hashable, @unchecked Sendable {
     public static func == (a: MangoRegex, b: MangoRegex) -> Bool { a.pattern == b.pattern }
     public func hash(into hasher: inout Hasher) { hasher.combine(pattern) }
 }
+
+extension SelectorNode {
+    /// The normalised selector written back as selector JSON (CouchDB's explicit form:
+    /// `$and`/`$or` arrays, dotted field names, explicit operators). Parsing it yields this tree.
+    public var json: JSON {
+        switch self {
+        case .matchAll: return .object([:])
+        case .and(let clauses): return ["$and": .array(clauses.map(\.json))]
+        case .or(let clauses): return ["$or": .array(clauses.map(\.json))]
+        case .nor(let clauses): return ["$nor": .array(clauses.map(\.json))]
+        case .not(let inner): return ["$not": inner.json]
+        case .field(let path, let condition):
+            if path.isEmpty { return condition.json }
+            return .object([path.description: condition.json])
+        }
+    }
+}
+
+extension FieldCondition {
+    /// The condition as an operator object, such as `{"$gt": 5}`.
+    public var json: JSON {
+        switch self {
+        case .eq(let v): return ["$eq": v]
+        case .ne(let v): return ["$ne": v]
+        case .lt(let v): return ["$lt": v]
+        case .lte(let v): return ["$lte": v]
+        case .gt(let v): return ["$gt": v]
+        case .gte(let v): return ["$gte": v]
+        case .in(let vs): return ["$in": .array(vs)]
+        case .nin(let vs): return ["$nin": .array(vs)]
+        case .exists(let flag): return ["$exists": .bool(flag)]
+        case .type(let type): return ["$type": .string(type.rawValue)]
+        case .size(let n): return ["$size": .int(Int64(n))]
+        case .mod(let d, let r): return ["$mod": [.int(d), .int(r)]]
+        case .regex(let regex): return ["$regex": .string(regex.pattern)]
+        case .beginsWith(let prefix): return ["$beginsWith": .string(prefix)]
+        case .all(let vs): return ["$all": .array(vs)]
+        case .elemMatch(let sub): return ["$elemMatch": sub.json]
+        case .allMatch(let sub): return ["$allMatch": sub.json]
+        case .keyMapMatch(let sub): return ["$keyMapMatch": sub.json]
+        case .not(let inner): return ["$not": inner.json]
+        }
+    }
+}

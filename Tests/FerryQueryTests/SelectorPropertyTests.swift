@@ -29,6 +29,17 @@ import Testing
         #expect(matched < checked * 9 / 10)
     }
 
+    @Test func aNormalisedSelectorWrittenBackAsJSONParsesToTheSameTree() throws {
+        var g = SeededGenerator(seed: 0xB0A7)
+        for _ in 0..<500 {
+            let parsed = try MangoSelector(parsing: Self.randomSelector(depth: 3, using: &g))
+            let reparsed = try MangoSelector(parsing: parsed.root.json)
+            #expect(reparsed == parsed, "\(parsed.root.json.canonicalString)")
+        }
+        let written = try MangoSelector(parsing: JSON.parse(#"{"a\\.b": {"$elemMatch": {"c": {"$not": {"$size": 1}}, "$gt": 2}}}"#))
+        #expect(try MangoSelector(parsing: written.root.json) == written)
+    }
+
     // MARK: - Generators
 
     static func randomDocument(using g: inout SeededGenerator) -> JSON {
