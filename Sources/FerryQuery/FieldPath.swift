@@ -41,9 +41,19 @@ public struct FieldPath: Sendable, Hashable, CustomStringConvertible {
 
     public var isEmpty: Bool { components.isEmpty }
 
-    /// The field name in CouchDB's syntax, dots inside components escaped.
+    /// The field name in CouchDB's syntax, dots and backslashes inside components escaped,
+    /// so that parsing it gives this path back.
     public var description: String {
-        components.map { $0.replacingAll(".", with: "\\.") }.joined(separator: ".")
+        components.map(Self.escape).joined(separator: ".")
+    }
+
+    private static func escape(_ component: String) -> String {
+        var out = ""
+        for ch in component {
+            if ch == "." || ch == "\\" { out.append("\\") }
+            out.append(ch)
+        }
+        return out
     }
 
     /// What a document holds at this path.
@@ -85,15 +95,5 @@ public struct FieldPath: Sendable, Hashable, CustomStringConvertible {
         }
         guard !digits.isEmpty, digits.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
         return Int(digits)
-    }
-}
-
-extension String {
-    fileprivate func replacingAll(_ target: Character, with replacement: String) -> String {
-        var out = ""
-        for ch in self {
-            if ch == target { out += replacement } else { out.append(ch) }
-        }
-        return out
     }
 }

@@ -243,6 +243,8 @@ let conformanceTable: [MatchCase] = [
         let escaped = try selector(#"{"a\\.b": {"c": 1}}"#)
         #expect(escaped.root == .field(FieldPath(components: ["a.b", "c"]), .eq(1)))
         #expect(FieldPath(components: ["a.b", "c"]).description == #"a\.b.c"#)
+        let odd = FieldPath(components: [#"x\y"#, "p.q", "0"])
+        #expect(try FieldPath(parsing: odd.description) == odd)
     }
 
     @Test func implicitAndAndEqualityBecomeExplicit() throws {
