@@ -229,7 +229,7 @@ public enum CouchCollation {
     /// The weights of each character: ASCII from the documented table; a Latin letter with
     /// accents (by canonical decomposition) as its base letter plus one secondary weight per
     /// accent; anything else after all ASCII, by code point.
-    private static func weights(_ s: String) -> [Weight] {
+    static func weights(_ s: String) -> [Weight] {
         var out: [Weight] = []
         out.reserveCapacity(s.utf8.count)
         for scalar in s.unicodeScalars {

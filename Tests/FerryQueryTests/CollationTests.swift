@@ -192,3 +192,49 @@ enum RandomJSON {
         }
     }
 }
+
+@Suite struct CollationKeyTests {
+    private func keyOrder(_ a: JSON, _ b: JSON) -> CollationOrder {
+        let (ka, kb) = (CouchCollation.sortKey(a), CouchCollation.sortKey(b))
+        if ka == kb { return .same }
+        return ka.lexicographicallyPrecedes(kb) ? .ascending : .descending
+    }
+
+    @Test func sortKeysOrderRandomValuesAsTheCollationDoes() {
+        var generator = SeededGenerator(seed: 0x50B7)
+        let values = (0..<250).map { _ in RandomJSON.value(depth: 3, using: &generator) }
+        var disagreements: [String] = []
+        for a in values {
+            for b in values where keyOrder(a, b) != CouchCollation.compare(a, b) {
+                disagreements.append("\(a.canonicalString) vs \(b.canonicalString)")
+            }
+        }
+        #expect(disagreements.isEmpty, "\(disagreements.prefix(10))")
+    }
+
+    @Test func sortKeysOrderTheDocumentedSequenceAndICUsStrings() {
+        let documented = CollationTests.documentedOrder.map { try! JSON.parse($0) }
+        for (a, b) in zip(documented, documented.dropFirst()) {
+            #expect(keyOrder(a, b) == .ascending, "\(a.canonicalString) < \(b.canonicalString)")
+        }
+        let strings = ICUOrderFixture.sorted.map { JSON.string($0) }
+        for (a, b) in zip(strings, strings.dropFirst()) {
+            #expect(keyOrder(a, b) == .ascending, "\(a.canonicalString) < \(b.canonicalString)")
+        }
+    }
+
+    @Test func sortKeysOrderNumbersExactlyAcrossIntegersAndDoubles() {
+        let ordered: [JSON] = [
+            .int(Int64.min), .double(-1e18), .int(-9_007_199_254_740_993), .int(-9_007_199_254_740_992),
+            .double(-1.5), .int(-1), .int(0), .double(0.25), .int(1), .double(1.5), .int(2),
+            .int(9_007_199_254_740_992), .int(9_007_199_254_740_993), .int(Int64.max - 1), .int(Int64.max),
+            .double(1e19), .double(1e300),
+        ]
+        for (a, b) in zip(ordered, ordered.dropFirst()) {
+            #expect(CouchCollation.compare(a, b) == .ascending, "\(a) < \(b)")
+            #expect(keyOrder(a, b) == .ascending, "\(a) < \(b)")
+        }
+        #expect(keyOrder(.int(1), .double(1.0)) == .same)
+        #expect(keyOrder(.int(0), .double(-0.0)) == .same)
+    }
+}
