@@ -87,13 +87,14 @@ public struct FieldPath: Sendable, Hashable, CustomStringConvertible {
     /// An array index as CouchDB reads one: an optionally signed decimal integer, not negative.
     private static func arrayIndex(_ component: String) -> Int? {
         var digits = Substring(component)
-        if digits.first == "+" || digits.first == "-" {
-            let negative = digits.first == "-"
+        var negative = false
+        if let sign = digits.first, sign == "+" || sign == "-" {
+            negative = sign == "-"
             digits = digits.dropFirst()
-            guard let n = Int(digits), digits.allSatisfy(\.isASCII) else { return nil }
-            return negative ? (n == 0 ? 0 : nil) : n
         }
-        guard !digits.isEmpty, digits.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
-        return Int(digits)
+        guard !digits.isEmpty, digits.allSatisfy({ $0.isASCII && $0.isWholeNumber }), let n = Int(digits) else {
+            return nil
+        }
+        return negative && n != 0 ? nil : n
     }
 }

@@ -250,6 +250,24 @@ let conformanceTable: [MatchCase] = [
         #expect(try FieldPath(parsing: odd.description) == odd)
     }
 
+    @Test func pathsReachIntoArraysOnlyThroughDecimalIndexesInRange() throws {
+        let document = json(#"{"tags": ["x", "y"], "n": 5, "o": {"0": "zero"}}"#)
+        func lookup(_ name: String) throws -> FieldPath.Lookup { try FieldPath(parsing: name).lookup(in: document) }
+        #expect(try lookup("tags.1") == .found("y"))
+        #expect(try lookup("tags.+1") == .found("y"))
+        #expect(try lookup("tags.-0") == .found("x"))
+        #expect(try lookup("tags.01") == .found("y"))
+        #expect(try lookup("tags.2") == .badPath)
+        #expect(try lookup("tags.-1") == .badPath)
+        #expect(try lookup("tags.++1") == .badPath)
+        #expect(try lookup("tags.x") == .badPath)
+        #expect(try lookup("tags.99999999999999999999999") == .badPath)
+        #expect(try lookup("n.a") == .badPath)
+        #expect(try lookup("o.0") == .found("zero"))
+        #expect(try lookup("o.1") == .missing)
+        #expect(try lookup("missing.a") == .missing)
+    }
+
     @Test func implicitAndAndEqualityBecomeExplicit() throws {
         let parsed = try selector(#"{"b": 2, "a": {"$gt": 1, "$lt": 5}}"#)
         #expect(parsed.root == .and([
