@@ -217,6 +217,8 @@ public enum CouchCollation {
 
     // MARK: - String weights
 
+    /// One character's collation weights at the primary, secondary and tertiary levels
+    /// (0 = none at that level).
     struct Weight: Sendable {
         var primary: UInt32
         var secondary: UInt32 = 0
