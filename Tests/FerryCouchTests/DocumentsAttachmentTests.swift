@@ -188,13 +188,32 @@ import Testing
         _ = r1
     }
 
-    @Test func gzipEncodedContentIsRefusedWithAClearError() async throws {
+    @Test func gzipEncodedContentIsStoredAsIdentityBytes() async throws {
+        // What CouchDB's replicator sends for a compressible attachment (gzip of "hello gzip world").
+        let gz = "H4sIAAAAAAACA8tIzcnJV0ivyixQKM8vykkBAGt96LcQAAAA"
         let f = try CouchFixture()
         try await f.run { c in
             let reply = try await c.send(
-                .put, "/ferry/a", json: ["_attachments": ["x": ["data": .string(base64("zz")), "encoding": "gzip"]]])
-            #expect(reply.status == .unsupportedMediaType)
-            #expect(try await c.get("/ferry/a").status == .notFound)
+                .put, "/ferry/a",
+                json: [
+                    "_attachments": [
+                        "t.txt": [
+                            "content_type": "text/plain", "data": .string(gz), "encoding": "gzip", "encoded_length": 36,
+                            "length": 16, "digest": .string(md5Digest("hello gzip world")),
+                        ]
+                    ]
+                ])
+            #expect(reply.status == .created, "\(reply.text)")
+            #expect(try await c.get("/ferry/a/t.txt").text == "hello gzip world")
+            let stub = try await c.get("/ferry/a").json["_attachments"]?["t.txt"]
+            #expect(stub?["length"] == 16 && stub?["encoding"] == nil)
+            let lying = try await c.send(
+                .put, "/ferry/b",
+                json: ["_attachments": ["t": ["data": .string(gz), "encoding": "gzip", "length": 15]]])
+            #expect(lying.status == .badRequest)
+            let unknown = try await c.send(.put, "/ferry/b", json: ["_attachments": ["t": ["data": "eHg=", "encoding": "br"]]])
+            #expect(unknown.status == .unsupportedMediaType)
+            #expect(try await c.get("/ferry/b").status == .notFound)
         }
     }
 }

@@ -78,14 +78,18 @@ enum IncomingAttachment {
     /// Already stored: the client names it by digest and revpos only.
     case stub(digest: String?, revpos: Int?)
     /// New content, inline (`data`) or in a MIME part (`follows`; `bytes` nil until matched).
-    case content(bytes: [UInt8]?, contentType: String, length: Int64?, digest: String?, revpos: Int?)
+    /// `encoding` is nil for identity bytes, `gzip` when the bytes are gzip-encoded.
+    case content(bytes: [UInt8]?, contentType: String, length: Int64?, digest: String?, revpos: Int?, encoding: String?)
 
     init(name: String, parsing value: JSON) throws(CouchError) {
         guard let f = value.objectValue else { throw .badRequest("Attachment \(name) must be an object") }
-        if f["encoding"] != nil && f["stub"] != true {
-            throw CouchError(
-                .unsupportedMediaType, "bad_content_type",
-                "Attachment \(name): encoded (gzip) attachment content is not accepted; send identity bytes")
+        var encoding: String?
+        if let e = f["encoding"], f["stub"] != true {
+            // CouchDB's replicator sends compressible attachments as it stores them, gzip-encoded.
+            guard e == "gzip" else {
+                throw CouchError(.unsupportedMediaType, "bad_content_type", "Attachment \(name): unsupported encoding \(e)")
+            }
+            encoding = "gzip"
         }
         let revpos = f["revpos"]?.intValue.map { Int($0) }
         let digest = f["digest"]?.stringValue
@@ -103,16 +107,19 @@ enum IncomingAttachment {
             guard let text = data.stringValue, let decoded = Data(base64Encoded: text) else {
                 throw .badRequest("Invalid attachment data for \(name)")
             }
-            self = .content(bytes: Array(decoded), contentType: contentType, length: length, digest: digest, revpos: revpos)
+            self = .content(
+                bytes: Array(decoded), contentType: contentType, length: length, digest: digest, revpos: revpos,
+                encoding: encoding)
         } else if f["follows"] == true {
-            self = .content(bytes: nil, contentType: contentType, length: length, digest: digest, revpos: revpos)
+            self = .content(
+                bytes: nil, contentType: contentType, length: length, digest: digest, revpos: revpos, encoding: encoding)
         } else {
             throw .badRequest("Attachment \(name) has neither data, stub nor follows")
         }
     }
 
     var follows: Bool {
-        if case .content(nil, _, _, _, _) = self { return true }
+        if case .content(nil, _, _, _, _, _) = self { return true }
         return false
     }
 }
@@ -128,6 +135,8 @@ struct AttachmentResolver {
     let generation: Int
     /// With `new_edits=false`, the revpos a client sends is kept (it came from the revision's origin).
     let keepGivenRevpos: Bool
+    /// Largest decoded size of gzip-encoded content.
+    var maxDecodedBytes = 256 << 20
 
     /// The stored body and the attachment contents to put in the blob store before the write.
     func storedBody(_ input: CouchDocumentInput) throws(CouchError) -> (body: JSON, blobs: [[UInt8]]) {
@@ -139,7 +148,7 @@ struct AttachmentResolver {
         for (name, att) in attachments.sorted(by: { $0.key < $1.key }) {
             // A stub that stands for one of the body's own blob references is not an attachment.
             if let digest = try? BlobDigest(name), name.hasPrefix("sha256-"), bodyBlobs.contains(digest) {
-                if case .content(let bytes?, _, _, _, _) = att {
+                if case .content(let bytes?, _, _, _, _, let encoding) = att, let bytes = try decoded(bytes, encoding, name: name, length: nil) {
                     guard BlobDigest.of(bytes) == digest else {
                         throw .badRequest("Attachment \(name): content does not match its sha256 name")
                     }
@@ -154,16 +163,21 @@ struct AttachmentResolver {
                 }
                 if keepGivenRevpos, let revpos { found.revpos = revpos }
                 stored[name] = found.json
-            case .content(let bytes, let contentType, let length, let digest, let revpos):
-                guard let bytes else { throw .badRequest("Attachment \(name) says follows but no MIME part carries it") }
+            case .content(let sent, let contentType, let length, let digest, let revpos, let encoding):
+                guard let sent else { throw .badRequest("Attachment \(name) says follows but no MIME part carries it") }
+                guard let bytes = try decoded(sent, encoding, name: name, length: length) else { continue }
                 if let length, length != Int64(bytes.count) {
                     throw .badRequest("Attachment \(name): length \(length) does not match its \(bytes.count) bytes")
                 }
-                let entry = StoredAttachment(
+                var entry = StoredAttachment(
                     bytes: bytes, contentType: contentType,
                     revpos: keepGivenRevpos ? (revpos ?? generation) : generation)
                 if let digest, digest.hasPrefix("md5-"), digest != entry.md5 {
-                    throw .badRequest("Attachment \(name): content does not match its digest \(digest)")
+                    // CouchDB may give gzip-encoded content the digest of the encoded bytes; it is kept as sent.
+                    guard encoding != nil, digest == StoredAttachment.md5Digest(sent) else {
+                        throw .badRequest("Attachment \(name): content does not match its digest \(digest)")
+                    }
+                    entry.md5 = digest
                 }
                 stored[name] = entry.json
                 contents.append(bytes)
@@ -171,5 +185,16 @@ struct AttachmentResolver {
         }
         if !stored.isEmpty { fields[StoredAttachment.bodyKey] = .object(stored) }
         return (.object(fields), contents)
+    }
+
+    /// Identity bytes of sent content: gzip is decoded (at most `maxDecodedBytes`, and to
+    /// exactly `length` when given).
+    private func decoded(_ bytes: [UInt8], _ encoding: String?, name: String, length: Int64?) throws(CouchError) -> [UInt8]? {
+        guard encoding == "gzip" else { return bytes }
+        let limit = length.map { Int(min($0, Int64(maxDecodedBytes))) } ?? maxDecodedBytes
+        guard let out = Gzip.decode(bytes, limit: limit) else {
+            throw .badRequest("Attachment \(name): gzip content is invalid or larger than its length")
+        }
+        return out
     }
 }

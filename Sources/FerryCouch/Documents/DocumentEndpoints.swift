@@ -289,10 +289,10 @@ extension CouchDatabase {
         }
         for bytes in unnamed {
             let md5 = StoredAttachment.md5Digest(bytes)
-            var match = pending.first { if case .content(_, _, _, let d, _) = $0.value { return d == md5 } else { return false } }?.key
+            var match = pending.first { if case .content(_, _, _, let d, _, _) = $0.value { return d == md5 } else { return false } }?.key
             if match == nil {
                 let sameLength = pending.filter {
-                    if case .content(_, _, let l, _, _) = $0.value { return l == Int64(bytes.count) } else { return false }
+                    if case .content(_, _, let l, _, _, _) = $0.value { return l == Int64(bytes.count) } else { return false }
                 }
                 if sameLength.count == 1 { match = sameLength.first!.key }
             }
@@ -304,7 +304,7 @@ extension CouchDatabase {
     }
 
     private func filled(_ att: IncomingAttachment, _ bytes: [UInt8]) -> IncomingAttachment {
-        guard case .content(_, let contentType, let length, let digest, let revpos) = att else { return att }
-        return .content(bytes: bytes, contentType: contentType, length: length, digest: digest, revpos: revpos)
+        guard case .content(_, let contentType, let length, let digest, let revpos, let encoding) = att else { return att }
+        return .content(bytes: bytes, contentType: contentType, length: length, digest: digest, revpos: revpos, encoding: encoding)
     }
 }
