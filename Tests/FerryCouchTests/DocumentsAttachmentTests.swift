@@ -149,7 +149,7 @@ import Testing
             #expect(got.text == "content")
             #expect(got.headers[.contentType] == "text/plain")
             let md5 = String(md5Digest("content").dropFirst(4))
-            #expect(got.headers[.contentMD5] == md5)
+            #expect(got.headers[.couchContentMD5] == md5)
             #expect(got.headers[.eTag] == "\"\(md5)\"")
             let head = try await c.send(.head, "/ferry/doc/dir/f.txt")
             #expect(head.bytes.isEmpty && head.headers[.contentLength] == "7")

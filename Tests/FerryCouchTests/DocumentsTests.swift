@@ -193,10 +193,10 @@ func replicated(_ id: String, _ rev: String, history: [String], _ fields: [Strin
         let f = try CouchFixture()
         try await f.run { c in
             let r1 = try await c.put("a", ["v": 1])
+            let r2 = try await c.put("a", ["v": 2, "_rev": .string(r1)])
             let rb = ferryRev(["v": "b"], parent: r1)
             _ = try await c.send(
                 .post, "/ferry/_bulk_docs", json: ["new_edits": false, "docs": [replicated("a", rb, history: [r1], ["v": "b"])]])
-            let r2 = try await c.put("a", ["v": 2, "_rev": .string(r1)])
             let all = try await c.get("/ferry/a?open_revs=all")
             guard case .array(let items) = all.json else { Issue.record("not an array: \(all.text)"); return }
             #expect(Set(items.compactMap { $0["ok"]?["_rev"]?.stringValue }) == [rb, r2])

@@ -2,6 +2,8 @@ import FerryCore
 import FerryStore
 import Foundation
 import Hummingbird
+import HummingbirdCore
+import HTTPTypes
 import NIOCore
 
 // Standalone attachments: `GET|HEAD|PUT|DELETE /{db}/{id}/{name}`.
@@ -22,7 +24,7 @@ extension CouchDatabase {
         try checkReadable(id, tree: tree, principal: principal)
         var revision = winner.id
         if let revText = try editRevision(
-            query: request.uri.queryParameters.get("rev").map(String.init), ifMatch: request.headers[.ifMatch], body: nil)
+            query: request.uri.queryParameters.get("rev").map { String($0) }, ifMatch: request.headers[.ifMatch], body: nil)
         {
             revision = try parseRevision(revText)
         } else if winner.deleted {
@@ -35,7 +37,7 @@ extension CouchDatabase {
         var headers = HTTPFields()
         headers[.contentType] = att.contentType
         headers[.eTag] = "\"\(att.md5Base64)\""
-        headers[.contentMD5] = att.md5Base64
+        headers[.couchContentMD5] = att.md5Base64
         headers[.contentLength] = String(bytes.count)
         headers[.cacheControl] = "must-revalidate"
         if request.method == .head { return Response(status: .ok, headers: headers, body: .init()) }
@@ -46,7 +48,7 @@ extension CouchDatabase {
     func writeAttachment(_ request: Request, principal: CouchPrincipal, rawID: String, name: String) async throws -> Response {
         let id = try couchDocumentID(rawID)
         let revText = try editRevision(
-            query: request.uri.queryParameters.get("rev").map(String.init), ifMatch: request.headers[.ifMatch], body: nil)
+            query: request.uri.queryParameters.get("rev").map { String($0) }, ifMatch: request.headers[.ifMatch], body: nil)
         let isDelete = request.method == .delete
         let tree = try store.revisionTree(id)
         var parent: RevisionID?
@@ -75,7 +77,7 @@ extension CouchDatabase {
             let bytes = Array(try await readBody(request).readableBytesView)
             let contentType = request.headers[.contentType] ?? StoredAttachment.defaultContentType
             let entry = StoredAttachment(bytes: bytes, contentType: contentType, revpos: generation)
-            if let md5 = request.headers[.contentMD5], md5 != entry.md5Base64 {
+            if let md5 = request.headers[.couchContentMD5], md5 != entry.md5Base64 {
                 throw CouchError.badRequest("Content-MD5 does not match the attachment's content")
             }
             attachments[name] = entry.json
@@ -97,4 +99,9 @@ extension CouchDatabase {
         if isDelete { response.status = .ok }
         return response
     }
+}
+
+extension HTTPField.Name {
+    /// `Content-MD5`: the base64 MD5 of an attachment's bytes, as CouchDB sends and checks it.
+    static let couchContentMD5 = HTTPField.Name("Content-MD5")!
 }

@@ -32,22 +32,22 @@ extension CouchDatabase {
         var parsed: [(index: Int, id: DocumentID, input: CouchDocumentInput)] = []
         for (i, doc) in docs.enumerated() {
             let rawID = doc["_id"]?.stringValue ?? Hex.encode((0..<16).map { _ in UInt8.random(in: 0...255) })
-            do {
+            do throws(CouchError) {
                 var input = try CouchDocumentInput(parsing: doc)
                 input.id = rawID
                 parsed.append((i, try couchDocumentID(rawID), input))
-            } catch let e as CouchError {
-                answers[i] = DocumentFailure(id: rawID, rev: nil, error: e).json
+            } catch {
+                answers[i] = DocumentFailure(id: rawID, rev: nil, error: error).json
             }
         }
         let trees = try store.revisionTrees(parsed.map(\.id))
         var prepared: [(index: Int, edit: PreparedEdit)] = []
         for p in parsed {
-            do {
+            do throws(CouchError) {
                 prepared.append(
                     (p.index, try prepareEdit(id: p.id, input: p.input, parentText: p.input.rev, tree: trees[p.id], principal: principal)))
-            } catch let e as CouchError {
-                answers[p.index] = DocumentFailure(id: p.id.rawValue, rev: nil, error: e).json
+            } catch {
+                answers[p.index] = DocumentFailure(id: p.id.rawValue, rev: nil, error: error).json
             }
         }
         let work = prepared
@@ -72,9 +72,9 @@ extension CouchDatabase {
         var failures: [JSON] = []
         var inputs: [CouchDocumentInput] = []
         for doc in docs {
-            do { inputs.append(try CouchDocumentInput(parsing: doc)) } catch let e as CouchError {
+            do throws(CouchError) { inputs.append(try CouchDocumentInput(parsing: doc)) } catch {
                 failures.append(
-                    DocumentFailure(id: doc["_id"]?.stringValue ?? "", rev: doc["_rev"]?.stringValue, error: e).json)
+                    DocumentFailure(id: doc["_id"]?.stringValue ?? "", rev: doc["_rev"]?.stringValue, error: error).json)
             }
         }
         let ids = inputs.compactMap { $0.id.flatMap { try? couchDocumentID($0, replicated: true) } }

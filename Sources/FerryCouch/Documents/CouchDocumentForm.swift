@@ -48,7 +48,7 @@ struct CouchDocumentInput {
                     guard let s = item.stringValue, !s.isEmpty else { throw .badRequest("_revisions ids must be strings") }
                     ids.append(s)
                 }
-                guard ids.count <= start else { throw .badRequest("_revisions has more ids than its start generation") }
+                guard Int64(ids.count) <= start else { throw .badRequest("_revisions has more ids than its start generation") }
                 revisions = (Int(start), ids)
             case "_attachments":
                 guard let atts = v.objectValue else { throw .badRequest("_attachments must be an object") }

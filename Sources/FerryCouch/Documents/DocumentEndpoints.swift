@@ -2,6 +2,8 @@ import FerryCore
 import FerryStore
 import Foundation
 import Hummingbird
+import HummingbirdCore
+import HTTPTypes
 import NIOCore
 
 // The document endpoints: `/{db}/{id}`, `POST /{db}`, attachments, `_bulk_docs`, `_bulk_get`.
@@ -60,18 +62,20 @@ extension CouchDatabase {
             return writeAnswer(id: rawID, rev: incoming.revision)
         }
         let rev = try editRevision(
-            query: q.get("rev").map(String.init), ifMatch: request.headers[.ifMatch], body: input.rev)
+            query: q.get("rev").map { String($0) }, ifMatch: request.headers[.ifMatch], body: input.rev)
         return try writeOne(input, rawID: rawID, parentText: rev, principal: principal)
     }
 
     /// `DELETE /{db}/{id}?rev=`: a tombstone on that leaf.
     func deleteDocument(_ request: Request, principal: CouchPrincipal, rawID: String) async throws -> Response {
         let rev = try editRevision(
-            query: request.uri.queryParameters.get("rev").map(String.init), ifMatch: request.headers[.ifMatch], body: nil)
+            query: request.uri.queryParameters.get("rev").map { String($0) }, ifMatch: request.headers[.ifMatch], body: nil)
         guard let rev else { throw CouchError.conflict() }
         var input = try CouchDocumentInput(parsing: .object([:]))
         input.deleted = true
-        return try writeOne(input, rawID: rawID, parentText: rev, principal: principal)
+        var response = try writeOne(input, rawID: rawID, parentText: rev, principal: principal)
+        response.status = .ok  // CouchDB answers a deletion with 200
+        return response
     }
 
     /// One ordinary edit, answered `201 {"ok":true,"id","rev"}`.
@@ -243,7 +247,7 @@ extension CouchDatabase {
     }
 
     /// A `true`/`false` query parameter; nil when absent, 400 for anything else.
-    func queryBool(_ q: FlatDictionary<Substring, Substring>, _ name: Substring) throws -> Bool? {
+    func queryBool(_ q: FlatDictionary<Substring, Substring>, _ name: String) throws -> Bool? {
         guard let v = q.get(name) else { return nil }
         switch v {
         case "true": return true
@@ -259,9 +263,7 @@ extension CouchDatabase {
     /// A `HEAD` answer: the headers of the `GET`, with its length, without a body.
     func headOnly(_ response: Response) -> Response {
         var headers = response.headers
-        var length = 0
-        if case let body = response.body, let n = body.contentLength { length = n }
-        headers[.contentLength] = String(length)
+        headers[.contentLength] = String(response.body.contentLength ?? 0)
         return Response(status: response.status, headers: headers, body: .init())
     }
 

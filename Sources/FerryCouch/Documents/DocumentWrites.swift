@@ -75,7 +75,8 @@ extension CouchDatabase {
     func prepareEdit(
         id: DocumentID, input: CouchDocumentInput, parentText: String?, tree: RevisionTree?, principal: CouchPrincipal
     ) throws(CouchError) -> PreparedEdit {
-        let parent = try parentText.map { (t: String) throws(CouchError) -> RevisionID in try parseRevision(t) }
+        var parent: RevisionID?
+        if let parentText { parent = try parseRevision(parentText) }
         var generation = 1
         var lookupBody: JSON?
         if let parent {
