@@ -63,13 +63,14 @@ import Testing
         let r2 = ferryRev(["v": 2], parent: r1)
         var mismatched = replicated("bad", r2, history: [r1], ["v": 2]).objectValue!
         mismatched["_revisions"] = ["start": 5, "ids": .array([.string(hashPart(r2))])]
+        let mismatchedDoc = JSON.object(mismatched)
         try await f.run { c in
             let reply = try await c.send(
                 .post, "/ferry/_bulk_docs",
                 json: [
                     "new_edits": false,
                     "docs": [
-                        .object(mismatched), ["_id": "nohist", "_rev": .string(r2), "v": 2], ["_id": "norev", "v": 1],
+                        mismatchedDoc, ["_id": "nohist", "_rev": .string(r2), "v": 2], ["_id": "norev", "v": 1],
                         replicated("good", r1, history: [], ["v": 1]),
                     ],
                 ])
