@@ -140,7 +140,8 @@ func replicated(_ id: String, _ rev: String, history: [String], _ fields: [Strin
         try await f.run { c in
             let rev = try await c.put("_design/app", ["views": [:]])
             #expect(try await c.get("/ferry/_design/app").json["_rev"] == .string(rev))
-            #expect(try await c.send(.put, "/ferry/_other", json: ["v": 1]).json["error"] == "illegal_docid")
+            let reserved = try await c.send(.post, "/ferry/_bulk_docs", json: ["docs": [["_id": "_other"], ["_id": "_ferry/x"]]])
+            #expect(reserved.json.arrayItems.map { $0["error"] } == ["illegal_docid", "illegal_docid"])
         }
     }
 
