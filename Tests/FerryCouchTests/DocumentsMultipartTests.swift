@@ -114,4 +114,45 @@ import Testing
             body.removeAll()
         }
     }
+
+    @Test func replicatorStyleMultipartPutWithNewEditsFalseKeepsStubsAndDecodesGzip() async throws {
+        let f = try CouchFixture()
+        try await f.run { c in
+            // Generation 1 holds "keep.bin"; generation 2 arrives as CouchDB's replicator sends it:
+            // multipart/related, new_edits=false, _revisions, a stub for what the target has and a
+            // gzip-encoded part (gzip of "hello gzip world") for the new attachment.
+            let r1 = try await c.put("a", ["_attachments": ["keep.bin": ["content_type": "application/x-k", "data": .string(base64("k"))]]])
+            let stub = try await c.get("/ferry/a").json["_attachments"]!["keep.bin"]!
+            let atts: JSON = [
+                "keep.bin": stub,
+                "t.txt": [
+                    "content_type": "text/plain", "revpos": 2, "digest": .string(md5Digest("hello gzip world")), "length": 16,
+                    "follows": true, "encoding": "gzip", "encoded_length": 36,
+                ],
+            ]
+            let stored: JSON = [
+                "v": 2,
+                "@attachments": [
+                    "keep.bin": [
+                        "@type": "blob", "digest": .string(BlobDigest.of(Array("k".utf8)).description), "length": 1,
+                        "contentType": "application/x-k", "md5": .string(md5Digest("k")), "revpos": 1,
+                    ],
+                    "t.txt": [
+                        "@type": "blob", "digest": .string(BlobDigest.of(Array("hello gzip world".utf8)).description), "length": 16,
+                        "contentType": "text/plain", "md5": .string(md5Digest("hello gzip world")), "revpos": 2,
+                    ],
+                ],
+            ]
+            let r2 = ferryRev(stored, parent: r1)
+            let doc = replicated("a", r2, history: [r1], ["v": 2, "_attachments": atts])
+            let gz = [UInt8](Data(base64Encoded: "H4sIAAAAAAACA8tIzcnJV0ivyixQKM8vykkBAGt96LcQAAAA")!)
+            let reply = try await c.send(
+                .put, "/ferry/a?new_edits=false", headers: [.contentType: "multipart/related; boundary=\"abc123\""],
+                bytes: Self.related(doc, [("t.txt", gz)]))
+            #expect(reply.status == .created, "\(reply.text)")
+            #expect(reply.json["rev"] == .string(r2))
+            #expect(try await c.get("/ferry/a/t.txt").text == "hello gzip world")
+            #expect(try await c.get("/ferry/a/keep.bin").text == "k")
+        }
+    }
 }

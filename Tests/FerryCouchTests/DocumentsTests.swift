@@ -263,6 +263,21 @@ func replicated(_ id: String, _ rev: String, history: [String], _ fields: [Strin
         }
     }
 
+    @Test func invalidQueryValuesAndOversizedBodiesAreRefused() async throws {
+        let f = try CouchFixture(maxRequestBytes: 64)
+        try await f.run { c in
+            _ = try await c.put("a", ["v": 1])
+            let badBool = try await c.get("/ferry/a?revs=yes")
+            #expect(badBool.status == .badRequest)
+            let badList = try await c.get("/ferry/a?open_revs=nope")
+            #expect(badList.status == .badRequest)
+            let big = try await c.send(.put, "/ferry/b", json: ["v": .string(String(repeating: "x", count: 100))])
+            #expect(big.status == .contentTooLarge)
+            #expect(big.json["error"] == "too_large")
+            #expect(try await c.get("/ferry/b").status == .notFound)
+        }
+    }
+
     @Test func copyIsNotSupported() async throws {
         let f = try CouchFixture()
         try await f.run { c in
