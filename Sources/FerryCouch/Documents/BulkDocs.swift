@@ -80,18 +80,28 @@ extension CouchDatabase {
         let ids = inputs.compactMap { $0.id.flatMap { try? couchDocumentID($0, replicated: true) } }
         let trees = try store.revisionTrees(ids)
         var batch: [IncomingRevision] = []
+        var refused: [DocumentFailure] = []
         for input in inputs {
             do { batch.append(try prepareReplicated(input: input, pathID: nil, trees: trees, principal: principal)) } catch {
+                refused.append(error)
                 failures.append(error.json)
             }
         }
         let outcomes = try await store.insertRevisionsSuspending(batch)
+        var stored: [IncomingRevision] = []
         for (incoming, outcome) in zip(batch, outcomes) {
-            if case .rejected(let e) = outcome {
-                failures.append(
-                    DocumentFailure(id: incoming.id.rawValue, rev: incoming.revision.description, error: couchError(e)).json)
+            switch outcome {
+            case .inserted: stored.append(incoming)
+            case .alreadyPresent: break
+            case .rejected(let e):
+                let failure = DocumentFailure(
+                    id: incoming.id.rawValue, rev: incoming.revision.description, error: couchError(e),
+                    stage: e.code == "rejected" ? "validation" : "structure")
+                refused.append(failure)
+                failures.append(failure.json)
             }
         }
+        reportReplicated(stored: stored, refused: refused, principal: principal)
         return failures
     }
 

@@ -55,10 +55,18 @@ extension CouchDatabase {
             let id = try couchDocumentID(rawID, replicated: true)
             let trees = try store.revisionTrees([id])
             do { incoming = try prepareReplicated(input: input, pathID: rawID, trees: trees, principal: principal) } catch {
+                reportReplicated(stored: [], refused: [error], principal: principal)
                 throw error.error
             }
             let outcome = try await store.insertRevisionsSuspending([incoming]).first!
-            if case .rejected(let e) = outcome { throw couchError(e) }
+            if case .rejected(let e) = outcome {
+                let failure = DocumentFailure(
+                    id: rawID, rev: incoming.revision.description, error: couchError(e),
+                    stage: e.code == "rejected" ? "validation" : "structure")
+                reportReplicated(stored: [], refused: [failure], principal: principal)
+                throw failure.error
+            }
+            if case .inserted = outcome { reportReplicated(stored: [incoming], refused: [], principal: principal) }
             return writeAnswer(id: rawID, rev: incoming.revision)
         }
         let rev = try editRevision(

@@ -73,7 +73,8 @@ extension CouchDatabase {
                 since = options.attsSince.filter { tree.contains($0) }.map(\.generation).max() ?? 0
             }
             var out: [String: JSON] = [:]
-            for (name, att) in set.entries.sorted(by: { $0.key < $1.key }) {
+            // In canonical JSON key order (UTF-8 bytes): MIME parts follow the order of `follows` entries.
+            for (name, att) in set.entries.sorted(by: { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }) {
                 var delivery = AttachmentDelivery.stub
                 if withContent && att.revpos > since { delivery = multipart ? .follows : .inline }
                 out[name] = try att.couchJSON(delivery, blobs: store.blobs)

@@ -2,6 +2,7 @@ import FerryCore
 import FerryStore
 import FerrySync
 import Foundation
+import Metrics
 
 /// A per-document failure as CouchDB reports it inside `_bulk_docs` answers (and as the
 /// status of a single-document write).
@@ -9,6 +10,8 @@ struct DocumentFailure: Error {
     let id: String
     let rev: String?
     let error: CouchError
+    /// The trust-boundary stage that refused a `new_edits=false` revision.
+    var stage = "structure"
 
     var json: JSON {
         var f: [String: JSON] = ["id": .string(id), "error": .string(error.error), "reason": .string(error.reason)]
@@ -116,7 +119,8 @@ extension CouchDatabase {
         input: CouchDocumentInput, pathID: String?, trees: [DocumentID: RevisionTree], principal: CouchPrincipal
     ) throws(DocumentFailure) -> IncomingRevision {
         let rawID = pathID ?? input.id ?? ""
-        func fail(_ e: CouchError) -> DocumentFailure { DocumentFailure(id: rawID, rev: input.rev, error: e) }
+        var stage = "structure"
+        func fail(_ e: CouchError) -> DocumentFailure { DocumentFailure(id: rawID, rev: input.rev, error: e, stage: stage) }
         do {
             // 1. Structure.
             guard !rawID.isEmpty else { throw CouchError.badRequest("Document id is missing") }
@@ -135,6 +139,7 @@ extension CouchDatabase {
                 generation: rev.generation, keepGivenRevpos: true)
             let (body, contents) = try resolver.storedBody(input)
             // 2. Digest: a Ferry-form ID must match its body; other forms cannot be checked.
+            stage = "digest"
             let incoming: IncomingRevision
             if isFerryFormRevision(rev) {
                 guard
@@ -147,17 +152,20 @@ extension CouchDatabase {
                 incoming = IncomingRevision(id: id, revision: rev, history: history, deleted: input.deleted, body: body)
             }
             // 3. The principal's policy.
+            stage = "policy"
             let policy = principal.policy
             if input.deleted && !policy.mayDelete { throw CouchError.forbidden("You may not delete documents.") }
             if !policy.write.admits(id: id, body: .object(input.fields)) {
                 throw CouchError.forbidden("You may not write document \(id).")
             }
             // 4. The node's pull filter.
+            stage = "filter"
             if let pullFilter,
                 !pullFilter.admits(FilterInput(id: id, revision: rev, deleted: input.deleted, body: body))
             {
                 throw CouchError.forbidden("The node's pull filter \(pullFilter.name) does not admit this revision.")
             }
+            stage = "structure"
             try storeContents(contents)
             return incoming
         } catch let e as CouchError {
@@ -181,6 +189,29 @@ extension CouchDatabase {
             if let att = set.entries[name], digest == nil || att.md5 == digest { return att }
         }
         return nil
+    }
+
+    /// Logs and counts what became of revisions written with `new_edits=false`: refusals by
+    /// stage (as replication's are), stored ones by ID form (CouchDB's cannot be digest-checked).
+    func reportReplicated(stored: [IncomingRevision], refused: [DocumentFailure], principal: CouchPrincipal) {
+        for failure in refused {
+            Counter(label: "ferry_documents_rejected_total", dimensions: [("reason", failure.stage), ("direction", "couch")])
+                .increment()
+            logger.notice(
+                "revision refused",
+                metadata: [
+                    "doc": "\(failure.id)", "rev": "\(failure.rev ?? "")", "stage": "\(failure.stage)",
+                    "reason": "\(failure.error.reason)", "principal": "\(principal.name)",
+                ])
+        }
+        let foreign = stored.filter { !isFerryFormRevision($0.revision) }.count
+        if foreign > 0 {
+            Counter(label: "ferry_couch_revisions_stored_total", dimensions: [("form", "foreign")]).increment(by: foreign)
+        }
+        if stored.count > foreign {
+            Counter(label: "ferry_couch_revisions_stored_total", dimensions: [("form", "ferry")])
+                .increment(by: stored.count - foreign)
+        }
     }
 
     func storeContents(_ contents: [[UInt8]]) throws(CouchError) {
