@@ -155,4 +155,25 @@ import Testing
             #expect(try await c.get("/ferry/a/keep.bin").text == "k")
         }
     }
+
+    @Test func bulkGetAnswersMultipartMixedWhenAccepted() async throws {
+        let f = try CouchFixture()
+        try await f.run { c in
+            _ = try await c.put("a", ["_attachments": ["t": ["content_type": "text/plain", "data": .string(base64("att"))]]])
+            _ = try await c.put("b", ["v": 1])
+            let reply = try await c.send(
+                .post, "/ferry/_bulk_get?attachments=true&revs=true", json: ["docs": [["id": "a"], ["id": "b"], ["id": "zz"]]],
+                headers: [.accept: "multipart/mixed"])
+            let type = reply.headers[.contentType] ?? ""
+            #expect(type.hasPrefix("multipart/mixed"))
+            let parts = try Multipart.parse(reply.bytes, boundary: Multipart.boundary(of: type)!)
+            #expect(parts.count == 3)
+            #expect(parts[0].headers["content-type"]?.hasPrefix("multipart/related") == true)
+            let inner = try Multipart.parse(parts[0].body, boundary: Multipart.boundary(of: parts[0].headers["content-type"]!)!)
+            #expect(inner.count == 2 && inner[1].body == Array("att".utf8))
+            #expect(try JSON.parse(parts[1].body)["_id"] == "b")
+            #expect(parts[2].headers["content-type"] == "application/json; error=\"true\"")
+            #expect(try JSON.parse(parts[2].body)["error"] == "not_found")
+        }
+    }
 }

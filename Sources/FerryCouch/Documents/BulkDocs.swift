@@ -2,6 +2,7 @@ import FerryCore
 import FerryStore
 import Foundation
 import Hummingbird
+import NIOCore
 
 // `_bulk_docs` and `_bulk_get`: many documents per request, each answered on its own.
 extension CouchDatabase {
@@ -122,7 +123,10 @@ extension CouchDatabase {
         }
         let ids = docs.compactMap { $0["id"]?.stringValue.flatMap { try? couchDocumentID($0, replicated: true) } }
         let trees = try store.revisionTrees(ids)
+        // As CouchDB: multipart when the client accepts it, one part per document revision.
+        let multipart = accepts(request, "multipart/mixed") || accepts(request, "multipart/related")
         var results: [JSON] = []
+        var parts: [(headers: [(String, String)], body: [UInt8])] = []
         for doc in docs {
             let rawID = doc["id"]?.stringValue ?? ""
             let revText = doc["rev"]?.stringValue
@@ -149,17 +153,41 @@ extension CouchDatabase {
                 }
                 for rev in revs {
                     if let view = try view(of: id, revision: rev, in: tree) {
-                        items.append(["ok": try render(view, options: docOptions, multipart: false).json])
+                        let rendered = try render(view, options: docOptions, multipart: multipart)
+                        items.append(["ok": rendered.json])
+                        if multipart && !rendered.follows.isEmpty {
+                            let inner = Multipart.newBoundary()
+                            parts.append(
+                                ([("Content-Type", "multipart/related; boundary=\"\(inner)\"")],
+                                 Multipart.write(try relatedParts(rendered.json, rendered.follows), boundary: inner)))
+                        } else if multipart {
+                            parts.append(([("Content-Type", "application/json")], rendered.json.canonicalBytes))
+                        }
                     } else {
                         items.append(failure(.notFound("missing"), rev: rev.description))
+                        if multipart { parts.append(errorPart(items.last!)) }
                     }
                 }
             } catch let e as CouchError {
                 items.append(failure(e, rev: revText))
+                if multipart { parts.append(errorPart(items.last!)) }
             }
             results.append(["id": .string(rawID), "docs": .array(items)])
         }
+        if multipart {
+            let boundary = Multipart.newBoundary()
+            let type = accepts(request, "multipart/mixed") ? "multipart/mixed" : "multipart/related"
+            var headers = HTTPFields()
+            headers[.contentType] = "\(type); boundary=\"\(boundary)\""
+            return Response(
+                status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: Multipart.write(parts, boundary: boundary))))
+        }
         return CouchResponse.json(["results": .array(results)])
+    }
+
+    /// A multipart part for a `{"error": {…}}` item: its inner object, marked as an error.
+    private func errorPart(_ item: JSON) -> (headers: [(String, String)], body: [UInt8]) {
+        ([("Content-Type", "application/json; error=\"true\"")], (item["error"] ?? item).canonicalBytes)
     }
 
     /// 415 unless the request body is `application/json`.
