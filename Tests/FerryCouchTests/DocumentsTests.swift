@@ -40,6 +40,8 @@ func replicated(_ id: String, _ rev: String, history: [String], _ fields: [Strin
             #expect(reply.headers[.eTag] == "\"\(rev)\"")
             let head = try await c.send(.head, "/ferry/a")
             #expect(head.status == .ok && head.bytes.isEmpty && head.headers[.eTag] == "\"\(rev)\"")
+            let cached = try await c.get("/ferry/a", headers: [.ifNoneMatch: "\"\(rev)\""])
+            #expect(cached.status == .notModified && cached.bytes.isEmpty)
         }
     }
 
@@ -138,6 +140,8 @@ func replicated(_ id: String, _ rev: String, history: [String], _ fields: [Strin
     @Test func designDocumentsAreOrdinaryDocuments() async throws {
         let f = try CouchFixture()
         try await f.run { c in
+            // Replication between Ferry peers admits them as it admits Ferry's own IDs.
+            #expect(try DocumentID("_design/app", allowReserved: true).rawValue == "_design/app")
             let rev = try await c.put("_design/app", ["views": [:]])
             #expect(try await c.get("/ferry/_design/app").json["_rev"] == .string(rev))
             let reserved = try await c.send(.post, "/ferry/_bulk_docs", json: ["docs": [["_id": "_other"], ["_id": "_ferry/x"]]])

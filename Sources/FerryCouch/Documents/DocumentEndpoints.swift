@@ -134,6 +134,9 @@ extension CouchDatabase {
         let rendered = try render(view, options: options, multipart: wantsRelated, localSeq: localSeq)
         var headers = HTTPFields()
         headers[.eTag] = "\"\(revision.description)\""
+        if request.headers[values: .ifNoneMatch].contains(headers[.eTag]!) {
+            return Response(status: .notModified, headers: headers, body: .init())
+        }
         let response: Response
         if wantsRelated && !rendered.follows.isEmpty {
             let boundary = Multipart.newBoundary()
