@@ -97,6 +97,10 @@ import Testing
             #expect(badLength.status == .badRequest)
             let notBase64 = try await c.send(.put, "/ferry/a", json: ["_attachments": ["x": ["data": "***"]]])
             #expect(notBase64.status == .badRequest)
+            let reservedName = try await c.send(.put, "/ferry/a", json: ["_attachments": ["_x": ["data": "eHg="]]])
+            #expect(reservedName.status == .badRequest)
+            let standaloneReserved = try await c.send(.put, "/ferry/a/_x", headers: [.contentType: "text/plain"], bytes: [1])
+            #expect(standaloneReserved.status == .badRequest)
         }
         #expect(try storeSnapshot(f.store) == before)
     }

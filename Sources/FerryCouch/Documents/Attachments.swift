@@ -47,6 +47,7 @@ extension CouchDatabase {
     /// `PUT` adds or replaces the attachment, `DELETE` removes it; each makes a new revision.
     func writeAttachment(_ request: Request, principal: CouchPrincipal, rawID: String, name: String) async throws -> Response {
         let id = try couchDocumentID(rawID)
+        try IncomingAttachment.checkName(name)
         let revText = try editRevision(
             query: request.uri.queryParameters.get("rev").map { String($0) }, ifMatch: request.headers[.ifMatch], body: nil)
         let isDelete = request.method == .delete

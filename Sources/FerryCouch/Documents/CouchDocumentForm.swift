@@ -82,6 +82,7 @@ enum IncomingAttachment {
     case content(bytes: [UInt8]?, contentType: String, length: Int64?, digest: String?, revpos: Int?, encoding: String?)
 
     init(name: String, parsing value: JSON) throws(CouchError) {
+        try Self.checkName(name)
         guard let f = value.objectValue else { throw .badRequest("Attachment \(name) must be an object") }
         var encoding: String?
         if let e = f["encoding"], f["stub"] != true {
@@ -115,6 +116,15 @@ enum IncomingAttachment {
                 bytes: nil, contentType: contentType, length: length, digest: digest, revpos: revpos, encoding: encoding)
         } else {
             throw .badRequest("Attachment \(name) has neither data, stub nor follows")
+        }
+    }
+
+    /// CouchDB's rule: a name is non-empty and does not start with `_`.
+    static func checkName(_ name: String) throws(CouchError) {
+        if name.isEmpty { throw .badRequest("Attachment name can't be empty") }
+        if name.hasPrefix("_") { throw .badRequest("Attachment name '\(name)' starts with prohibited character '_'") }
+        if name.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) {
+            throw .badRequest("Attachment name '\(name)' contains a control character")
         }
     }
 
