@@ -105,4 +105,31 @@ import Testing
             #expect(doc?["_attachments"]?["t"]?["data"] == .string(base64("t")))
         }
     }
+
+    @Test func bulkDocsDeletesWithDeletedTrueAndTheCurrentRevision() async throws {
+        let f = try CouchFixture()
+        try await f.run { c in
+            let rev = try await c.put("a", ["v": 1])
+            let reply = try await c.send(.post, "/ferry/_bulk_docs", json: ["docs": [["_id": "a", "_rev": .string(rev), "_deleted": true]]])
+            #expect(reply.json.arrayItems.first?["ok"] == true)
+            #expect(try await c.get("/ferry/a").json == ["error": "not_found", "reason": "deleted"])
+        }
+    }
+
+    @Test func renderDocumentGivesIncludeDocsTheCouchForm() async throws {
+        let f = try CouchFixture()
+        let id = try DocumentID("a")
+        try await f.run { c in
+            _ = try await c.put("a", ["v": 1, "_attachments": ["t": ["content_type": "text/plain", "data": .string(base64("t"))]]])
+        }
+        let document = try f.store.document(id)!
+        var options = CouchRenderOptions()
+        options.conflicts = true
+        options.revs = true
+        let json = try f.database.renderDocument(document, options: options)
+        #expect(json["_id"] == "a" && json["v"] == 1 && json["@attachments"] == nil)
+        #expect(json["_attachments"]?["t"]?["stub"] == true)
+        #expect(json["_revisions"]?["start"] == 1)
+        #expect(json["_conflicts"] == nil)
+    }
 }
