@@ -176,4 +176,37 @@ import Testing
             #expect(try JSON.parse(parts[2].body)["error"] == "not_found")
         }
     }
+
+    @Test func openRevsMultipartCanBeWrittenToAnotherNodeAsItCame() async throws {
+        // CouchDB's replicator pattern: read open_revs as multipart/mixed with atts_since the
+        // target's revision, then PUT each multipart/related part with new_edits=false.
+        let source = try CouchFixture()
+        let target = try CouchFixture()
+        let (first, parts) = try await source.run { c in
+            let r1 = try await c.put("a", ["_attachments": ["old.txt": ["content_type": "text/plain", "data": .string(base64("old"))]]])
+            let first = try await c.get("/ferry/a?revs=true&attachments=true").json
+            var atts = try await c.get("/ferry/a").json["_attachments"]!.objectValue!
+            atts["new.bin"] = ["content_type": "application/octet-stream", "data": .string(Data([0, 1, 2, 0x0D, 0x0A]).base64EncodedString())]
+            _ = try await c.put("a", ["_rev": .string(r1), "v": 2, "_attachments": .object(atts)])
+            let since = "[\"\(r1)\"]".addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+            let reply = try await c.get(
+                "/ferry/a?open_revs=all&revs=true&latest=true&attachments=true&atts_since=\(since)", headers: [.accept: "multipart/mixed"])
+            return (first, try Multipart.parse(reply.bytes, boundary: Multipart.boundary(of: reply.headers[.contentType]!)!))
+        }
+        try await target.run { c in
+            #expect(try await c.send(.post, "/ferry/_bulk_docs", json: ["new_edits": false, "docs": [first]]).json == [])
+            #expect(parts.count == 1)
+            let type = parts[0].headers["content-type"]!
+            let put = try await c.send(.put, "/ferry/a?new_edits=false", headers: [.contentType: type], bytes: parts[0].body)
+            #expect(put.status == .created, "\(put.text)")
+            let doc = try await c.get("/ferry/a").json
+            #expect(doc["_rev"]?.stringValue?.hasPrefix("2-") == true)
+            #expect(doc["_attachments"]?["old.txt"]?["revpos"] == 1)
+            #expect(try await c.get("/ferry/a/new.bin").bytes == [0, 1, 2, 0x0D, 0x0A])
+        }
+        let a = try DocumentID("a")
+        let original = try source.store.document(a)!
+        let copy = try target.store.document(a)!
+        #expect(copy.revision == original.revision && copy.body == original.body)
+    }
 }
