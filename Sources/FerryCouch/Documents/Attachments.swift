@@ -40,8 +40,51 @@ extension CouchDatabase {
         headers[.couchContentMD5] = att.md5Base64
         headers[.contentLength] = String(bytes.count)
         headers[.cacheControl] = "must-revalidate"
-        if request.method == .head { return Response(status: .ok, headers: headers, body: .init()) }
-        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
+        headers[.acceptRanges] = "bytes"
+        var status = HTTPResponse.Status.ok
+        var content = bytes[...]
+        if let range = request.headers[.range] {
+            switch Self.byteRange(range, total: bytes.count) {
+            case .whole: break
+            case .part(let r):
+                status = .partialContent
+                content = bytes[r]
+                headers[.contentRange] = "bytes \(r.lowerBound)-\(r.upperBound - 1)/\(bytes.count)"
+                headers[.contentLength] = String(r.count)
+            case .unsatisfiable:
+                var h = HTTPFields()
+                h[.contentRange] = "bytes */\(bytes.count)"
+                return Response(status: .rangeNotSatisfiable, headers: h, body: .init())
+            }
+        }
+        if request.method == .head { return Response(status: status, headers: headers, body: .init()) }
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: content)))
+    }
+
+    /// What a `Range` header asks of `total` bytes: one `bytes=` range is served (206);
+    /// anything else (several ranges, other units, malformed) gets the whole content.
+    enum ByteRangeRequest: Equatable {
+        case whole
+        case part(Range<Int>)
+        case unsatisfiable
+    }
+
+    static func byteRange(_ header: String, total: Int) -> ByteRangeRequest {
+        guard header.hasPrefix("bytes="), !header.contains(",") else { return .whole }
+        let spec = header.dropFirst(6).split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
+        guard spec.count == 2 else { return .whole }
+        let first = spec[0].trimmingCharacters(in: .whitespaces)
+        let last = spec[1].trimmingCharacters(in: .whitespaces)
+        if first.isEmpty {
+            guard let suffix = Int(last), suffix > 0 else { return .whole }
+            guard total > 0 else { return .unsatisfiable }
+            return .part(max(0, total - suffix)..<total)
+        }
+        guard let start = Int(first), start >= 0 else { return .whole }
+        guard start < total else { return .unsatisfiable }
+        if last.isEmpty { return .part(start..<total) }
+        guard let end = Int(last), end >= start else { return .whole }
+        return .part(start..<min(end + 1, total))
     }
 
     /// `PUT` adds or replaces the attachment, `DELETE` removes it; each makes a new revision.
