@@ -79,6 +79,7 @@ let package = Package(
         ),
         // Avahi's dns_sd compat library (see Sources/CDNSSD/module.modulemap).
         .systemLibrary(name: "CDNSSD", providers: [.apt(["libavahi-compat-libdnssd-dev"])]),
+        .systemLibrary(name: "CZlib", providers: [.apt(["zlib1g-dev"])]),
         .target(
             name: "FerryDiscovery",
             dependencies: [
@@ -91,7 +92,7 @@ let package = Package(
         .target(
             name: "FerryCouch",
             dependencies: [
-                "FerryCore", "FerryQuery", "FerryStore", "FerrySync",
+                "FerryCore", "FerryQuery", "FerryStore", "FerrySync", "CZlib",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Hummingbird", package: "hummingbird"),

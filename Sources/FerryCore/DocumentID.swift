@@ -6,8 +6,9 @@ public struct DocumentID: Hashable, Sendable, Comparable, CustomStringConvertibl
     /// The longest permitted ID, in UTF-8 bytes.
     public static let maximumLength = 250
     /// Prefixes that may start with `_`. They are reserved for documents that Ferry
-    /// itself manages; user code may read them but `DocumentID(_:)` refuses them.
-    public static let reservedPrefixes = ["_ferry/"]
+    /// itself manages, and for CouchDB's design documents (which the CouchDB API stores and
+    /// peers replicate); user code may read them but `DocumentID(_:)` refuses them.
+    public static let reservedPrefixes = ["_ferry/", "_design/"]
 
     /// Validates a user-supplied ID. Reserved prefixes are refused.
     public init(_ rawValue: String) throws(DocumentIDError) {

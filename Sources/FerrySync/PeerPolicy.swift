@@ -92,4 +92,11 @@ public struct FilterInput: Sendable {
     public let revision: RevisionID
     public let deleted: Bool
     public let body: JSON
+
+    public init(id: DocumentID, revision: RevisionID, deleted: Bool, body: JSON) {
+        self.id = id
+        self.revision = revision
+        self.deleted = deleted
+        self.body = body
+    }
 }

@@ -1,0 +1,2 @@
+// The system zlib, for gzip-encoded CouchDB attachments.
+#include <zlib.h>

@@ -1,0 +1,136 @@
+import Crypto
+import FerryCore
+import FerryStore
+import Foundation
+
+/// One attachment as a stored Ferry body keeps it: a blob reference (so Ferry peers transfer
+/// the bytes as they do any blob) plus what CouchDB clients must see again unchanged.
+///
+/// Stored under the body's `@attachments` member as
+/// `{name: {"@type":"blob","digest":"sha256-…","length":N,"contentType":…,"md5":"md5-…","revpos":R}}`.
+struct StoredAttachment: Equatable, Sendable {
+    var blob: BlobDigest
+    var length: Int64
+    var contentType: String
+    /// CouchDB's `digest`: `md5-` and the base64 of the content's MD5.
+    var md5: String
+    var revpos: Int
+
+    /// The member of a stored body that holds the attachments (never a top-level `_` name:
+    /// the store reserves those; `@` names are Ferry's, as `@type` is).
+    static let bodyKey = "@attachments"
+    /// The content type CouchDB gives an attachment that names none.
+    static let defaultContentType = "application/octet-stream"
+
+    var json: JSON {
+        .object([
+            "@type": "blob", "digest": .string(blob.description), "length": .int(length),
+            "contentType": .string(contentType), "md5": .string(md5), "revpos": .int(Int64(revpos)),
+        ])
+    }
+
+    init(blob: BlobDigest, length: Int64, contentType: String, md5: String, revpos: Int) {
+        self.blob = blob
+        self.length = length
+        self.contentType = contentType
+        self.md5 = md5
+        self.revpos = revpos
+    }
+
+    /// The entry for `bytes` first attached at generation `revpos`.
+    init(bytes: [UInt8], contentType: String, revpos: Int) {
+        self.init(
+            blob: BlobDigest.of(bytes), length: Int64(bytes.count), contentType: contentType,
+            md5: Self.md5Digest(bytes), revpos: revpos)
+    }
+
+    /// Reads a stored entry; nil for anything that is not one (stored bodies were checked on the way in).
+    init?(json: JSON) {
+        guard let f = json.objectValue, f["@type"] == "blob", let d = f["digest"]?.stringValue,
+            let blob = try? BlobDigest(d), let length = f["length"]?.intValue
+        else { return nil }
+        self.init(
+            blob: blob, length: length, contentType: f["contentType"]?.stringValue ?? Self.defaultContentType,
+            md5: f["md5"]?.stringValue ?? "", revpos: Int(f["revpos"]?.intValue ?? 1))
+    }
+
+    /// CouchDB's digest of `bytes`.
+    static func md5Digest(_ bytes: [UInt8]) -> String {
+        "md5-" + Data(Insecure.MD5.hash(data: bytes)).base64EncodedString()
+    }
+
+    /// The base64 of the MD5, as `Content-MD5` carries it.
+    var md5Base64: String { md5.hasPrefix("md5-") ? String(md5.dropFirst(4)) : md5 }
+}
+
+/// The attachments of one stored revision as CouchDB clients see them: the body's
+/// `@attachments` plus, for each blob the body refers to elsewhere, a stub named
+/// `sha256-<hex>` so that CouchDB clients can fetch Ferry's own blobs.
+struct AttachmentSet {
+    /// Name → attachment, including the blob stubs.
+    var entries: [String: StoredAttachment] = [:]
+    /// Names that stand for blob references elsewhere in the body (not kept in `@attachments`).
+    var blobStubNames: Set<String> = []
+
+    /// The attachments of a stored body of a revision of `generation`. MD5 digests of blob
+    /// stubs are computed from the blob bytes; a blob this node lacks gets no stub.
+    init(body: JSON, generation: Int, blobs: BlobStore) {
+        guard let fields = body.objectValue else { return }
+        if let stored = fields[StoredAttachment.bodyKey]?.objectValue {
+            for (name, value) in stored {
+                if let att = StoredAttachment(json: value) { entries[name] = att }
+            }
+        }
+        var rest = fields
+        rest.removeValue(forKey: StoredAttachment.bodyKey)
+        guard let refs = try? JSON.object(rest).blobReferences(), !refs.isEmpty else { return }
+        for ref in refs {
+            let name = Self.blobStubName(ref.digest)
+            guard entries[name] == nil, let bytes = try? blobs.get(ref.digest) else { continue }
+            entries[name] = StoredAttachment(
+                blob: ref.digest, length: ref.length, contentType: ref.contentType ?? StoredAttachment.defaultContentType,
+                md5: StoredAttachment.md5Digest(bytes), revpos: generation)
+            blobStubNames.insert(name)
+        }
+    }
+
+    init() {}
+
+    static func blobStubName(_ digest: BlobDigest) -> String { digest.description }
+
+    var isEmpty: Bool { entries.isEmpty }
+}
+
+/// How an attachment's content goes out with a document.
+enum AttachmentDelivery {
+    /// Metadata with `stub: true`.
+    case stub
+    /// `data` as base64 in the JSON.
+    case inline
+    /// `follows: true`; the bytes go in a later MIME part.
+    case follows
+}
+
+extension StoredAttachment {
+    /// CouchDB's `_attachments` entry.
+    func couchJSON(_ delivery: AttachmentDelivery, blobs: BlobStore) throws -> JSON {
+        var f: [String: JSON] = [
+            "content_type": .string(contentType), "digest": .string(md5), "length": .int(length),
+            "revpos": .int(Int64(revpos)),
+        ]
+        switch delivery {
+        case .stub: f["stub"] = true
+        case .follows: f["follows"] = true
+        case .inline: f["data"] = .string(Data(try content(blobs)).base64EncodedString())
+        }
+        return .object(f)
+    }
+
+    /// The attachment's bytes, from the blob store.
+    func content(_ blobs: BlobStore) throws -> [UInt8] {
+        guard let bytes = try blobs.get(blob) else {
+            throw CouchError(.internalServerError, "missing_blob", "The content of this attachment is not on this node.")
+        }
+        return bytes
+    }
+}

@@ -1,0 +1,151 @@
+import FerryCore
+import FerryStore
+import Foundation
+import Hummingbird
+import HummingbirdCore
+import HTTPTypes
+import NIOCore
+
+// Standalone attachments: `GET|HEAD|PUT|DELETE /{db}/{id}/{name}`.
+extension CouchDatabase {
+    /// `GET|HEAD|PUT|DELETE /{db}/{id}/{name}`.
+    func attachment(_ request: Request, context: CouchRequestContext, docID: String, name: String) async throws -> Response {
+        let principal = try context.requirePrincipal()
+        switch request.method {
+        case .get, .head: return try readAttachment(request, principal: principal, rawID: docID, name: name)
+        case .put, .delete: return try await writeAttachment(request, principal: principal, rawID: docID, name: name)
+        default: throw CouchError.methodNotAllowed("GET,HEAD,PUT,DELETE")
+        }
+    }
+
+    func readAttachment(_ request: Request, principal: CouchPrincipal, rawID: String, name: String) throws -> Response {
+        let id = try couchDocumentID(rawID, replicated: true)
+        guard let tree = try store.revisionTree(id), let winner = tree.winner else { throw CouchError.notFound("missing") }
+        try checkReadable(id, tree: tree, principal: principal)
+        var revision = winner.id
+        if let revText = try editRevision(
+            query: request.uri.queryParameters.get("rev").map { String($0) }, ifMatch: request.headers[.ifMatch], body: nil)
+        {
+            revision = try parseRevision(revText)
+        } else if winner.deleted {
+            throw CouchError.notFound("deleted")
+        }
+        guard let view = try view(of: id, revision: revision, in: tree) else { throw CouchError.notFound("missing") }
+        let set = AttachmentSet(body: view.body, generation: revision.generation, blobs: store.blobs)
+        guard let att = set.entries[name] else { throw CouchError.notFound("Document is missing attachment") }
+        let bytes = try att.content(store.blobs)
+        var headers = HTTPFields()
+        headers[.contentType] = att.contentType
+        headers[.eTag] = "\"\(att.md5Base64)\""
+        headers[.couchContentMD5] = att.md5Base64
+        headers[.contentLength] = String(bytes.count)
+        headers[.cacheControl] = "must-revalidate"
+        headers[.acceptRanges] = "bytes"
+        var status = HTTPResponse.Status.ok
+        var content = bytes[...]
+        if let range = request.headers[.range] {
+            switch Self.byteRange(range, total: bytes.count) {
+            case .whole: break
+            case .part(let r):
+                status = .partialContent
+                content = bytes[r]
+                headers[.contentRange] = "bytes \(r.lowerBound)-\(r.upperBound - 1)/\(bytes.count)"
+                headers[.contentLength] = String(r.count)
+            case .unsatisfiable:
+                var h = HTTPFields()
+                h[.contentRange] = "bytes */\(bytes.count)"
+                return Response(status: .rangeNotSatisfiable, headers: h, body: .init())
+            }
+        }
+        if request.method == .head { return Response(status: status, headers: headers, body: .init()) }
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: content)))
+    }
+
+    /// What a `Range` header asks of `total` bytes: one `bytes=` range is served (206);
+    /// anything else (several ranges, other units, malformed) gets the whole content.
+    enum ByteRangeRequest: Equatable {
+        case whole
+        case part(Range<Int>)
+        case unsatisfiable
+    }
+
+    static func byteRange(_ header: String, total: Int) -> ByteRangeRequest {
+        guard header.hasPrefix("bytes="), !header.contains(",") else { return .whole }
+        let spec = header.dropFirst(6).split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
+        guard spec.count == 2 else { return .whole }
+        let first = spec[0].trimmingCharacters(in: .whitespaces)
+        let last = spec[1].trimmingCharacters(in: .whitespaces)
+        if first.isEmpty {
+            guard let suffix = Int(last), suffix > 0 else { return .whole }
+            guard total > 0 else { return .unsatisfiable }
+            return .part(max(0, total - suffix)..<total)
+        }
+        guard let start = Int(first), start >= 0 else { return .whole }
+        guard start < total else { return .unsatisfiable }
+        if last.isEmpty { return .part(start..<total) }
+        guard let end = Int(last), end >= start else { return .whole }
+        return .part(start..<min(end + 1, total))
+    }
+
+    /// `PUT` adds or replaces the attachment, `DELETE` removes it; each makes a new revision.
+    func writeAttachment(_ request: Request, principal: CouchPrincipal, rawID: String, name: String) async throws -> Response {
+        let id = try couchDocumentID(rawID)
+        try IncomingAttachment.checkName(name)
+        let revText = try editRevision(
+            query: request.uri.queryParameters.get("rev").map { String($0) }, ifMatch: request.headers[.ifMatch], body: nil)
+        let isDelete = request.method == .delete
+        let tree = try store.revisionTree(id)
+        var parent: RevisionID?
+        var fields: [String: JSON] = [:]
+        var generation = 1
+        if let revText {
+            let rev = try parseRevision(revText)
+            guard let tree, let r = tree.revision(rev), r.isLeaf, !r.deleted, let bytes = r.body else { throw CouchError.conflict() }
+            parent = rev
+            generation = rev.generation + 1
+            fields = (try? JSON.parse(bytes))?.objectValue ?? [:]
+        } else {
+            if isDelete { throw CouchError.conflict() }
+            if let w = tree?.winner {
+                guard w.deleted else { throw CouchError.conflict() }
+                generation = w.id.generation + 1
+            }
+        }
+        var attachments = fields[StoredAttachment.bodyKey]?.objectValue ?? [:]
+        var contents: [[UInt8]] = []
+        if isDelete {
+            guard attachments.removeValue(forKey: name) != nil else {
+                throw CouchError.notFound("Document is missing attachment")
+            }
+        } else {
+            let bytes = Array(try await readBody(request).readableBytesView)
+            let contentType = request.headers[.contentType] ?? StoredAttachment.defaultContentType
+            let entry = StoredAttachment(bytes: bytes, contentType: contentType, revpos: generation)
+            if let md5 = request.headers[.couchContentMD5], md5 != entry.md5Base64 {
+                throw CouchError.badRequest("Content-MD5 does not match the attachment's content")
+            }
+            attachments[name] = entry.json
+            contents.append(bytes)
+        }
+        if attachments.isEmpty { fields.removeValue(forKey: StoredAttachment.bodyKey) } else {
+            fields[StoredAttachment.bodyKey] = .object(attachments)
+        }
+        var user = fields
+        user.removeValue(forKey: StoredAttachment.bodyKey)
+        if !principal.policy.write.admits(id: id, body: .object(user)) {
+            throw CouchError.forbidden("You may not write document \(id).")
+        }
+        try storeContents(contents)
+        let edit = PreparedEdit(id: id, parent: parent, deleted: false, body: .object(fields))
+        let rev: RevisionID
+        do { rev = try store.write { txn throws(StoreError) in try apply(edit, in: txn) } } catch { throw couchError(error) }
+        var response = writeAnswer(id: rawID, rev: rev)
+        if isDelete { response.status = .ok }
+        return response
+    }
+}
+
+extension HTTPField.Name {
+    /// `Content-MD5`: the base64 MD5 of an attachment's bytes, as CouchDB sends and checks it.
+    static let couchContentMD5 = HTTPField.Name("Content-MD5")!
+}

@@ -1,0 +1,236 @@
+import FerryCore
+import FerryStore
+import FerrySync
+import Foundation
+import Metrics
+
+/// A per-document failure as CouchDB reports it inside `_bulk_docs` answers (and as the
+/// status of a single-document write).
+struct DocumentFailure: Error {
+    let id: String
+    let rev: String?
+    let error: CouchError
+    /// The trust-boundary stage that refused a `new_edits=false` revision.
+    var stage = "structure"
+
+    var json: JSON {
+        var f: [String: JSON] = ["id": .string(id), "error": .string(error.error), "reason": .string(error.reason)]
+        if let rev { f["rev"] = .string(rev) }
+        return .object(f)
+    }
+}
+
+/// An ordinary edit (`new_edits` true), checked and ready for the store.
+struct PreparedEdit {
+    let id: DocumentID
+    let parent: RevisionID?
+    let deleted: Bool
+    let body: JSON
+}
+
+/// Revision IDs Ferry makes: `N-` and 64 lowercase hex (a SHA-256 the body can be checked
+/// against). Any other form was made elsewhere and cannot be digest-checked.
+func isFerryFormRevision(_ rev: RevisionID) -> Bool {
+    let hash = revisionHash(rev)
+    return hash.utf8.count == 64 && hash.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }
+}
+
+extension CouchDatabase {
+    /// A document ID from a CouchDB client. `_design/…` IDs are ordinary documents here;
+    /// Ferry's own `_ferry/…` documents arrive only by replication (`new_edits=false`).
+    func couchDocumentID(_ raw: String, replicated: Bool = false) throws(CouchError) -> DocumentID {
+        if raw.hasPrefix("_design/") && raw.count > 8 {
+            do { _ = try DocumentID("d" + raw.dropFirst()) } catch {
+                throw CouchError(.badRequest, "illegal_docid", error.description)
+            }
+            return DocumentID(unchecked: raw)
+        }
+        do { return try DocumentID(raw, allowReserved: replicated) } catch {
+            if case .reservedPrefix = error {
+                throw CouchError(.badRequest, "illegal_docid", "Only reserved document ids may start with underscore.")
+            }
+            throw CouchError(.badRequest, "illegal_docid", error.description)
+        }
+    }
+
+    func parseRevision(_ text: String) throws(CouchError) -> RevisionID {
+        do { return try RevisionID(text) } catch { throw .badRequest("Invalid rev format") }
+    }
+
+    /// CouchDB's answer for a store error.
+    func couchError(_ e: StoreError) -> CouchError {
+        switch e {
+        case .conflict: return .conflict()
+        case .notFound, .revisionNotFound, .bodyNotRetained: return .notFound("missing")
+        case .invalidDocumentID(let why): return CouchError(.badRequest, "illegal_docid", why.description)
+        case .invalidBody(let why): return CouchError(.badRequest, "doc_validation", why)
+        case .tooLarge: return CouchError(.contentTooLarge, "too_large", "Document too large")
+        case .digestMismatch, .invalidHistory, .blobLengthMismatch: return .badRequest(e.description)
+        case .rejected(_, let reason): return .forbidden(reason)
+        case .missingBlob: return CouchError(.preconditionFailed, "missing_stub", e.description)
+        case .busy, .io: return CouchError(.serviceUnavailable, "unavailable", e.description)
+        default: return CouchError(.internalServerError, "internal_server_error", e.description)
+        }
+    }
+
+    /// Checks one ordinary edit against the document's current tree and the principal's
+    /// policy, and stores its new attachment contents as blobs.
+    func prepareEdit(
+        id: DocumentID, input: CouchDocumentInput, parentText: String?, tree: RevisionTree?, principal: CouchPrincipal
+    ) throws(CouchError) -> PreparedEdit {
+        var parent: RevisionID?
+        if let parentText { parent = try parseRevision(parentText) }
+        var generation = 1
+        var lookupBody: JSON?
+        if let parent {
+            generation = parent.generation + 1
+            if let tree, let r = tree.revision(parent), let b = r.body { lookupBody = try? JSON.parse(b) }
+        } else if let w = tree?.winner, w.deleted {
+            generation = w.id.generation + 1
+        }
+        let parentAttachments = lookupBody.map { AttachmentSet(body: $0, generation: parent!.generation, blobs: store.blobs) }
+        let resolver = AttachmentResolver(
+            docID: id.rawValue,
+            lookup: { name, _ in parentAttachments?.entries[name] },
+            generation: generation, keepGivenRevpos: false)
+        let (body, contents) = try resolver.storedBody(input)
+        let policy = principal.policy
+        if input.deleted && !policy.mayDelete { throw .forbidden("You may not delete documents.") }
+        if !policy.write.admits(id: id, body: .object(input.fields)) {
+            throw .forbidden("You may not write document \(id).")
+        }
+        try storeContents(contents)
+        return PreparedEdit(id: id, parent: parent, deleted: input.deleted, body: body)
+    }
+
+    /// Applies one prepared edit inside a transaction; returns the new revision.
+    func apply(_ edit: PreparedEdit, in txn: StoreTransaction) throws(StoreError) -> RevisionID {
+        if edit.deleted {
+            guard let parent = edit.parent else { throw .conflict(id: edit.id, given: nil, current: nil) }
+            return try txn.delete(edit.id, revision: parent, tombstoneBody: edit.body)
+        }
+        return try txn.put(edit.id, body: edit.body, parent: edit.parent)
+    }
+
+    /// Checks one existing revision (`new_edits=false`) at the trust boundary, in order:
+    /// structure, digest (Ferry-form IDs only), the principal's write policy, the node's
+    /// pull filter. Validation runs in the store as it inserts.
+    func prepareReplicated(
+        input: CouchDocumentInput, pathID: String?, trees: [DocumentID: RevisionTree], principal: CouchPrincipal
+    ) throws(DocumentFailure) -> IncomingRevision {
+        let rawID = pathID ?? input.id ?? ""
+        var stage = "structure"
+        func fail(_ e: CouchError) -> DocumentFailure { DocumentFailure(id: rawID, rev: input.rev, error: e, stage: stage) }
+        do {
+            // 1. Structure.
+            guard !rawID.isEmpty else { throw CouchError.badRequest("Document id is missing") }
+            let id = try couchDocumentID(rawID, replicated: true)
+            guard let revText = input.rev else { throw CouchError.badRequest("Invalid rev format") }
+            let rev = try parseRevision(revText)
+            var history: [RevisionID] = []
+            for h in try input.history(for: revText) ?? [] { history.append(try parseRevision(h)) }
+            if rev.generation > 1 && history.isEmpty {
+                throw CouchError.badRequest("Revision \(revText) needs its _revisions history")
+            }
+            let tree = trees[id]
+            let resolver = AttachmentResolver(
+                docID: rawID,
+                lookup: { name, digest in Self.attachment(named: name, digest: digest, in: tree, blobs: self.store.blobs) },
+                generation: rev.generation, keepGivenRevpos: true)
+            let (body, contents) = try resolver.storedBody(input)
+            // 2. Digest: a Ferry-form ID must match its body; other forms cannot be checked.
+            stage = "digest"
+            let incoming: IncomingRevision
+            if isFerryFormRevision(rev) {
+                guard
+                    let verified = IncomingRevision.verified(
+                        id: id, revision: rev, history: history, deleted: input.deleted, body: body, hlc: .zero,
+                        canonicalBody: body.canonicalBytes)
+                else { throw CouchError.badRequest("Revision \(revText) does not match its body") }
+                incoming = verified
+            } else {
+                incoming = IncomingRevision(id: id, revision: rev, history: history, deleted: input.deleted, body: body)
+            }
+            // 3. The principal's policy.
+            stage = "policy"
+            let policy = principal.policy
+            if input.deleted && !policy.mayDelete { throw CouchError.forbidden("You may not delete documents.") }
+            if !policy.write.admits(id: id, body: .object(input.fields)) {
+                throw CouchError.forbidden("You may not write document \(id).")
+            }
+            // 4. The node's pull filter.
+            stage = "filter"
+            if let pullFilter,
+                !pullFilter.admits(FilterInput(id: id, revision: rev, deleted: input.deleted, body: body))
+            {
+                throw CouchError.forbidden("The node's pull filter \(pullFilter.name) does not admit this revision.")
+            }
+            stage = "structure"
+            try storeContents(contents)
+            return incoming
+        } catch let e as CouchError {
+            throw fail(e)
+        } catch {
+            throw fail(CouchError(.internalServerError, "internal_server_error", "\(error)"))
+        }
+    }
+
+    /// The attachment a `new_edits=false` stub names: held by some revision of the document
+    /// whose body is kept, with the stub's digest when it gives one.
+    static func attachment(named name: String, digest: String?, in tree: RevisionTree?, blobs: BlobStore)
+        -> StoredAttachment?
+    {
+        guard let tree else { return nil }
+        // Leaves first, newest first: their bodies are always kept.
+        let ordered = tree.revisions.sorted { ($0.isLeaf ? 1 : 0, $0.id.generation) > ($1.isLeaf ? 1 : 0, $1.id.generation) }
+        for r in ordered {
+            guard let bytes = r.body, let body = try? JSON.parse(bytes) else { continue }
+            let set = AttachmentSet(body: body, generation: r.id.generation, blobs: blobs)
+            if let att = set.entries[name], digest == nil || att.md5 == digest { return att }
+        }
+        return nil
+    }
+
+    /// Logs and counts what became of revisions written with `new_edits=false`: refusals by
+    /// stage (as replication's are), stored ones by ID form (CouchDB's cannot be digest-checked).
+    func reportReplicated(stored: [IncomingRevision], refused: [DocumentFailure], principal: CouchPrincipal) {
+        for failure in refused {
+            Counter(label: "ferry_documents_rejected_total", dimensions: [("reason", failure.stage), ("direction", "couch")])
+                .increment()
+            logger.notice(
+                "revision refused",
+                metadata: [
+                    "doc": "\(failure.id)", "rev": "\(failure.rev ?? "")", "stage": "\(failure.stage)",
+                    "reason": "\(failure.error.reason)", "principal": "\(principal.name)",
+                ])
+        }
+        let foreign = stored.filter { !isFerryFormRevision($0.revision) }.count
+        if foreign > 0 {
+            Counter(label: "ferry_couch_revisions_stored_total", dimensions: [("form", "foreign")]).increment(by: foreign)
+        }
+        if stored.count > foreign {
+            Counter(label: "ferry_couch_revisions_stored_total", dimensions: [("form", "ferry")])
+                .increment(by: stored.count - foreign)
+        }
+    }
+
+    func storeContents(_ contents: [[UInt8]]) throws(CouchError) {
+        for bytes in contents {
+            do { try store.blobs.put(bytes) } catch { throw couchError(error) }
+        }
+    }
+
+    /// The revision an edit names: `?rev=`, `If-Match` or the body's `_rev`, which must agree.
+    func editRevision(query: String?, ifMatch: String?, body: String?) throws(CouchError) -> String? {
+        let header = ifMatch.map { $0.trimmingCharacters(in: CharacterSet(charactersIn: "\" ")) }
+        var found: String?
+        for candidate in [query, header, body] {
+            guard let candidate else { continue }
+            if let f = found, f != candidate {
+                throw .badRequest("Document rev from request body and query string have different values")
+            }
+            found = candidate
+        }
+        return found
+    }
+}

@@ -1,0 +1,40 @@
+import CZlib
+
+/// Decodes gzip-encoded attachment content: CouchDB's replicator sends compressible
+/// attachments (text, JSON, …) as it stores them, gzip-encoded with `"encoding":"gzip"`,
+/// and Ferry keeps identity bytes only.
+enum Gzip {
+    /// The decoded bytes, at most `limit` of them; nil for anything that is not valid gzip
+    /// or decodes to more than `limit`.
+    static func decode(_ input: [UInt8], limit: Int) -> [UInt8]? {
+        guard !input.isEmpty else { return nil }
+        var stream = z_stream()
+        // 16 + MAX_WBITS: expect a gzip header and trailer (and check the CRC).
+        guard inflateInit2_(&stream, 16 + MAX_WBITS, ZLIB_VERSION, Int32(MemoryLayout<z_stream>.size)) == Z_OK else {
+            return nil
+        }
+        defer { inflateEnd(&stream) }
+        var output: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 64 << 10)
+        var input = input
+        return input.withUnsafeMutableBufferPointer { inBuf -> [UInt8]? in
+            stream.next_in = inBuf.baseAddress
+            stream.avail_in = UInt32(inBuf.count)
+            while true {
+                let status = chunk.withUnsafeMutableBufferPointer { outBuf -> Int32 in
+                    stream.next_out = outBuf.baseAddress
+                    stream.avail_out = UInt32(outBuf.count)
+                    return inflate(&stream, Z_NO_FLUSH)
+                }
+                let produced = chunk.count - Int(stream.avail_out)
+                output.append(contentsOf: chunk[0..<produced])
+                if output.count > limit { return nil }
+                switch status {
+                case Z_STREAM_END: return stream.avail_in == 0 ? output : nil
+                case Z_OK: if produced == 0 && stream.avail_in == 0 { return nil }
+                default: return nil
+                }
+            }
+        }
+    }
+}
