@@ -6,6 +6,8 @@ set -euo pipefail
 
 need=()
 [ -f /usr/include/sqlite3.h ] || need+=(libsqlite3-dev)
+# zlib: gzip-encoded attachments from CouchDB replicators (Sources/CZlib).
+[ -f /usr/include/zlib.h ] || need+=(zlib1g-dev)
 # DNS-SD: Avahi's Bonjour-compatible library (build) and the daemon, D-Bus (dbus-send
 # checks readiness) and avahi-browse (discovery tests, in a private namespace started by
 # scripts/avahi-loopback.sh).
