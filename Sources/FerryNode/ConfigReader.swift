@@ -317,8 +317,9 @@ extension ConfigReader {
         let name = try string(n, "\(key).name")
         if let problem = CouchUser.nameProblem(name) { throw fail("\(key).name", problem) }
         guard let p = o["password"] else { throw fail("\(key).password", "is required: a hash from `ferry couch-user NAME`") }
+        let text = try string(p, "\(key).password")
         let hash: CouchPasswordHash
-        do { hash = try CouchPasswordHash(parsing: try string(p, "\(key).password")) } catch { throw fail("\(key).password", error.description) }
+        do { hash = try CouchPasswordHash(parsing: text) } catch { throw fail("\(key).password", error.description) }
         var user = CouchUser(name: name, password: hash)
         if let pol = o["policy"] { user.policy = try policy(pol, "\(key).policy") }
         return user

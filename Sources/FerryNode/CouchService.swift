@@ -13,7 +13,7 @@ extension FerryNode {
     /// The node's database as the CouchDB API serves it: the group's name, the store, the
     /// pull filter peers face, and a server UUID stable for the node.
     func makeCouchDatabase(shutdown: CouchShutdown = CouchShutdown()) -> CouchDatabase {
-        let filter = replicators.pullFilter.map(ReplicationFactory.carryingMembership)
+        let filter = replicators.pullFilter.map { ReplicationFactory.carryingMembership($0) }
         return CouchDatabase(
             name: configuration.group, store: store, pullFilter: filter,
             maxRequestBytes: configuration.couch.effectiveMaxRequestBytes(configuration.limits),

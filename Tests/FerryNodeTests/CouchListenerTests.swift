@@ -256,7 +256,7 @@ import Testing
         let hex = fingerprint.split(separator: "=").last.map { $0.replacingOccurrences(of: ":", with: "").trimmingCharacters(in: .whitespacesAndNewlines).lowercased() }
         #expect(hex == n.node.identity.nodeID)
         func curl(_ path: String, _ extra: [String] = []) throws -> String {
-            try Self.run("/usr/bin/curl", ["-sk", "-o", "/dev/null", "-w", "%{http_code}"] + extra + [url.dropLast() + path]).1
+            try Self.run("/usr/bin/curl", ["-sk", "-o", "/dev/null", "-w", "%{http_code}"] + extra + [String(url.dropLast()) + path]).1
         }
         #expect(try curl("/") == "200")
         #expect(try curl("/_all_dbs") == "401")

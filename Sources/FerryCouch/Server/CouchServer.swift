@@ -111,7 +111,8 @@ public struct CouchFrontDoor: HTTPResponder {
         let now = access.now()
         if let authorization {
             context.principal = try await authenticate(authorization, address: address, now: now)
-        } else if let cookie, let (principal, expires) = session(cookie, now: now) {
+        } else if let cookie, let found = session(cookie, now: now) {
+            let (principal, expires) = found
             context.principal = principal
             if access.sessions.needsRenewal(expires: expires, now: now) {
                 let value = access.sessions.issue(name: principal.name, credential: credential(of: principal.name) ?? "", now: now)
@@ -158,12 +159,14 @@ public struct CouchFrontDoor: HTTPResponder {
     /// PBKDF2 off Swift's cooperative threads: it takes tens to hundreds of milliseconds.
     func verify(name: String, password: String, now: Date) async -> CouchUser? {
         let users = access.users
-        return (try? await NIOThreadPool.singleton.runIfActive { users.authenticate(name: name, password: password, now: now) }) ?? nil
+        let user = try? await NIOThreadPool.singleton.runIfActive { users.authenticate(name: name, password: password, now: now) }
+        return user ?? nil
     }
 
     /// The principal of a valid session cookie, and when it expires.
     func session(_ cookie: String, now: Date) -> (CouchPrincipal, Date)? {
-        guard let (name, expires) = access.sessions.verify(cookie, credential: credential(of:), now: now) else { return nil }
+        guard let found = access.sessions.verify(cookie, credential: credential(of:), now: now) else { return nil }
+        let (name, expires) = found
         if name == "admin" { return (.admin, expires) }
         guard let user = access.users.user(named: name) else { return nil }
         return (.user(name: user.name, policy: user.policy), expires)
@@ -253,7 +256,7 @@ public struct CouchFrontDoor: HTTPResponder {
         if principal != nil { info["authenticated"] = .string(handler) }
         return [
             "ok": true,
-            "userCtx": ["name": principal.map { .string($0.name) } ?? .null, "roles": roles(principal)],
+            "userCtx": ["name": principal.map { JSON.string($0.name) } ?? JSON.null, "roles": roles(principal)],
             "info": .object(info),
         ]
     }
@@ -274,7 +277,7 @@ public struct CouchListenerService: Service {
         }
     }
 
-    let run: @Sendable () async throws -> Void
+    let serveRequests: @Sendable () async throws -> Void
     let shutdown: CouchShutdown
 
     /// A listener on `host:port` (0: a free port, reported to `onBound`).
@@ -298,13 +301,13 @@ public struct CouchListenerService: Service {
             responder: frontDoor, server: server,
             configuration: .init(address: .hostname(host, port: port), serverName: "Ferry (CouchDB API)"),
             onServerRunning: { channel in onBound(channel.localAddress?.port ?? 0) }, logger: logger)
-        run = { try await app.run() }
+        serveRequests = { try await app.run() }
         shutdown = frontDoor.database.shutdown
     }
 
     public func run() async throws {
         try await withGracefulShutdownHandler {
-            try await run()
+            try await serveRequests()
         } onGracefulShutdown: {
             shutdown.fire()
         }
