@@ -150,7 +150,7 @@ import Testing
                 body: ByteBuffer(string: #"{"name":"admin","password":"\#(Self.adminKey)"}"#)
             ) { #expect($0.status == .unauthorized) }
             try await client.execute(
-                uri: "/_all_dbs", method: .get, headers: [.authorization: Self.basic("reader", "r-pass"), .host: "tablet.example:6984"]
+                uri: "/_all_dbs", method: .get, headers: [.authorization: Self.basic("reader", "r-pass"), .init("Host")!: "tablet.example:6984"]
             ) { #expect($0.status == .ok) }
             try await client.execute(uri: "/_session", method: .post, headers: [.contentType: "application/json"],
                 body: ByteBuffer(string: #"{"name":"reader","password":"r-pass"}"#)
@@ -161,7 +161,7 @@ import Testing
     @Test func aForeignHostIsMisdirectedOnLoopback() async throws {
         let app = Application(responder: try Self.frontDoor())
         try await app.test(.router) { client in
-            try await client.execute(uri: "/", method: .get, headers: [.host: "evil.example"]) { response in
+            try await client.execute(uri: "/", method: .get, headers: [.init("Host")!: "evil.example"]) { response in
                 #expect(response.status == .misdirectedRequest)
                 #expect(self.json(response)["error"] == "misdirected_request")
             }

@@ -116,7 +116,7 @@ public struct CouchFrontDoor: HTTPResponder {
             context.principal = principal
             if access.sessions.needsRenewal(expires: expires, now: now) {
                 let value = access.sessions.issue(name: principal.name, credential: credential(of: principal.name) ?? "", now: now)
-                extra.append(HTTPField(name: .setCookie, value: access.sessions.setCookie(value, secure: secure)))
+                extra.append(.init(name: .setCookie, value: access.sessions.setCookie(value, secure: secure)))
             }
         }
         let endpoint = CouchRouting.endpoint(rawPath: request.uri.path)
@@ -189,7 +189,7 @@ public struct CouchFrontDoor: HTTPResponder {
         case .get, .head:
             return CouchResponse.json(Self.sessionInfo(context.principal, via: request.headers[.authorization] != nil ? "default" : "cookie"))
         case .delete:
-            extra.append(HTTPField(name: .setCookie, value: CouchSessionCookies.clearingCookie(secure: secure)))
+            extra.append(.init(name: .setCookie, value: CouchSessionCookies.clearingCookie(secure: secure)))
             return CouchResponse.json(["ok": true])
         case .post:
             if access.throttle.isBlocked(address, now: now) { throw Self.throttled }
@@ -209,7 +209,7 @@ public struct CouchFrontDoor: HTTPResponder {
                 principal = .user(name: user.name, policy: user.policy)
             }
             let value = access.sessions.issue(name: principal.name, credential: credential(of: principal.name) ?? "", now: now)
-            extra.append(HTTPField(name: .setCookie, value: access.sessions.setCookie(value, secure: secure)))
+            extra.append(.init(name: .setCookie, value: access.sessions.setCookie(value, secure: secure)))
             return CouchResponse.json(["ok": true, "name": .string(principal.name), "roles": Self.roles(principal)])
         default:
             throw CouchError.methodNotAllowed("GET,HEAD,POST,DELETE")
