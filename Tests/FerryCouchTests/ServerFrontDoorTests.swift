@@ -175,6 +175,12 @@ import Testing
                 #expect(response.status == .forbidden)
                 #expect(response.headers[.accessControlAllowOrigin] == nil)
             }
+            // A page's failed request gets no Basic challenge (no browser login dialog); other clients do.
+            try await client.execute(uri: "/_all_dbs", method: .get, headers: [.origin: "https://app.example"]) { response in
+                #expect(response.status == .unauthorized && response.headers[.wwwAuthenticate] == nil)
+                #expect(response.headers[.accessControlAllowOrigin] == "https://app.example")
+            }
+            try await client.execute(uri: "/_all_dbs", method: .get) { #expect($0.headers[.wwwAuthenticate] != nil) }
             try await client.execute(
                 uri: "/ferry/doc", method: .options,
                 headers: [.origin: "https://app.example", .accessControlRequestMethod: "PUT", .accessControlRequestHeaders: "content-type,authorization"]

@@ -78,6 +78,9 @@ public struct CouchFrontDoor: HTTPResponder {
         for field in extra where response.headers[field.name] == nil || field.name == .setCookie {
             response.headers.append(field)
         }
+        // A Basic challenge would make a browser pop up its own login dialog over a web app's.
+        let fromPage = request.headers[.origin] != nil || request.headers.contains { $0.name.canonicalName == "x-requested-with" }
+        if fromPage { response.headers[.wwwAuthenticate] = nil }
         return response
     }
 
