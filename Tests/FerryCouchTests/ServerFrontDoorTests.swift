@@ -124,6 +124,11 @@ import Testing
             try await client.execute(uri: "/_session", method: .delete, headers: [.cookie: cookie]) { response in
                 #expect(response.headers[.setCookie]?.contains("Max-Age=0") == true)
             }
+            // A login body past 64 KiB is refused unread.
+            try await client.execute(
+                uri: "/_session", method: .post, headers: [.contentType: "application/json"],
+                body: ByteBuffer(string: #"{"name":"reader","password":""# + String(repeating: "x", count: 70_000) + #""}"#)
+            ) { #expect($0.status == .contentTooLarge) }
             // JSON logins work too; a wrong password gets no cookie.
             try await client.execute(
                 uri: "/_session", method: .post, headers: [.contentType: "application/json"],

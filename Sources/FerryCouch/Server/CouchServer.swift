@@ -222,7 +222,11 @@ public struct CouchFrontDoor: HTTPResponder {
     /// `name` and `password` of a login, from a form or a JSON body.
     func loginFields(_ request: Request) async throws -> (String, String) {
         let media = (request.headers[.contentType] ?? "").split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
-        let body = try await database.readBody(request)
+        // Anyone may post a login: its body is small, whatever the API's limit.
+        let body: ByteBuffer
+        do { body = try await request.body.collect(upTo: Self.maxLoginBytes) } catch is NIOTooManyBytesError {
+            throw CouchError.tooLarge("A login is at most \(Self.maxLoginBytes) bytes.")
+        }
         let bytes = Array(body.readableBytesView)
         var fields: [String: String] = [:]
         switch media {
@@ -248,6 +252,8 @@ public struct CouchFrontDoor: HTTPResponder {
         }
         return (name, password)
     }
+
+    static let maxLoginBytes = 64 * 1024
 
     static func roles(_ principal: CouchPrincipal?) -> JSON {
         principal == .admin ? ["_admin"] : []

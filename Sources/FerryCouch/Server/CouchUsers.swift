@@ -58,6 +58,13 @@ public struct CouchPasswordHash: Sendable, Equatable, CustomStringConvertible {
         hash = try Self.derive(password, salt: salt, iterations: iterations)
     }
 
+    /// A hash no password matches, for checks that must cost what a real one does.
+    init(unmatchable iterations: Int) {
+        self.iterations = iterations
+        salt = Array(repeating: 0, count: Self.minimumSaltBytes)
+        hash = Array(repeating: 0, count: Self.hashBytes)
+    }
+
     static func derive(_ password: String, salt: [UInt8], iterations: Int) throws(CouchUserError) -> [UInt8] {
         do {
             let key = try KDF.Insecure.PBKDF2.deriveKey(
@@ -108,6 +115,8 @@ public struct CouchUser: Sendable, Equatable {
 /// keyed digests of name and password, never the password.
 public final class CouchUserTable: Sendable {
     private let users: [String: CouchUser]
+    /// Checked for unknown names, as costly as the costliest configured hash.
+    private let unknownUser: CouchPasswordHash
     private let cacheKey = SymmetricKey(size: .bits256)
     private let verified = Mutex<[Data: Date]>([:])
     /// How long a verified password skips PBKDF2.
@@ -116,6 +125,7 @@ public final class CouchUserTable: Sendable {
 
     public init(_ users: [CouchUser], rememberFor: TimeInterval = 600) {
         self.users = Dictionary(users.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+        unknownUser = CouchPasswordHash(unmatchable: users.map(\.password.iterations).max() ?? CouchPasswordHash.minimumIterations)
         self.rememberFor = rememberFor
     }
 
@@ -128,7 +138,7 @@ public final class CouchUserTable: Sendable {
     public func authenticate(name: String, password: String, now: Date) -> CouchUser? {
         guard let user = users[name] else {
             // As slow as a real check, so that timing does not tell which names exist.
-            _ = CouchPasswordHash.dummy.verify(password)
+            _ = unknownUser.verify(password)
             return nil
         }
         var mac = HMAC<SHA256>(key: cacheKey)
@@ -149,13 +159,6 @@ public final class CouchUserTable: Sendable {
         }
         return user
     }
-}
-
-extension CouchPasswordHash {
-    /// Checked against for unknown names, with the minimum cost a configured hash may have.
-    static let dummy: CouchPasswordHash = {
-        do { return try CouchPasswordHash(password: "-", iterations: minimumIterations) } catch { fatalError("\(error)") }
-    }()
 }
 
 /// A user entry or password hash that cannot be used.
