@@ -122,6 +122,19 @@ import Testing
         #expect(throws: CouchError.self) { try cors.preflight(origin: "https://app.example", credentials: true, method: "TRACE", headers: nil).get() }
     }
 
+    @Test func basicCredentialsAndThePresentedAdminKeyAreReadExactly() {
+        let encoded = Data("tablet:pa:ss word".utf8).base64EncodedString()
+        #expect(HTTPRequestRules.basicCredentials("Basic \(encoded)")! == ("tablet", "pa:ss word"))
+        #expect(HTTPRequestRules.basicCredentials("basic  \(encoded)")! == ("tablet", "pa:ss word"))
+        #expect(HTTPRequestRules.basicCredentials("Basic " + Data("nocolon".utf8).base64EncodedString()) == nil)
+        #expect(HTTPRequestRules.basicCredentials("Basic !!!") == nil)
+        #expect(HTTPRequestRules.basicCredentials("Bearer \(encoded)") == nil)
+        #expect(HTTPRequestRules.presentedAdminKey("Bearer KEY") == "KEY")
+        #expect(HTTPRequestRules.presentedAdminKey("Basic " + Data("admin:KEY".utf8).base64EncodedString()) == "KEY")
+        #expect(HTTPRequestRules.presentedAdminKey("Basic " + Data("tablet:KEY".utf8).base64EncodedString()) == nil)
+        #expect(HTTPRequestRules.presentedAdminKey(nil) == nil)
+    }
+
     @Test func anAddressIsRefusedAfterTooManyFailuresUntilTheWindowPasses() {
         let throttle = CouchLoginThrottle(maxFailures: 3, window: 60, logger: .init(label: "test"))
         let start = Date()
