@@ -38,6 +38,8 @@ public final class Node: @unchecked Sendable {
     public var pid: Int32? { process?.pid }
     public var isRunning: Bool { process?.isRunning ?? false }
     public var admin: AdminClient { AdminClient(base: info["adminURL"]?.stringValue ?? "", host: host, key: adminKey) }
+    /// The CouchDB API's loopback base URL from node.json (`http://127.0.0.1:PORT/`).
+    public var couchURL: String { info["couchURL"]?.stringValue ?? "" }
 
     /// The node's admin key, read from its data directory (nil before its first start).
     public var adminKey: String? {
@@ -61,7 +63,7 @@ public final class Node: @unchecked Sendable {
 
     private func launch() async throws {
         try? FileManager.default.removeItem(atPath: dataDirectory + "/node.json")
-        var args = ["--data", dataDirectory, "serve", "--port", "0", "--admin-port", "0", "--name", name] + arguments
+        var args = ["--data", dataDirectory, "serve", "--port", "0", "--admin-port", "0", "--couch-port", "0", "--name", name] + arguments
         if !args.contains("--discovery") && !args.contains("--config") { args.append("--no-discovery") }
         if host == nil && !args.contains("--interface") { args += ["--interface", "127.0.0.1"] }
         let executable = host == nil ? Ferry.binary : "/usr/bin/nsenter"

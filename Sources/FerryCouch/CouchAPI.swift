@@ -67,10 +67,13 @@ public enum CouchPrincipal: Sendable, Equatable {
 public struct CouchRequestContext: RequestContext {
     public var coreContext: CoreRequestContextStorage
     public var principal: CouchPrincipal?
+    /// The client's IP address (failed logins are counted per address); nil when unknown.
+    public var remoteAddress: String?
 
     public init(source: Source) {
         coreContext = .init(source: source)
         principal = nil
+        remoteAddress = source.channel.remoteAddress?.ipAddress
     }
 
     /// The principal, or 401 for a request that reached a protected endpoint without one.

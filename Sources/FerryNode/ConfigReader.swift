@@ -1,5 +1,6 @@
 import Crypto
 import FerryCore
+import FerryCouch
 import FerryStore
 import FerrySync
 import Foundation
@@ -67,7 +68,7 @@ struct ConfigReader {
         var c = NodeConfiguration()
         let top = try object(json, "", allowed: [
             "name", "group", "data", "listen", "admin", "discovery", "peers", "trust", "conflicts", "pullFilter",
-            "validation", "logLevel", "limits", "readOnly", "replications",
+            "validation", "logLevel", "limits", "readOnly", "replications", "couch",
         ])
         if let v = top["name"] { c.name = try name(v, "name") }
         if let v = top["group"] {
@@ -160,6 +161,7 @@ struct ConfigReader {
                 c.replications.append(spec)
             }
         }
+        if let v = top["couch"] { c.couch = try couch(v, "couch") }
         return c
     }
 
@@ -266,6 +268,61 @@ struct ConfigReader {
             spec.documentIDs = ids
         }
         return spec
+    }
+}
+
+extension ConfigReader {
+    /// `{"port", "maxRequestBytes", "sessionSeconds", "users": [...], "cors": {"origins"}, "lan": {"interface", "port"}}`.
+    func couch(_ v: JSON, _ key: String) throws(ConfigError) -> NodeConfiguration.Couch {
+        let o = try object(v, key, allowed: ["port", "maxRequestBytes", "sessionSeconds", "users", "cors", "lan"])
+        var c = NodeConfiguration.Couch()
+        if let x = o["port"] { c.port = try int(x, "\(key).port", 0...65535) }
+        if let x = o["maxRequestBytes"] { c.maxRequestBytes = try int(x, "\(key).maxRequestBytes", 1024...(1 << 32)) }
+        if let x = o["sessionSeconds"] { c.sessionSeconds = try int(x, "\(key).sessionSeconds", 60...(30 * 86_400)) }
+        if let x = o["users"] {
+            guard case .array(let items) = x else { throw fail("\(key).users", "must be an array") }
+            for (i, item) in items.enumerated() {
+                let user = try couchUser(item, "\(key).users[\(i)]")
+                if c.users.contains(where: { $0.name == user.name }) {
+                    throw fail("\(key).users[\(i)].name", "duplicate user \(LogText.escape(user.name))")
+                }
+                c.users.append(user)
+            }
+        }
+        if let x = o["cors"] {
+            let co = try object(x, "\(key).cors", allowed: ["origins"])
+            if let list = co["origins"] {
+                c.corsOrigins = try strings(list, "\(key).cors.origins")
+                for (i, origin) in c.corsOrigins.enumerated() where origin != "*" {
+                    guard let u = URL(string: origin), u.scheme != nil, u.host != nil, u.path.isEmpty else {
+                        throw fail("\(key).cors.origins[\(i)]", "must be an origin such as https://app.example:8443 (scheme, host, optional port) or *")
+                    }
+                }
+            }
+        }
+        if let x = o["lan"] {
+            let lo = try object(x, "\(key).lan", allowed: ["interface", "port"])
+            var lan = NodeConfiguration.Couch.LAN()
+            if let i = lo["interface"] { lan.interface = try string(i, "\(key).lan.interface") }
+            if let p = lo["port"] { lan.port = try int(p, "\(key).lan.port", 0...65535) }
+            c.lan = lan
+        }
+        return c
+    }
+
+    /// `{"name", "password": "pbkdf2-sha256$…", "policy"?}` (the policy as a trust entry's).
+    func couchUser(_ item: JSON, _ key: String) throws(ConfigError) -> CouchUser {
+        let o = try object(item, key, allowed: ["name", "password", "policy"])
+        guard let n = o["name"] else { throw fail("\(key).name", "is required") }
+        let name = try string(n, "\(key).name")
+        if let problem = CouchUser.nameProblem(name) { throw fail("\(key).name", problem) }
+        guard let p = o["password"] else { throw fail("\(key).password", "is required: a hash from `ferry couch-user NAME`") }
+        let text = try string(p, "\(key).password")
+        let hash: CouchPasswordHash
+        do { hash = try CouchPasswordHash(parsing: text) } catch { throw fail("\(key).password", error.description) }
+        var user = CouchUser(name: name, password: hash)
+        if let pol = o["policy"] { user.policy = try policy(pol, "\(key).policy") }
+        return user
     }
 }
 

@@ -41,6 +41,11 @@ public final class FerryNode: Sendable {
         /// Whether discovery works, as its first attempt found; nil when it is off.
         /// `unavailable` while it has not answered within `discoveryAnswerLimit`.
         public var discovery: DiscoveryAvailability?
+        /// The CouchDB API's loopback port and base URL (`http://127.0.0.1:PORT/`).
+        public var couchPort = 0
+        public var couchURL = ""
+        /// The CouchDB API's LAN listener (`https://HOST:PORT/`), when configured.
+        public var couchLANURL: String?
     }
 
     /// How long readiness waits for discovery's first attempt to start.
@@ -214,6 +219,7 @@ public final class FerryNode: Sendable {
         services.append(MembershipFollower(membership: membership, store: store))
         services.append(
             StartupGuard(role: .admin(configuration.adminInterface, configuration.adminPort), service: admin.application()))
+        services.append(contentsOf: try makeCouchServices(readiness: readiness))
         if let path = configuration.unixSocket {
             services.append(
                 StartupGuard(role: .unixSocket(path), service: UnixSocketService(path: path, responder: makeResponder(authenticated: false), readiness: readiness)))
@@ -246,6 +252,9 @@ public final class FerryNode: Sendable {
             "adminKeyFile": .string(AdminKey.path(dataDirectory: URL(fileURLWithPath: dataDirectory).standardizedFileURL.path)),
         ]
         if let unix = configuration.unixSocket { info["unix"] = .string(unix) }
+        info["couchURL"] = .string(ready.couchURL)
+        info["couchPort"] = .int(Int64(ready.couchPort))
+        if let lan = ready.couchLANURL { info["couchLANURL"] = .string(lan) }
         try writeAtomically(.object(info), to: nodeFile)
     }
 
@@ -290,6 +299,18 @@ final class ReadinessBox: Sendable {
 
     func unixSocketBound() { unixSocket.set(()) }
 
+    private let couch = Latch<Int>()
+    private let couchLAN = Latch<Int>()
+
+    func couchBound(_ port: Int) { couch.set(port) }
+    func couchLANBound(_ port: Int) { couchLAN.set(port) }
+
+    /// The CouchDB API's loopback port once bound.
+    func couchPort() async throws -> Int { try await couch.wait() }
+
+    /// The CouchDB API's LAN port once bound (only awaited when one is configured).
+    func couchLANPort() async throws -> Int { try await couchLAN.wait() }
+
     /// Returns once the Unix socket listens (only awaited when one is configured).
     func unixSocketListening() async throws { try await unixSocket.wait() }
 }
@@ -313,6 +334,13 @@ struct ReadinessService: Service {
                 // A node is not ready while a configured socket may still fail to bind.
                 if node.configuration.unixSocket != nil { try await readiness.unixSocketListening() }
                 var ready = node.readyInfo(port: port, adminPort: adminPort)
+                ready.couchPort = try await readiness.couchPort()
+                ready.couchURL = "http://127.0.0.1:\(ready.couchPort)/"
+                if let lan = node.configuration.couch.lan {
+                    let lanPort = try await readiness.couchLANPort()
+                    let host = lan.interface == "0.0.0.0" || lan.interface == "::" ? "127.0.0.1" : lan.interface
+                    ready.couchLANURL = "https://\(host.contains(":") ? "[\(host)]" : host):\(lanPort)/"
+                }
                 if let discovery {
                     ready.discovery = await Self.firstAvailability(of: discovery, clock: node.clock)
                     try Task.checkCancellation()
@@ -356,6 +384,9 @@ struct StartupGuard<Wrapped: Service>: Service {
         case listener(String, Int)
         case admin(String, Int)
         case unixSocket(String)
+        /// The CouchDB API's loopback and LAN listeners.
+        case couch(String, Int)
+        case couchLAN(String, Int)
     }
 
     let role: Role
@@ -380,18 +411,26 @@ struct StartupGuard<Wrapped: Service>: Service {
         case .listener(let h, let port): (place, host, flag) = ("port \(port)", h, "--port")
         case .admin(let h, let port): (place, host, flag) = ("admin port \(port)", h, "--admin-port")
         case .unixSocket(let path): (place, host, flag) = ("Unix socket \(path)", nil, "--unix")
+        case .couch(let h, let port): (place, host, flag) = ("CouchDB API port \(port)", h, "--couch-port")
+        case .couchLAN(let h, let port): (place, host, flag) = ("CouchDB API LAN port \(port)", h, "couch.lan.port")
         }
         let bind = error as? TransportError ?? TransportError.bindFailed(place, host: host, error: error)
         let fix: String
         switch bind.code {
         case "address_in_use":
-            fix = flag == "--unix" ? "another ferry serve? pass another --unix path" : "another ferry serve? pass \(flag) 0"
+            fix = flag == "--unix" ? "another ferry serve? pass another --unix path"
+                : flag == "couch.lan.port" ? "another ferry serve or a CouchDB? set another couch.lan.port in the config"
+                : "another ferry serve? pass \(flag) 0"
             return NodeError.startFailed("\(place) is in use (\(fix))")
         case "permission_denied":
-            fix = flag == "--unix" ? "pass a --unix path in a directory you may write" : "ports below 1024 need root: pass \(flag) 0 or a higher port"
+            fix = flag == "--unix" ? "pass a --unix path in a directory you may write"
+                : flag == "couch.lan.port" ? "ports below 1024 need root: set a higher couch.lan.port"
+                : "ports below 1024 need root: pass \(flag) 0 or a higher port"
             return NodeError.startFailed("\(bind.message) (\(fix))")
         case "address_not_available", "bad_address":
-            fix = flag == "--unix" ? "pass a shorter --unix path" : flag == "--port" ? "pass --interface 0.0.0.0" : "the admin API needs 127.0.0.1 or ::1"
+            fix = flag == "--unix" ? "pass a shorter --unix path" : flag == "--port" ? "pass --interface 0.0.0.0"
+                : flag == "couch.lan.port" ? "set couch.lan.interface to an address of this host or 0.0.0.0"
+                : flag == "--couch-port" ? "the CouchDB API's own listener is on 127.0.0.1" : "the admin API needs 127.0.0.1 or ::1"
             return NodeError.startFailed("\(bind.message) (\(fix))")
         case "bind_failed":
             return NodeError.startFailed(bind.message)

@@ -1,5 +1,6 @@
 import Crypto
 import FerryCore
+import FerryCouch
 import FerryStore
 import FerrySync
 import Foundation
@@ -51,6 +52,35 @@ public struct NodeConfiguration: Sendable {
         public init() {}
     }
 
+    /// The CouchDB HTTP API: its loopback listener, users, web origins and the opt-in LAN listener.
+    public struct Couch: Sendable, Equatable {
+        /// The opt-in LAN listener: HTTPS with the node's certificate, configured users only.
+        public struct LAN: Sendable, Equatable {
+            public var interface = "0.0.0.0"
+            public var port = 6984
+            public init() {}
+        }
+
+        /// Port on 127.0.0.1; 0 picks a free one. Default 4987.
+        public var port = 4987
+        /// Largest request body; nil: the larger of 64 MiB and limits.maxDocumentBytes + 1 MiB
+        /// (`_bulk_docs` batches and base64 attachments are larger than one document).
+        public var maxRequestBytes: Int?
+        public var users: [CouchUser] = []
+        /// Web origins whose pages may call the API (`*`: any, without credentials). Default none.
+        public var corsOrigins: [String] = []
+        /// Seconds an `AuthSession` cookie lasts. Default 600.
+        public var sessionSeconds = 600
+        /// nil: no LAN listener (the default).
+        public var lan: LAN?
+        public init() {}
+
+        /// The body limit in force with `limits`.
+        public func effectiveMaxRequestBytes(_ limits: Limits) -> Int {
+            maxRequestBytes ?? max(64 << 20, limits.maxDocumentBytes + (1 << 20))
+        }
+    }
+
     public var name = ProcessInfo.processInfo.hostName
     /// The group: the database name in the URL path and in the DNS-SD TXT record.
     public var group = "ferry"
@@ -84,6 +114,7 @@ public struct NodeConfiguration: Sendable {
     public var readOnly = false
     /// Replications declared in the file (resumed on every start).
     public var replications: [ReplicationSpec] = []
+    public var couch = Couch()
 
     // Command-line only (never in the file): development switches and alternatives.
     /// Plaintext ws:// (development only; logged).

@@ -76,7 +76,7 @@ struct LanBench: AsyncParsableCommand {
         }
         func start(_ i: Int) async throws -> LabNode {
             var args = lab.hosts[i].nsenterArguments + [ferry, "--data", dirs[i], "serve", "--name", "n\(i + 1)", "--port", "4985"]
-            args += ["--admin-port", "0", "--discovery", "--group", "bench", "--interface", "0.0.0.0"]
+            args += ["--admin-port", "0", "--couch-port", "0", "--discovery", "--group", "bench", "--interface", "0.0.0.0"]
             for (j, id) in ids.enumerated() where j != i { args += ["--trust", id] }
             let pid = try NetBench.launch("/usr/bin/nsenter", args, quiet: true)
             let info = try await NetBench.waitForNodeFile(dirs[i], pid: pid)

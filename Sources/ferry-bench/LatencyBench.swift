@@ -48,7 +48,7 @@ struct LatencyBench: AsyncParsableCommand {
         defer { for n in started { kill(n.pid, SIGTERM) } }
         // Start from the last node, so that each node can dial every node after it.
         for i in (0..<nodes).reversed() {
-            var args = ["--data", dirs[i], "serve", "--port", "0", "--admin-port", "0", "--no-discovery", "--interface", "127.0.0.1"]
+            var args = ["--data", dirs[i], "serve", "--port", "0", "--admin-port", "0", "--couch-port", "0", "--no-discovery", "--interface", "127.0.0.1"]
             for (j, id) in ids.enumerated() where j != i { args += ["--trust", id] }
             for j in dialed(by: i) { args += ["--peer", "\(urls[j])#\(ids[j])"] }
             let pid = try NetBench.launch(ferry, args, quiet: true)

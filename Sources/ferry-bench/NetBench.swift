@@ -168,7 +168,7 @@ struct NetBench: AsyncParsableCommand {
     static func startServe(_ ferry: String, data: String, trust: String) throws -> (pid: pid_t, url: String) {
         try? FileManager.default.removeItem(atPath: "\(data)/node.json")
         let pid = try launch(
-            ferry, ["--data", data, "serve", "--port", "0", "--admin-port", "0", "--no-discovery", "--interface", "127.0.0.1", "--trust", trust],
+            ferry, ["--data", data, "serve", "--port", "0", "--admin-port", "0", "--couch-port", "0", "--no-discovery", "--interface", "127.0.0.1", "--trust", trust],
             quiet: true)
         let deadline = Date().addingTimeInterval(30)
         while Date() < deadline {

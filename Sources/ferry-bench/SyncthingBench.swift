@@ -196,7 +196,7 @@ struct SyncthingBench: AsyncParsableCommand {
         }
         let idA = try NetBench.capture(ferry, ["--data", dirA, "id"]).trimmingCharacters(in: .whitespacesAndNewlines)
         let idB = try NetBench.capture(ferry, ["--data", dirB, "id"]).trimmingCharacters(in: .whitespacesAndNewlines)
-        let base = ["serve", "--port", "0", "--admin-port", "0", "--no-discovery", "--interface", "127.0.0.1"]
+        let base = ["serve", "--port", "0", "--admin-port", "0", "--couch-port", "0", "--no-discovery", "--interface", "127.0.0.1"]
         let pidB = try NetBench.launch(ferry, ["--data", dirB] + base + ["--trust", idA], quiet: true)
         defer { kill(pidB, SIGKILL); _ = NetBench.reap(pidB) }
         let infoB = try await NetBench.waitForNodeFile(dirB, pid: pidB)

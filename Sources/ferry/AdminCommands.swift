@@ -23,6 +23,7 @@ struct Status: AsyncParsableCommand {
         Output.line("""
             node     \(info["id"]?.stringValue ?? "?") (\(info["name"]?.stringValue ?? "?"), version \(info["version"]?.stringValue ?? "?"))
             group    \(info["group"]?.stringValue ?? "?"), listening on port \(info["port"]?.intValue ?? 0), admin \(node.adminURL)
+            couchdb  \(node.nodeFile["couchURL"]?.stringValue ?? "-")\(node.nodeFile["couchLANURL"]?.stringValue.map { ", LAN \($0)" } ?? "")
             docs     \(info["docCount"]?.intValue ?? 0) live, \(info["deletedCount"]?.intValue ?? 0) deleted, \(info["conflictedCount"]?.intValue ?? 0) conflicted; last sequence \(info["lastSequence"]?.intValue ?? 0)
             digest   \(info["digest"]?.stringValue ?? "?")
             """)

@@ -49,9 +49,10 @@ struct Serve: AsyncParsableCommand {
         abstract: "Run this node as a peer: TLS WebSocket listener, DNS-SD discovery, replication with trusted peers, admin API.",
         discussion: """
             With no configuration it runs on ./ferry-data with a generated identity, listens on \
-            port 4985, serves the admin API on 127.0.0.1:4986 and discovers peers over DNS-SD. \
+            port 4985, serves the admin API on 127.0.0.1:4986 and the CouchDB API on \
+            127.0.0.1:4987, and discovers peers over DNS-SD. \
             --config FILE reads a JSON config (docs/operations.md); flags override it. \
-            Writes DATA/node.json ({"id","pid","port","url","adminURL"}) when ready and removes \
+            Writes DATA/node.json ({"id","pid","port","url","adminURL","couchURL"}) when ready and removes \
             it on a clean exit. SIGTERM or SIGINT stop it gracefully (exit 0). Peers are given \
             as URL#NODEID, where NODEID is the other node's `ferry id`; they are dialled and \
             trusted to connect here.
@@ -62,6 +63,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Listener port; 0 picks a free one (see node.json). Default 4985.") var port: Int?
     @Option(help: "Interface address to listen on. Default 0.0.0.0.") var interface: String?
     @Option(help: "Admin API port on 127.0.0.1; 0 picks a free one. Default 4986.") var adminPort: Int?
+    @Option(help: "CouchDB API port on 127.0.0.1; 0 picks a free one. Default 4987.") var couchPort: Int?
     @Option(help: "Node name (DNS-SD instance, certificate CN). Default: the host name.") var name: String?
     @Option(name: [.customLong("group"), .customLong("database")], help: "Group: the database name in /NAME/sync and in DNS-SD. Default ferry.")
     var group: String?
@@ -79,6 +81,7 @@ struct Serve: AsyncParsableCommand {
     func validate() throws {
         if let port, !(0...65535).contains(port) { throw ValidationError("--port must be 0...65535") }
         if let adminPort, !(0...65535).contains(adminPort) { throw ValidationError("--admin-port must be 0...65535") }
+        if let couchPort, !(0...65535).contains(couchPort) { throw ValidationError("--couch-port must be 0...65535") }
         if let password, !password.contains(":") { throw ValidationError("--password takes USER:PASSWORD") }
         for id in trust where NodeIDFormat.normalized(id) == nil {
             throw ValidationError("--trust \(id): \(NodeIDFormat.requirement)")
@@ -91,6 +94,7 @@ struct Serve: AsyncParsableCommand {
         if let port { c.port = port }
         if let interface { c.interface = interface }
         if let adminPort { c.adminPort = adminPort }
+        if let couchPort { c.couch.port = couchPort }
         if let name { c.name = name }
         if let group { c.group = group }
         if let discovery { c.discovery = discovery }
@@ -175,11 +179,13 @@ struct Serve: AsyncParsableCommand {
                 Output.json([
                     "id": .string(ready.nodeID), "port": .int(Int64(ready.port)), "adminPort": .int(Int64(ready.adminPort)),
                     "url": .string(ready.url), "adminURL": .string(ready.adminURL), "pid": .int(Int64(getpid())),
+                    "couchURL": .string(ready.couchURL),
                 ])
             } else {
                 Output.line("""
                     Ferry node \(ready.nodeID)
                     listening on port \(ready.port) (\(scheme)); admin API \(ready.adminURL); data in \(dataDir)
+                    CouchDB API \(ready.couchURL) (database \(configuration.group))\(ready.couchLANURL.map { "; on the LAN \($0)" } ?? "")
                     discovery: \(Self.describe(ready.discovery, group: configuration.group))
                     To let another node replicate with this one, run there:
                       ferry trust add \(ready.nodeID)

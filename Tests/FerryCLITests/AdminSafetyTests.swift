@@ -129,12 +129,12 @@ import Testing
         let identity = try await cli.run(["id", "--name", "evil\n\u{1B}[31m"])
         #expect(identity.status == 64 && identity.stderr.contains("U+000A"), "\(identity.stderr)")
         #expect(!FileManager.default.fileExists(atPath: cli.dataDirectory + "/identity/cert.pem"))
-        let serve = try await cli.run(["serve", "--name", "x\u{7F}", "--port", "0", "--admin-port", "0", "--no-discovery"])
+        let serve = try await cli.run(["serve", "--name", "x\u{7F}", "--port", "0", "--admin-port", "0", "--couch-port", "0", "--no-discovery"])
         #expect(serve.status == 64 && serve.stderr.contains("U+007F"), "\(serve.stderr)")
         let config = cli.dataDirectory + ".json"
         defer { try? FileManager.default.removeItem(atPath: config) }
         FileManager.default.createFile(atPath: config, contents: Data(#"{"name":"a\u0085b"}"#.utf8))
-        let configured = try await cli.run(["serve", "--config", config, "--port", "0", "--admin-port", "0", "--no-discovery"])
+        let configured = try await cli.run(["serve", "--config", config, "--port", "0", "--admin-port", "0", "--couch-port", "0", "--no-discovery"])
         #expect(configured.status == 1 && configured.stderr.contains("name") && configured.stderr.contains("U+0085"), "\(configured.stderr)")
     }
 

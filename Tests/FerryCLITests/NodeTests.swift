@@ -132,7 +132,7 @@ import Testing
         let path = NSTemporaryDirectory() + "ferry-config-\(UUID().uuidString).json"
         defer { try? FileManager.default.removeItem(atPath: path) }
         try #"{"listen":{"port":"eighty"}}"#.write(toFile: path, atomically: true, encoding: .utf8)
-        let r = try await cli.run(["serve", "--config", path, "--admin-port", "0"])
+        let r = try await cli.run(["serve", "--config", path, "--admin-port", "0", "--couch-port", "0"])
         #expect(r.status == 1)
         #expect(r.stderr.contains(path) && r.stderr.contains("listen.port") && r.stderr.contains("must be an integer"))
         #expect(!FileManager.default.fileExists(atPath: cli.dataDirectory + "/node.json"))

@@ -23,7 +23,7 @@ private func stderrLines(_ r: FerryCLI.Result) -> [String] {
         let second = FerryCLI()
         defer { second.cleanUp() }
         let r = try await second.run(
-            ["serve", "--port", "0", "--admin-port", String(adminPort), "--interface", "127.0.0.1", "--no-discovery"], timeout: 10)
+            ["serve", "--port", "0", "--admin-port", String(adminPort), "--couch-port", "0", "--interface", "127.0.0.1", "--no-discovery"], timeout: 10)
         #expect(r.status == 1, "\(r.stderr)")
         #expect(stderrLines(r) == ["ferry: admin port \(adminPort) is in use (another ferry serve? pass --admin-port 0)"], "\(r.stderr)")
         #expect(!r.stderr.contains("errno"), "\(r.stderr)")
@@ -38,7 +38,7 @@ private func stderrLines(_ r: FerryCLI.Result) -> [String] {
         let second = FerryCLI()
         defer { second.cleanUp() }
         let r = try await second.run(
-            ["serve", "--port", String(port), "--admin-port", "0", "--interface", "127.0.0.1", "--no-discovery"], timeout: 10)
+            ["serve", "--port", String(port), "--admin-port", "0", "--couch-port", "0", "--interface", "127.0.0.1", "--no-discovery"], timeout: 10)
         #expect(r.status == 1, "\(r.stderr)")
         #expect(stderrLines(r) == ["ferry: port \(port) is in use (another ferry serve? pass --port 0)"], "\(r.stderr)")
         #expect(!FileManager.default.fileExists(atPath: second.dataDirectory + "/node.json"))
@@ -50,7 +50,7 @@ private func stderrLines(_ r: FerryCLI.Result) -> [String] {
         defer { cli.cleanUp() }
         let socket = "/nonexistent-\(UUID().uuidString.prefix(8))/ferry.sock"
         let r = try await cli.run(
-            ["serve", "--port", "0", "--admin-port", "0", "--interface", "127.0.0.1", "--no-discovery", "--unix", socket], timeout: 10)
+            ["serve", "--port", "0", "--admin-port", "0", "--couch-port", "0", "--interface", "127.0.0.1", "--no-discovery", "--unix", socket], timeout: 10)
         #expect(r.status == 1, "\(r.stderr)")
         let lines = stderrLines(r)
         #expect(lines.count == 1, "\(r.stderr)")
@@ -65,7 +65,7 @@ private func stderrLines(_ r: FerryCLI.Result) -> [String] {
         let second = FerryCLI()
         defer { second.cleanUp() }
         let r = try await second.run(
-            ["serve", "--port", "0", "--admin-port", "0", "--interface", "127.0.0.1", "--no-discovery", "--unix", socket], timeout: 10)
+            ["serve", "--port", "0", "--admin-port", "0", "--couch-port", "0", "--interface", "127.0.0.1", "--no-discovery", "--unix", socket], timeout: 10)
         #expect(r.status == 1, "\(r.stderr)")
         #expect(stderrLines(r) == ["ferry: Unix socket \(socket) is in use (another ferry serve? pass another --unix path)"], "\(r.stderr)")
         // The first node still serves it.
@@ -80,7 +80,7 @@ private func stderrLines(_ r: FerryCLI.Result) -> [String] {
         let cli = FerryCLI()
         defer { cli.cleanUp() }
         // 192.0.2.1 is TEST-NET-1: never an address of this machine.
-        let r = try await cli.run(["serve", "--port", "0", "--admin-port", "0", "--interface", "192.0.2.1", "--no-discovery"], timeout: 10)
+        let r = try await cli.run(["serve", "--port", "0", "--admin-port", "0", "--couch-port", "0", "--interface", "192.0.2.1", "--no-discovery"], timeout: 10)
         #expect(r.status == 1, "\(r.stderr)")
         #expect(
             stderrLines(r) == ["ferry: cannot listen on 192.0.2.1: not an address of this machine (pass --interface 0.0.0.0)"],
@@ -95,7 +95,7 @@ private func stderrLines(_ r: FerryCLI.Result) -> [String] {
             defer { try? FileManager.default.removeItem(atPath: log) }
             let p = try ChildProcess.spawn(
                 FerryCLI.binary,
-                ["serve", "--port", "0", "--admin-port", "0", "--interface", "127.0.0.1", "--no-discovery", "--data", cli.dataDirectory],
+                ["serve", "--port", "0", "--admin-port", "0", "--couch-port", "0", "--interface", "127.0.0.1", "--no-discovery", "--data", cli.dataDirectory],
                 stdoutPath: log, stderrPath: log)
             // Serve has begun once it holds the data directory's lock; the signal then comes a
             // little later on each run, so the runs cover start-up from there to ready.

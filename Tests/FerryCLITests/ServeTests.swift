@@ -25,7 +25,7 @@ final class ServeProcess: @unchecked Sendable {
         try? FileManager.default.removeItem(atPath: cli.dataDirectory + "/node.json")
         // Ephemeral ports, and no DNS-SD unless a test asks for it (--discovery).
         let discovery = extra.contains("--discovery") ? [] : ["--no-discovery"]
-        let args = ["serve", "--port", "0", "--admin-port", "0", "--interface", "127.0.0.1", "--data", cli.dataDirectory] + discovery + extra
+        let args = ["serve", "--port", "0", "--admin-port", "0", "--couch-port", "0", "--interface", "127.0.0.1", "--data", cli.dataDirectory] + discovery + extra
         let env = ProcessInfo.processInfo.environment.filter { $0.key != "FERRY_DATA" }.merging(environment) { _, new in new }
         let p = try ChildProcess.spawn(FerryCLI.binary, args, environment: env, stdoutPath: log, stderrPath: log)
         process = p

@@ -27,6 +27,7 @@ struct InProcessNode {
         var c = NodeConfiguration()
         c.port = 0
         c.adminPort = 0
+        c.couch.port = 0
         c.interface = "127.0.0.1"
         c.name = "test"
         configure(&c)

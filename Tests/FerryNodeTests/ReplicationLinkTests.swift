@@ -106,6 +106,7 @@ final class Switchboard: Sendable {
         var c = NodeConfiguration()
         c.port = 0
         c.adminPort = 0
+        c.couch.port = 0
         c.interface = "127.0.0.1"
         c.discovery = false
         let dir = NSTemporaryDirectory() + "ferry-node-\(UUID().uuidString)"

@@ -13,6 +13,7 @@ import Testing
         var c = NodeConfiguration()
         c.port = 0
         c.adminPort = 0
+        c.couch.port = 0
         c.interface = "127.0.0.1"
         c.discovery = false
         c.name = "test"

@@ -1,0 +1,353 @@
+import FerryCore
+import FerryStore
+import Foundation
+import Hummingbird
+import HummingbirdCore
+import HummingbirdTLS
+import Logging
+import NIOCore
+import NIOPosix
+import NIOSSL
+import ServiceLifecycle
+
+/// Who may use the CouchDB API and how they prove it, shared by the node's CouchDB listeners:
+/// configured users, session cookies, the admin key, allowed web origins and the login throttle.
+public struct CouchAccess: Sendable {
+    public var users: CouchUserTable
+    public var sessions: CouchSessionCookies
+    public var cors: CouchCORSPolicy
+    /// Whether a presented string is the node's admin key (constant time); nil: no admin key.
+    public var adminKey: (@Sendable (String) -> Bool)?
+    /// Identifies the admin key in admin session cookies (a digest of it, never the key).
+    public var adminKeyFingerprint: String
+    public var throttle: CouchLoginThrottle
+    /// Wall-clock time, for cookie expiry and the throttle's window.
+    public var now: @Sendable () -> Date
+
+    public init(
+        users: CouchUserTable, sessions: CouchSessionCookies, cors: CouchCORSPolicy, adminKey: (@Sendable (String) -> Bool)?,
+        adminKeyFingerprint: String, throttle: CouchLoginThrottle, now: @escaping @Sendable () -> Date = { Date() }
+    ) {
+        self.users = users
+        self.sessions = sessions
+        self.cors = cors
+        self.adminKey = adminKey
+        self.adminKeyFingerprint = adminKeyFingerprint
+        self.throttle = throttle
+        self.now = now
+    }
+}
+
+/// Serves every request of one CouchDB listener: CORS and its preflights, the loopback Host
+/// check, authentication (admin key, HTTP Basic, `AuthSession` cookie), `/_session`, the
+/// rule that only `/` and `/_up` are open, then `CouchDatabase.respond`; every failure is
+/// answered in CouchDB's error shape.
+public struct CouchFrontDoor: HTTPResponder {
+    public typealias Context = CouchRequestContext
+
+    /// The two kinds of listener and what each accepts.
+    public enum Listener: Sendable, Equatable {
+        /// 127.0.0.1: loopback Host authorities only; the admin key is accepted.
+        case loopback
+        /// The opt-in LAN listener (TLS): any Host; configured users only, never the admin key.
+        case lan
+    }
+
+    public let database: CouchDatabase
+    public let access: CouchAccess
+    public let listener: Listener
+
+    public init(database: CouchDatabase, access: CouchAccess, listener: Listener) {
+        self.database = database
+        self.access = access
+        self.listener = listener
+    }
+
+    var acceptsAdminKey: Bool { listener == .loopback && access.adminKey != nil }
+    var secure: Bool { listener == .lan }
+
+    public func respond(to request: Request, context: CouchRequestContext) async throws -> Response {
+        var extra = HTTPFields()
+        var response: Response
+        do {
+            response = try await serve(request, context: context, extra: &extra)
+        } catch {
+            let couch = CouchError.mapping(error, logger: database.logger)
+            do { response = try couch.response(from: request, context: context) } catch { response = Response(status: .internalServerError) }
+        }
+        for field in extra where response.headers[field.name] == nil || field.name == .setCookie {
+            response.headers.append(field)
+        }
+        // A Basic challenge would make a browser pop up its own login dialog over a web app's.
+        let fromPage = request.headers[.origin] != nil || request.headers.contains { $0.name.canonicalName == "x-requested-with" }
+        if fromPage { response.headers[.wwwAuthenticate] = nil }
+        return response
+    }
+
+    func serve(_ request: Request, context: CouchRequestContext, extra: inout HTTPFields) async throws -> Response {
+        let authorization = request.headers[.authorization]
+        let cookie = CouchSessionCookies.cookie(in: request.headers[values: .cookie])
+        // 1. Web origins: a page from an unlisted origin gets nothing, not even an error it can read.
+        switch access.cors.decide(origin: request.headers[.origin], carriesCredentials: authorization != nil || cookie != nil) {
+        case .noOrigin: break
+        case .refused(let reason): throw CouchError.forbidden(reason)
+        case .allowed(let origin, let credentials):
+            extra.append(contentsOf: access.cors.responseHeaders(origin: origin, credentials: credentials))
+            if request.method == .options, let method = request.headers[.accessControlRequestMethod] {
+                switch access.cors.preflight(
+                    origin: origin, credentials: credentials, method: method, headers: request.headers[.accessControlRequestHeaders])
+                {
+                case .success(let headers):
+                    extra = HTTPFields()
+                    return Response(status: .noContent, headers: headers)
+                case .failure(let error): throw error
+                }
+            }
+        }
+        // 2. DNS rebinding: on loopback only requests addressed to a loopback name.
+        if listener == .loopback, let problem = HTTPRequestRules.loopbackAuthorityProblem(request) {
+            throw CouchError(.misdirectedRequest, "misdirected_request", problem)
+        }
+        // 3. Who is asking.
+        var context = context
+        let address = context.remoteAddress ?? "unknown"
+        let now = access.now()
+        if let authorization {
+            context.principal = try await authenticate(authorization, address: address, now: now)
+        } else if let cookie, let found = session(cookie, now: now) {
+            let (principal, expires) = found
+            context.principal = principal
+            if access.sessions.needsRenewal(expires: expires, now: now) {
+                let value = access.sessions.issue(name: principal.name, credential: credential(of: principal.name) ?? "", now: now)
+                extra.append(.init(name: .setCookie, value: access.sessions.setCookie(value, secure: secure)))
+            }
+        }
+        let endpoint = CouchRouting.endpoint(rawPath: request.uri.path)
+        if endpoint == .session { return try await sessionEndpoint(request, context: context, address: address, now: now, extra: &extra) }
+        // 4. Only the welcome and `_up` are open to everyone.
+        let open = (request.method == .get || request.method == .head) && (endpoint == .welcome || endpoint == .up)
+        if !open && context.principal == nil {
+            throw CouchError.unauthorized("Authentication required.")
+        }
+        return try await database.respond(request, context: context)
+    }
+
+    /// The principal an `Authorization` header proves, or 401/429.
+    func authenticate(_ header: String, address: String, now: Date) async throws(CouchError) -> CouchPrincipal {
+        if access.throttle.isBlocked(address, now: now) { throw Self.throttled }
+        let basic = HTTPRequestRules.basicCredentials(header)
+        let bearer = HTTPRequestRules.bearerToken(header)
+        if bearer != nil || basic?.user == "admin" {
+            guard acceptsAdminKey, let matches = access.adminKey else {
+                access.throttle.recordFailure(address, now: now)
+                throw .unauthorized("The admin key is accepted only on the loopback listener; log in as a configured user.")
+            }
+            let presented = bearer.map(String.init) ?? basic?.password ?? ""
+            guard matches(presented) else {
+                access.throttle.recordFailure(address, now: now)
+                throw .unauthorized(bearer != nil ? "The admin key is incorrect." : "Name or password is incorrect.")
+            }
+            return .admin
+        }
+        guard let basic else {
+            throw .unauthorized("Use HTTP Basic (name and password), an AuthSession cookie, or Bearer with the admin key.")
+        }
+        guard let user = await verify(name: basic.user, password: basic.password, now: now) else {
+            access.throttle.recordFailure(address, now: now)
+            throw .unauthorized("Name or password is incorrect.")
+        }
+        return .user(name: user.name, policy: user.policy)
+    }
+
+    /// PBKDF2 off Swift's cooperative threads: it takes tens to hundreds of milliseconds.
+    func verify(name: String, password: String, now: Date) async -> CouchUser? {
+        let users = access.users
+        let user = try? await NIOThreadPool.singleton.runIfActive { users.authenticate(name: name, password: password, now: now) }
+        return user ?? nil
+    }
+
+    /// The principal of a valid session cookie, and when it expires.
+    func session(_ cookie: String, now: Date) -> (CouchPrincipal, Date)? {
+        guard let found = access.sessions.verify(cookie, credential: credential(of:), now: now) else { return nil }
+        let (name, expires) = found
+        if name == "admin" { return (.admin, expires) }
+        guard let user = access.users.user(named: name) else { return nil }
+        return (.user(name: user.name, policy: user.policy), expires)
+    }
+
+    /// What a session cookie is bound to: the user's password hash, or the admin key's digest.
+    func credential(of name: String) -> String? {
+        if name == "admin" { return acceptsAdminKey ? "admin:" + access.adminKeyFingerprint : nil }
+        return access.users.user(named: name)?.password.description
+    }
+
+    static let throttled = CouchError(
+        .tooManyRequests, "too_many_requests", "Too many failed logins from this address; try again in a minute.")
+
+    /// `GET|POST|DELETE /_session`.
+    func sessionEndpoint(_ request: Request, context: CouchRequestContext, address: String, now: Date, extra: inout HTTPFields) async throws
+        -> Response
+    {
+        switch request.method {
+        case .get, .head:
+            return CouchResponse.json(Self.sessionInfo(context.principal, via: request.headers[.authorization] != nil ? "default" : "cookie"))
+        case .delete:
+            extra.append(.init(name: .setCookie, value: CouchSessionCookies.clearingCookie(secure: secure)))
+            return CouchResponse.json(["ok": true])
+        case .post:
+            if access.throttle.isBlocked(address, now: now) { throw Self.throttled }
+            let (name, password) = try await loginFields(request)
+            let principal: CouchPrincipal
+            if name == "admin" {
+                guard acceptsAdminKey, let matches = access.adminKey, matches(password) else {
+                    access.throttle.recordFailure(address, now: now)
+                    throw CouchError.unauthorized("Name or password is incorrect.")
+                }
+                principal = .admin
+            } else {
+                guard let user = await verify(name: name, password: password, now: now) else {
+                    access.throttle.recordFailure(address, now: now)
+                    throw CouchError.unauthorized("Name or password is incorrect.")
+                }
+                principal = .user(name: user.name, policy: user.policy)
+            }
+            let value = access.sessions.issue(name: principal.name, credential: credential(of: principal.name) ?? "", now: now)
+            extra.append(.init(name: .setCookie, value: access.sessions.setCookie(value, secure: secure)))
+            return CouchResponse.json(["ok": true, "name": .string(principal.name), "roles": Self.roles(principal)])
+        default:
+            throw CouchError.methodNotAllowed("GET,HEAD,POST,DELETE")
+        }
+    }
+
+    /// `name` and `password` of a login, from a form or a JSON body.
+    func loginFields(_ request: Request) async throws -> (String, String) {
+        let media = (request.headers[.contentType] ?? "").split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+        // Anyone may post a login: its body is small, whatever the API's limit.
+        let body: ByteBuffer
+        do { body = try await request.body.collect(upTo: Self.maxLoginBytes) } catch is NIOTooManyBytesError {
+            throw CouchError.tooLarge("A login is at most \(Self.maxLoginBytes) bytes.")
+        }
+        let bytes = Array(body.readableBytesView)
+        var fields: [String: String] = [:]
+        switch media {
+        case "application/json":
+            guard let json = try? JSON.parse(bytes), case .object(let o) = json else { throw CouchError.badRequest("invalid UTF-8 JSON") }
+            for key in ["name", "password"] {
+                if let v = o[key] {
+                    guard let s = v.stringValue else { throw CouchError.badRequest("\(key) must be a string") }
+                    fields[key] = s
+                }
+            }
+        case "application/x-www-form-urlencoded":
+            for pair in String(decoding: bytes, as: UTF8.self).split(separator: "&") {
+                let kv = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+                let decode = { (s: Substring) in s.replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? String(s) }
+                if kv.count == 2 { fields[decode(kv[0])] = decode(kv[1]) }
+            }
+        default:
+            throw CouchError.unsupportedMediaType("Content-Type must be application/json or application/x-www-form-urlencoded")
+        }
+        guard let name = fields["name"], let password = fields["password"] else {
+            throw CouchError.badRequest("name and password are required")
+        }
+        return (name, password)
+    }
+
+    static let maxLoginBytes = 64 * 1024
+
+    static func roles(_ principal: CouchPrincipal?) -> JSON {
+        principal == .admin ? ["_admin"] : []
+    }
+
+    /// `GET /_session`'s body for a principal (nil: anonymous).
+    static func sessionInfo(_ principal: CouchPrincipal?, via handler: String) -> JSON {
+        var info: [String: JSON] = ["authentication_handlers": ["cookie", "default"], "authentication_db": "_users"]
+        if principal != nil { info["authenticated"] = .string(handler) }
+        return [
+            "ok": true,
+            "userCtx": ["name": principal.map { JSON.string($0.name) } ?? JSON.null, "roles": roles(principal)],
+            "info": .object(info),
+        ]
+    }
+}
+
+/// A CouchDB API listener as a service: Hummingbird serving one `CouchFrontDoor`, over
+/// TLS when given an identity. On graceful shutdown it fires the database's `CouchShutdown`
+/// first, so open long-polls and continuous feeds end and the server's wait for in-flight
+/// requests is short.
+public struct CouchListenerService: Service {
+    /// The certificate and key a TLS listener presents (DER).
+    public struct TLSIdentity: Sendable {
+        public var certificateDER: [UInt8]
+        public var privateKeyDER: [UInt8]
+        public init(certificateDER: [UInt8], privateKeyDER: [UInt8]) {
+            self.certificateDER = certificateDER
+            self.privateKeyDER = privateKeyDER
+        }
+    }
+
+    let serveRequests: @Sendable () async throws -> Void
+    let shutdown: CouchShutdown
+
+    /// A listener on `host:port` (0: a free port, reported to `onBound`).
+    public init(
+        frontDoor: CouchFrontDoor, host: String, port: Int, tls: TLSIdentity? = nil, logger: Logger,
+        onBound: @escaping @Sendable (Int) -> Void = { _ in }
+    ) throws {
+        let server: HTTPServerBuilder
+        if let tls {
+            let cert = try NIOSSLCertificate(bytes: tls.certificateDER, format: .der)
+            let key = try NIOSSLPrivateKey(bytes: tls.privateKeyDER, format: .der)
+            var config = TLSConfiguration.makeServerConfiguration(certificateChain: [.certificate(cert)], privateKey: .privateKey(key))
+            // Browsers and CouchDB client libraries still met in the field speak TLS 1.2.
+            config.minimumTLSVersion = .tlsv12
+            config.certificateVerification = .none
+            server = try .tls(.http1(), tlsConfiguration: config)
+        } else {
+            server = .init { responder in AuthorityHTTP1Channel(responder: responder) }
+        }
+        let app = Application(
+            responder: frontDoor, server: server,
+            configuration: .init(address: .hostname(host, port: port), serverName: "Ferry (CouchDB API)"),
+            onServerRunning: { channel in onBound(channel.localAddress?.port ?? 0) }, logger: logger)
+        serveRequests = { try await app.run() }
+        shutdown = frontDoor.database.shutdown
+    }
+
+    public func run() async throws {
+        try await withGracefulShutdownHandler {
+            try await serveRequests()
+        } onGracefulShutdown: {
+            shutdown.fire()
+        }
+    }
+}
+
+extension CouchError {
+    /// Any error a handler throws, in CouchDB's shape: Ferry's errors by their code, the
+    /// node's own failures as 500 (and logged).
+    public static func mapping(_ error: any Error, logger: Logger) -> CouchError {
+        switch error {
+        case let e as CouchError: return e
+        case let e as any FerryError:
+            switch e.code {
+            case "not_found", "revision_not_found": return .notFound("missing")
+            case "conflict": return .conflict()
+            case "too_large": return .tooLarge(e.description)
+            case "rejected", "forbidden": return .forbidden(e.description)
+            case "busy": return CouchError(.serviceUnavailable, "service_unavailable", e.description)
+            case "corrupt", "io", "database", "internal":
+                logger.error("CouchDB API request failed", metadata: ["error": "\(e)"])
+                return CouchError(.internalServerError, "internal_server_error", e.description)
+            default: return .badRequest(e.description)
+            }
+        case let e as HTTPError:
+            return CouchError(e.status, e.status.code == 404 ? "not_found" : "bad_request", e.body ?? e.status.reasonPhrase)
+        case let e as any HTTPResponseError:
+            return CouchError(e.status, e.status.code >= 500 ? "internal_server_error" : "bad_request", e.status.reasonPhrase)
+        default:
+            logger.error("CouchDB API request failed", metadata: ["error": "\(error)"])
+            return CouchError(.internalServerError, "internal_server_error", "\(error)")
+        }
+    }
+}

@@ -1,0 +1,240 @@
+import FerryCore
+import FerryStore
+import FerrySync
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import NIOCore
+import Synchronization
+import Testing
+
+@testable import FerryCouch
+
+/// The CouchDB API's front door over Hummingbird's router test client: which requests get
+/// in, as whom, and what the others are answered.
+@Suite struct ServerFrontDoorTests {
+    static let adminKey = String(repeating: "k", count: 64)
+
+    /// A settable wall clock for cookies and the throttle.
+    final class WallClock: Sendable {
+        let date = Mutex(Date(timeIntervalSince1970: 1_800_000_000))
+        func advance(_ seconds: TimeInterval) { date.withLock { $0.addTimeInterval(seconds) } }
+        var now: Date { date.withLock { $0 } }
+    }
+
+    static func frontDoor(_ listener: CouchFrontDoor.Listener = .loopback, origins: [String] = [], clock: WallClock = WallClock()) throws
+        -> CouchFrontDoor
+    {
+        let database = CouchDatabase(name: "ferry", store: try DocumentStore.inMemory(), serverUUID: String(repeating: "a", count: 32))
+        let users = CouchUserTable([
+            CouchUser(name: "reader", password: try CouchPasswordHash(password: "r-pass", iterations: 10_000),
+                policy: PeerPolicy(read: .all, write: .none, mayDelete: false)),
+            CouchUser(name: "writer", password: try CouchPasswordHash(password: "w-pass", iterations: 10_000)),
+        ])
+        let access = CouchAccess(
+            users: users, sessions: CouchSessionCookies(secret: Array(repeating: 1, count: 32)), cors: CouchCORSPolicy(origins: origins),
+            adminKey: { $0 == Self.adminKey }, adminKeyFingerprint: "fp", throttle: CouchLoginThrottle(maxFailures: 5, logger: .init(label: "test")),
+            now: { clock.now })
+        return CouchFrontDoor(database: database, access: access, listener: listener)
+    }
+
+    static func basic(_ user: String, _ password: String) -> String {
+        "Basic " + Data("\(user):\(password)".utf8).base64EncodedString()
+    }
+
+    func json(_ response: TestResponse) -> JSON { (try? JSON.parse(Array(response.body.readableBytesView))) ?? .null }
+
+    @Test func theWelcomeAndUpAnswerWithoutCredentialsAndNothingElseDoes() async throws {
+        let app = Application(responder: try Self.frontDoor())
+        try await app.test(.router) { client in
+            try await client.execute(uri: "/", method: .get) { #expect($0.status == .ok) }
+            try await client.execute(uri: "/_up", method: .get) { #expect($0.status == .ok) }
+            for path in ["/_all_dbs", "/ferry", "/ferry/doc", "/ferry/_changes", "/_uuids", "/_utils"] {
+                try await client.execute(uri: path, method: .get) { response in
+                    #expect(response.status == .unauthorized, "\(path)")
+                    #expect(self.json(response)["error"] == "unauthorized", "\(path)")
+                }
+            }
+            try await client.execute(uri: "/ferry/doc", method: .put, body: ByteBuffer(string: "{}")) { #expect($0.status == .unauthorized) }
+        }
+    }
+
+    @Test func theAdminKeyWorksAsBearerAndAsBasicAdmin() async throws {
+        let app = Application(responder: try Self.frontDoor())
+        try await app.test(.router) { client in
+            for auth in ["Bearer \(Self.adminKey)", Self.basic("admin", Self.adminKey)] {
+                try await client.execute(uri: "/_all_dbs", method: .get, headers: [.authorization: auth]) { response in
+                    #expect(response.status == .ok)
+                    #expect(self.json(response) == ["ferry"])
+                }
+                try await client.execute(uri: "/_session", method: .get, headers: [.authorization: auth]) { response in
+                    #expect(self.json(response)["userCtx"] == ["name": "admin", "roles": ["_admin"]])
+                }
+            }
+            for auth in ["Bearer wrong", Self.basic("admin", "wrong")] {
+                try await client.execute(uri: "/_all_dbs", method: .get, headers: [.authorization: auth]) { #expect($0.status == .unauthorized) }
+            }
+        }
+    }
+
+    @Test func aUserLogsInWithBasicAndAWrongPasswordIsNameOrPasswordIsIncorrect() async throws {
+        let app = Application(responder: try Self.frontDoor())
+        try await app.test(.router) { client in
+            try await client.execute(uri: "/_session", method: .get, headers: [.authorization: Self.basic("reader", "r-pass")]) { response in
+                #expect(self.json(response)["userCtx"] == ["name": "reader", "roles": []])
+                #expect(self.json(response)["info"]?["authenticated"] == "default")
+            }
+            try await client.execute(uri: "/_all_dbs", method: .get, headers: [.authorization: Self.basic("reader", "nope")]) { response in
+                #expect(response.status == .unauthorized)
+                #expect(self.json(response) == ["error": "unauthorized", "reason": "Name or password is incorrect."])
+            }
+            try await client.execute(uri: "/_session", method: .get) { response in
+                #expect(self.json(response)["userCtx"] == ["name": .null, "roles": []])
+            }
+        }
+    }
+
+    @Test func aSessionLoginSetsACookieThatAuthenticatesUntilLogout() async throws {
+        let clock = WallClock()
+        let app = Application(responder: try Self.frontDoor(clock: clock))
+        try await app.test(.router) { client in
+            let cookie = try await client.execute(
+                uri: "/_session", method: .post, headers: [.contentType: "application/x-www-form-urlencoded"],
+                body: ByteBuffer(string: "name=writer&password=w-pass")
+            ) { response -> String in
+                #expect(response.status == .ok)
+                #expect(self.json(response) == ["ok": true, "name": "writer", "roles": []])
+                let set = response.headers[.setCookie] ?? ""
+                #expect(set.hasPrefix("AuthSession=") && set.contains("HttpOnly"))
+                return String(set.prefix { $0 != ";" })
+            }
+            try await client.execute(uri: "/_all_dbs", method: .get, headers: [.cookie: cookie]) { #expect($0.status == .ok) }
+            try await client.execute(uri: "/_session", method: .get, headers: [.cookie: cookie]) { response in
+                #expect(self.json(response)["userCtx"]?["name"] == "writer")
+                #expect(self.json(response)["info"]?["authenticated"] == "cookie")
+            }
+            // Past the first tenth of its life a cookie is renewed; past its end it no longer counts.
+            clock.advance(120)
+            try await client.execute(uri: "/_all_dbs", method: .get, headers: [.cookie: cookie]) { response in
+                #expect(response.status == .ok)
+                #expect(response.headers[.setCookie]?.hasPrefix("AuthSession=") == true)
+            }
+            clock.advance(600)
+            try await client.execute(uri: "/_all_dbs", method: .get, headers: [.cookie: cookie]) { #expect($0.status == .unauthorized) }
+            try await client.execute(uri: "/_session", method: .delete, headers: [.cookie: cookie]) { response in
+                #expect(response.headers[.setCookie]?.contains("Max-Age=0") == true)
+            }
+            // A login body past 64 KiB is refused unread.
+            try await client.execute(
+                uri: "/_session", method: .post, headers: [.contentType: "application/json"],
+                body: ByteBuffer(string: #"{"name":"reader","password":""# + String(repeating: "x", count: 70_000) + #""}"#)
+            ) { #expect($0.status == .contentTooLarge) }
+            // JSON logins work too; a wrong password gets no cookie.
+            try await client.execute(
+                uri: "/_session", method: .post, headers: [.contentType: "application/json"],
+                body: ByteBuffer(string: #"{"name":"reader","password":"r-pass"}"#)
+            ) { #expect($0.status == .ok && $0.headers[.setCookie] != nil) }
+            try await client.execute(
+                uri: "/_session", method: .post, headers: [.contentType: "application/json"],
+                body: ByteBuffer(string: #"{"name":"reader","password":"bad"}"#)
+            ) { response in
+                #expect(response.status == .unauthorized && response.headers[.setCookie] == nil)
+                #expect(self.json(response)["reason"] == "Name or password is incorrect.")
+            }
+        }
+    }
+
+    @Test func theLANListenerRefusesTheAdminKeyAndAcceptsUsers() async throws {
+        let app = Application(responder: try Self.frontDoor(.lan))
+        try await app.test(.router) { client in
+            for auth in ["Bearer \(Self.adminKey)", Self.basic("admin", Self.adminKey)] {
+                try await client.execute(uri: "/_all_dbs", method: .get, headers: [.authorization: auth]) { #expect($0.status == .unauthorized) }
+            }
+            try await client.execute(
+                uri: "/_session", method: .post, headers: [.contentType: "application/json"],
+                body: ByteBuffer(string: #"{"name":"admin","password":"\#(Self.adminKey)"}"#)
+            ) { #expect($0.status == .unauthorized) }
+            try await client.execute(
+                uri: "/_all_dbs", method: .get, headers: [.authorization: Self.basic("reader", "r-pass"), .init("Host")!: "tablet.example:6984"]
+            ) { #expect($0.status == .ok) }
+            try await client.execute(uri: "/_session", method: .post, headers: [.contentType: "application/json"],
+                body: ByteBuffer(string: #"{"name":"reader","password":"r-pass"}"#)
+            ) { #expect($0.headers[.setCookie]?.contains("Secure") == true) }
+        }
+    }
+
+    @Test func aForeignHostIsMisdirectedOnLoopback() async throws {
+        let app = Application(responder: try Self.frontDoor())
+        try await app.test(.router) { client in
+            try await client.execute(uri: "/", method: .get, headers: [.init("Host")!: "evil.example"]) { response in
+                #expect(response.status == .misdirectedRequest)
+                #expect(self.json(response)["error"] == "misdirected_request")
+            }
+        }
+    }
+
+    @Test func unlistedOriginsAreRefusedAndListedOnesGetAPreflight() async throws {
+        let app = Application(responder: try Self.frontDoor(origins: ["https://app.example"]))
+        try await app.test(.router) { client in
+            try await client.execute(uri: "/", method: .get, headers: [.origin: "https://evil.example"]) { response in
+                #expect(response.status == .forbidden)
+                #expect(response.headers[.accessControlAllowOrigin] == nil)
+            }
+            // A page's failed request gets no Basic challenge (no browser login dialog); other clients do.
+            try await client.execute(uri: "/_all_dbs", method: .get, headers: [.origin: "https://app.example"]) { response in
+                #expect(response.status == .unauthorized && response.headers[.wwwAuthenticate] == nil)
+                #expect(response.headers[.accessControlAllowOrigin] == "https://app.example")
+            }
+            try await client.execute(uri: "/_all_dbs", method: .get) { #expect($0.headers[.wwwAuthenticate] != nil) }
+            try await client.execute(
+                uri: "/ferry/doc", method: .options,
+                headers: [.origin: "https://app.example", .accessControlRequestMethod: "PUT", .accessControlRequestHeaders: "content-type,authorization"]
+            ) { response in
+                #expect(response.status == .noContent)
+                #expect(response.headers[.accessControlAllowOrigin] == "https://app.example")
+                #expect(response.headers[.accessControlAllowCredentials] == "true")
+            }
+            try await client.execute(
+                uri: "/_all_dbs", method: .get, headers: [.origin: "https://app.example", .authorization: Self.basic("reader", "r-pass")]
+            ) { response in
+                #expect(response.status == .ok)
+                #expect(response.headers[.accessControlAllowOrigin] == "https://app.example")
+            }
+        }
+    }
+
+    @Test func repeatedFailedLoginsAreRefusedForAWhile() async throws {
+        let clock = WallClock()
+        let app = Application(responder: try Self.frontDoor(clock: clock))
+        try await app.test(.router) { client in
+            for _ in 0..<5 {
+                try await client.execute(uri: "/_all_dbs", method: .get, headers: [.authorization: Self.basic("reader", "x")]) {
+                    #expect($0.status == .unauthorized)
+                }
+            }
+            // Even the right password waits out the window.
+            try await client.execute(uri: "/_all_dbs", method: .get, headers: [.authorization: Self.basic("reader", "r-pass")]) { response in
+                #expect(response.status == .tooManyRequests)
+                #expect(self.json(response)["error"] == "too_many_requests")
+            }
+            clock.advance(61)
+            try await client.execute(uri: "/_all_dbs", method: .get, headers: [.authorization: Self.basic("reader", "r-pass")]) {
+                #expect($0.status == .ok)
+            }
+        }
+    }
+
+    @Test func uuidsAreRandomHexAndTheirCountIsBounded() async throws {
+        let app = Application(responder: try Self.frontDoor())
+        try await app.test(.router) { client in
+            let auth = "Bearer \(Self.adminKey)"
+            try await client.execute(uri: "/_uuids?count=3", method: .get, headers: [.authorization: auth]) { response in
+                guard case .array(let ids)? = self.json(response)["uuids"] else { Issue.record("no uuids"); return }
+                #expect(ids.count == 3 && Set(ids).count == 3)
+                #expect(ids.allSatisfy { ($0.stringValue?.count ?? 0) == 32 })
+            }
+            try await client.execute(uri: "/_uuids?count=1001", method: .get, headers: [.authorization: auth]) { #expect($0.status == .forbidden) }
+            try await client.execute(uri: "/_uuids?count=x", method: .get, headers: [.authorization: auth]) { #expect($0.status == .badRequest) }
+        }
+    }
+}
