@@ -23,6 +23,8 @@ public struct CouchDatabase: Sendable {
     public let logger: Logger
     /// Fired when the node shuts down: open long-polls and continuous feeds end at once.
     public let shutdown: CouchShutdown
+    /// Ferry's version, answered in `GET /` as `vendor.version`.
+    public var vendorVersion = "unknown"
 
     public init(
         name: String, store: DocumentStore, pullFilter: RevisionFilter? = nil, maxRequestBytes: Int = 64 << 20,
