@@ -25,6 +25,8 @@ public struct CouchDatabase: Sendable {
     public let shutdown: CouchShutdown
     /// Ferry's version, answered in `GET /` as `vendor.version`.
     public var vendorVersion = "unknown"
+    /// Times the heartbeats and timeouts of `_changes` feeds; tests set a manual clock.
+    public var clock: any Clock<Duration> = ContinuousClock()
 
     public init(
         name: String, store: DocumentStore, pullFilter: RevisionFilter? = nil, maxRequestBytes: Int = 64 << 20,

@@ -173,6 +173,6 @@ extension DocumentStore {
     public func flushToDisk() throws(StoreError) {
         guard path != nil else { return }
         // Outside any transaction: inside one SQLite refuses the checkpoint.
-        do { try writer.writeWithoutTransaction { db in try db.checkpoint(.passive) } } catch { throw StoreError.wrap(error) }
+        do { _ = try writer.writeWithoutTransaction { db in try db.checkpoint(.passive) } } catch { throw StoreError.wrap(error) }
     }
 }

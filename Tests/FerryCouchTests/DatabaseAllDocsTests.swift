@@ -15,7 +15,7 @@ import Testing
 
     @Test func allDocsListsLiveDocumentsInRawIDOrder() async throws {
         let f = try fixture()
-        try await f.test { c in
+        try await f.test { c async throws in
             let r = try await c.get("/ferry/_all_docs")
             #expect(r.status == 200)
             #expect(r.ids == ["B", "_design/x", "a", "é"])
@@ -30,7 +30,7 @@ import Testing
 
     @Test func rangeOptionsBoundSkipAndLimitTheRows() async throws {
         let f = try fixture()
-        try await f.test { c in
+        try await f.test { c async throws in
             #expect(try await c.get("/ferry/_all_docs?startkey=%22_%22").ids == ["_design/x", "a", "é"])
             #expect(try await c.get("/ferry/_all_docs?start_key=%22a%22&end_key=%22a%22").ids == ["a"])
             #expect(try await c.get("/ferry/_all_docs?endkey=%22a%22&inclusive_end=false").ids == ["B", "_design/x"])
@@ -52,7 +52,7 @@ import Testing
     @Test func keysAnswerEachKeyInOrderWithNotFoundAndDeletedRows() async throws {
         let f = try fixture()
         let c1 = try f.store.document(DocumentID(unchecked: "c"))!.revision.description
-        try await f.test { c in
+        try await f.test { c async throws in
             let r = try await c.post("/ferry/_all_docs?include_docs=true", #"{"keys":["é","nope","c","a"]}"#)
             #expect(r.status == 200)
             #expect(r.rows.count == 4)
@@ -71,7 +71,7 @@ import Testing
 
     @Test func includeDocsCarriesEachBody() async throws {
         let f = try fixture()
-        try await f.test { c in
+        try await f.test { c async throws in
             let r = try await c.get("/ferry/_all_docs?include_docs=true&limit=2")
             #expect(r.rows.map { $0["doc"]?["id"] } == ["B", "_design/x"])
             #expect(r.rows[0]["doc"]?["_rev"] == r.rows[0]["value"]?["rev"])
@@ -83,7 +83,7 @@ import Testing
         _ = try f.store.write { txn in
             for i in 0..<1_203 { try txn.put(DocumentID(unchecked: String(format: "d%05d", i)), body: ["i": .int(Int64(i))]) }
         }
-        try await f.test { c in
+        try await f.test { c async throws in
             let r = try await c.get("/ferry/_all_docs")
             #expect(r.rows.count == 1_203)
             #expect(r.ids == (0..<1_203).map { String(format: "d%05d", $0) })

@@ -12,7 +12,7 @@ import Testing
         let a1 = try f.put("a", ["n": 1])
         try f.put("b", ["n": 1])
         let a2 = try f.put("a", ["n": 2], parent: a1)
-        try await f.test { c in
+        try await f.test { c async throws in
             let r = try await c.get("/ferry/_changes")
             #expect(r.status == 200)
             #expect(r.ids == ["b", "a"])
@@ -31,7 +31,7 @@ import Testing
     @Test func limitEndsAtTheLastListedChangeWithWhatIsPending() async throws {
         let f = try DatabaseFixture()
         for id in ["a", "b", "c"] { try f.put(id, ["n": 1]) }
-        try await f.test { c in
+        try await f.test { c async throws in
             let r = try await c.get("/ferry/_changes?limit=2")
             #expect(r.ids == ["a", "b"])
             #expect(r["last_seq"] == 2)
@@ -43,7 +43,7 @@ import Testing
 
     @Test func malformedOptionsAreBadRequestsNamingTheParameter() async throws {
         let f = try DatabaseFixture()
-        try await f.test { c in
+        try await f.test { c async throws in
             for (query, name) in [
                 ("since=xyz", "since"), ("since=-1", "since"), ("limit=abc", "limit"), ("feed=bogus", "feed"),
                 ("style=most", "style"), ("include_docs=yes", "include_docs"), ("heartbeat=soon", "heartbeat"),
@@ -62,7 +62,7 @@ import Testing
         let revs = try f.conflict("x", ["v": 1], ["v": 2])
         let winner = try f.store.document(DocumentID(unchecked: "x"))!.revision
         let loser = revs.first { $0 != winner }!
-        try await f.test { c in
+        try await f.test { c async throws in
             let main = try await c.get("/ferry/_changes")
             #expect(main.results[0]["changes"] == [["rev": .string(winner.description)]])
             let all = try await c.get("/ferry/_changes?style=all_docs")
@@ -77,7 +77,7 @@ import Testing
         let rev = try f.put("a", ["n": 1])
         try f.put("b", ["n": 2])
         let gone = try f.store.delete(DocumentID(unchecked: "a"), revision: rev)
-        try await f.test { c in
+        try await f.test { c async throws in
             let r = try await c.get("/ferry/_changes?include_docs=true")
             #expect(r.ids == ["b", "a"])
             #expect(r.results[0]["doc"]?["n"] == 2)
@@ -93,7 +93,7 @@ import Testing
     @Test func descendingListsNewestFirstBeforeSince() async throws {
         let f = try DatabaseFixture()
         for id in ["a", "b", "c"] { try f.put(id, ["n": 1]) }
-        try await f.test { c in
+        try await f.test { c async throws in
             let r = try await c.get("/ferry/_changes?descending=true")
             #expect(r.ids == ["c", "b", "a"])
             #expect(r["last_seq"] == 1)
@@ -107,7 +107,7 @@ import Testing
     @Test func docIDsFilterTakesTheListFromTheQueryOrTheBody() async throws {
         let f = try DatabaseFixture()
         for id in ["a", "b", "c"] { try f.put(id, ["n": 1]) }
-        try await f.test { c in
+        try await f.test { c async throws in
             #expect(try await c.get("/ferry/_changes?filter=_doc_ids&doc_ids=%5B%22c%22,%22a%22%5D").ids == ["a", "c"])
             #expect(try await c.post("/ferry/_changes?filter=_doc_ids", #"{"doc_ids":["b"]}"#).ids == ["b"])
             let bad = try await c.post("/ferry/_changes?filter=_doc_ids", #"{"doc_ids":"b"}"#)
@@ -120,7 +120,7 @@ import Testing
         let f = try DatabaseFixture()
         try f.put("a", ["type": "fruit"])
         try f.put("b", ["type": "tool"])
-        try await f.test { c in
+        try await f.test { c async throws in
             let r = try await c.post("/ferry/_changes?filter=_selector", #"{"selector":{"type":"tool"}}"#)
             #expect(r.status == 200)
             #expect(r.ids == ["b"])
@@ -134,7 +134,7 @@ import Testing
         let f = try DatabaseFixture()
         try f.put("a", ["n": 1])
         try f.put("_design/app", ["filters": ["mine": "function(doc, req) { return true; }"]])
-        try await f.test { c in
+        try await f.test { c async throws in
             #expect(try await c.get("/ferry/_changes?filter=_design").ids == ["_design/app"])
             let missing = try await c.get("/ferry/_changes?filter=other/mine")
             #expect(missing.status == 404)
@@ -153,7 +153,7 @@ import Testing
         try f.put("secret", ["n": 2])
         try f.put("pub/b", ["n": 3])
         let reader = CouchPrincipal.user(name: "r", policy: PeerPolicy(read: AccessRule(idPrefixes: ["pub/"])))
-        try await f.test(as: reader) { c in
+        try await f.test(as: reader) { c async throws in
             let r = try await c.get("/ferry/_changes?include_docs=true")
             #expect(r.ids == ["pub/a", "pub/b"])
             #expect(r["last_seq"] == 3)
@@ -165,7 +165,7 @@ import Testing
     @Test func longpollWaitsForAWriteAndAnswersWithIt() async throws {
         let f = try DatabaseFixture()
         try f.put("a", ["n": 1])
-        try await f.test { c in
+        try await f.test { c async throws in
             async let answer = c.get("/ferry/_changes?feed=longpoll&since=now&timeout=600000")
             try await waitUntil("the longpoll waits for a commit", timeout: 30, every: .milliseconds(5)) { f.store.commitWaiters > 0 }
             try f.put("b", ["n": 2])
@@ -178,7 +178,7 @@ import Testing
     @Test func longpollEndsAfterItsTimeoutWithNoResults() async throws {
         let f = try DatabaseFixture()
         try f.put("a", ["n": 1])
-        try await f.test { c in
+        try await f.test { c async throws in
             let r = try await c.get("/ferry/_changes?feed=longpoll&since=now&timeout=20&heartbeat=5")
             #expect(r.status == 200)
             #expect(r.results.isEmpty)
@@ -191,7 +191,7 @@ import Testing
     @Test func continuousFeedStreamsAWriteAndEndsAtItsLimit() async throws {
         let f = try DatabaseFixture()
         try f.put("a", ["n": 1])
-        try await f.test { c in
+        try await f.test { c async throws in
             async let answer = c.get("/ferry/_changes?feed=continuous&since=0&limit=2&heartbeat=600000")
             try await waitUntil("the feed waits for a commit", timeout: 30, every: .milliseconds(5)) { f.store.commitWaiters > 0 }
             try f.put("b", ["n": 2])
@@ -208,10 +208,43 @@ import Testing
     @Test func continuousFeedSendsHeartbeatsWhileIdleAndEndsOnItsTimeout() async throws {
         let f = try DatabaseFixture()
         try f.put("a", ["n": 1])
-        try await f.test { c in
-            let r = try await c.get("/ferry/_changes?feed=continuous&since=now&heartbeat=2&timeout=40")
-            #expect(r.lines.first == "")  // a heartbeat before anything else
-            #expect(r.lines.contains { (try? JSON.parse(String($0)))?["last_seq"] == 1 })
+        let clock = ManualClock()
+        var database = f.database
+        database.clock = clock
+        try await f.test(database: database) { c async throws in
+            async let answer = c.get("/ferry/_changes?feed=continuous&since=now&heartbeat=1000&timeout=2500")
+            for _ in 0..<2 {
+                try await waitUntil("the feed sleeps until its next heartbeat", timeout: 30, every: .milliseconds(5)) {
+                    clock.pendingDeadlines.contains(clock.now.offset + .milliseconds(1000))
+                }
+                clock.advance(by: .milliseconds(1000))
+            }
+            try await waitUntil("the feed sleeps until its timeout", timeout: 30, every: .milliseconds(5)) {
+                clock.pendingDeadlines.contains(clock.now.offset + .milliseconds(500))
+            }
+            clock.advance(by: .milliseconds(500))
+            let r = try await answer
+            #expect(r.lines == ["", "", #"{"last_seq":1,"pending":0}"#, ""], "\(r.text.debugDescription)")
+        }
+    }
+
+    @Test func eventSourceHeartbeatsAreEvents() async throws {
+        let f = try DatabaseFixture()
+        let clock = ManualClock()
+        var database = f.database
+        database.clock = clock
+        try await f.test(database: database) { c async throws in
+            async let answer = c.get("/ferry/_changes?feed=eventsource&heartbeat=1000&timeout=1500")
+            try await waitUntil("the feed sleeps until its heartbeat", timeout: 30, every: .milliseconds(5)) {
+                clock.pendingDeadlines == [.milliseconds(1000)]
+            }
+            clock.advance(by: .milliseconds(1000))
+            try await waitUntil("the feed sleeps until its timeout", timeout: 30, every: .milliseconds(5)) {
+                clock.pendingDeadlines == [.milliseconds(1500)]
+            }
+            clock.advance(by: .milliseconds(500))
+            let r = try await answer
+            #expect(r.text == "event: heartbeat\ndata: \n\n", "\(r.text.debugDescription)")
         }
     }
 
@@ -219,7 +252,7 @@ import Testing
         let f = try DatabaseFixture()
         try f.put("a", ["n": 1])
         try f.put("b", ["n": 1])
-        try await f.test { c in
+        try await f.test { c async throws in
             let r = try await c.get("/ferry/_changes?feed=eventsource&since=0&limit=2")
             #expect(r.headers[.contentType] == "text/event-stream")
             let events = r.text.components(separatedBy: "\n\n").filter { !$0.isEmpty }
@@ -232,7 +265,7 @@ import Testing
 
     @Test func aNodeStopEndsAWaitingContinuousFeed() async throws {
         let f = try DatabaseFixture()
-        try await f.test { c in
+        try await f.test { c async throws in
             async let answer = c.get("/ferry/_changes?feed=continuous&heartbeat=600000")
             try await waitUntil("the feed waits", timeout: 30, every: .milliseconds(5)) { f.store.commitWaiters > 0 }
             f.database.shutdown.fire()
@@ -246,14 +279,14 @@ import Testing
         try f.put("a", ["n": 1])
         try f.put("b", ["n": 1])
         let served = Mutex<JSON?>(nil)
-        try await f.test { c in
+        try await f.test { c async throws in
             let last = try await c.get("/ferry/_changes")["last_seq"]
             served.withLock { $0 = last }
         }
         let since = served.withLock { $0 }
         try f.put("c", ["n": 1])
         let restarted = try f.reopened()
-        try await f.test(database: restarted) { c in
+        try await f.test(database: restarted) { c async throws in
             let r = try await c.get("/ferry/_changes?since=\(since!.canonicalString)")
             #expect(r.ids == ["c"])
             #expect(try await c.get("/ferry")["update_seq"] == 3)
@@ -263,7 +296,7 @@ import Testing
     @Test func localDocumentsNeverAppearInChangesOrAllDocs() async throws {
         let f = try DatabaseFixture()
         try f.put("a", ["n": 1])
-        try await f.test { c in
+        try await f.test { c async throws in
             #expect(try await c.put("/ferry/_local/cp", #"{"seq":1}"#).status == 201)
             #expect(try await c.get("/ferry/_changes").ids == ["a"])
             #expect(try await c.get("/ferry/_all_docs").ids == ["a"])

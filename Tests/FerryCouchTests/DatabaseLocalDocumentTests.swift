@@ -6,7 +6,7 @@ import Testing
 @Suite struct DatabaseLocalDocumentTests {
     @Test func localDocumentRevisionsCountUpAndStaleWritesConflict() async throws {
         let f = try DatabaseFixture()
-        try await f.test { c in
+        try await f.test { c async throws in
             #expect(try await c.get("/ferry/_local/cp").status == 404)
             let created = try await c.put("/ferry/_local/cp", #"{"history":[1]}"#)
             #expect(created.status == 201)
@@ -34,7 +34,7 @@ import Testing
     @Test func localDocumentsAreKeptApartFromFerrysOwnLocalDocuments() async throws {
         let f = try DatabaseFixture()
         try f.store.putLocalDocument("checkpoint/x", body: ["seq": 7])
-        try await f.test { c in
+        try await f.test { c async throws in
             #expect(try await c.get("/ferry/_local/checkpoint/x").status == 404)
             #expect(try await c.put("/ferry/_local/checkpoint/x", #"{"seq":1}"#).status == 201)
             #expect(try f.store.localDocument("checkpoint/x") == ["seq": 7])

@@ -95,14 +95,15 @@ extension CouchDatabase {
         head["offset"] = .int(Int64(offset))
         if request.method == .head { return headless(CouchResponse.json(.object(head)), request) }
         // Read the first page before answering, so that a store error is still a clean 500.
-        var range = options.range
-        let first = try store.documentEntries(in: range, limit: Self.allDocsPageSize)
+        let first = try store.documentEntries(in: options.range, limit: Self.allDocsPageSize)
         var headBytes = JSON.object(head).canonicalBytes
         headBytes.removeLast()  // the closing brace: rows follow
         headBytes.append(contentsOf: Array(",\"rows\":[\n".utf8))
+        let opening = headBytes
         let database = self
         let body = ResponseBody { writer in
-            var buffer = ByteBuffer(bytes: headBytes)
+            var buffer = ByteBuffer(bytes: opening)
+            var range = options.range
             var page = first
             var skipped = 0
             var sent = 0

@@ -1,6 +1,7 @@
 import FerryCore
 import FerryQuery
 import FerryStore
+import HTTPTypes
 import Hummingbird
 
 /// The options of one `_changes` request, parsed and checked before the feed starts.
@@ -85,12 +86,25 @@ extension CouchDatabase {
         case .now: start = try store.lastSequence
         case .sequence(let s): start = s.value
         }
-        let feed = ChangesFeed(database: self, options: options, principal: principal, start: start)
         let contentType = options.feed == .eventsource ? "text/event-stream" : "application/json"
         var headers: HTTPFields = [.contentType: contentType, .cacheControl: "must-revalidate"]
         if options.feed == .eventsource { headers[.cacheControl] = "no-cache" }
         if request.method == .head { return Response(status: .ok, headers: headers) }
-        return Response(status: .ok, headers: headers, body: ResponseBody { writer in try await feed.run(&writer) })
+        let database = self
+        let feedOptions = options
+        return Response(
+            status: .ok, headers: headers,
+            body: ResponseBody { writer in
+                try await database.streamChanges(&writer, clock: database.clock, options: feedOptions, principal: principal, start: start)
+            })
+    }
+
+    /// Runs a feed on the database's clock (its concrete type opened here).
+    private func streamChanges<C: Clock<Duration>>(
+        _ writer: inout any ResponseBodyWriter, clock: C, options: ChangesOptions, principal: CouchPrincipal, start: UInt64
+    ) async throws {
+        let feed = ChangesFeed(database: self, options: options, principal: principal, start: start, clock: clock)
+        try await feed.run(&writer)
     }
 
     /// The `filter` of a changes request: `_doc_ids`, `_selector`, `_design`; a design

@@ -7,16 +7,16 @@ import NIOCore
 /// JSON object (results one per line), `continuous` as one JSON line per change, and
 /// `eventsource` as server-sent events. Reads the store page by page, so memory stays
 /// flat however long the feed; waits for commits between pages when the feed is live.
-struct ChangesFeed: Sendable {
+struct ChangesFeed<FeedClock: Clock<Duration>>: Sendable {
     let database: CouchDatabase
     let options: ChangesOptions
     let principal: CouchPrincipal
     /// The sequence the feed starts after (ascending) or before (descending; 0: the newest).
     let start: UInt64
-    let clock = ContinuousClock()
+    let clock: FeedClock
 
     /// Store rows read per page.
-    static let pageSize = 500
+    static var pageSize: Int { 500 }
 
     /// What ended a wait for more changes.
     enum Wake: Sendable { case commit, tick, stop }
@@ -160,14 +160,14 @@ struct ChangesFeed: Sendable {
 
     // MARK: waiting
 
-    private func timedOut(_ idleSince: ContinuousClock.Instant) -> Bool {
+    private func timedOut(_ idleSince: FeedClock.Instant) -> Bool {
         guard let timeout = options.timeout else { return false }
         return idleSince.duration(to: clock.now) >= timeout
     }
 
     /// Waits for a commit past `sequence`, the next heartbeat or the timeout (`tick`), or
     /// the node's stop or the request's cancellation (`stop`).
-    private func waitForMore(past sequence: UInt64, idleSince: ContinuousClock.Instant) async -> Wake {
+    private func waitForMore(past sequence: UInt64, idleSince: FeedClock.Instant) async -> Wake {
         if database.shutdown.isFired || Task.isCancelled { return .stop }
         var tick = options.heartbeat
         if let timeout = options.timeout {
