@@ -38,6 +38,12 @@ import Testing
             #expect(r["pending"] == 1)
             let next = try await c.get("/ferry/_changes?since=\(r["last_seq"]!.intValue!)")
             #expect(next.ids == ["c"])
+            let none = try await c.get("/ferry/_changes?since=1&limit=0")
+            #expect(none.results.isEmpty)
+            #expect(none["last_seq"] == 1)
+            #expect(none["pending"] == 2)
+            #expect(try await c.get("/ferry/_changes?descending=true&limit=0").results.isEmpty)
+            #expect(try await c.get("/ferry/_changes?feed=continuous&limit=0").lines == [#"{"last_seq":0,"pending":3}"#, ""])
         }
     }
 

@@ -38,7 +38,7 @@ struct ChangesFeed<FeedClock: Clock<Duration>>: Sendable {
         var buffer = ByteBuffer(string: "{\"results\":[\n")
         var cursor = start
         var sent = 0
-        var limitReached = false
+        var limitReached = options.limit == 0
         let idleSince = clock.now
         while true {
             let snapshot = try database.store.lastSequence
@@ -63,7 +63,7 @@ struct ChangesFeed<FeedClock: Clock<Duration>>: Sendable {
                 }
             }
             if !limitReached { cursor = max(cursor, snapshot) }
-            if options.feed == .normal || sent > 0 || limitReached || options.limit == 0 { break }
+            if options.feed == .normal || sent > 0 || limitReached { break }
             let wake = await waitForMore(past: cursor, idleSince: idleSince)
             if wake == .stop { break }
             if wake == .tick {
@@ -83,7 +83,7 @@ struct ChangesFeed<FeedClock: Clock<Duration>>: Sendable {
         var before: UInt64? = start == 0 ? nil : start
         var cursor = start
         var sent = 0
-        pages: while true {
+        pages: while options.limit != 0 {
             let page = try database.store.changeEntries(before: before, descending: true, limit: Self.pageSize)
             for entry in page {
                 cursor = entry.change.sequence
