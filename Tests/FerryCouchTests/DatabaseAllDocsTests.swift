@@ -64,6 +64,8 @@ import Testing
             #expect(r.rows[3]["id"] == "a")
             let get = try await c.get("/ferry/_all_docs?keys=%5B%22a%22,%22B%22%5D")
             #expect(get.ids == ["a", "B"])
+            let inBody = try await c.post("/ferry/_all_docs", #"{"keys":["a"],"include_docs":true}"#)
+            #expect(inBody.rows.map { $0["doc"]?["id"] } == ["a"])
             #expect(try await c.post("/ferry/_all_docs", #"{"keys":"a"}"#).status == 400)
             #expect(try await c.post("/ferry/_all_docs", #"{"keys":["a"],"startkey":"a"}"#).status == 400)
         }

@@ -181,6 +181,20 @@ import Testing
         }
     }
 
+    @Test func longpollKeepsWaitingThroughChangesItsFilterExcludes() async throws {
+        let f = try DatabaseFixture()
+        try await f.test { c async throws in
+            async let answer = c.post("/ferry/_changes?feed=longpoll&filter=_doc_ids&timeout=600000", #"{"doc_ids":["wanted"]}"#)
+            try await waitUntil("the longpoll waits", timeout: 30, every: .milliseconds(5)) { f.store.commitWaiters > 0 }
+            try f.put("other", ["n": 1])
+            try await waitUntil("the longpoll waits again", timeout: 30, every: .milliseconds(5)) { f.store.commitWaiters > 0 }
+            try f.put("wanted", ["n": 2])
+            let r = try await answer
+            #expect(r.ids == ["wanted"])
+            #expect(r["last_seq"] == 2)
+        }
+    }
+
     @Test func longpollEndsAfterItsTimeoutWithNoResults() async throws {
         let f = try DatabaseFixture()
         try f.put("a", ["n": 1])
