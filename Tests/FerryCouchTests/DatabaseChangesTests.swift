@@ -248,6 +248,35 @@ import Testing
         }
     }
 
+    @Test func changesTheFilterExcludesDoNotPostponeHeartbeats() async throws {
+        let f = try DatabaseFixture()
+        let clock = ManualClock()
+        var database = f.database
+        database.clock = clock
+        try await f.test(database: database) { c async throws in
+            async let answer = c.get(
+                "/ferry/_changes?feed=continuous&filter=_doc_ids&doc_ids=%5B%22x%22%5D&heartbeat=1000&limit=1")
+            try await waitUntil("the feed waits", timeout: 30, every: .milliseconds(5)) {
+                f.store.commitWaiters > 0 && clock.pendingDeadlines == [.milliseconds(1000)]
+            }
+            clock.advance(by: .milliseconds(600))
+            try f.put("other", ["n": 1])
+            try await waitUntil("the feed waits again", timeout: 30, every: .milliseconds(5)) {
+                f.store.commitWaiters > 0 && clock.pendingDeadlines == [.milliseconds(1000)]
+            }
+            clock.advance(by: .milliseconds(400))
+            try await waitUntil("the feed waits after its heartbeat", timeout: 30, every: .milliseconds(5)) {
+                f.store.commitWaiters > 0 && clock.pendingDeadlines == [.milliseconds(2000)]
+            }
+            try f.put("x", ["n": 2])
+            let r = try await answer
+            #expect(r.lines.count == 4, "\(r.text.debugDescription)")
+            #expect(r.lines.first == "")
+            #expect((try? JSON.parse(String(r.lines[1])))?["id"] == "x")
+            #expect((try? JSON.parse(String(r.lines[2])))?["last_seq"] == 2)
+        }
+    }
+
     @Test func eventSourceHeartbeatsAreEvents() async throws {
         let f = try DatabaseFixture()
         let clock = ManualClock()

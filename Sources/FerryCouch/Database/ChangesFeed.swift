@@ -40,6 +40,7 @@ struct ChangesFeed<FeedClock: Clock<Duration>>: Sendable {
         var sent = 0
         var limitReached = options.limit == 0
         let idleSince = clock.now
+        var lastWrite = idleSince
         while true {
             let snapshot = try database.store.lastSequence
             var exhausted = false
@@ -64,11 +65,14 @@ struct ChangesFeed<FeedClock: Clock<Duration>>: Sendable {
             }
             if !limitReached { cursor = max(cursor, snapshot) }
             if options.feed == .normal || sent > 0 || limitReached { break }
-            let wake = await waitForMore(past: cursor, idleSince: idleSince)
+            let wake = await waitForMore(past: cursor, idleSince: idleSince, lastWrite: lastWrite)
             if wake == .stop { break }
             if wake == .tick {
                 if timedOut(idleSince) { break }
-                try await writer.write(ByteBuffer(string: "\n"))
+                if heartbeatDue(lastWrite) {
+                    try await writer.write(ByteBuffer(string: "\n"))
+                    lastWrite = clock.now
+                }
             }
         }
         let pending = try database.store.changeCount(after: cursor)
@@ -112,6 +116,7 @@ struct ChangesFeed<FeedClock: Clock<Duration>>: Sendable {
         var cursor = start
         var sent = 0
         var idleSince = clock.now
+        var lastWrite = idleSince
         var buffer = ByteBuffer()
         feed: while true {
             if let limit = options.limit, sent >= limit { break }
@@ -141,14 +146,18 @@ struct ChangesFeed<FeedClock: Clock<Duration>>: Sendable {
                 if buffer.readableBytes > 0 {
                     try await writer.write(buffer)
                     buffer.clear()
+                    lastWrite = clock.now
                 }
             }
             cursor = max(cursor, snapshot)
-            switch await waitForMore(past: cursor, idleSince: idleSince) {
+            switch await waitForMore(past: cursor, idleSince: idleSince, lastWrite: lastWrite) {
             case .commit: continue
             case .tick:
                 if timedOut(idleSince) { break feed }
-                try await writer.write(ByteBuffer(string: options.feed == .eventsource ? "event: heartbeat\ndata: \n\n" : "\n"))
+                if heartbeatDue(lastWrite) {
+                    try await writer.write(ByteBuffer(string: options.feed == .eventsource ? "event: heartbeat\ndata: \n\n" : "\n"))
+                    lastWrite = clock.now
+                }
             case .stop: break feed
             }
         }
@@ -165,11 +174,23 @@ struct ChangesFeed<FeedClock: Clock<Duration>>: Sendable {
         return idleSince.duration(to: clock.now) >= timeout
     }
 
+    /// Whether a heartbeat is due: nothing was written for a heartbeat period. Counted from
+    /// the last write, so that commits the feed does not list cannot starve the heartbeats.
+    private func heartbeatDue(_ lastWrite: FeedClock.Instant) -> Bool {
+        guard let heartbeat = options.heartbeat else { return false }
+        return lastWrite.duration(to: clock.now) >= heartbeat
+    }
+
     /// Waits for a commit past `sequence`, the next heartbeat or the timeout (`tick`), or
     /// the node's stop or the request's cancellation (`stop`).
-    private func waitForMore(past sequence: UInt64, idleSince: FeedClock.Instant) async -> Wake {
+    private func waitForMore(past sequence: UInt64, idleSince: FeedClock.Instant, lastWrite: FeedClock.Instant) async -> Wake {
         if database.shutdown.isFired || Task.isCancelled { return .stop }
-        var tick = options.heartbeat
+        var tick: Duration?
+        if let heartbeat = options.heartbeat {
+            let left = heartbeat - lastWrite.duration(to: clock.now)
+            if left <= .zero { return .tick }
+            tick = left
+        }
         if let timeout = options.timeout {
             let left = timeout - idleSince.duration(to: clock.now)
             if left <= .zero { return .tick }
