@@ -80,6 +80,18 @@ import Testing
         }
     }
 
+    @Test func designDocsListsOnlyDesignDocuments() async throws {
+        let f = try fixture()
+        try f.put("_design/a", ["n": 1])
+        try f.put("_designer", ["n": 1])
+        try await f.test { c async throws in
+            #expect(try await c.get("/ferry/_design_docs").ids == ["_design/a", "_design/x"])
+            #expect(try await c.get("/ferry/_design_docs?descending=true").ids == ["_design/x", "_design/a"])
+            #expect(try await c.get("/ferry/_design_docs?startkey=%22_design/b%22").ids == ["_design/x"])
+            #expect(try await c.get("/ferry/_design_docs?endkey=%22z%22").ids == ["_design/a", "_design/x"])
+        }
+    }
+
     @Test func allDocsPagesThroughMoreRowsThanOnePage() async throws {
         let f = try DatabaseFixture()
         _ = try f.store.write { txn in

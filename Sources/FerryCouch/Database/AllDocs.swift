@@ -67,10 +67,13 @@ extension CouchDatabase {
 
     /// `GET|POST /{db}/_all_docs`: live documents in raw (UTF-8 byte) ID order, or the
     /// rows of the given `keys`; a principal sees only the documents its read rule admits.
-    func allDocs(_ request: Request, principal: CouchPrincipal) async throws -> Response {
+    /// `designOnly`: `_design_docs`, the same listing within the `_design/` prefix.
+    func allDocs(_ request: Request, principal: CouchPrincipal, designOnly: Bool = false) async throws -> Response {
         var p = CouchParameters(request)
         if request.method == .post { p.merge(body: try await readOptionalObject(request)) }
-        let options = try AllDocsOptions(p)
+        var parsed = try AllDocsOptions(p)
+        if designOnly { parsed.range.clamp(toPrefix: "_design/") }
+        let options = parsed
         let info = try store.info()
         var head: [String: JSON] = ["total_rows": .int(Int64(info.documentCount))]
         if options.updateSeq { head["update_seq"] = CouchSequence(value: info.lastSequence).json }
@@ -166,5 +169,23 @@ extension CouchDatabase {
         if rule.admitsEverything && !needBody { return (true, nil) }
         let document = try entry.currentDocument()
         return (rule.admits(id: document.id, body: document.body), document)
+    }
+}
+
+extension DocumentIDRange {
+    /// Narrows the range to IDs that start with `prefix` (whose last byte is below 0xFF).
+    mutating func clamp(toPrefix prefix: String) {
+        var bytes = Array(prefix.utf8)
+        bytes[bytes.count - 1] += 1
+        let past = String(decoding: bytes, as: UTF8.self)  // the first string after every ID with the prefix
+        func lower(_ a: String) -> Bool { a.utf8.lexicographicallyPrecedes(prefix.utf8) }
+        func upper(_ a: String) -> Bool { !a.utf8.lexicographicallyPrecedes(past.utf8) }
+        if descending {
+            if start == nil || upper(start!) { (start, startInclusive) = (past, false) }
+            if end == nil || lower(end!) { (end, endInclusive) = (prefix, true) }
+        } else {
+            if start == nil || lower(start!) { (start, startInclusive) = (prefix, true) }
+            if end == nil || upper(end!) { (end, endInclusive) = (past, false) }
+        }
     }
 }

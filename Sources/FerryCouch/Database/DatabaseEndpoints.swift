@@ -102,6 +102,9 @@ extension CouchDatabase {
         case "all_docs":
             try allow(request, [.get, .head, .post], "GET,HEAD,POST")
             return try await allDocs(request, principal: principal)
+        case "design_docs":
+            try allow(request, [.get, .head, .post], "GET,HEAD,POST")
+            return try await allDocs(request, principal: principal, designOnly: true)
         case "revs_diff":
             try allow(request, [.post], "POST")
             return try await revsDiff(request, principal: principal)
