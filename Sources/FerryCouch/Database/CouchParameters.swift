@@ -20,9 +20,8 @@ struct CouchParameters {
         for (key, value) in fields { body[key] = value }
     }
 
-    func has(_ name: String) -> Bool { query[name] != nil || body[name] != nil }
-
-    /// The raw query string value.
+    /// The option as text: the query string's value, or a body value (a JSON string's
+    /// contents, anything else in its JSON form).
     func string(_ name: String) -> String? {
         if let v = body[name] {
             if let s = v.stringValue { return s }
