@@ -23,10 +23,6 @@ public struct CouchDatabase: Sendable {
     public let logger: Logger
     /// Fired when the node shuts down: open long-polls and continuous feeds end at once.
     public let shutdown: CouchShutdown
-    /// Ferry's version, answered in `GET /` as `vendor.version`.
-    public var vendorVersion = "unknown"
-    /// Times the heartbeats and timeouts of `_changes` feeds; tests set a manual clock.
-    public var clock: any Clock<Duration> = ContinuousClock()
 
     public init(
         name: String, store: DocumentStore, pullFilter: RevisionFilter? = nil, maxRequestBytes: Int = 64 << 20,
@@ -42,6 +38,11 @@ public struct CouchDatabase: Sendable {
         self.logger = logger
         self.shutdown = shutdown
     }
+
+    /// Ferry's version, answered in `GET /` as `vendor.version`.
+    public var vendorVersion = "unknown"
+    /// Times the heartbeats and timeouts of `_changes` feeds; tests set a manual clock.
+    public var clock: any Clock<Duration> = ContinuousClock()
 }
 
 /// Who a request was authenticated as; its policy bounds what it may read and write.
