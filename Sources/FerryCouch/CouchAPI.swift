@@ -38,6 +38,11 @@ public struct CouchDatabase: Sendable {
         self.logger = logger
         self.shutdown = shutdown
     }
+
+    /// Ferry's version, answered in `GET /` as `vendor.version`.
+    public var vendorVersion = "unknown"
+    /// Times the heartbeats and timeouts of `_changes` feeds; tests set a manual clock.
+    public var clock: any Clock<Duration> = ContinuousClock()
 }
 
 /// Who a request was authenticated as; its policy bounds what it may read and write.

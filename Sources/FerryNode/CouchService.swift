@@ -14,10 +14,12 @@ extension FerryNode {
     /// pull filter peers face, and a server UUID stable for the node.
     func makeCouchDatabase(shutdown: CouchShutdown = CouchShutdown()) -> CouchDatabase {
         let filter = replicators.pullFilter.map { ReplicationFactory.carryingMembership($0) }
-        return CouchDatabase(
+        var database = CouchDatabase(
             name: configuration.group, store: store, pullFilter: filter,
             maxRequestBytes: configuration.couch.effectiveMaxRequestBytes(configuration.limits),
             serverUUID: String(identity.nodeID.prefix(32)), logger: Logger(label: "ferry.couch"), shutdown: shutdown)
+        database.vendorVersion = FerryVersion.current
+        return database
     }
 
     /// Users, session cookies (signed with DATA/couch-session.key), web origins and the admin key.

@@ -1,0 +1,46 @@
+import FerryCore
+import FerryCouch
+import FerryStore
+import Testing
+
+@Suite struct DatabaseLocalDocumentTests {
+    @Test func localDocumentRevisionsCountUpAndStaleWritesConflict() async throws {
+        let f = try DatabaseFixture()
+        try await f.test { c async throws in
+            #expect(try await c.get("/ferry/_local/cp").status == 404)
+            let created = try await c.put("/ferry/_local/cp", #"{"history":[1]}"#)
+            #expect(created.status == 201)
+            #expect(created.json == ["ok": true, "id": "_local/cp", "rev": "0-1"])
+            let read = try await c.get("/ferry/_local/cp")
+            #expect(read.json == ["_id": "_local/cp", "_rev": "0-1", "history": [1]])
+            #expect(try await c.put("/ferry/_local/cp", #"{"history":[2]}"#).status == 409)  // no _rev
+            let second = try await c.put("/ferry/_local/cp", #"{"_id":"_local/cp","_rev":"0-1","history":[2]}"#)
+            #expect(second["rev"] == "0-2")
+            let stale = try await c.put("/ferry/_local/cp", #"{"_rev":"0-1","history":[3]}"#)
+            #expect(stale.status == 409)
+            #expect(stale.error == "conflict")
+            #expect(try await c.put("/ferry/_local/cp", #"{"_rev":"2-abc"}"#).status == 400)
+            #expect(try await c.put("/ferry/_local/cp", #"{"_rev":"0-2","_bogus":1}"#).status == 400)
+            #expect(try await c.get("/ferry/_local/cp")["history"] == [2])
+            #expect(try await c.delete("/ferry/_local/cp?rev=0-1").status == 409)
+            let deleted = try await c.delete("/ferry/_local/cp?rev=0-2")
+            #expect(deleted.json == ["ok": true, "id": "_local/cp", "rev": "0-0"])
+            #expect(try await c.get("/ferry/_local/cp").status == 404)
+            #expect(try await c.delete("/ferry/_local/cp?rev=0-2").status == 404)
+            #expect(try await c.put("/ferry/_local/cp", #"{"n":1}"#)["rev"] == "0-1")
+        }
+    }
+
+    @Test func localDocumentsAreKeptApartFromFerrysOwnLocalDocuments() async throws {
+        let f = try DatabaseFixture()
+        try f.store.putLocalDocument("checkpoint/x", body: ["seq": 7])
+        try await f.test { c async throws in
+            #expect(try await c.get("/ferry/_local/checkpoint/x").status == 404)
+            #expect(try await c.put("/ferry/_local/checkpoint/x", #"{"seq":1}"#).status == 201)
+            #expect(try f.store.localDocument("checkpoint/x") == ["seq": 7])
+            let list = try await c.get("/ferry/_local_docs?include_docs=true")
+            #expect(list.rows.map { $0["id"] } == ["_local/checkpoint/x"])
+            #expect(list.rows[0]["doc"]?["seq"] == 1)
+        }
+    }
+}
