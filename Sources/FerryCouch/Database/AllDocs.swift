@@ -165,11 +165,19 @@ extension CouchDatabase {
     /// Whether the principal's read rule admits the entry's document, with the document
     /// when it had to be decoded (for the rule) or `needBody` asks for it.
     func readable(_ entry: DocumentEntry, principal: CouchPrincipal, needBody: Bool) throws -> (admitted: Bool, document: Document?) {
+        if CouchDatabase.isNodeInternal(entry.change.id) { return (false, nil) }
         let rule = principal.policy.read
         if rule.admitsEverything && !needBody { return (true, nil) }
         let document = try entry.currentDocument()
         return (rule.admits(id: document.id, body: document.body), document)
     }
+}
+
+extension CouchDatabase {
+    /// Ferry's own replicated documents (`_ferry/…`: group membership) are not served over
+    /// the CouchDB API: CouchDB refuses such IDs, so a CouchDB replicator would only count
+    /// them as write failures, and apps have no use for them.
+    static func isNodeInternal(_ id: DocumentID) -> Bool { id.rawValue.hasPrefix("_ferry/") }
 }
 
 extension DocumentIDRange {

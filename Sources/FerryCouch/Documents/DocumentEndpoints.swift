@@ -231,6 +231,7 @@ extension CouchDatabase {
 
     /// A document the principal may not read is, for it, missing.
     func checkReadable(_ id: DocumentID, tree: RevisionTree, principal: CouchPrincipal) throws {
+        if CouchDatabase.isNodeInternal(id) { throw CouchError.notFound("missing") }
         let rule = principal.policy.read
         if rule.admitsEverything { return }
         let body = tree.winner?.body.flatMap { try? JSON.parse($0) }
