@@ -4,6 +4,7 @@ where a Ferry node may legitimately differ (vendor, the form of sequences, views
 assert only what clients and replicators rely on."""
 
 import base64
+import gzip
 import json
 import threading
 import time
@@ -226,6 +227,19 @@ class TestDocuments:
         rev = couch.create(doc_id, {"s": "héllo \u2603"})
         got = couch.doc(doc_id)
         assert got["_id"] == doc_id and got["_rev"] == rev and got["s"] == "héllo \u2603"
+
+    def test_gzip_request_bodies_are_accepted(self, couch, uid):
+        # IBM's Cloudant SDK sends every request body gzip-compressed.
+        body = gzip.compress(json.dumps({"zipped": True}).encode())
+        r = couch.request("PUT", couch.doc_url(uid + "gz"), data=body,
+                          headers={"Content-Type": "application/json", "Content-Encoding": "gzip"})
+        assert r.status_code == 201, r.text
+        assert couch.doc(uid + "gz")["zipped"] is True
+        bulk = gzip.compress(json.dumps({"docs": [{"_id": uid + "gz2", "n": 2}]}).encode())
+        r = couch.request("POST", couch.url("_bulk_docs"), data=bulk,
+                          headers={"Content-Type": "application/json", "Content-Encoding": "gzip"})
+        assert r.status_code == 201, r.text
+        assert couch.doc(uid + "gz2")["n"] == 2
 
     def test_body_over_the_size_limit_is_413(self, couch, uid):
         big = {"blob": "x" * (9 * 1024 * 1024)}
