@@ -65,7 +65,8 @@ def _server_b():
             _env("FERRY_COUCH_USER_B", _env("FERRY_COUCH_USER", "admin")),
             _env("FERRY_COUCH_PASSWORD_B", _env("FERRY_COUCH_PASSWORD", "admin")),
         )
-        b = b if _ensure_db(b) else None
+        # Given explicitly, B is never deselected: if it is unreachable, its tests fail.
+        _ensure_db(b)
     else:
         a = _server_a()
         b = CouchServer(a.base, db + "-b", a.user, a.password)
@@ -85,7 +86,9 @@ def pytest_collection_modifyitems(config, items):
 def server():
     """The first server, with its database present."""
     s = _server_a()
-    assert _ensure_db(s), f"database {s.db} is not reachable at {s.base}"
+    if not _ensure_db(s):
+        r = s.request("GET", s.db_url)
+        pytest.fail(f"database {s.db} is not reachable at {s.base}: GET answered {r.status_code} {r.text[:300]}")
     return s
 
 
