@@ -90,6 +90,21 @@ class TestServer:
         assert r.status_code == 401
         assert couch_error(r)[0] == "unauthorized"
 
+    def test_session_cookie_from_form_credentials_authenticates(self, couch):
+        # CouchDB's replicator logs in this way with the credentials in a peer's URL.
+        r = couch.request("POST", couch.base + "_session", auth=False,
+                          data={"name": couch.user, "password": couch.password})
+        assert r.status_code == 200, r.text
+        assert r.json()["ok"] is True
+        cookie = r.cookies.get("AuthSession")
+        assert cookie
+        r = couch.request("GET", couch.db_url, auth=False, cookies={"AuthSession": cookie})
+        assert r.status_code == 200
+        r = couch.request("POST", couch.base + "_session", auth=False,
+                          data={"name": couch.user, "password": couch.password + "-wrong"})
+        assert r.status_code == 401
+        assert couch_error(r)[0] == "unauthorized"
+
     def test_ensure_full_commit_is_201_with_instance_start_time(self, couch):
         r = couch.post("_ensure_full_commit", headers={"Content-Type": "application/json"})
         assert r.status_code == 201
@@ -1005,6 +1020,25 @@ class TestAttachments:
         parts = parse_multipart(r.headers["Content-Type"], r.content)
         assert parts[0][0]["content-type"].startswith("application/json")
         assert json.loads(parts[0][1])["_rev"] == plain
+
+    def test_open_revs_multipart_sends_attachment_bodies_without_the_attachments_option(self, couch, uid):
+        # CouchDB's replicator fetches documents with attachments this way (no
+        # `attachments=true`): the attachment bodies follow the JSON all the same.
+        rev = couch.create(uid + "rp", {"_attachments": {"r.bin": {"content_type": "application/octet-stream",
+                                                                  "data": b64(self.DATA)}}})
+        r = couch.get(quote_id(uid + "rp"), params={"revs": "true", "open_revs": jq([rev]), "latest": "true"},
+                      headers={"Accept": "multipart/mixed"})
+        assert r.status_code == 200
+        parts = parse_multipart(r.headers["Content-Type"], r.content)
+        headers, content = parts[0]
+        assert headers["content-type"].startswith("multipart/related"), headers
+        doc, data = parse_related_document(headers["content-type"], content)
+        assert doc["_attachments"]["r.bin"]["follows"] is True
+        assert data == {"r.bin": self.DATA}
+        # And `_bulk_get?attachments=false`, which it tries first, answers stubs.
+        r = couch.post("_bulk_get", {"docs": [{"id": uid + "rp", "rev": rev}]},
+                       params={"latest": "true", "revs": "true", "attachments": "false"})
+        assert r.json()["results"][0]["docs"][0]["ok"]["_attachments"]["r.bin"]["stub"] is True
 
     def test_multipart_related_put_stores_document_and_attachments(self, couch, uid):
         big = bytes((i * 7) % 256 for i in range(200_000))
