@@ -236,6 +236,9 @@ class TestDocuments:
         assert got["_id"] == ddoc and got["note"] == "kept"
         rows = couch.get("_all_docs", params={"key": jq(ddoc)}).json()["rows"]
         assert [row["id"] for row in rows] == [ddoc]
+        # An escaped slash names the same document (CouchDB answers with a redirect).
+        r = couch.get("_design%2F" + uid + "x", headers={"Accept": "application/json"})
+        assert r.status_code == 200 and r.json()["_id"] == ddoc
 
     def test_unicode_and_escaped_ids_round_trip(self, couch, uid):
         doc_id = uid + "ü ñ/+?&%"
