@@ -54,3 +54,29 @@ if command -v python3 >/dev/null && ! python3 -c 'import zeroconf' 2>/dev/null; 
     python3 -m pip install -q zeroconf 2>/dev/null || python3 -m pip install -q --break-system-packages zeroconf \
         || echo "warning: could not install python-zeroconf; that discovery check will fail" >&2
 fi
+
+# The CouchDB HTTP API suite (Integration/couch): a virtualenv .venv-couch with pytest and the
+# CouchDB client libraries pinned in Integration/couch/requirements.txt. Skipped when the
+# requirements are unchanged since the last install (a hash stamp inside the venv).
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+requirements="$repo/Integration/couch/requirements.txt"
+venv="$repo/.venv-couch"
+stamp="$venv/.requirements.sha256"
+if [ -f "$requirements" ]; then
+    want="$(sha256sum "$requirements" | cut -d' ' -f1)"
+    if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+        if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' 2>/dev/null; then
+            if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+                echo "Installing python3-venv" >&2
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+            else
+                echo "The CouchDB API suite needs python3-venv: sudo apt-get install -y python3-venv" >&2
+                exit 1
+            fi
+        fi
+        echo "Installing the CouchDB API suite's Python packages into .venv-couch" >&2
+        [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$requirements"
+        echo "$want" > "$stamp"
+    fi
+fi
