@@ -87,7 +87,8 @@ import Testing
         let child = RevisionID.compute(parent: parent, deleted: false, canonicalBody: Array("{}".utf8))
         #expect(child.generation == 3)
         #expect(child.isFerryDigest)
-        let other = RevisionID.compute(parent: try RevisionID("2-" + md5.replacingOccurrences(of: "9", with: "8")), deleted: false, canonicalBody: Array("{}".utf8))
+        let otherParent = try RevisionID("2-" + String(md5.reversed()))
+        let other = RevisionID.compute(parent: otherParent, deleted: false, canonicalBody: Array("{}".utf8))
         #expect(child != other)
     }
 
