@@ -17,7 +17,8 @@ extension FerryNode {
         var database = CouchDatabase(
             name: configuration.group, store: store, pullFilter: filter,
             maxRequestBytes: configuration.couch.effectiveMaxRequestBytes(configuration.limits),
-            serverUUID: String(identity.nodeID.prefix(32)), logger: Logger(label: "ferry.couch"), shutdown: shutdown)
+            serverUUID: String(identity.nodeID.prefix(32)), logger: Logger(label: "ferry.couch"), shutdown: shutdown,
+            metrics: metrics.sync)
         database.vendorVersion = FerryVersion.current
         return database
     }

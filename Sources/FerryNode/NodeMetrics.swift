@@ -36,7 +36,7 @@ public final class NodeMetrics: Sendable {
     /// The label sets each labelled counter is exported with from the start.
     static let labelSets: [String: [[(String, String)]]] = [
         "ferry_documents_rejected_total": ["structure", "digest", "policy", "filter", "validation"].flatMap { reason in
-            ["pull", "push"].map { [("reason", reason), ("direction", $0)] }
+            ["pull", "push", "couch"].map { [("reason", reason), ("direction", $0)] }
         },
         "ferry_deltas_total": [[("direction", "sent")], [("direction", "received")]],
         "ferry_replication_errors_total": [[("transient", "true")], [("transient", "false")]],

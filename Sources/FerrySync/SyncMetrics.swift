@@ -20,9 +20,9 @@ public struct SyncMetrics: Sendable {
     /// Revisions fetched that this node already had (re-transferred, e.g. after a crash).
     func duplicates(_ n: Int) { add("ferry_documents_duplicate_total", n) }
     /// Revisions peers pushed into this node and it stored.
-    func received(_ n: Int) { add("ferry_documents_received_total", n) }
+    public func received(_ n: Int) { add("ferry_documents_received_total", n) }
     /// Revisions refused at the trust boundary (or by the peer), by stage.
-    func rejected(stage: String, direction: String) {
+    public func rejected(stage: String, direction: String) {
         add("ferry_documents_rejected_total", 1, [("reason", stage), ("direction", direction)])
     }
     func conflicts(_ n: Int) { add("ferry_conflicts_total", n) }

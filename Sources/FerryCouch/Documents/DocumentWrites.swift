@@ -195,8 +195,7 @@ extension CouchDatabase {
     /// stage (as replication's are), stored ones by ID form (CouchDB's cannot be digest-checked).
     func reportReplicated(stored: [IncomingRevision], refused: [DocumentFailure], principal: CouchPrincipal) {
         for failure in refused {
-            Counter(label: "ferry_documents_rejected_total", dimensions: [("reason", failure.stage), ("direction", "couch")])
-                .increment()
+            metrics?.rejected(stage: failure.stage, direction: "couch")
             logger.notice(
                 "revision refused",
                 metadata: [
@@ -204,14 +203,8 @@ extension CouchDatabase {
                     "reason": "\(failure.error.reason)", "principal": "\(principal.name)",
                 ])
         }
-        let foreign = stored.filter { !isFerryFormRevision($0.revision) }.count
-        if foreign > 0 {
-            Counter(label: "ferry_couch_revisions_stored_total", dimensions: [("form", "foreign")]).increment(by: foreign)
-        }
-        if stored.count > foreign {
-            Counter(label: "ferry_couch_revisions_stored_total", dimensions: [("form", "ferry")])
-                .increment(by: stored.count - foreign)
-        }
+        metrics?.received(stored.count)
+        metrics?.unverifiable(stored.filter { !isFerryFormRevision($0.revision) }.count, source: .couch)
     }
 
     func storeContents(_ contents: [[UInt8]]) throws(CouchError) {
