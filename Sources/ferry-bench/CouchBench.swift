@@ -125,8 +125,8 @@ struct CouchAPIBench: AsyncParsableCommand {
             let baselines = runs.map { $0[keyPath: row.baseline] }
             let ratios = zip(values, baselines).map { $0 / $1 }
             let v = Stats(values), b = Stats(baselines), r = Stats(ratios)
-            say(String(format: "%-26@ %8.0f vs %8.0f docs/s  ratio %.2f (min %.2f, max %.2f)  target >= 0.50  %@",
-                       row.label, v.median, b.median, r.median, r.min, r.max, r.median >= 0.5 ? "HOLDS" : "MISSES"))
+            say(row.label.padding(toLength: 26, withPad: " ", startingAt: 0) + String(format: " %8.0f vs %8.0f docs/s  ratio %.2f (min %.2f, max %.2f)  target >= 0.50  %@",
+                       v.median, b.median, r.median, r.min, r.max, r.median >= 0.5 ? "HOLDS" : "MISSES"))
             figures.append(Figure(
                 id: row.id, name: row.name, value: v.median, unit: "docs/s", baseline: b.median, ratio: r.median, target: ">= 0.5",
                 holds: r.median >= 0.5, runs: zip(values, baselines).map { ($0, $1, $0 / $1) }))
