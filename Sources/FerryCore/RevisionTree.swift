@@ -32,8 +32,9 @@ public struct RevisionTree: Sendable, Equatable {
 
     public var leaves: [Revision] { revisions.filter(\.isLeaf) }
 
-    /// The winner rule, identical on every peer: a live leaf beats a deleted one,
-    /// then the higher generation wins, then the higher digest.
+    /// The winner rule, identical on every peer and the same as CouchDB's: a live leaf beats
+    /// a deleted one, then the higher generation wins, then the higher hash (compared as
+    /// `RevisionID.collationBytes`, so a 32-hex hash counts as its 16 raw bytes).
     public static func beats(_ a: Revision, _ b: Revision) -> Bool {
         if a.deleted != b.deleted { return !a.deleted }
         return b.id < a.id

@@ -4,15 +4,29 @@
 /// save: it must be small and fast. Layout (all integers LEB128 varints):
 /// `version(=1) count { generation digest[32] parent+1 flags hlc:u64le [bodyLen body] }`,
 /// where flags bit 0 = deleted, bit 1 = has body, bit 2 = leaf.
+///
+/// Version 2 carries revision IDs made elsewhere: each `digest[32]` becomes `form hash`, with
+/// form 0 = Ferry digest (32 bytes), 1 = 32-hex hash (16 bytes), 2 = other (length, text).
+/// It is written only for trees that hold such an ID, so Ferry-only trees stay version 1,
+/// byte for byte, and databases written before it read unchanged.
 extension RevisionTree {
     public func encoded(omittingBodyAt omitted: Int? = nil) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(48 * revisions.count + 8)
-        out.append(1)
+        let version: UInt8 = revisions.allSatisfy(\.id.isFerryDigest) ? 1 : 2
+        out.append(version)
         Varint.write(UInt64(revisions.count), into: &out)
         for (i, r) in revisions.enumerated() {
             Varint.write(UInt64(r.id.generation), into: &out)
-            r.id.appendDigestBytes(to: &out)
+            if version == 2 { out.append(r.id.form.rawValue) }
+            switch r.id.form {
+            case .ferryDigest: r.id.appendFerryDigestBytes(to: &out)
+            case .hex32: out.append(contentsOf: r.id.collationBytes)
+            case .text:
+                let text = r.id.collationBytes
+                Varint.write(UInt64(text.count), into: &out)
+                out.append(contentsOf: text)
+            }
             Varint.write(UInt64(r.parent.map { $0 + 1 } ?? 0), into: &out)
             let body = i == omitted ? nil : r.body
             var flags: UInt8 = 0
@@ -41,7 +55,8 @@ extension RevisionTree {
             return v
         }
         try need(1)
-        guard b[0] == 1 else { throw .corruptEncoding("unknown version \(b[0])") }
+        let version = b[0]
+        guard version == 1 || version == 2 else { throw .corruptEncoding("unknown version \(version)") }
         pos = 1
         let count = Int(try varint())
         guard count <= b.count else { throw .corruptEncoding("implausible count") }
@@ -49,10 +64,32 @@ extension RevisionTree {
         revs.reserveCapacity(count)
         for _ in 0..<count {
             let gen = try varint()
-            try need(32)
             guard gen >= 1, gen <= UInt64(Int32.max) else { throw .corruptEncoding("bad generation") }
-            let id = RevisionID(generation: Int(gen), digestBytes: b[pos..<pos + 32])
-            pos += 32
+            var form = RevisionID.Form.ferryDigest
+            if version == 2 {
+                try need(1)
+                guard let f = RevisionID.Form(rawValue: b[pos]) else { throw .corruptEncoding("bad revision ID form") }
+                form = f
+                pos += 1
+            }
+            let id: RevisionID
+            switch form {
+            case .ferryDigest:
+                try need(32)
+                id = RevisionID(generation: Int(gen), ferryDigestBytes: b[pos..<pos + 32])
+                pos += 32
+            case .hex32:
+                try need(16)
+                id = try Self.decodedID(generation: Int(gen), hash: Hex.encode(b[pos..<pos + 16]), form: form)
+                pos += 16
+            case .text:
+                let len = Int(try varint())
+                guard len <= RevisionID.maxHashLength else { throw .corruptEncoding("revision hash too long") }
+                try need(len)
+                id = try Self.decodedID(
+                    generation: Int(gen), hash: String(decoding: b[pos..<pos + len], as: UTF8.self), form: form)
+                pos += len
+            }
             let parentPlusOne = try varint()
             guard parentPlusOne <= UInt64(revs.count) else { throw .corruptEncoding("parent out of order") }
             try need(9)
@@ -81,6 +118,16 @@ extension RevisionTree {
         }
         self.init()
         self.revisions = revs
+    }
+
+    /// A revision ID read from version 2, which must come back in the form it was written.
+    private static func decodedID(generation: Int, hash: String, form: RevisionID.Form) throws(RevisionTreeError)
+        -> RevisionID
+    {
+        guard let id = try? RevisionID(generation: generation, hash: hash), id.form == form, id.hashText == hash else {
+            throw .corruptEncoding("bad revision hash \"\(LogText.escape(hash))\"")
+        }
+        return id
     }
 
     /// Puts a body back into the revision at `index` (the store keeps the winner's body

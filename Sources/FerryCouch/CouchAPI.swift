@@ -23,12 +23,17 @@ public struct CouchDatabase: Sendable {
     public let logger: Logger
     /// Fired when the node shuts down: open long-polls and continuous feeds end at once.
     public let shutdown: CouchShutdown
+    /// The node's replication counters: revisions stored with IDs made elsewhere are counted
+    /// as `metrics?.unverifiable(n, source: .couch)`.
+    public let metrics: SyncMetrics?
 
     public init(
         name: String, store: DocumentStore, pullFilter: RevisionFilter? = nil, maxRequestBytes: Int = 64 << 20,
         instanceStartTime: String = String(UInt64(Date().timeIntervalSince1970 * 1_000_000)), serverUUID: String,
-        logger: Logger = Logger(label: "ferry.couch"), shutdown: CouchShutdown = CouchShutdown()
+        logger: Logger = Logger(label: "ferry.couch"), shutdown: CouchShutdown = CouchShutdown(),
+        metrics: SyncMetrics? = nil
     ) {
+        self.metrics = metrics
         self.name = name
         self.store = store
         self.pullFilter = pullFilter

@@ -20,6 +20,8 @@ public final class NodeMetrics: Sendable {
         "ferry_documents_duplicate_total": "Revisions pulled that this node already had",
         "ferry_documents_rejected_total": "Revisions refused, by trust-boundary stage (reason) and direction",
         "ferry_conflicts_total": "Conflicts created by replication",
+        "ferry_sync_unverifiable_revisions_total":
+            "Revisions stored whose ID was made elsewhere, so no digest vouched for their body, by source",
         "ferry_deltas_total": "Revisions sent or received as deltas",
         "ferry_bytes_sent_total": "Replication message bytes sent, both roles",
         "ferry_bytes_received_total": "Replication message bytes received, both roles",
@@ -38,6 +40,7 @@ public final class NodeMetrics: Sendable {
         },
         "ferry_deltas_total": [[("direction", "sent")], [("direction", "received")]],
         "ferry_replication_errors_total": [[("transient", "true")], [("transient", "false")]],
+        "ferry_sync_unverifiable_revisions_total": [[("source", "peer")], [("source", "couch")]],
     ]
 
     static let gauges: Set<String> = [

@@ -33,6 +33,11 @@ public struct Change: Sendable, Equatable {
 }
 
 /// An existing revision arriving from elsewhere, inserted as-is (CouchDB's `new_edits=false`).
+///
+/// A revision whose ID is Ferry's form (`RevisionID.isFerryDigest`) is always checked against
+/// its digest before it is stored, however it was made; a revision in another form (made by
+/// CouchDB or elsewhere) cannot be checked and is stored on the sender's word, after the same
+/// structure, policy, filter and validation checks.
 public struct IncomingRevision: Sendable {
     public let id: DocumentID
     public let revision: RevisionID
@@ -42,11 +47,16 @@ public struct IncomingRevision: Sendable {
     public let body: JSON
     public let hlc: HLCTimestamp
     /// The canonical encoding of `body`, when the caller already has it (replication
-    /// receives it on the wire); the store still checks it against the revision digest.
+    /// receives it on the wire); the store still checks it against the revision digest, and
+    /// encodes the body itself for an ID in another form.
     public let canonicalBody: [UInt8]?
-    /// Set only by `verified(…)`, this module's own check that `canonicalBody` hashes to
-    /// `revision`: an insert then does not hash it a second time.
-    let digestVerified: Bool
+    /// Set only by this module's constructors: by `verified(…)`, which checked that
+    /// `canonicalBody` hashes to `revision`, and by `unverifiable(…)`, which encoded
+    /// `canonicalBody` itself; an insert then does neither a second time.
+    let canonicalChecked: Bool
+
+    /// True when the revision's ID is not Ferry's form, so its body cannot be checked against it.
+    public var isUnverifiable: Bool { !revision.isFerryDigest }
 
     public init(
         id: DocumentID, revision: RevisionID, history: [RevisionID], deleted: Bool, body: JSON,
@@ -54,12 +64,12 @@ public struct IncomingRevision: Sendable {
     ) {
         self.init(
             id: id, revision: revision, history: history, deleted: deleted, body: body, hlc: hlc,
-            canonicalBody: canonicalBody, digestVerified: false)
+            canonicalBody: canonicalBody, canonicalChecked: false)
     }
 
     private init(
         id: DocumentID, revision: RevisionID, history: [RevisionID], deleted: Bool, body: JSON,
-        hlc: HLCTimestamp, canonicalBody: [UInt8]?, digestVerified: Bool
+        hlc: HLCTimestamp, canonicalBody: [UInt8]?, canonicalChecked: Bool
     ) {
         self.id = id
         self.revision = revision
@@ -68,21 +78,32 @@ public struct IncomingRevision: Sendable {
         self.body = body
         self.hlc = hlc
         self.canonicalBody = canonicalBody
-        self.digestVerified = digestVerified
+        self.canonicalChecked = canonicalChecked
     }
 
-    /// The revision if `canonicalBody` hashes (with the parent and the deleted flag) to
-    /// `revision`, else nil. The trust boundary checks each digest here, once.
+    /// The revision if its ID is Ferry's form and `canonicalBody` hashes (with the parent and
+    /// the deleted flag) to it, else nil. The trust boundary checks each digest here, once.
     public static func verified(
         id: DocumentID, revision: RevisionID, history: [RevisionID], deleted: Bool, body: JSON,
         hlc: HLCTimestamp, canonicalBody: [UInt8]
     ) -> IncomingRevision? {
-        guard RevisionID.compute(parent: history.first, deleted: deleted, canonicalBody: canonicalBody) == revision else {
-            return nil
-        }
+        guard revision.isFerryDigest,
+            RevisionID.compute(parent: history.first, deleted: deleted, canonicalBody: canonicalBody) == revision
+        else { return nil }
         return IncomingRevision(
             id: id, revision: revision, history: history, deleted: deleted, body: body, hlc: hlc,
-            canonicalBody: canonicalBody, digestVerified: true)
+            canonicalBody: canonicalBody, canonicalChecked: true)
+    }
+
+    /// A revision whose ID is not Ferry's form, with its body's canonical encoding made here;
+    /// nil for a Ferry-form ID, which must be verified instead (`verified(…)`).
+    public static func unverifiable(
+        id: DocumentID, revision: RevisionID, history: [RevisionID], deleted: Bool, body: JSON, hlc: HLCTimestamp
+    ) -> IncomingRevision? {
+        guard !revision.isFerryDigest else { return nil }
+        return IncomingRevision(
+            id: id, revision: revision, history: history, deleted: deleted, body: body, hlc: hlc,
+            canonicalBody: body.canonicalBytes, canonicalChecked: true)
     }
 }
 

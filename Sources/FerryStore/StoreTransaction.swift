@@ -163,11 +163,15 @@ public final class StoreTransaction {
         if !incoming.deleted { try checkBody(incoming.body) } else if incoming.body.objectValue == nil {
             throw .invalidBody("a document body must be a JSON object")
         }
-        let canonical = incoming.canonicalBody ?? incoming.body.canonicalBytes
+        // Bytes given with an ID in another form are not trusted: nothing checks them against it.
+        let canonical =
+            (incoming.revision.isFerryDigest || incoming.canonicalChecked ? incoming.canonicalBody : nil)
+            ?? incoming.body.canonicalBytes
         if canonical.count > store.options.maxBodyBytes {
             throw .tooLarge(bytes: canonical.count, limit: store.options.maxBodyBytes)
         }
-        if !incoming.digestVerified {
+        // A Ferry-form ID is always verified, whoever made the revision; another form cannot be.
+        if incoming.revision.isFerryDigest && !incoming.canonicalChecked {
             let expected = RevisionID.compute(
                 parent: incoming.history.first, deleted: incoming.deleted, canonicalBody: canonical)
             guard expected == incoming.revision else { throw .digestMismatch(id, incoming.revision) }

@@ -216,6 +216,7 @@ final class Puller: Sendable {
         // Counted once per chunk (each count takes a lock and feeds the metrics), before the events.
         let pulled = outcomes.reduce(0) { n, o in if case .inserted = o { n + 1 } else { n } }
         progress.count { $0.pulled += pulled }
+        configuration.metrics?.unverifiable(stored: accepted, outcomes: outcomes)
         for (rev, outcome) in zip(accepted, outcomes) {
             // Only a replicator that also pushes could offer it back.
             if configuration.direction.pushes {

@@ -336,6 +336,7 @@ final class ResponderSession: Sendable {
             if hasBranches { branched.insert(rev.id) }
         }
         options.metrics?.received(touched.count)
+        options.metrics?.unverifiable(stored: accepted.map(\.1), outcomes: outcomes)
         // The default resolver writes nothing; its count is not needed here, and reading it costs a query per push.
         // A document left with one leaf has nothing to resolve.
         if !options.resolvers.isDefaultOnly {

@@ -1,4 +1,5 @@
 import CoreMetrics
+import FerryStore
 
 /// Reports replication counters through swift-metrics; the node plugs in a Prometheus
 /// factory, a library user any backend. Names are documented in docs/operations.md.
@@ -33,6 +34,30 @@ public struct SyncMetrics: Sendable {
         add("ferry_bytes_sent_total", sent)
         add("ferry_bytes_received_total", received)
     }
+    /// Revisions stored whose ID was made elsewhere (not Ferry's form), so that no digest
+    /// vouched for their body: they rest on the sender's authentication, policy, filters and
+    /// validation alone.
+    public func unverifiable(_ n: Int, source: UnverifiableSource) {
+        add("ferry_sync_unverifiable_revisions_total", n, [("source", source.rawValue)])
+    }
+
+    /// Counts the revisions of a batch from a Ferry peer that were stored with an ID made elsewhere.
+    func unverifiable(stored revisions: [IncomingRevision], outcomes: [InsertOutcome]) {
+        var n = 0
+        for (rev, outcome) in zip(revisions, outcomes) where rev.isUnverifiable {
+            if case .inserted = outcome { n += 1 }
+        }
+        unverifiable(n, source: .peer)
+    }
+
+    /// Where stored revisions that could not be digest-verified came from.
+    public enum UnverifiableSource: String, Sendable {
+        /// Replication with a Ferry peer, either way.
+        case peer
+        /// The CouchDB HTTP API.
+        case couch
+    }
+
     func replicationError(transient: Bool) {
         add("ferry_replication_errors_total", 1, [("transient", transient ? "true" : "false")])
     }

@@ -169,7 +169,8 @@ struct WireRevision: Sendable {
             id: id.rawValue, rev: revision.description, history: Array(history), deleted: r.deleted,
             hlc: r.hlc.rawValue, content: bodyBytes, deltaBase: nil)
         let bases = receiverHas.filter { tree.revision($0)?.body != nil }
-        guard useDeltas, !bases.isEmpty, let target = try? JSON.parse(bodyBytes).objectValue else { return (wire, false) }
+        // Only a Ferry-form revision is delta-encoded: the receiver checks the result against its digest.
+        guard useDeltas, revision.isFerryDigest, !bases.isEmpty, let target = try? JSON.parse(bodyBytes).objectValue else { return (wire, false) }
         var best: (String, [UInt8])?
         for base in bases {
             guard let b = tree.revision(base)?.body, let baseBody = try? JSON.parse(b).objectValue else { continue }
@@ -259,7 +260,8 @@ extension Rejection {
 }
 
 /// The trust boundary for incoming revisions: structure, digest, the peer's write policy,
-/// the pull filter, then (in the store) validation. Nothing unchecked reaches a filter.
+/// the pull filter, then (in the store) validation. Nothing unchecked reaches a filter; a
+/// revision ID made elsewhere (not Ferry's form) skips only the digest, which it cannot pass.
 struct IncomingPipeline: Sendable {
     let policy: PeerPolicy
     let filter: RevisionFilter?
@@ -292,6 +294,9 @@ struct IncomingPipeline: Sendable {
         for (i, a) in history.enumerated() where a.generation != rev.generation - 1 - i {
             return reject(.structure, "history generations are not consecutive at \(a)")
         }
+        // A delta's result can be checked only against a Ferry digest: a revision in another
+        // form travels whole (senders never delta-encode one).
+        if wire.isDelta && !rev.isFerryDigest { return .needFull(id: wire.id, rev: wire.rev) }
         var body: JSON
         var canonical: [UInt8]
         if let baseText = wire.deltaBase {
@@ -305,18 +310,27 @@ struct IncomingPipeline: Sendable {
             canonical = wire.content
         }
         guard body.objectValue != nil else { return reject(.structure, "body is not a JSON object") }
+        // A revision ID made elsewhere vouches for no bytes: its body is encoded here rather
+        // than stored as sent.
+        let hlc = HLCTimestamp(rawValue: wire.hlc)
+        let unverifiable = IncomingRevision.unverifiable(
+            id: id, revision: rev, history: history, deleted: wire.deleted, body: body, hlc: hlc)
+        if let unverifiable, let bytes = unverifiable.canonicalBody { canonical = bytes }
         if canonical.count > maxBodyBytes {
             return reject(.structure, "body of \(canonical.count) bytes exceeds the \(maxBodyBytes)-byte limit")
         }
-        // 2. Digest. Bytes that hash to the revision ID are its canonical body; a sender
-        // that is not canonical gets one re-encoding before it is judged.
-        // Checked by the store's own `verified`, so that the insert need not hash it again.
+        // 2. Digest. A Ferry-form ID is always verified, whoever sent it: bytes that hash to it
+        // are its canonical body; a sender that is not canonical gets one re-encoding before it
+        // is judged. Checked by the store's own `verified`, so that the insert need not hash it
+        // again. An ID in another form (CouchDB's, or others) cannot be checked and skips this
+        // stage only; a Ferry digest has no other spelling, so no sender can steer a Ferry-made
+        // revision around it.
         func verify() -> IncomingRevision? {
             IncomingRevision.verified(
-                id: id, revision: rev, history: history, deleted: wire.deleted, body: body,
-                hlc: HLCTimestamp(rawValue: wire.hlc), canonicalBody: canonical)
+                id: id, revision: rev, history: history, deleted: wire.deleted, body: body, hlc: hlc,
+                canonicalBody: canonical)
         }
-        var verified = verify()
+        var verified = unverifiable ?? verify()
         if verified == nil && !wire.isDelta {
             canonical = body.canonicalBytes
             verified = verify()
