@@ -203,13 +203,33 @@ extension CouchDatabase {
         }
     }
 
-    /// Reads the whole request body, 413 past `maxRequestBytes`.
+    /// Reads the whole request body, 413 past `maxRequestBytes`. A `Content-Encoding: gzip`
+    /// body (client libraries compress every request) is decoded, its decoded size capped
+    /// the same way; 400 for a corrupt stream, 415 for any other encoding.
     public func readBody(_ request: Request) async throws -> ByteBuffer {
+        let buffer: ByteBuffer
         do {
-            return try await request.body.collect(upTo: maxRequestBytes)
+            buffer = try await request.body.collect(upTo: maxRequestBytes)
         } catch is NIOTooManyBytesError {
             throw CouchError.tooLarge("Request body is larger than \(maxRequestBytes) bytes.")
         }
+        let encodings = request.headers[values: .contentEncoding]
+            .flatMap { $0.split(separator: ",") }
+            .map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+            .filter { !$0.isEmpty && $0 != "identity" }
+        guard !encodings.isEmpty else { return buffer }
+        guard encodings.allSatisfy({ $0 == "gzip" || $0 == "x-gzip" }) else {
+            throw CouchError.unsupportedMediaType("Unsupported Content-Encoding: \(encodings.joined(separator: ", "))")
+        }
+        var bytes = Array(buffer.readableBytesView)
+        for _ in encodings {
+            switch Gzip.decodeChecked(bytes, limit: maxRequestBytes) {
+            case .decoded(let d): bytes = d
+            case .tooLarge: throw CouchError.tooLarge("Decoded request body is larger than \(maxRequestBytes) bytes.")
+            case .corrupt: throw CouchError.badRequest("The gzip-encoded request body is corrupt.")
+            }
+        }
+        return ByteBuffer(bytes: bytes)
     }
 
     /// Reads the body as JSON, with CouchDB's `bad_request` for malformed JSON.

@@ -7,17 +7,32 @@ enum Gzip {
     /// The decoded bytes, at most `limit` of them; nil for anything that is not valid gzip
     /// or decodes to more than `limit`.
     static func decode(_ input: [UInt8], limit: Int) -> [UInt8]? {
-        guard !input.isEmpty else { return nil }
+        if case .decoded(let bytes) = decodeChecked(input, limit: limit) { return bytes }
+        return nil
+    }
+
+    /// What decoding a gzip stream gave: its bytes, or why there are none.
+    enum Outcome: Equatable {
+        case decoded([UInt8])
+        /// The stream decodes to more than the limit.
+        case tooLarge
+        /// Not a complete, valid gzip stream.
+        case corrupt
+    }
+
+    /// Decodes a gzip stream, telling a stream too large for `limit` from a corrupt one.
+    static func decodeChecked(_ input: [UInt8], limit: Int) -> Outcome {
+        guard !input.isEmpty else { return .corrupt }
         var stream = z_stream()
         // 16 + MAX_WBITS: expect a gzip header and trailer (and check the CRC).
         guard inflateInit2_(&stream, 16 + MAX_WBITS, ZLIB_VERSION, Int32(MemoryLayout<z_stream>.size)) == Z_OK else {
-            return nil
+            return .corrupt
         }
         defer { inflateEnd(&stream) }
         var output: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 64 << 10)
         var input = input
-        return input.withUnsafeMutableBufferPointer { inBuf -> [UInt8]? in
+        return input.withUnsafeMutableBufferPointer { inBuf -> Outcome in
             stream.next_in = inBuf.baseAddress
             stream.avail_in = UInt32(inBuf.count)
             while true {
@@ -28,11 +43,11 @@ enum Gzip {
                 }
                 let produced = chunk.count - Int(stream.avail_out)
                 output.append(contentsOf: chunk[0..<produced])
-                if output.count > limit { return nil }
+                if output.count > limit { return .tooLarge }
                 switch status {
-                case Z_STREAM_END: return stream.avail_in == 0 ? output : nil
-                case Z_OK: if produced == 0 && stream.avail_in == 0 { return nil }
-                default: return nil
+                case Z_STREAM_END: return stream.avail_in == 0 ? .decoded(output) : .corrupt
+                case Z_OK: if produced == 0 && stream.avail_in == 0 { return .corrupt }
+                default: return .corrupt
                 }
             }
         }
