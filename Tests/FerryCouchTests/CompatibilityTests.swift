@@ -1,0 +1,76 @@
+import FerryCore
+import FerryStore
+import Foundation
+import Hummingbird
+import Testing
+
+@testable import FerryCouch
+
+/// What CouchDB's own replicator and the CouchDB client libraries rely on.
+@Suite struct CompatibilityTests {
+    /// gzip of `{"_id":"gz","n":1}`.
+    static let gzippedDocument: [UInt8] = [
+        0x1f, 0x8b, 0x8, 0x0, 0x0, 0x0, 0x0, 0x0, 0x2, 0x3, 0xab, 0x56, 0x8a, 0xcf, 0x4c, 0x51, 0xb2, 0x52, 0x4a,
+        0xaf, 0x52, 0xd2, 0x51, 0xca, 0x53, 0xb2, 0x32, 0xac, 0x5, 0x0, 0x2b, 0x61, 0xc9, 0xff, 0x12, 0x0, 0x0, 0x0,
+    ]
+    /// gzip of `{"pad":"aaaa…"}` (5,011 bytes decoded, 53 encoded).
+    static let gzippedLargeDocument: [UInt8] = [
+        0x1f, 0x8b, 0x8, 0x0, 0x0, 0x0, 0x0, 0x0, 0x2, 0x3, 0xed, 0xc1, 0x41, 0xd, 0x0, 0x30, 0x8, 0x4, 0x30, 0x2f,
+        0x27, 0x3, 0x37, 0x24, 0x13, 0xb0, 0xff, 0x32, 0xef, 0xa8, 0xe0, 0xd7, 0xf6, 0xe5, 0xf6, 0x49, 0xa5, 0x1, 0x0,
+        0x0, 0x0, 0x80, 0x75, 0xf9, 0x3, 0x2b, 0xbf, 0xce, 0xc3, 0x92, 0x13, 0x0, 0x0,
+    ]
+
+    static func gzipHeaders() -> HTTPFields {
+        var h = HTTPFields()
+        h[.contentType] = "application/json"
+        h[.contentEncoding] = "gzip"
+        return h
+    }
+
+    @Test func aGzipEncodedRequestBodyIsDecoded() async throws {
+        let f = try CouchFixture()
+        try await f.run { c in
+            let put = try await c.send(.put, "/ferry/gz", headers: Self.gzipHeaders(), bytes: Self.gzippedDocument)
+            #expect(put.status == .created, "\(put.text)")
+            let got = try await c.get("/ferry/gz")
+            #expect(got.json["n"] == 1)
+        }
+    }
+
+    @Test func aGzipBodyDecodingPastTheLimitIsTooLargeAndStoresNothing() async throws {
+        let f = try CouchFixture(maxRequestBytes: 1000)
+        try await f.run { c in
+            let before = try storeSnapshot(f.store)
+            let put = try await c.send(.put, "/ferry/big", headers: Self.gzipHeaders(), bytes: Self.gzippedLargeDocument)
+            #expect(put.status == .contentTooLarge)
+            #expect(put.json["error"] == "too_large")
+            #expect(try storeSnapshot(f.store) == before)
+        }
+    }
+
+    @Test func aCorruptGzipBodyIsABadRequest() async throws {
+        let f = try CouchFixture()
+        try await f.run { c in
+            var corrupt = Self.gzippedDocument
+            corrupt[corrupt.count - 6] ^= 0xFF  // the CRC no longer matches
+            let put = try await c.send(.put, "/ferry/gz", headers: Self.gzipHeaders(), bytes: corrupt)
+            #expect(put.status == .badRequest)
+            #expect(put.json["error"] == "bad_request")
+            let truncated = Array(Self.gzippedDocument.prefix(20))
+            #expect(try await c.send(.put, "/ferry/gz", headers: Self.gzipHeaders(), bytes: truncated).status == .badRequest)
+            #expect(try await c.get("/ferry/gz").status == .notFound)
+        }
+    }
+
+    @Test func anUnknownContentEncodingIsUnsupported() async throws {
+        let f = try CouchFixture()
+        try await f.run { c in
+            var h = HTTPFields()
+            h[.contentType] = "application/json"
+            h[.contentEncoding] = "br"
+            let put = try await c.send(.put, "/ferry/x", headers: h, bytes: Array(#"{"n":1}"#.utf8))
+            #expect(put.status == .unsupportedMediaType)
+            #expect(try await c.get("/ferry/x").status == .notFound)
+        }
+    }
+}
