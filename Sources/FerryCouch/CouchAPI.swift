@@ -155,6 +155,11 @@ public enum CouchRouting {
             if rest.count == 2 { return .document(db: db, id: id) }
             return .attachment(db: db, docID: id, name: rest.dropFirst(2).joined(separator: "/"))
         }
+        if head.hasPrefix("_design/") {
+            // `_design%2Fx`: the escaped slash names the same design document.
+            if rest.count == 1 { return .document(db: db, id: head) }
+            return .attachment(db: db, docID: head, name: rest.dropFirst().joined(separator: "/"))
+        }
         if head.hasPrefix("_") && rest.count == 1 { return .databaseSpecial(db: db, name: String(head.dropFirst())) }
         if rest.count == 1 { return .document(db: db, id: head) }
         return .attachment(db: db, docID: head, name: rest.dropFirst().joined(separator: "/"))
@@ -167,6 +172,10 @@ extension CouchDatabase {
     public func respond(_ request: Request, context: CouchRequestContext) async throws -> Response {
         guard let endpoint = CouchRouting.endpoint(rawPath: request.uri.path) else {
             throw CouchError.badRequest("The request path is not valid percent-encoding.")
+        }
+        if request.method == .get || request.method == .head, let location = Self.designRedirect(request.uri) {
+            // As CouchDB: a read of `/{db}/_design%2Fx` is sent to `/{db}/_design/x`.
+            return Response(status: .movedPermanently, headers: [.location: location, .contentLength: "0"])
         }
         switch endpoint {
         case .welcome: return try await welcome(request, context: context)
@@ -194,6 +203,20 @@ extension CouchDatabase {
             try checkDatabase(db, request: request)
             return try await attachment(request, context: context, docID: docID, name: name)
         }
+    }
+
+    /// The path (and query) with the escaped slash of `/{db}/_design%2F…` unescaped; nil
+    /// for any other path.
+    static func designRedirect(_ uri: URI) -> String? {
+        let parts = uri.path.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false)
+        guard parts.count == 2, parts[0].isEmpty else { return nil }
+        let rest = parts[1]
+        guard let slash = rest.firstIndex(of: "/") else { return nil }
+        let head = rest[rest.index(after: slash)...]
+        guard head.lowercased().hasPrefix("_design%2f") else { return nil }
+        var location = "/" + String(rest[...slash]) + "_design/" + String(head.dropFirst("_design%2f".count))
+        if let query = uri.query, !query.isEmpty { location += "?" + query }
+        return location
     }
 
     /// 404 for any database but this node's (`PUT /{db}` of another name answers in its handler).

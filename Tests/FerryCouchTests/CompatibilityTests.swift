@@ -73,4 +73,90 @@ import Testing
             #expect(try await c.get("/ferry/x").status == .notFound)
         }
     }
+
+    static func encoded(_ revs: [String]) -> String {
+        let list = "[" + revs.map { "\"\($0)\"" }.joined(separator: ",") + "]"
+        return list.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+    }
+
+    /// The JSON part and attachment parts of each revision of a `multipart/mixed` answer.
+    static func mixedRevisions(_ reply: CouchReply) throws -> [(json: JSON, attachments: [[UInt8]])] {
+        let outer = try Multipart.parse(reply.bytes, boundary: Multipart.boundary(of: reply.headers[.contentType] ?? "")!)
+        return try outer.map { part in
+            let type = part.headers["content-type"] ?? ""
+            guard type.hasPrefix("multipart/related") else { return (try JSON.parse(part.body), []) }
+            let inner = try Multipart.parse(part.body, boundary: Multipart.boundary(of: type)!)
+            return (try JSON.parse(inner[0].body), inner.dropFirst().map(\.body))
+        }
+    }
+
+    @Test func openRevsAsMultipartSendsAttachmentBodiesWithoutTheAttachmentsOption() async throws {
+        let f = try CouchFixture()
+        try await f.run { c in
+            let first = try await c.put(
+                "a", ["_attachments": ["one.txt": ["content_type": "text/plain", "data": .string(base64("first"))]]])
+            let second = try await c.put(
+                "a",
+                [
+                    "_rev": .string(first),
+                    "_attachments": [
+                        "one.txt": ["stub": true],
+                        "two.txt": ["content_type": "text/plain", "data": .string(base64("second"))],
+                    ],
+                ])
+            // As CouchDB's replicator asks: no `attachments=true`.
+            let all = try await c.get(
+                "/ferry/a?revs=true&latest=true&open_revs=\(Self.encoded([second]))", headers: [.accept: "multipart/mixed"])
+            #expect(all.status == .ok)
+            let revisions = try Self.mixedRevisions(all)
+            #expect(revisions.count == 1)
+            #expect(revisions.first?.json["_attachments"]?["one.txt"]?["follows"] == true)
+            #expect(revisions.first?.json["_attachments"]?["two.txt"]?["follows"] == true)
+            #expect(revisions.first?.attachments == [Array("first".utf8), Array("second".utf8)])
+            // With `atts_since`, only the newer attachment's body follows; the older is a stub.
+            let since = try await c.get(
+                "/ferry/a?revs=true&latest=true&open_revs=\(Self.encoded([second]))&atts_since=\(Self.encoded([first]))",
+                headers: [.accept: "multipart/mixed"])
+            let newer = try Self.mixedRevisions(since)
+            #expect(newer.first?.json["_attachments"]?["one.txt"]?["stub"] == true)
+            #expect(newer.first?.json["_attachments"]?["two.txt"]?["follows"] == true)
+            #expect(newer.first?.attachments == [Array("second".utf8)])
+            // As JSON, without `attachments=true`, they stay stubs.
+            let json = try await c.get(
+                "/ferry/a?open_revs=\(Self.encoded([second]))", headers: [.accept: "application/json"])
+            #expect(json.json.arrayValue?.first?["ok"]?["_attachments"]?["two.txt"]?["stub"] == true)
+        }
+    }
+
+    @Test func openRevsOfAMissingDocumentListsEachRevisionAsMissing() async throws {
+        let f = try CouchFixture()
+        try await f.run { c in
+            let reply = try await c.get(
+                "/ferry/nothere?open_revs=\(Self.encoded(["1-abc", "2-def"]))", headers: [.accept: "application/json"])
+            #expect(reply.status == .ok)
+            #expect(reply.json == [["missing": "1-abc"], ["missing": "2-def"]])
+            let mixed = try await c.get(
+                "/ferry/nothere?open_revs=\(Self.encoded(["1-abc"]))", headers: [.accept: "multipart/mixed"])
+            #expect(mixed.status == .ok)
+            #expect(try Self.mixedRevisions(mixed).map(\.json) == [["missing": "1-abc"]])
+            #expect(try await c.get("/ferry/nothere?open_revs=all").status == .notFound)
+        }
+    }
+
+    @Test func aReadOfAnEscapedDesignDocumentIDIsRedirectedToTheDesignPath() async throws {
+        let f = try CouchFixture()
+        try await f.run { c in
+            _ = try await c.put("_design/x", ["language": "javascript"])
+            let reply = try await c.get("/ferry/_design%2Fx?revs=true")
+            #expect(reply.status == .movedPermanently)
+            #expect(reply.headers[.location] == "/ferry/_design/x?revs=true")
+            let attachment = try await c.get("/ferry/_design%2fx/a.txt")
+            #expect(attachment.headers[.location] == "/ferry/_design/x/a.txt")
+            // Writes through the escaped form name the same design document.
+            let rev = try await c.get("/ferry/_design/x").json["_rev"]!
+            let put = try await c.send(.put, "/ferry/_design%2Fx", json: ["_rev": rev, "language": "query"])
+            #expect(put.status == .created, "\(put.text)")
+            #expect(try await c.get("/ferry/_design/x").json["language"] == "query")
+        }
+    }
 }
