@@ -173,7 +173,7 @@ extension CouchDatabase {
         guard let endpoint = CouchRouting.endpoint(rawPath: request.uri.path) else {
             throw CouchError.badRequest("The request path is not valid percent-encoding.")
         }
-        if request.method == .get || request.method == .head, let location = Self.designRedirect(request.uri) {
+        if request.method == .get || request.method == .head, let location = Self.designRedirect(path: request.uri.path, query: request.uri.query) {
             // As CouchDB: a read of `/{db}/_design%2Fx` is sent to `/{db}/_design/x`.
             return Response(status: .movedPermanently, headers: [.location: location, .contentLength: "0"])
         }
@@ -207,15 +207,18 @@ extension CouchDatabase {
 
     /// The path (and query) with the escaped slash of `/{db}/_design%2F…` unescaped; nil
     /// for any other path.
-    static func designRedirect(_ uri: URI) -> String? {
-        let parts = uri.path.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false)
+    static func designRedirect(path: String, query: String?) -> String? {
+        let parts = path.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false)
         guard parts.count == 2, parts[0].isEmpty else { return nil }
         let rest = parts[1]
         guard let slash = rest.firstIndex(of: "/") else { return nil }
         let head = rest[rest.index(after: slash)...]
-        guard head.lowercased().hasPrefix("_design%2f") else { return nil }
-        var location = "/" + String(rest[...slash]) + "_design/" + String(head.dropFirst("_design%2f".count))
-        if let query = uri.query, !query.isEmpty { location += "?" + query }
+        let escaped = "_design%2f"
+        guard head.lowercased().hasPrefix(escaped) else { return nil }
+        let db = String(rest[...slash])
+        let tail = String(head.dropFirst(escaped.count))
+        var location = "/" + db + "_design/" + tail
+        if let query, !query.isEmpty { location += "?" + query }
         return location
     }
 
