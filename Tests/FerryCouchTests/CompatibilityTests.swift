@@ -163,4 +163,36 @@ import Testing
             #expect(try await c.get("/ferry/_design/x").json["language"] == "query")
         }
     }
+
+    @Test func anAttachmentReplicatedWithoutRevposIsSentWhenBodiesAreAskedFor() async throws {
+        let f = try CouchFixture()
+        try await f.run { c in
+            // CouchDB keeps revpos 0 for an attachment written with new_edits=false and no
+            // revpos, and its replicator passes that 0 on.
+            let rev = "1-" + String(repeating: "ab", count: 16)
+            let bulk = try await c.send(
+                .post, "/ferry/_bulk_docs",
+                json: [
+                    "new_edits": false,
+                    "docs": [
+                        [
+                            "_id": "r", "_rev": .string(rev),
+                            "_attachments": [
+                                "c.txt": ["content_type": "text/plain", "revpos": 0, "data": .string(base64("conflict"))]
+                            ],
+                        ]
+                    ],
+                ])
+            #expect(bulk.status == .created, "\(bulk.text)")
+            let stub = try await c.get("/ferry/r")
+            #expect(stub.json["_attachments"]?["c.txt"]?["revpos"] == 0)
+            let inline = try await c.get("/ferry/r?attachments=true")
+            #expect(inline.json["_attachments"]?["c.txt"]?["data"] == .string(base64("conflict")))
+            let mixed = try await c.get(
+                "/ferry/r?revs=true&latest=true&open_revs=\(Self.encoded([rev]))", headers: [.accept: "multipart/mixed"])
+            let revisions = try Self.mixedRevisions(mixed)
+            #expect(revisions.first?.json["_attachments"]?["c.txt"]?["follows"] == true)
+            #expect(revisions.first?.attachments == [Array("conflict".utf8)])
+        }
+    }
 }
