@@ -231,11 +231,14 @@ extension CouchDatabase {
     {
         var parts: [(headers: [(String, String)], body: [UInt8])] = [([("Content-Type", "application/json")], json.canonicalBytes)]
         for (name, att) in follows {
-            let bytes = try att.content(store.blobs)
+            let wire = try att.wireForm(store.blobs)
             let quoted = name.replacingOccurrences(of: "\"", with: "%22")
-            parts.append(
-                ([("Content-Disposition", "attachment; filename=\"\(quoted)\""), ("Content-Type", att.contentType),
-                  ("Content-Length", String(bytes.count))], bytes))
+            var headers = [
+                ("Content-Disposition", "attachment; filename=\"\(quoted)\""), ("Content-Type", att.contentType),
+                ("Content-Length", String(wire.bytes.count)),
+            ]
+            if wire.gzip { headers.append(("Content-Encoding", "gzip")) }
+            parts.append((headers, wire.bytes))
         }
         return parts
     }

@@ -52,4 +52,29 @@ enum Gzip {
             }
         }
     }
+
+    /// `bytes` gzip-encoded as CouchDB encodes attachments (deflate level 8, a header with
+    /// no name and no time), so that an MD5 CouchDB took of its encoded form can be matched;
+    /// nil if zlib fails.
+    static func encode(_ bytes: [UInt8], level: Int32 = 8) -> [UInt8]? {
+        var stream = z_stream()
+        guard deflateInit2_(
+            &stream, level, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY, ZLIB_VERSION,
+            Int32(MemoryLayout<z_stream>.size)) == Z_OK
+        else { return nil }
+        defer { deflateEnd(&stream) }
+        var output = [UInt8](repeating: 0, count: Int(deflateBound(&stream, UInt(bytes.count))) + 32)
+        var input = bytes
+        let status = input.withUnsafeMutableBufferPointer { inBuf in
+            output.withUnsafeMutableBufferPointer { outBuf -> Int32 in
+                stream.next_in = inBuf.baseAddress
+                stream.avail_in = UInt32(inBuf.count)
+                stream.next_out = outBuf.baseAddress
+                stream.avail_out = UInt32(outBuf.count)
+                return deflate(&stream, Z_FINISH)
+            }
+        }
+        guard status == Z_STREAM_END else { return nil }
+        return Array(output.prefix(Int(stream.total_out)))
+    }
 }
