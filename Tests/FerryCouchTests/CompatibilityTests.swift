@@ -261,3 +261,55 @@ import Testing
         }
     }
 }
+
+extension CompatibilityTests {
+    @Test func inlineContentWithTheDigestOfCouchDBsGzipFormIsAcceptedAndTheDigestKept() async throws {
+        let f = try CouchFixture()
+        try await f.run { c in
+            // What a server answers for gzip-kept content with attachments=true: identity
+            // bytes inline, the digest of CouchDB's gzip form.
+            let text = Array(String(repeating: "inline text ", count: 40).utf8)
+            let gzipDigest = StoredAttachment.md5Digest(Gzip.encode(text)!)
+            let rev = "1-" + String(repeating: "ef", count: 16)
+            let bulk = try await c.send(
+                .post, "/ferry/_bulk_docs",
+                json: [
+                    "new_edits": false,
+                    "docs": [
+                        [
+                            "_id": "i", "_rev": .string(rev),
+                            "_attachments": [
+                                "t.txt": [
+                                    "content_type": "text/plain", "revpos": 1, "digest": .string(gzipDigest),
+                                    "data": .string(Data(text).base64EncodedString()),
+                                ]
+                            ],
+                        ]
+                    ],
+                ])
+            #expect(bulk.status == .created, "\(bulk.text)")
+            #expect(!bulk.text.contains("error"), "\(bulk.text)")
+            #expect(try await c.get("/ferry/i").json["_attachments"]?["t.txt"]?["digest"] == .string(gzipDigest))
+            // Any other digest is still refused, and nothing is stored.
+            let other = try await c.send(
+                .post, "/ferry/_bulk_docs",
+                json: [
+                    "new_edits": false,
+                    "docs": [
+                        [
+                            "_id": "k", "_rev": .string(rev),
+                            "_attachments": [
+                                "t.txt": [
+                                    "content_type": "text/plain", "revpos": 1,
+                                    "digest": .string(StoredAttachment.md5Digest(Array("other".utf8))),
+                                    "data": .string(Data(text).base64EncodedString()),
+                                ]
+                            ],
+                        ]
+                    ],
+                ])
+            #expect(other.text.contains("error"), "\(other.text)")
+            #expect(try await c.get("/ferry/k").status == .notFound)
+        }
+    }
+}
