@@ -1,8 +1,8 @@
 import CZlib
 
-/// Decodes gzip-encoded attachment content: CouchDB's replicator sends compressible
-/// attachments (text, JSON, …) as it stores them, gzip-encoded with `"encoding":"gzip"`,
-/// and Ferry keeps identity bytes only.
+/// gzip as the CouchDB API meets it: request bodies and attachment content that CouchDB's
+/// replicator sends gzip-encoded (`"encoding":"gzip"`) are decoded, as Ferry keeps identity
+/// bytes only; content is encoded again as CouchDB encodes it to match CouchDB's digests.
 enum Gzip {
     /// The decoded bytes, at most `limit` of them; nil for anything that is not valid gzip
     /// or decodes to more than `limit`.
