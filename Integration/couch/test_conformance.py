@@ -8,6 +8,7 @@ import gzip
 import json
 import threading
 import time
+import zlib
 
 import pytest
 import requests
@@ -1042,6 +1043,55 @@ class TestAttachments:
         r = couch.post("_bulk_get", {"docs": [{"id": uid + "rp", "rev": rev}]},
                        params={"latest": "true", "revs": "true", "attachments": "false"})
         assert r.json()["results"][0]["docs"][0]["ok"]["_attachments"]["r.bin"]["stub"] is True
+
+    def test_open_revs_multipart_sends_bodies_of_attachments_replicated_with_revpos_0(self, couch, uid):
+        # CouchDB keeps revpos 0 for content replicated without one, and sends it to its
+        # replicator like any other content.
+        rev, parent = fake_rev(2, uid + "r0"), fake_rev(1, uid + "r0p")
+        r = couch.post("_bulk_docs", {"new_edits": False, "docs": [{
+            "_id": uid + "r0", "_rev": rev, "_revisions": {"start": 2, "ids": [rev_hash(rev), rev_hash(parent)]},
+            "_attachments": {"c.bin": {"content_type": "application/octet-stream", "revpos": 0,
+                                       "data": b64(self.DATA)}}}]})
+        assert r.status_code == 201, r.text
+        r = couch.get(quote_id(uid + "r0"), params={"revs": "true", "open_revs": jq([rev]), "latest": "true"},
+                      headers={"Accept": "multipart/mixed"})
+        assert r.status_code == 200
+        headers, content = parse_multipart(r.headers["Content-Type"], r.content)[0]
+        assert headers["content-type"].startswith("multipart/related"), headers
+        doc, data = parse_related_document(headers["content-type"], content)
+        assert doc["_attachments"]["c.bin"]["follows"] is True
+        assert data == {"c.bin": self.DATA}
+
+    def test_multipart_attachment_parts_match_the_digest_they_are_sent_with(self, couch, uid):
+        # CouchDB's replicator sends compressible content gzip-encoded with the MD5 of the
+        # encoded bytes, and a CouchDB target checks each part it receives against its
+        # digest: whatever form a server sends a part in, the digest must match it.
+        text = b"compressible text " * 200
+        z = zlib.compressobj(8, zlib.DEFLATED, 31, 8)
+        encoded = z.compress(text) + z.flush()
+        rev = fake_rev(1, uid + "gzd")
+        doc = {"_id": uid + "gzd", "_rev": rev, "_revisions": {"start": 1, "ids": [rev_hash(rev)]},
+               "_attachments": {"t.txt": {"content_type": "text/plain", "revpos": 1, "digest": md5_digest(encoded),
+                                          "length": len(text), "follows": True, "encoding": "gzip",
+                                          "encoded_length": len(encoded)}}}
+        boundary = "gzd" + uid
+        body = (b"--" + boundary.encode() + b"\r\nContent-Type: application/json\r\n\r\n" + json.dumps(doc).encode()
+                + b"\r\n--" + boundary.encode() + b'\r\nContent-Disposition: attachment; filename="t.txt"\r\n'
+                + b"Content-Type: text/plain\r\nContent-Encoding: gzip\r\n\r\n" + encoded
+                + b"\r\n--" + boundary.encode() + b"--")
+        r = couch.request("PUT", couch.doc_url(uid + "gzd"), params={"new_edits": "false"}, data=body,
+                          headers={"Content-Type": 'multipart/related; boundary="%s"' % boundary})
+        assert r.status_code == 201, r.text
+        r = couch.get(quote_id(uid + "gzd"), params={"revs": "true", "open_revs": jq([rev]), "latest": "true"},
+                      headers={"Accept": "multipart/mixed"})
+        headers, content = parse_multipart(r.headers["Content-Type"], r.content)[0]
+        parts = parse_multipart(headers["content-type"], content)
+        att = json.loads(parts[0][1])["_attachments"]["t.txt"]
+        part_headers, raw = parts[1]
+        assert md5_digest(raw) == att["digest"]
+        gzipped = att.get("encoding") == "gzip" or part_headers.get("content-encoding", "").lower() == "gzip"
+        assert (gzip.decompress(raw) if gzipped else raw) == text
+        assert att["length"] == len(text)
 
     def test_multipart_related_put_stores_document_and_attachments(self, couch, uid):
         big = bytes((i * 7) % 256 for i in range(200_000))

@@ -155,6 +155,11 @@ public enum CouchRouting {
             if rest.count == 2 { return .document(db: db, id: id) }
             return .attachment(db: db, docID: id, name: rest.dropFirst(2).joined(separator: "/"))
         }
+        if head.hasPrefix("_design/") {
+            // `_design%2Fx`: the escaped slash names the same design document.
+            if rest.count == 1 { return .document(db: db, id: head) }
+            return .attachment(db: db, docID: head, name: rest.dropFirst().joined(separator: "/"))
+        }
         if head.hasPrefix("_") && rest.count == 1 { return .databaseSpecial(db: db, name: String(head.dropFirst())) }
         if rest.count == 1 { return .document(db: db, id: head) }
         return .attachment(db: db, docID: head, name: rest.dropFirst().joined(separator: "/"))
@@ -167,6 +172,10 @@ extension CouchDatabase {
     public func respond(_ request: Request, context: CouchRequestContext) async throws -> Response {
         guard let endpoint = CouchRouting.endpoint(rawPath: request.uri.path) else {
             throw CouchError.badRequest("The request path is not valid percent-encoding.")
+        }
+        if request.method == .get || request.method == .head, let location = Self.designRedirect(path: request.uri.path, query: request.uri.query) {
+            // As CouchDB: a read of `/{db}/_design%2Fx` is sent to `/{db}/_design/x`.
+            return Response(status: .movedPermanently, headers: [.location: location, .contentLength: "0"])
         }
         switch endpoint {
         case .welcome: return try await welcome(request, context: context)
@@ -196,6 +205,23 @@ extension CouchDatabase {
         }
     }
 
+    /// The path (and query) with the escaped slash of `/{db}/_design%2F…` unescaped; nil
+    /// for any other path.
+    static func designRedirect(path: String, query: String?) -> String? {
+        let parts = path.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false)
+        guard parts.count == 2, parts[0].isEmpty else { return nil }
+        let rest = parts[1]
+        guard let slash = rest.firstIndex(of: "/") else { return nil }
+        let head = rest[rest.index(after: slash)...]
+        let escaped = "_design%2f"
+        guard head.lowercased().hasPrefix(escaped) else { return nil }
+        let db = String(rest[...slash])
+        let tail = String(head.dropFirst(escaped.count))
+        var location = "/" + db + "_design/" + tail
+        if let query, !query.isEmpty { location += "?" + query }
+        return location
+    }
+
     /// 404 for any database but this node's (`PUT /{db}` of another name answers in its handler).
     func checkDatabase(_ db: String, request: Request) throws(CouchError) {
         if db != name && !(request.method == .put && request.uri.path.split(separator: "/").count == 1) {
@@ -203,13 +229,33 @@ extension CouchDatabase {
         }
     }
 
-    /// Reads the whole request body, 413 past `maxRequestBytes`.
+    /// Reads the whole request body, 413 past `maxRequestBytes`. A `Content-Encoding: gzip`
+    /// body (client libraries compress every request) is decoded, its decoded size capped
+    /// the same way; 400 for a corrupt stream, 415 for any other encoding.
     public func readBody(_ request: Request) async throws -> ByteBuffer {
+        let buffer: ByteBuffer
         do {
-            return try await request.body.collect(upTo: maxRequestBytes)
+            buffer = try await request.body.collect(upTo: maxRequestBytes)
         } catch is NIOTooManyBytesError {
             throw CouchError.tooLarge("Request body is larger than \(maxRequestBytes) bytes.")
         }
+        let encodings = request.headers[values: .contentEncoding]
+            .flatMap { $0.split(separator: ",") }
+            .map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+            .filter { !$0.isEmpty && $0 != "identity" }
+        guard !encodings.isEmpty else { return buffer }
+        guard encodings.allSatisfy({ $0 == "gzip" || $0 == "x-gzip" }) else {
+            throw CouchError.unsupportedMediaType("Unsupported Content-Encoding: \(encodings.joined(separator: ", "))")
+        }
+        var bytes = Array(buffer.readableBytesView)
+        for _ in encodings {
+            switch Gzip.decodeChecked(bytes, limit: maxRequestBytes) {
+            case .decoded(let d): bytes = d
+            case .tooLarge: throw CouchError.tooLarge("Decoded request body is larger than \(maxRequestBytes) bytes.")
+            case .corrupt: throw CouchError.badRequest("The gzip-encoded request body is corrupt.")
+            }
+        }
+        return ByteBuffer(bytes: bytes)
     }
 
     /// Reads the body as JSON, with CouchDB's `bad_request` for malformed JSON.

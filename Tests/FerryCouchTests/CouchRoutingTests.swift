@@ -11,6 +11,8 @@ import Testing
         #expect(CouchRouting.endpoint(rawPath: "/db/_local/a/b") == .localDocument(db: "db", id: "a/b"))
         #expect(CouchRouting.endpoint(rawPath: "/db/_design/x") == .document(db: "db", id: "_design/x"))
         #expect(CouchRouting.endpoint(rawPath: "/db/_design/x/a.txt") == .attachment(db: "db", docID: "_design/x", name: "a.txt"))
+        #expect(CouchRouting.endpoint(rawPath: "/db/_design%2Fx") == .document(db: "db", id: "_design/x"))
+        #expect(CouchRouting.endpoint(rawPath: "/db/_design%2Fx/a.txt") == .attachment(db: "db", docID: "_design/x", name: "a.txt"))
         #expect(CouchRouting.endpoint(rawPath: "/db/a%2Fb") == .document(db: "db", id: "a/b"))
         #expect(CouchRouting.endpoint(rawPath: "/db/doc/dir/f.txt") == .attachment(db: "db", docID: "doc", name: "dir/f.txt"))
         #expect(CouchRouting.endpoint(rawPath: "/_utils") == .unknownServer("_utils"))

@@ -4,7 +4,7 @@ import FerryStore
 import Testing
 
 @Suite struct DatabaseLocalDocumentTests {
-    @Test func localDocumentRevisionsCountUpAndStaleWritesConflict() async throws {
+    @Test func localDocumentRevisionsCountUpAndTheLastWriteWinsAsInCouchDB3() async throws {
         let f = try DatabaseFixture()
         try await f.test { c async throws in
             #expect(try await c.get("/ferry/_local/cp").status == 404)
@@ -13,21 +13,36 @@ import Testing
             #expect(created.json == ["ok": true, "id": "_local/cp", "rev": "0-1"])
             let read = try await c.get("/ferry/_local/cp")
             #expect(read.json == ["_id": "_local/cp", "_rev": "0-1", "history": [1]])
-            #expect(try await c.put("/ferry/_local/cp", #"{"history":[2]}"#).status == 409)  // no _rev
-            let second = try await c.put("/ferry/_local/cp", #"{"_id":"_local/cp","_rev":"0-1","history":[2]}"#)
-            #expect(second["rev"] == "0-2")
-            let stale = try await c.put("/ferry/_local/cp", #"{"_rev":"0-1","history":[3]}"#)
-            #expect(stale.status == 409)
-            #expect(stale.error == "conflict")
+            // No _rev: CouchDB 3 accepts it (client libraries write checkpoints that way).
+            let unnamed = try await c.put("/ferry/_local/cp", #"{"history":[2]}"#)
+            #expect(unnamed.status == 201)
+            #expect(unnamed["rev"] == "0-2")
+            let second = try await c.put("/ferry/_local/cp", #"{"_id":"_local/cp","_rev":"0-2","history":[3]}"#)
+            #expect(second["rev"] == "0-3")
+            // A stale _rev is no conflict either; the counter never goes back.
+            let stale = try await c.put("/ferry/_local/cp", #"{"_rev":"0-1","history":[4]}"#)
+            #expect(stale.status == 201)
+            #expect(stale["rev"] == "0-4")
             #expect(try await c.put("/ferry/_local/cp", #"{"_rev":"2-abc"}"#).status == 400)
-            #expect(try await c.put("/ferry/_local/cp", #"{"_rev":"0-2","_bogus":1}"#).status == 400)
-            #expect(try await c.get("/ferry/_local/cp")["history"] == [2])
-            #expect(try await c.delete("/ferry/_local/cp?rev=0-1").status == 409)
-            let deleted = try await c.delete("/ferry/_local/cp?rev=0-2")
+            #expect(try await c.put("/ferry/_local/cp", #"{"_rev":"0-4","_bogus":1}"#).status == 400)
+            #expect(try await c.get("/ferry/_local/cp")["history"] == [4])
+            let deleted = try await c.delete("/ferry/_local/cp?rev=0-1")
             #expect(deleted.json == ["ok": true, "id": "_local/cp", "rev": "0-0"])
             #expect(try await c.get("/ferry/_local/cp").status == 404)
             #expect(try await c.delete("/ferry/_local/cp?rev=0-2").status == 404)
             #expect(try await c.put("/ferry/_local/cp", #"{"n":1}"#)["rev"] == "0-1")
+        }
+    }
+
+    @Test func deletingALocalDocumentWithoutARevisionSucceedsAsInCouchDB3() async throws {
+        let f = try DatabaseFixture()
+        try await f.test { c async throws in
+            #expect(try await c.put("/ferry/_local/cp", #"{"n":1}"#).status == 201)
+            let deleted = try await c.delete("/ferry/_local/cp")
+            #expect(deleted.status == 200)
+            #expect(deleted.json == ["ok": true, "id": "_local/cp", "rev": "0-0"])
+            #expect(try await c.get("/ferry/_local/cp").status == 404)
+            #expect(try await c.delete("/ferry/_local/cp").status == 404)
         }
     }
 

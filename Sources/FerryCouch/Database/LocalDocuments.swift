@@ -55,13 +55,18 @@ extension CouchDatabase {
                 throw CouchError(.badRequest, "doc_validation", "Bad special document member: \(bad)")
             }
             if deleted { return try deleteLocal(id: id, rev: rev) }
-            let current = try store.localDocument(key)
-            try checkRev(rev, against: current)
-            let next = (current?["rev"]?.intValue ?? 0) + 1
-            let stored: JSON = ["rev": .int(next), "doc": .object(fields)]
-            guard try store.replaceLocalDocument(key, expected: current, with: stored) else { throw CouchError.conflict() }
-            return CouchResponse.json(
-                ["ok": true, "id": .string("_local/" + id), "rev": .string("0-\(next)")], status: .created)
+            let given = try checkRev(rev)
+            // The last write wins, as in CouchDB 3: a replicator rewrites its checkpoint
+            // with whatever `_rev` it last read, or none.
+            while true {
+                let current = try store.localDocument(key)
+                let next = max(current?["rev"]?.intValue ?? 0, given) + 1
+                let stored: JSON = ["rev": .int(next), "doc": .object(fields)]
+                if try store.replaceLocalDocument(key, expected: current, with: stored) {
+                    return CouchResponse.json(
+                        ["ok": true, "id": .string("_local/" + id), "rev": .string("0-\(next)")], status: .created)
+                }
+            }
         case .delete:
             return try deleteLocal(id: id, rev: p.string("rev") ?? request.headers[.ifMatch].map { $0.trimmingQuotes })
         default:
@@ -71,23 +76,23 @@ extension CouchDatabase {
 
     private func deleteLocal(id: String, rev: String?) throws -> Response {
         let key = CouchLocalDocuments.key(id)
-        guard let current = try store.localDocument(key) else { throw CouchError.notFound("missing") }
-        try checkRev(rev, against: current)
-        guard try store.replaceLocalDocument(key, expected: current, with: nil) else { throw CouchError.conflict() }
-        return CouchResponse.json(["ok": true, "id": .string("_local/" + id), "rev": "0-0"])
+        _ = try checkRev(rev)
+        while true {
+            guard let current = try store.localDocument(key) else { throw CouchError.notFound("missing") }
+            if try store.replaceLocalDocument(key, expected: current, with: nil) {
+                return CouchResponse.json(["ok": true, "id": .string("_local/" + id), "rev": "0-0"])
+            }
+        }
     }
 
-    /// A write names the current version (`0-N`), or none (or `0-0`) for an absent document.
-    private func checkRev(_ rev: String?, against current: JSON?) throws(CouchError) {
-        let have = current?["rev"]?.intValue ?? 0
-        guard let rev else {
-            if have != 0 { throw .conflict() }
-            return
-        }
+    /// The counter of a write's `_rev` (`0-N`; 0 when none is named). As in CouchDB 3 it
+    /// need not be the current one: local documents are never in conflict.
+    private func checkRev(_ rev: String?) throws(CouchError) -> Int64 {
+        guard let rev else { return 0 }
         guard let n = CouchLocalDocuments.counter(rev) else {
             throw CouchError.badRequest("Invalid rev format: a local document's revision is 0-N, not \"\(rev)\".")
         }
-        if n != have { throw .conflict() }
+        return n
     }
 
     /// `GET|POST /{db}/_local_docs`: the local documents in ID order, as `_all_docs` lists documents.

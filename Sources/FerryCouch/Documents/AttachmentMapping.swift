@@ -120,10 +120,30 @@ extension StoredAttachment {
         ]
         switch delivery {
         case .stub: f["stub"] = true
-        case .follows: f["follows"] = true
+        case .follows:
+            f["follows"] = true
+            let wire = try wireForm(blobs)
+            f["digest"] = .string(wire.digest)
+            if wire.gzip {
+                f["encoding"] = "gzip"
+                f["encoded_length"] = .int(Int64(wire.bytes.count))
+            }
         case .inline: f["data"] = .string(Data(try content(blobs)).base64EncodedString())
         }
         return .object(f)
+    }
+
+    /// What a MIME part carries for this attachment, and the digest those bytes match.
+    /// CouchDB gives content it stored gzip-encoded (replicated with `new_edits=false`) the
+    /// MD5 of the encoded bytes, and a CouchDB target checks a part against its digest: such
+    /// content goes out gzip-encoded again when re-encoding reproduces that MD5, else as
+    /// identity bytes with their own MD5.
+    func wireForm(_ blobs: BlobStore) throws -> (bytes: [UInt8], digest: String, gzip: Bool) {
+        let bytes = try content(blobs)
+        let identity = Self.md5Digest(bytes)
+        if identity == md5 { return (bytes, md5, false) }
+        if let encoded = Gzip.encode(bytes), Self.md5Digest(encoded) == md5 { return (encoded, md5, true) }
+        return (bytes, identity, false)
     }
 
     /// The attachment's bytes, from the blob store.

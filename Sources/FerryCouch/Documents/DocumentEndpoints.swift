@@ -112,13 +112,22 @@ extension CouchDatabase {
         let q = request.uri.queryParameters
         let id = try couchDocumentID(rawID, replicated: true)
         let options = try renderOptions(q)
-        guard let tree = try store.revisionTree(id), let winner = tree.winner else { throw CouchError.notFound("missing") }
-        try checkReadable(id, tree: tree, principal: principal)
         let latest = try queryBool(q, "latest") ?? false
+        let stored = try store.revisionTree(id)
         if let openRevs = q.get("open_revs") {
+            // A document that is absent, or that the principal may not read, has every named
+            // revision missing (CouchDB answers `[{"missing":rev}]`, not 404).
+            var visible = stored
+            if let tree = stored {
+                do { try checkReadable(id, tree: tree, principal: principal) } catch let e as CouchError where e.status == .notFound {
+                    visible = nil
+                }
+            }
             return try openRevisions(
-                request, id: id, tree: tree, spec: String(openRevs), latest: latest, options: options)
+                request, id: id, tree: visible, spec: String(openRevs), latest: latest, options: options)
         }
+        guard let tree = stored, let winner = tree.winner else { throw CouchError.notFound("missing") }
+        try checkReadable(id, tree: tree, principal: principal)
         var revision = winner.id
         if let revText = q.get("rev") {
             revision = try parseRevision(String(revText))
@@ -151,12 +160,15 @@ extension CouchDatabase {
 
     /// `open_revs=all|[…]`: the named (or all) leaves as `[{"ok":doc}|{"missing":rev}]`, or
     /// as `multipart/mixed` when the client accepts it (CouchDB's replicator does).
+    /// As multipart, attachment bodies follow (all, or those newer than `atts_since`) even
+    /// without `attachments=true`: CouchDB's replicator asks that way and expects them.
     func openRevisions(
-        _ request: Request, id: DocumentID, tree: RevisionTree, spec: String, latest: Bool, options: CouchRenderOptions
+        _ request: Request, id: DocumentID, tree: RevisionTree?, spec: String, latest: Bool, options: CouchRenderOptions
     ) throws -> Response {
         var wanted: [RevisionID] = []
         var missing: [String] = []
         if spec == "all" {
+            guard let tree else { throw CouchError.notFound("missing") }
             wanted = tree.leaves.sorted(by: RevisionTree.beats).map(\.id)
         } else {
             guard case .array(let list)? = try? JSON.parse(spec) else {
@@ -165,9 +177,11 @@ extension CouchDatabase {
             for item in list {
                 guard let text = item.stringValue else { throw CouchError.badRequest("Invalid rev format") }
                 let rev = try parseRevision(text)
-                if !tree.contains(rev) {
+                guard let tree, tree.contains(rev) else {
                     missing.append(text)
-                } else if latest {
+                    continue
+                }
+                if latest {
                     for leaf in leaves(descendingFrom: rev, in: tree) where !wanted.contains(leaf) { wanted.append(leaf) }
                 } else if !wanted.contains(rev) {
                     wanted.append(rev)
@@ -175,9 +189,11 @@ extension CouchDatabase {
             }
         }
         let mixed = accepts(request, "multipart/mixed")
+        var options = options
+        if mixed { options.attachments = true }
         var results: [(JSON, [(name: String, attachment: StoredAttachment)])] = []
         for rev in wanted {
-            guard let view = try view(of: id, revision: rev, in: tree) else {
+            guard let tree, let view = try view(of: id, revision: rev, in: tree) else {
                 missing.append(rev.description)
                 continue
             }
@@ -215,11 +231,14 @@ extension CouchDatabase {
     {
         var parts: [(headers: [(String, String)], body: [UInt8])] = [([("Content-Type", "application/json")], json.canonicalBytes)]
         for (name, att) in follows {
-            let bytes = try att.content(store.blobs)
+            let wire = try att.wireForm(store.blobs)
             let quoted = name.replacingOccurrences(of: "\"", with: "%22")
-            parts.append(
-                ([("Content-Disposition", "attachment; filename=\"\(quoted)\""), ("Content-Type", att.contentType),
-                  ("Content-Length", String(bytes.count))], bytes))
+            var headers = [
+                ("Content-Disposition", "attachment; filename=\"\(quoted)\""), ("Content-Type", att.contentType),
+                ("Content-Length", String(wire.bytes.count)),
+            ]
+            if wire.gzip { headers.append(("Content-Encoding", "gzip")) }
+            parts.append((headers, wire.bytes))
         }
         return parts
     }

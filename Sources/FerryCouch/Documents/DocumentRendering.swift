@@ -68,9 +68,12 @@ extension CouchDatabase {
         let set = AttachmentSet(body: view.body, generation: view.revision.generation, blobs: store.blobs)
         if !set.isEmpty {
             let withContent = options.attachments || !options.attsSince.isEmpty
-            var since = 0
-            if let tree = view.tree {
-                since = options.attsSince.filter { tree.contains($0) }.map(\.generation).max() ?? 0
+            // Without `atts_since` every body goes out, whatever its `revpos` (CouchDB stores 0
+            // for an attachment replicated without one); with it, only those newer than the
+            // latest named revision the document has (0 when it has none).
+            var since = -1
+            if !options.attsSince.isEmpty {
+                since = view.tree.flatMap { tree in options.attsSince.filter { tree.contains($0) }.map(\.generation).max() } ?? 0
             }
             var out: [String: JSON] = [:]
             // In canonical JSON key order (UTF-8 bytes): MIME parts follow the order of `follows` entries.
