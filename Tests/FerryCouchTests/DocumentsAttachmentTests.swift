@@ -65,7 +65,6 @@ import Testing
     }
 
     @Test func couchDBDocumentWithAForeignRevisionRoundTripsUnchanged() async throws {
-        // Foreign-form revision IDs (N- and 32 hex) parse once RevisionID accepts them.
         let f = try CouchFixture()
         let rev = "1-" + String(repeating: "0123456789abcdef", count: 2)
         let attachment: JSON = [
@@ -77,10 +76,8 @@ import Testing
                 .post, "/ferry/_bulk_docs",
                 json: ["new_edits": false, "docs": [["_id": "p", "_rev": .string(rev), "x": 1, "_attachments": ["i.png": attachment]]]])
             let back = try await c.get("/ferry/p?attachments=true")
-            withKnownIssue("until RevisionID parses CouchDB's N-<32 hex> form", isIntermittent: true) {
-                #expect(reply.json == [])
-                #expect(back.json == ["_id": "p", "_rev": .string(rev), "x": 1, "_attachments": ["i.png": attachment]])
-            }
+            #expect(reply.json == [])
+            #expect(back.json == ["_id": "p", "_rev": .string(rev), "x": 1, "_attachments": ["i.png": attachment]])
         }
     }
 
