@@ -23,6 +23,8 @@ command -v ip >/dev/null || need+=(iproute2)
 { command -v nsenter && command -v unshare; } >/dev/null || need+=(util-linux)
 command -v curl >/dev/null || need+=(curl)
 ldconfig -p 2>/dev/null | grep -q 'libcurl.so.4 ' || need+=(libcurl4)
+# The CouchDB API suite (Integration/couch) runs in a Python virtualenv.
+{ command -v python3 >/dev/null && python3 -c 'import ensurepip' 2>/dev/null; } || need+=(python3-venv)
 # `make bench` only (scripts/install-deps.sh --bench): Syncthing, the side-by-side peer of P7.
 if [ "${1:-}" = "--bench" ]; then
     command -v syncthing >/dev/null || need+=(syncthing)
@@ -68,6 +70,7 @@ if [ -f "$requirements" ]; then
         if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' 2>/dev/null; then
             if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
                 echo "Installing python3-venv" >&2
+                apt-get update -qq
                 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
             else
                 echo "The CouchDB API suite needs python3-venv: sudo apt-get install -y python3-venv" >&2
