@@ -234,26 +234,7 @@ import Testing
 
     /// Sends `request` as raw bytes to the node's admin port and returns the status line's code.
     static func rawStatus(_ port: Int, _ request: String) throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #expect(fd >= 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        #expect(connected == 0)
-        let bytes = Array(request.utf8)
-        #expect(write(fd, bytes, bytes.count) == bytes.count)
-        var reply: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let n = read(fd, &buffer, buffer.count)
-            if n <= 0 { break }
-            reply += buffer[0..<n]
-        }
+        let reply = try LoopbackSocket.exchange(port: port, request)
         let line = String(decoding: reply, as: UTF8.self).prefix { $0 != "\r" }
         return Int(line.split(separator: " ").dropFirst().first ?? "") ?? -1
     }

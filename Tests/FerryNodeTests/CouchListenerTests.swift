@@ -39,25 +39,7 @@ import Testing
         if let body { lines.append("Content-Length: \(body.utf8.count)") }
         lines.append("Connection: close")
         let request = lines.joined(separator: "\r\n") + "\r\n\r\n" + (body ?? "")
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard connected == 0 else { throw NodeError.startFailed("cannot connect to port \(port)") }
-        let bytes = Array(request.utf8)
-        _ = write(fd, bytes, bytes.count)
-        var reply: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let n = read(fd, &buffer, buffer.count)
-            if n <= 0 { break }
-            reply += buffer[0..<n]
-        }
+        let reply = try LoopbackSocket.exchange(port: port, request)
         let text = String(decoding: reply, as: UTF8.self)
         let parts = text.components(separatedBy: "\r\n\r\n")
         let head = parts.first?.components(separatedBy: "\r\n") ?? []
