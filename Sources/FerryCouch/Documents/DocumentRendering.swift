@@ -28,13 +28,6 @@ struct RevisionView {
     var sequence: UInt64?
 }
 
-/// The hash part of a revision ID (after `N-`), as `_revisions.ids` lists it.
-func revisionHash(_ rev: RevisionID) -> String {
-    let text = rev.description
-    guard let dash = text.firstIndex(of: "-") else { return text }
-    return String(text[text.index(after: dash)...])
-}
-
 extension CouchDatabase {
     /// The CouchDB JSON of one stored revision: `_id`, `_rev`, the body with Ferry's
     /// internal attachment form turned into CouchDB's `_attachments`, and the options' fields.
@@ -100,7 +93,7 @@ extension CouchDatabase {
             if options.revs && !history.isEmpty {
                 fields["_revisions"] = [
                     "start": .int(Int64(view.revision.generation)),
-                    "ids": .array(history.map { .string(revisionHash($0)) }),
+                    "ids": .array(history.map { .string($0.hashText) }),
                 ]
             }
             if options.revsInfo {

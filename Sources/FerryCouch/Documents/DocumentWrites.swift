@@ -28,13 +28,6 @@ struct PreparedEdit {
     let body: JSON
 }
 
-/// Revision IDs Ferry makes: `N-` and 64 lowercase hex (a SHA-256 the body can be checked
-/// against). Any other form was made elsewhere and cannot be digest-checked.
-func isFerryFormRevision(_ rev: RevisionID) -> Bool {
-    let hash = revisionHash(rev)
-    return hash.utf8.count == 64 && hash.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }
-}
-
 extension CouchDatabase {
     /// A document ID from a CouchDB client. `_design/…` IDs are ordinary documents here;
     /// Ferry's own `_ferry/…` documents arrive only by replication (`new_edits=false`).
@@ -141,7 +134,7 @@ extension CouchDatabase {
             // 2. Digest: a Ferry-form ID must match its body; other forms cannot be checked.
             stage = "digest"
             let incoming: IncomingRevision
-            if isFerryFormRevision(rev) {
+            if rev.isFerryDigest {
                 guard
                     let verified = IncomingRevision.verified(
                         id: id, revision: rev, history: history, deleted: input.deleted, body: body, hlc: .zero,
@@ -204,7 +197,7 @@ extension CouchDatabase {
                 ])
         }
         metrics?.received(stored.count)
-        metrics?.unverifiable(stored.filter { !isFerryFormRevision($0.revision) }.count, source: .couch)
+        metrics?.unverifiable(stored.filter { !$0.revision.isFerryDigest }.count, source: .couch)
     }
 
     func storeContents(_ contents: [[UInt8]]) throws(CouchError) {
