@@ -186,12 +186,26 @@ extension Connection {
 
     /// Sends heartbeats on an idle connection and closes it when the peer falls silent.
     private func watch() async {
+        var plannedWake: Duration?
         while !Task.isCancelled {
-            guard let l = state.withLock({ s in s.closedWith == nil ? s.liveness : nil }), l.running, !l.ended,
+            guard var l = state.withLock({ s in s.closedWith == nil ? s.liveness : nil }), l.running, !l.ended,
                 let elapsed = l.elapsed
             else { return }
             let settings = l.plan.settings
             let now = elapsed()
+            if let planned = plannedWake, now - planned > settings.interval {
+                // This watchdog woke an interval or more late: this process was starved of
+                // CPU, and so was its reading of the peer's messages. That time is not the
+                // peer's silence; give it one interval from now.
+                l.lastReceived = max(l.lastReceived, now - settings.interval)
+                let granted = l.lastReceived
+                state.withLock { s in
+                    guard var live = s.liveness, live.running else { return }
+                    live.lastReceived = max(live.lastReceived, granted)
+                    s.liveness = live
+                }
+            }
+            plannedWake = nil
             let silent = now - l.lastReceived
             if silent >= settings.deadAfter {
                 let seconds = Double(silent.components.seconds) + Double(silent.components.attoseconds) / 1e18
@@ -207,8 +221,9 @@ extension Connection {
                 state.withLock { s in if s.liveness?.running == true { s.liveness?.lastSent = now } }
                 continue
             }
-            let wake = min(l.lastSent + settings.interval, l.lastReceived + settings.deadAfter) - now
-            do { try await l.plan.clock.sleep(for: max(wake, .milliseconds(1))) } catch { return }
+            let wake = max(min(l.lastSent + settings.interval, l.lastReceived + settings.deadAfter) - now, .milliseconds(1))
+            plannedWake = now + wake
+            do { try await l.plan.clock.sleep(for: wake) } catch { return }
         }
     }
 

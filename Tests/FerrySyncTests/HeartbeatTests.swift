@@ -111,6 +111,25 @@ final class Switch: Sendable {
         do { _ = try await waiting.value } catch { #expect(SyncError.from(error).code == SyncError.peerSilentCode) }
     }
 
+    @Test func aWatchdogWokenLateByAStarvedProcessGivesThePeerAnIntervalBeforeBlamingIt() async throws {
+        let pair = HeartbeatPair()
+        pair.startBoth()
+        try await yieldUntil("first heartbeats") { pair.heartbeatsToA.current == 1 && pair.heartbeatsToB.current == 1 }
+        try await pair.settled()
+        pair.cut.turn(on: true)
+        // One jump far past the limit: the watchdogs wake 10 s late, as in a process that got no CPU.
+        pair.clock.advance(by: .seconds(10))
+        try await pair.settled()
+        #expect(pair.a.closeReason == nil && pair.b.closeReason == nil)
+        // On time from now on, the silence still ends the link within the limit.
+        for _ in 1...4 {
+            pair.clock.advance(by: .seconds(1))
+            try await pair.settled()
+        }
+        try await yieldUntil("both sides closed") { pair.a.closeReason != nil && pair.b.closeReason != nil }
+        #expect(pair.a.closeReason?.code == SyncError.peerSilentCode)
+    }
+
     @Test func aMalformedHeartbeatClosesTheConnectionWithAProtocolError() async throws {
         let (ea, eb) = InMemoryEndpoint.pair()
         let b = Connection(endpoint: eb)

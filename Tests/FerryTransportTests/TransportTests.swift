@@ -47,13 +47,13 @@ func startListener(
 }
 
 func replicate(_ client: TestNode, url: String, pin: PeerTrust, direction: ReplicatorConfiguration.Direction = .pushAndPull,
-               configure: (inout WebSocketConnector) -> Void = { _ in }) async throws -> Replicator {
+               attempts: Int = 1, configure: (inout WebSocketConnector) -> Void = { _ in }) async throws -> Replicator {
     var connector = try WebSocketConnector(url: url, serverTrust: pin, identity: client.identity)
     connector.logger = quietLogger()
     configure(&connector)
     var config = ReplicatorConfiguration()
     config.direction = direction
-    config.maxAttempts = 1
+    config.maxAttempts = attempts
     config.nodeID = client.identity.nodeID
     let r = Replicator(store: client.store, connector: connector.connector, configuration: config, logger: quietLogger())
     await r.run()
