@@ -3,7 +3,7 @@ import FerryCore
 import FerryStore
 
 /// Which way a checkpoint's replication moves documents; part of its key.
-enum CheckpointDirection: String, Sendable {
+package enum CheckpointDirection: String, Sendable {
     case pull, push
 }
 
@@ -80,6 +80,11 @@ struct Checkpointer<Position: CheckpointSequence> {
     private(set) var remoteSaved = Position.start
     /// Time since the first batch the remote copy does not cover; nil when none.
     private var lag: Stopwatch?
+    /// Positions the local copy held before its current one, newest first: the remote
+    /// copy is written after the local one, so after a crash between the two it holds one
+    /// of these, and an opaque sequence resumes from it instead of from the start.
+    private var earlier: [JSON] = []
+    static var earlierKept: Int { 8 }
 
     init(key: String, store: DocumentStore, remote: any RemoteDatabase, delay: Duration, clock: any Clock<Duration>) {
         self.key = key
@@ -115,10 +120,19 @@ struct Checkpointer<Position: CheckpointSequence> {
         var resume = Position.start
         var raised = resume
         if !reset {
-            let local = try Self.local(store, key: key)
+            let localDoc = try store.localDocument(Self.localID(key))
+            let local = localDoc?["seq"].flatMap(Position.init(checkpoint:))
+            if case .array(let list)? = localDoc?["earlier"] { earlier = Array(list.prefix(Self.earlierKept)) }
             let answer = try await remote.checkpoint(key, direction: Position.direction)
             let remoteCopy = answer.value?["seq"].flatMap(Position.init(checkpoint:))
-            if let local, let remoteCopy { resume = Position.resume(local: local, remote: remoteCopy) ?? .start }
+            if let local, let remoteCopy {
+                if let settled = Position.resume(local: local, remote: remoteCopy) {
+                    resume = settled
+                } else if earlier.contains(remoteCopy.checkpointJSON) {
+                    // The local copy got ahead of the remote one, which holds an earlier local position.
+                    resume = remoteCopy
+                }
+            }
             // The other side's floor can only make this side send less to it: a side that
             // lies about what it holds only keeps documents from itself.
             let highest = Swift.max(floor ?? 0, Position.direction == .push ? answer.holds ?? 0 : 0)
@@ -147,7 +161,14 @@ struct Checkpointer<Position: CheckpointSequence> {
     /// Writes the local copy at the position.
     mutating func saveLocal() throws {
         // Relaxed like the batch it covers: a power loss can only take both back together.
-        try store.putLocalDocument(Self.localID(key), body: ["seq": position.checkpointJSON], durability: .normal)
+        if localSaved != position && localSaved != Position.start {
+            earlier.insert(localSaved.checkpointJSON, at: 0)
+            if earlier.count > Self.earlierKept { earlier.removeLast(earlier.count - Self.earlierKept) }
+        }
+        var body: [String: JSON] = ["seq": position.checkpointJSON]
+        // Only opaque sequences need them: numbered ones resume from the lower copy.
+        if position.number == nil && !earlier.isEmpty { body["earlier"] = .array(earlier) }
+        try store.putLocalDocument(Self.localID(key), body: .object(body), durability: .normal)
         localSaved = position
     }
 
@@ -179,20 +200,25 @@ struct Checkpointer<Position: CheckpointSequence> {
 }
 
 /// A checkpoint copy as the other side answered it, with its floor for a push.
-struct RemoteCheckpoint: Sendable, Equatable {
-    var value: JSON?
+package struct RemoteCheckpoint: Sendable, Equatable {
+    package var value: JSON?
     /// Push only: the sequence of this side's feed through which the other side says it
     /// holds everything; nil when it says nothing.
-    var holds: UInt64?
+    package var holds: UInt64?
+
+    package init(value: JSON?, holds: UInt64? = nil) {
+        self.value = value
+        self.holds = holds
+    }
 }
 
 extension RemoteDatabase {
     /// A remote without directions or floors: its local document, no floor.
-    func checkpoint(_ id: String, direction: CheckpointDirection) async throws -> RemoteCheckpoint {
+    package func checkpoint(_ id: String, direction: CheckpointDirection) async throws -> RemoteCheckpoint {
         RemoteCheckpoint(value: try await localDocument(id), holds: nil)
     }
 
-    func putCheckpoint(_ id: String, value: JSON, direction: CheckpointDirection, caughtUp: Bool) async throws {
+    package func putCheckpoint(_ id: String, value: JSON, direction: CheckpointDirection, caughtUp: Bool) async throws {
         try await putLocalDocument(id, value: value)
     }
 }

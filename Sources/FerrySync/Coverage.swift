@@ -64,23 +64,23 @@ enum Coverage {
 /// A node's coverage as it states it in hello (docs/protocol.md, "Join catch-up"): its
 /// feed's end when it said hello, and the sequence through which it held each other
 /// database's feed. Sent only to a peer this node serves without restriction.
-struct CoverageSnapshot: Sendable, Equatable {
+package struct CoverageSnapshot: Sendable, Equatable {
     /// The sequence of the newest entry in the sender's own feed when it said hello.
-    var sequence: UInt64
+    package var sequence: UInt64
     /// Complete coverage entries by database UUID.
-    var databases: [String: UInt64]
+    package var databases: [String: UInt64]
 
     /// At most this many entries are read from a peer's hello (one per database of a group).
-    static let maxDatabases = 10_000
+    package static let maxDatabases = 10_000
 
-    var json: JSON {
+    package var json: JSON {
         [
             "seq": .int(Int64(clamping: sequence)),
             "dbs": .object(databases.mapValues { .int(Int64(clamping: $0)) }),
         ]
     }
 
-    init(sequence: UInt64, databases: [String: UInt64]) {
+    package init(sequence: UInt64, databases: [String: UInt64]) {
         self.sequence = sequence
         self.databases = databases
     }

@@ -76,6 +76,7 @@ final class Puller: Sendable {
             if live && remote.identity.inline { request.inlineLimit = configuration.inlineLimit }
             if !configuration.deltas && request.inlineLimit != nil { request.noDeltas = true }
             request.documentIDs = configuration.documentIDs
+            request.selector = configuration.remoteSelector
             let asked = request
             // A live request may wait a whole heartbeat; a stop must not.
             let page: RemoteChanges

@@ -11,7 +11,7 @@ import FerryStore
 /// asked for right after `fetchRevisions` returned the revisions that refer to them, and
 /// only sent right before `storeRevisions`, so a remote that keeps attachments inside
 /// documents (CouchDB) can serve them from, or attach them to, those revisions.
-protocol RemoteDatabase: Sendable {
+package protocol RemoteDatabase: Sendable {
     /// Who the other side is and what it allows, known once the remote is open.
     var identity: RemoteIdentity { get }
 
@@ -48,68 +48,105 @@ protocol RemoteDatabase: Sendable {
     /// Writes a checkpoint's copy on the other side; `caughtUp` (push) says this side's feed
     /// ended at the checkpoint when it was written. (Default: `putLocalDocument`.)
     func putCheckpoint(_ id: String, value: JSON, direction: CheckpointDirection, caughtUp: Bool) async throws
+
+    /// Ends the remote's use of its connections once the workers are done; `error` says why
+    /// when they failed. (Default: nothing to close.)
+    func close(error: SyncError?) async
+}
+
+extension RemoteDatabase {
+    package func close(error: SyncError?) async {}
 }
 
 /// The other side's identity and capabilities.
-struct RemoteIdentity: Sendable, Equatable {
+package struct RemoteIdentity: Sendable, Equatable {
     /// The other database's UUID: part of every checkpoint key.
-    var databaseID: String
+    package var databaseID: String
     /// The other node's ID, as it states it.
-    var peerID: String
-    var allowsPull: Bool
-    var allowsPush: Bool
+    package var peerID: String
+    package var allowsPull: Bool
+    package var allowsPush: Bool
     /// Whether small fresh revisions may travel inline (in live changes, and pushed without revsDiff).
-    var inline: Bool
+    package var inline: Bool
     /// Whether both sides offered heartbeats in hello.
-    var heartbeat = false
+    package var heartbeat = false
     /// The other side's coverage as its hello stated it; nil when it sent none.
-    var coverage: CoverageSnapshot? = nil
+    package var coverage: CoverageSnapshot? = nil
+
+    package init(
+        databaseID: String, peerID: String, allowsPull: Bool, allowsPush: Bool, inline: Bool, heartbeat: Bool = false,
+        coverage: CoverageSnapshot? = nil
+    ) {
+        self.databaseID = databaseID
+        self.peerID = peerID
+        self.allowsPull = allowsPull
+        self.allowsPush = allowsPush
+        self.inline = inline
+        self.heartbeat = heartbeat
+        self.coverage = coverage
+    }
 }
 
 /// A position in the other side's changes feed. Opaque to the workers: they only keep it,
 /// compare it for equality, and hand it back (a CouchDB `seq` is an opaque string).
-struct RemoteSequence: Sendable, Hashable, CustomStringConvertible {
+package struct RemoteSequence: Sendable, Hashable, CustomStringConvertible {
     /// The value as the other side wrote it; also what a checkpoint stores.
-    let json: JSON
+    package let json: JSON
 
-    init(_ json: JSON) { self.json = json }
-    init(_ number: UInt64) { json = .int(Int64(number)) }
+    package init(_ json: JSON) { self.json = json }
+    package init(_ number: UInt64) { json = .int(Int64(number)) }
 
     /// The start of every feed.
-    static let start = RemoteSequence(UInt64(0))
+    package static let start = RemoteSequence(UInt64(0))
 
-    var description: String { String(decoding: json.canonicalBytes, as: UTF8.self) }
+    package var description: String { String(decoding: json.canonicalBytes, as: UTF8.self) }
 }
 
 /// One page request on the other side's changes feed.
-struct RemoteChangesRequest: Sendable {
-    var since: RemoteSequence
-    var limit: Int
+package struct RemoteChangesRequest: Sendable {
+    package var since: RemoteSequence
+    package var limit: Int
     /// Wait up to `timeout` for a change when none is available.
-    var live = false
-    var timeout: Duration = .zero
+    package var live = false
+    package var timeout: Duration = .zero
     /// Only these documents (nil: all).
-    var documentIDs: Set<DocumentID>?
+    package var documentIDs: Set<DocumentID>?
     /// Ask for inline revisions of at most this many bytes (nil: none).
-    var inlineLimit: Int?
+    package var inlineLimit: Int?
     /// Inline revisions must not be deltas.
-    var noDeltas = false
+    package var noDeltas = false
+    /// Only documents whose winning revision matches this Mango selector, as the other side
+    /// judges it (CouchDB's `filter=_selector`); nil: no such filter. A remote that cannot
+    /// filter sends everything: the pull filter still judges each revision here.
+    package var selector: JSON?
 }
 
 /// One document changed on the other side.
-struct RemoteChange: Sendable {
-    var id: DocumentID
+package struct RemoteChange: Sendable {
+    package var id: DocumentID
     /// Every leaf of the document's revision tree.
-    var leaves: [RevisionID]
+    package var leaves: [RevisionID]
     /// The single leaf's revision, when it came inline.
-    var inline: WireRevision?
+    package var inline: WireRevision?
+
+    package init(id: DocumentID, leaves: [RevisionID], inline: WireRevision? = nil) {
+        self.id = id
+        self.leaves = leaves
+        self.inline = inline
+    }
 }
 
 /// One page of the other side's changes feed.
-struct RemoteChanges: Sendable {
-    var changes: [RemoteChange]
+package struct RemoteChanges: Sendable {
+    package var changes: [RemoteChange]
     /// Where the next page starts; past documents left out, too.
-    var lastSequence: RemoteSequence
+    package var lastSequence: RemoteSequence
     /// The feed had nothing more when it was read.
-    var caughtUp: Bool
+    package var caughtUp: Bool
+
+    package init(changes: [RemoteChange], lastSequence: RemoteSequence, caughtUp: Bool) {
+        self.changes = changes
+        self.lastSequence = lastSequence
+        self.caughtUp = caughtUp
+    }
 }

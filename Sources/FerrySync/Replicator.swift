@@ -13,10 +13,21 @@ import Synchronization
 public final class Replicator: Sendable {
     /// Opens a new endpoint to the peer; called once per connection attempt.
     public typealias Connector = @Sendable () async throws -> any MessageEndpoint
+    /// Opens the other side as a remote database (one speaking another protocol, such as
+    /// CouchDB's over HTTP); called once per connection attempt, closed when it ends.
+    package typealias RemoteOpener = @Sendable () async throws -> any RemoteDatabase
+
+    /// How each connection attempt reaches the other side.
+    enum Source: Sendable {
+        /// A message endpoint that speaks Ferry's protocol.
+        case endpoint(Connector)
+        /// A remote database opened by other means.
+        case remote(RemoteOpener)
+    }
 
     public let configuration: ReplicatorConfiguration
     let store: DocumentStore
-    let connector: Connector
+    let source: Source
     let clock: any Clock<Duration>
     let logger: Logger
     let context: ReplicationContext
@@ -38,7 +49,20 @@ public final class Replicator: Sendable {
         clock: any Clock<Duration> = ContinuousClock(), logger: Logger = Logger(label: "ferry.sync.replicator")
     ) {
         self.store = store
-        self.connector = connector
+        source = .endpoint(connector)
+        self.configuration = configuration
+        self.clock = clock
+        self.logger = logger
+        context = ReplicationContext(store: store, configuration: configuration, clock: clock, logger: logger)
+    }
+
+    /// A replicator whose other side is a remote database `opener` opens for each attempt.
+    package init(
+        store: DocumentStore, remote opener: @escaping RemoteOpener, configuration: ReplicatorConfiguration = .init(),
+        clock: any Clock<Duration> = ContinuousClock(), logger: Logger = Logger(label: "ferry.sync.replicator")
+    ) {
+        self.store = store
+        source = .remote(opener)
         self.configuration = configuration
         self.clock = clock
         self.logger = logger
@@ -212,11 +236,21 @@ public final class Replicator: Sendable {
     }
 
     private func connectAndReplicate() async throws {
+        let connector: Connector
+        switch source {
+        case .endpoint(let c): connector = c
+        case .remote(let opener): return try await openAndReplicate(opener)
+        }
         let endpoint: any MessageEndpoint
         do {
             endpoint = try await connector()
         } catch {
             throw SyncError.from(error)
+        }
+        if stopRequested || Task.isCancelled {
+            // Stopped while dialling: the new connection must not outlive the replicator.
+            await endpoint.close(error: nil)
+            throw CancellationError()
         }
         let connection = Connection(endpoint: endpoint, metrics: configuration.metrics)
         context.peerHeld.reset()
@@ -233,6 +267,24 @@ public final class Replicator: Sendable {
             await connection.close()
         } catch {
             await connection.close(error: SyncError.from(error))
+            throw error
+        }
+    }
+
+    /// One attempt with a remote database from `opener`: open it, run the workers, close it.
+    private func openAndReplicate(_ opener: RemoteOpener) async throws {
+        let remote: any RemoteDatabase
+        do {
+            remote = try await opener()
+        } catch {
+            throw SyncError.from(error)
+        }
+        context.peerHeld.reset()
+        do {
+            try await replicate(with: remote)
+            await remote.close(error: nil)
+        } catch {
+            await remote.close(error: SyncError.from(error))
             throw error
         }
     }

@@ -19,6 +19,11 @@ public struct ReplicatorConfiguration: Sendable {
     public var pushFilter: RevisionFilter?
     /// Revisions that may be pulled in; part of the pull checkpoint key.
     public var pullFilter: RevisionFilter?
+    /// A Mango selector the other side is asked to filter its changes by (CouchDB's
+    /// `filter=_selector`), so that what this node would refuse anyway is not sent. Only a
+    /// hint: what comes in is still judged by `pullFilter`, which should hold the same
+    /// selector (and whose name is part of the pull checkpoint key). Nil: none.
+    public var remoteSelector: JSON?
     /// What the remote peer may write here (checked on pull, before the pull filter).
     public var remotePolicy = PeerPolicy.trusted
     /// Conflict resolvers by document type. Default: keep conflicts visible.

@@ -302,13 +302,19 @@ struct ChangesReply: Sendable {
 }
 
 /// One revision asked for, with the ancestors the requester holds with bodies (delta bases).
-struct RevisionRequest: Sendable, Equatable {
-    var id: DocumentID
-    var rev: RevisionID
-    var ancestors: [RevisionID]
+package struct RevisionRequest: Sendable, Equatable {
+    package var id: DocumentID
+    package var rev: RevisionID
+    package var ancestors: [RevisionID]
 
-    var json: JSON {
+    package var json: JSON {
         ["id": .string(id.rawValue), "rev": .string(rev.description), "ancestors": .array(ancestors.map { .string($0.description) })]
+    }
+
+    package init(id: DocumentID, rev: RevisionID, ancestors: [RevisionID]) {
+        self.id = id
+        self.rev = rev
+        self.ancestors = ancestors
     }
 }
 
@@ -372,9 +378,14 @@ struct RevsDiffRequest: SyncRequestBody {
 
 /// Of one document's leaf revisions, those the other side lacks, and the older revisions
 /// it holds with bodies (candidate delta bases).
-struct MissingRevisions: Sendable, Equatable {
-    var missing: [RevisionID]
-    var possibleAncestors: [RevisionID]
+package struct MissingRevisions: Sendable, Equatable {
+    package var missing: [RevisionID]
+    package var possibleAncestors: [RevisionID]
+
+    package init(missing: [RevisionID], possibleAncestors: [RevisionID]) {
+        self.missing = missing
+        self.possibleAncestors = possibleAncestors
+    }
 }
 
 /// A revsDiff reply: per document with something missing, what and which held ancestors.
@@ -414,7 +425,7 @@ struct RevsDiffReply: Sendable {
 }
 
 /// What became of one pushed revision.
-enum PutStatus: Sendable, Equatable {
+package enum PutStatus: Sendable, Equatable {
     case stored
     case exists
     /// Refused at the receiver's trust boundary, at a typed stage.
@@ -424,13 +435,13 @@ enum PutStatus: Sendable, Equatable {
 }
 
 /// One entry of a putRevs reply.
-struct PutResult: Sendable, Equatable {
-    var id: String
-    var rev: String
-    var status: PutStatus
+package struct PutResult: Sendable, Equatable {
+    package var id: String
+    package var rev: String
+    package var status: PutStatus
 
     /// `{"id","rev","status","reason"?}`; a rejection's reason is `stage: text` on the wire.
-    var json: JSON {
+    package var json: JSON {
         var o: [String: JSON] = ["id": .string(id), "rev": .string(rev)]
         switch status {
         case .stored: o["status"] = "ok"
@@ -443,13 +454,13 @@ struct PutResult: Sendable, Equatable {
         return .object(o)
     }
 
-    init(id: String, rev: String, status: PutStatus) {
+    package init(id: String, rev: String, status: PutStatus) {
         self.id = id
         self.rev = rev
         self.status = status
     }
 
-    init(_ o: JSON) {
+    package init(_ o: JSON) {
         id = o["id"]?.stringValue ?? ""
         rev = o["rev"]?.stringValue ?? ""
         switch o["status"]?.stringValue {

@@ -6,25 +6,25 @@ import FerryStore
 ///
 /// Batches use a binary layout (docs/protocol.md §4) so bodies travel as the exact
 /// canonical bytes the sender stores: no re-encoding on either side.
-struct WireRevision: Sendable {
-    var id: String
-    var rev: String
-    var history: [String]
-    var deleted: Bool
-    var hlc: UInt64
+package struct WireRevision: Sendable {
+    package var id: String
+    package var rev: String
+    package var history: [String]
+    package var deleted: Bool
+    package var hlc: UInt64
     /// Canonical JSON body, or the JSON delta when `deltaBase` is set; empty when `missing`.
-    var content: [UInt8]
-    var deltaBase: String?
+    package var content: [UInt8]
+    package var deltaBase: String?
     /// The sender no longer has this revision (or may not send it).
-    var missing = false
+    package var missing = false
 
-    var isDelta: Bool { deltaBase != nil }
+    package var isDelta: Bool { deltaBase != nil }
 
-    static func missing(id: String, rev: String) -> WireRevision {
+    package static func missing(id: String, rev: String) -> WireRevision {
         WireRevision(id: id, rev: rev, history: [], deleted: false, hlc: 0, content: [], deltaBase: nil, missing: true)
     }
 
-    var metadata: JSON {
+    package var metadata: JSON {
         var o: [String: JSON] = ["id": .string(id), "rev": .string(rev)]
         if missing {
             o["missing"] = true
@@ -39,7 +39,7 @@ struct WireRevision: Sendable {
 
     /// Appends `metadata.canonicalBytes`, written field by field in canonical (sorted) key
     /// order: a reply holds hundreds of these, and building a dictionary for each showed in profiles.
-    func writeMetadata(into out: inout [UInt8]) {
+    package func writeMetadata(into out: inout [UInt8]) {
         func key(_ k: String, first: Bool = false) {
             if !first { out.append(UInt8(ascii: ",")) }
             JSON.appendCanonical(string: k, to: &out)
@@ -81,7 +81,7 @@ struct WireRevision: Sendable {
     }
 
     /// `varint(count)` then per revision `varint(len) metadata-JSON varint(len) content`.
-    static func encodeBatch(_ revisions: [WireRevision]) -> [UInt8] {
+    package static func encodeBatch(_ revisions: [WireRevision]) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(revisions.reduce(16) { $0 + $1.content.count + 200 })
         Varint.write(UInt64(revisions.count), into: &out)
@@ -98,7 +98,7 @@ struct WireRevision: Sendable {
         return out
     }
 
-    static func decodeBatch(_ bytes: [UInt8]) throws(SyncError) -> [WireRevision] {
+    package static func decodeBatch(_ bytes: [UInt8]) throws(SyncError) -> [WireRevision] {
         var pos = 0
         func chunk() throws(SyncError) -> ArraySlice<UInt8> {
             guard let (len, used) = Varint.read(bytes, at: pos), len <= UInt64(max(0, bytes.count - pos - used)) else {
@@ -124,7 +124,7 @@ struct WireRevision: Sendable {
         return out
     }
 
-    init(
+    package init(
         id: String, rev: String, history: [String], deleted: Bool, hlc: UInt64, content: [UInt8], deltaBase: String?,
         missing: Bool = false
     ) {
@@ -138,7 +138,7 @@ struct WireRevision: Sendable {
         self.missing = missing
     }
 
-    init(metadata o: JSON, content: [UInt8]) throws(SyncError) {
+    package init(metadata o: JSON, content: [UInt8]) throws(SyncError) {
         guard let id = o["id"]?.stringValue, let rev = o["rev"]?.stringValue else {
             throw .protocolViolation("revision entry lacks \"id\" or \"rev\"")
         }
@@ -159,7 +159,7 @@ struct WireRevision: Sendable {
 
     /// Builds the wire form of a held revision, as a delta against one of `receiverHas`
     /// when that is smaller than 90% of the full body.
-    static func make(
+    package static func make(
         id: DocumentID, revision: RevisionID, tree: RevisionTree, receiverHas: [RevisionID], useDeltas: Bool,
         maxHistory: Int
     ) -> (WireRevision, usedDelta: Bool)? {

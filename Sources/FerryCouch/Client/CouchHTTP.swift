@@ -1,0 +1,139 @@
+import AsyncHTTPClient
+import FerryCore
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOSSL
+
+/// One CouchDB server's HTTP/1.1 client: a keep-alive connection pool, Basic credentials
+/// on every request, gzip-encoded answers decoded, and each failure mapped to a
+/// `CouchClientError` that says whether a retry may help.
+public final class CouchHTTP: Sendable {
+    public let endpoint: CouchEndpoint
+    let client: HTTPClient
+    let logger: Logger
+    /// Longest wait for one answer that is not a live feed.
+    let requestTimeout: TimeAmount
+
+    /// One answer, whatever its status.
+    public struct Response: Sendable {
+        public var status: Int
+        public var headers: HTTPHeaders
+        public var body: [UInt8]
+        /// The body as JSON (nil when it is not).
+        public var json: JSON? { try? JSON.parse(body) }
+    }
+
+    /// A client for `endpoint`'s server. `tls` is the TLS configuration the endpoint's trust
+    /// calls for (`CouchTLS.configuration(for:)`); nil for plain http.
+    public init(endpoint: CouchEndpoint, tls: TLSConfiguration?, requestTimeout: TimeAmount = .seconds(60), logger: Logger) {
+        self.endpoint = endpoint
+        self.logger = logger
+        self.requestTimeout = requestTimeout
+        var configuration = HTTPClient.Configuration()
+        configuration.tlsConfiguration = tls
+        configuration.decompression = .enabled(limit: .none)
+        configuration.timeout.connect = .seconds(10)
+        configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 8)
+        configuration.redirectConfiguration = .disallow
+        client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+    }
+
+    /// Closes the pool's connections.
+    public func shutdown() async {
+        try? await client.shutdown()
+    }
+
+    /// The path of `suffix` inside the database (`suffix` already escaped, e.g. `_changes`
+    /// or an escaped document ID); empty: the database itself.
+    public func databasePath(_ suffix: String = "") -> String {
+        "/" + CouchEndpoint.escapeDatabase(endpoint.database) + (suffix.isEmpty ? "" : "/" + suffix)
+    }
+
+    /// Sends one request. `path` is escaped and starts with `/`; `query` values are escaped
+    /// here. Network failures become transient errors; the status is left to the caller.
+    public func send(
+        _ method: HTTPMethod, _ path: String, query: [(String, String)] = [], headers: [(String, String)] = [],
+        body: [UInt8]? = nil, timeout: TimeAmount? = nil
+    ) async throws(CouchClientError) -> Response {
+        var url = endpoint.serverURL + path
+        if !query.isEmpty {
+            url += "?" + query.map { "\(Self.escapeQuery($0.0))=\(Self.escapeQuery($0.1))" }.joined(separator: "&")
+        }
+        var request = HTTPClientRequest(url: url)
+        request.method = method
+        request.headers.add(name: "Accept", value: "application/json")
+        request.headers.add(name: "Accept-Encoding", value: "gzip")
+        if let c = endpoint.credentials {
+            request.headers.add(name: "Authorization", value: "Basic " + Data("\(c.user):\(c.password)".utf8).base64EncodedString())
+        }
+        for (name, value) in headers { request.headers.replaceOrAdd(name: name, value: value) }
+        if let body {
+            if !headers.contains(where: { $0.0.lowercased() == "content-type" }) {
+                request.headers.add(name: "Content-Type", value: "application/json")
+            }
+            request.body = .bytes(ByteBuffer(bytes: body))
+        }
+        do {
+            let response = try await client.execute(request, timeout: timeout ?? requestTimeout, logger: logger)
+            var buffer = try await response.body.collect(upTo: Self.maxResponseBytes)
+            let bytes = buffer.readBytes(length: buffer.readableBytes) ?? []
+            return Response(status: Int(response.status.code), headers: response.headers, body: bytes)
+        } catch let e as HTTPClientError where e == .deadlineExceeded {
+            throw CouchClientError(code: "timeout", message: "\(method) \(path): no answer from \(endpoint.serverURL) in time", isTransient: true)
+        } catch let e as NIOSSLError {
+            throw CouchClientError(code: "tls_failed", message: "TLS with \(endpoint.serverURL) failed: \(e)", isTransient: false)
+        } catch let e as NIOSSLExtraError {
+            throw CouchClientError(code: "tls_failed", message: "TLS with \(endpoint.serverURL) failed: \(e)", isTransient: false)
+        } catch {
+            throw CouchClientError(
+                code: "connect_failed", message: "\(method) \(path) at \(endpoint.serverURL) failed: \(error)", isTransient: true)
+        }
+    }
+
+    /// Sends a request with a JSON body (or none) and returns the JSON answer of a 2xx
+    /// status; any other status throws `CouchClientError.http(_:)`.
+    public func json(
+        _ method: HTTPMethod, _ path: String, query: [(String, String)] = [], body: JSON? = nil, timeout: TimeAmount? = nil
+    ) async throws(CouchClientError) -> JSON {
+        let response = try await send(method, path, query: query, body: body.map { $0.canonicalBytes }, timeout: timeout)
+        guard (200..<300).contains(response.status) else { throw .http(response, method: method, path: path, endpoint: endpoint) }
+        guard let value = response.json else {
+            throw CouchClientError(
+                code: "bad_response", message: "\(method) \(path): the answer is not JSON", isTransient: true, status: response.status)
+        }
+        return value
+    }
+
+    /// Largest answer read into memory (a `_bulk_get` page with attachments).
+    static let maxResponseBytes = 512 << 20
+
+    static func escapeQuery(_ s: String) -> String {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-_.~")
+        return s.addingPercentEncoding(withAllowedCharacters: allowed) ?? s
+    }
+}
+
+extension CouchClientError {
+    /// The error for a non-2xx answer: 401/403/404/400/412 are permanent and say what to
+    /// fix; 408, 429 and 5xx are transient.
+    public static func http(_ response: CouchHTTP.Response, method: HTTPMethod, path: String, endpoint: CouchEndpoint) -> CouchClientError {
+        let error = response.json?["error"]?.stringValue ?? "http_\(response.status)"
+        let reason = response.json?["reason"]?.stringValue ?? ""
+        let what = "\(method) \(endpoint.serverURL)\(path) answered \(response.status) \(error)\(reason.isEmpty ? "" : ": \(reason)")"
+        switch response.status {
+        case 401:
+            return CouchClientError(code: "unauthorized", message: "\(what) (check the user and password)", isTransient: false, status: 401)
+        case 403:
+            return CouchClientError(code: "forbidden", message: "\(what) (the user may not do this)", isTransient: false, status: 403)
+        case 404:
+            return CouchClientError(code: "not_found", message: what, isTransient: false, status: 404)
+        case 408, 429, 500...599:
+            return CouchClientError(code: "server_busy", message: what, isTransient: true, status: response.status)
+        default:
+            return CouchClientError(code: error, message: what, isTransient: false, status: response.status)
+        }
+    }
+}
