@@ -22,10 +22,10 @@ import Testing
         var now: Date { date.withLock { $0 } }
     }
 
-    static func frontDoor(_ listener: CouchFrontDoor.Listener = .loopback, origins: [String] = [], clock: WallClock = WallClock()) throws
-        -> CouchFrontDoor
-    {
-        let database = CouchDatabase(name: "ferry", store: try DocumentStore.inMemory(), serverUUID: String(repeating: "a", count: 32))
+    static func frontDoor(
+        _ listener: CouchFrontDoor.Listener = .loopback, origins: [String] = [], clock: WallClock = WallClock(), store: DocumentStore? = nil
+    ) throws -> CouchFrontDoor {
+        let database = CouchDatabase(name: "ferry", store: try store ?? DocumentStore.inMemory(), serverUUID: String(repeating: "a", count: 32))
         let users = CouchUserTable([
             CouchUser(name: "reader", password: try CouchPasswordHash(password: "r-pass", iterations: 10_000),
                 policy: PeerPolicy(read: .all, write: .none, mayDelete: false)),

@@ -1,0 +1,50 @@
+import FerryCore
+import FerryStore
+import Foundation
+import Logging
+import ServiceLifecycle
+import Testing
+
+@testable import FerryCouch
+
+/// A Ferry node's CouchDB API served in-process on a loopback port, over its own store:
+/// the server side that the CouchDB-protocol client tests replicate with.
+final class CouchTestServer: Sendable {
+    let store: DocumentStore
+    let port: Int
+    let group: ServiceGroup
+    let run: Task<Void, any Error>
+    /// The admin key's Basic credentials (user `admin`).
+    static let adminPassword = ServerFrontDoorTests.adminKey
+
+    /// `http://admin:KEY@127.0.0.1:PORT/ferry`.
+    var url: String { "http://admin:\(Self.adminPassword)@127.0.0.1:\(port)/ferry" }
+
+    var endpoint: CouchEndpoint { try! CouchEndpoint.parse(url) }
+
+    static func start(store: DocumentStore? = nil) async throws -> CouchTestServer {
+        let store = try store ?? DocumentStore.inMemory()
+        let door = try ServerFrontDoorTests.frontDoor(store: store)
+        let (bound, announce) = AsyncStream.makeStream(of: Int.self)
+        var quiet = Logger(label: "ferry.test.couch")
+        quiet.logLevel = .critical
+        let service = try CouchListenerService(frontDoor: door, host: "127.0.0.1", port: 0, logger: quiet, onBound: { announce.yield($0) })
+        let group = ServiceGroup(configuration: .init(services: [service], logger: quiet))
+        let run = Task { try await group.run() }
+        var ports = bound.makeAsyncIterator()
+        guard let port = await ports.next() else { throw CouchClientError(code: "no_port", message: "the test server never bound", isTransient: false) }
+        return CouchTestServer(store: store, port: port, group: group, run: run)
+    }
+
+    init(store: DocumentStore, port: Int, group: ServiceGroup, run: Task<Void, any Error>) {
+        self.store = store
+        self.port = port
+        self.group = group
+        self.run = run
+    }
+
+    func stop() async {
+        await group.triggerGracefulShutdown()
+        _ = try? await run.value
+    }
+}
