@@ -112,6 +112,25 @@ import Testing
         #expect(try await again.start(reset: true) == 0)
     }
 
+    @Test func anOpaqueCheckpointWhoseRemoteCopyLagsResumesFromTheRemoteCopyNotTheStart() async throws {
+        let local = try DocumentStore.inMemory()
+        let remote = StoreRemote(try DocumentStore.inMemory())
+        let s = StoreRemote.sequence
+        var checkpoint = Checkpointer<RemoteSequence>(key: "k", store: local, remote: remote, delay: .seconds(5), clock: ManualClock())
+        #expect(try await checkpoint.start(reset: false) == .start)
+        checkpoint.advance(to: s(10))
+        try await checkpoint.saveBoth()
+        // A crash after the next batch's local write, before its remote one.
+        checkpoint.advance(to: s(20))
+        try checkpoint.saveLocal()
+        var again = Checkpointer<RemoteSequence>(key: "k", store: local, remote: remote, delay: .seconds(5), clock: ManualClock())
+        #expect(try await again.start(reset: false) == s(10))
+        // A remote copy this side never saved (another run's, or another database's) starts over.
+        try await remote.putLocalDocument("k", value: ["seq": s(99).json])
+        var stranger = Checkpointer<RemoteSequence>(key: "k", store: local, remote: remote, delay: .seconds(5), clock: ManualClock())
+        #expect(try await stranger.start(reset: false) == .start)
+    }
+
     @Test func opaqueCheckpointsResumeOnlyWhenBothCopiesAgree() {
         let a = RemoteSequence(.string("g1-abc"))
         let b = RemoteSequence(.string("g2-def"))
