@@ -90,6 +90,8 @@ public final class Replicator: Sendable {
     /// Runs until one-shot replication completes, `stop()` is called, a permanent error
     /// occurs, or the attempts run out. The final status says which.
     public func run() async {
+        // Cleared before the handler is installed: a shutdown already under way calls it at once.
+        context.clearStop()
         await withGracefulShutdownHandler {
             await self.runUntilDone()
         } onGracefulShutdown: {
@@ -98,7 +100,6 @@ public final class Replicator: Sendable {
     }
 
     private func runUntilDone() async {
-        context.clearStop()
         state.withLock { $0.retryRequested = false }
         var attempt = 0
         var refusals = 0
