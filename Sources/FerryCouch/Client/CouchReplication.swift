@@ -87,7 +87,7 @@ enum CouchTLS {
 
     /// The server's leaf certificate, when its fingerprint is `fingerprint`; a permanent
     /// error naming the fingerprint seen otherwise.
-    static func pinnedLeaf(endpoint: CouchEndpoint, fingerprint: String) async throws -> NIOSSLCertificate {
+    static func pinnedLeaf(endpoint: CouchEndpoint, fingerprint pin: String) async throws -> NIOSSLCertificate {
         var tls = TLSConfiguration.makeClientConfiguration()
         tls.certificateVerification = .noHostnameVerification
         let context = try NIOSSLContext(configuration: tls)
@@ -107,7 +107,9 @@ enum CouchTLS {
                                 return
                             }
                             seen.withLock { $0 = (seenPrint, leaf) }
-                            promise.succeed(seenPrint == fingerprint ? .certificateVerified : .failed)
+                            // The verdict is all this connection is for.
+                            handshake.finish(nil)
+                            promise.succeed(seenPrint == pin ? .certificateVerified : .failed)
                         })
                     try channel.pipeline.syncOperations.addHandlers([ssl, handshake.handler(on: channel.eventLoop)])
                 }
@@ -123,11 +125,11 @@ enum CouchTLS {
             outcome = nil
         } catch { outcome = error }
         let found = seen.withLock { $0 }
-        if let found, found.fingerprint == fingerprint, outcome == nil { return found.leaf }
-        if let found, found.fingerprint != fingerprint {
+        if let found, found.fingerprint == pin, outcome == nil { return found.leaf }
+        if let found, found.fingerprint != pin {
             throw CouchClientError(
                 code: "pin_mismatch",
-                message: "\(endpoint.serverURL) presented the certificate with SHA-256 \(found.fingerprint), not the pinned \(fingerprint)",
+                message: "\(endpoint.serverURL) presented the certificate with SHA-256 \(found.fingerprint), not the pinned \(pin)",
                 isTransient: false)
         }
         throw CouchClientError(
@@ -136,41 +138,38 @@ enum CouchTLS {
     }
 }
 
-/// Completes a promise when the TLS handshake of its channel ends, either way.
+/// Completes a future once the pinned-certificate check has seen the server's certificate,
+/// or the connection failed first.
 final class HandshakeWaiter: Sendable {
-    private let promise = Mutex<EventLoopPromise<Void>?>(nil)
-    private let ready = Mutex<EventLoopFuture<Void>?>(nil)
+    private let state = Mutex<(promise: EventLoopPromise<Void>?, finished: Bool)>((nil, false))
 
-    var done: EventLoopFuture<Void> { ready.withLock { $0! } }
+    var done: EventLoopFuture<Void> { state.withLock { $0.promise!.futureResult } }
+
+    func finish(_ error: Error?) {
+        let promise = state.withLock { s -> EventLoopPromise<Void>? in
+            guard !s.finished else { return nil }
+            s.finished = true
+            return s.promise
+        }
+        if let error { promise?.fail(error) } else { promise?.succeed(()) }
+    }
 
     func handler(on loop: EventLoop) -> ChannelHandler {
         let p = loop.makePromise(of: Void.self)
-        promise.withLock { $0 = p }
-        ready.withLock { $0 = p.futureResult }
-        return Handler(promise: p)
+        state.withLock { $0.promise = p }
+        return Handler(waiter: self)
     }
 
-    /// Lives on its channel's event loop; completes the promise once.
     private final class Handler: ChannelInboundHandler {
         typealias InboundIn = NIOAny
-        let promise: EventLoopPromise<Void>
-        var finished = false
-        init(promise: EventLoopPromise<Void>) { self.promise = promise }
-        func finish(_ error: Error?) {
-            guard !finished else { return }
-            finished = true
-            if let error { promise.fail(error) } else { promise.succeed(()) }
-        }
-        func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-            if let tls = event as? TLSUserEvent, case .handshakeCompleted = tls { finish(nil) }
-            context.fireUserInboundEventTriggered(event)
-        }
+        let waiter: HandshakeWaiter
+        init(waiter: HandshakeWaiter) { self.waiter = waiter }
         func errorCaught(context: ChannelHandlerContext, error: Error) {
-            finish(error)
+            waiter.finish(error)
             context.close(promise: nil)
         }
         func channelInactive(context: ChannelHandlerContext) {
-            finish(ChannelError.ioOnClosedChannel)
+            waiter.finish(ChannelError.ioOnClosedChannel)
             context.fireChannelInactive()
         }
     }

@@ -86,7 +86,10 @@ import Testing
         #expect(try await remote.checkpoint("k1", direction: .pull).value == ["seq": "13-opaque"])
         // One session keeps one history entry, updated.
         let doc = try await Self.serverCopy(server, key: "k1")
-        guard case .array(let history)? = doc["history"] else { return Issue.record("no history") }
+        guard case .array(let history)? = doc["history"] else {
+            Issue.record("no history")
+            return
+        }
         #expect(history.count == 1)
         #expect(history[0]["recorded_seq"] == "13-opaque")
     }
@@ -105,7 +108,10 @@ import Testing
             last = remote.sessionID
         }
         let doc = try await Self.serverCopy(server, key: "k2")
-        guard case .array(let history)? = doc["history"] else { return Issue.record("no history") }
+        guard case .array(let history)? = doc["history"] else {
+            Issue.record("no history")
+            return
+        }
         #expect(history.count == CouchRemote.historyKept)
         #expect(history[0]["session_id"] == .string(last))
         #expect(history[0]["recorded_seq"] == 52)

@@ -252,6 +252,58 @@ enum CouchClientTesting {
                 RevisionRequest(id: try DocumentID("here"), rev: try RevisionID(T.rev(5, "5")), ancestors: []),
             ], deltas: false, maxHistory: 10)
         #expect(wires.count == 2)
-        #expect(wires.allSatisfy(\.missing))
+        #expect(wires.allSatisfy { $0.missing })
+    }
+}
+
+/// A pull from a real CouchDB-protocol server named by `FERRY_COUCH_REFERENCE_URL`
+/// (`http://user:pass@host:port/db`); skipped when it is not set.
+@Suite struct CouchReferencePullTests {
+    typealias T = CouchClientTesting
+    static let url = ProcessInfo.processInfo.environment["FERRY_COUCH_REFERENCE_URL"]
+
+    @Test(.enabled(if: url != nil))
+    func aPullFromAReferenceServerAgreesOnEveryWinnerLeafAndAttachment() async throws {
+        let endpoint = try CouchEndpoint.parse(Self.url!)
+        let local = try DocumentStore.inMemory()
+        var configuration = ReplicatorConfiguration()
+        configuration.direction = .pull
+        configuration.maxAttempts = 1
+        let replication = CouchReplication(endpoint: endpoint, logger: T.quiet)
+        let replicator = replication.replicator(store: local, configuration: configuration, logger: T.quiet)
+        await replicator.run()
+        await replication.shutdown()
+        #expect(replicator.status.error == nil, "\(String(describing: replicator.status.error))")
+
+        let http = CouchHTTP(endpoint: endpoint, tls: nil, logger: T.quiet)
+        defer { Task { await http.shutdown() } }
+        let changes = try await http.json(.GET, http.databasePath("_changes"), query: [("style", "all_docs")])
+        guard case .array(let results)? = changes["results"] else {
+            Issue.record("no results")
+            return
+        }
+        for result in results {
+            let rawID = try #require(result["id"]?.stringValue)
+            let id = try DocumentID(rawID, allowReserved: true)
+            guard case .array(let revs)? = result["changes"] else { continue }
+            let theirs = Set(revs.compactMap { $0["rev"]?.stringValue })
+            let tree = try #require(try local.revisionTrees([id])[id], "\(rawID) did not arrive")
+            #expect(Set(tree.leaves.map(\.id.description)) == theirs, "\(rawID): leaves differ")
+            let doc = try await http.send(.GET, http.databasePath(CouchRemote.documentSuffix(rawID)))
+            let winner = try #require(tree.winner)
+            if doc.status == 200, let rev = doc.json?["_rev"]?.stringValue {
+                #expect(winner.id.description == rev, "\(rawID): winner differs")
+                for (name, att) in doc.json?["_attachments"]?.objectValue ?? [:] {
+                    let bytes = try await http.send(
+                        .GET, http.databasePath(CouchRemote.documentSuffix(rawID) + "/" + CouchEndpoint.escapeDatabase(name)))
+                    let body = try #require(try local.document(id)?.body)
+                    let entry = try #require(StoredAttachment(json: body["@attachments"]?[name] ?? .null), "\(rawID)/\(name) missing")
+                    #expect(try local.blobs.get(entry.blob) == bytes.body, "\(rawID)/\(name): bytes differ")
+                    #expect(entry.md5 == att["digest"]?.stringValue, "\(rawID)/\(name): digest differs")
+                }
+            } else {
+                #expect(winner.deleted, "\(rawID): deleted there, not here")
+            }
+        }
     }
 }
