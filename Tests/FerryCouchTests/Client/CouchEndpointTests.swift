@@ -19,11 +19,19 @@ import Testing
         #expect(try CouchEndpoint.parse("HTTPS://h/db").port == 443)
     }
 
-    @Test func escapesTheDatabaseNameAsOnePathSegment() throws {
+    @Test func escapesTheDatabaseNameAsOnePathSegment() async throws {
         let e = try CouchEndpoint.parse("http://127.0.0.1:5984/a%2Fb%2Bc")
         #expect(e.database == "a/b+c")
         #expect(e.redacted == "http://127.0.0.1:5984/a%2Fb%2Bc")
-        #expect(CouchHTTP(endpoint: e, tls: nil, logger: .init(label: "t")).databasePath("_changes") == "/a%2Fb%2Bc/_changes")
+        let http = CouchHTTP(endpoint: e, tls: nil, logger: .init(label: "t"))
+        #expect(http.databasePath("_changes") == "/a%2Fb%2Bc/_changes")
+        await http.shutdown()
+    }
+
+    @Test func documentPathsKeepTheDesignAndLocalSlash() {
+        #expect(CouchRemote.documentSuffix("_design/app") == "_design/app")
+        #expect(CouchRemote.documentSuffix("a/b c") == "a%2Fb%20c")
+        #expect(CouchRemote.documentSuffix("_local/x") == "_local/x")
     }
 
     @Test func keepsIPv6HostsBracketedInURLs() throws {
