@@ -1,6 +1,6 @@
 import FerryCore
 import FerryStore
-import FerrySync
+@testable import FerrySync
 import Foundation
 import Logging
 import Testing
@@ -305,5 +305,92 @@ enum CouchClientTesting {
                 #expect(winner.deleted, "\(rawID): deleted there, not here")
             }
         }
+    }
+}
+
+extension CouchReferencePullTests {
+    /// Resume, live changes and filters against the named server (it gains a few documents).
+    @Test(.enabled(if: url != nil))
+    func aReferenceServerIsPulledIncrementallyLiveAndFiltered() async throws {
+        let endpoint = try CouchEndpoint.parse(Self.url!)
+        let http = CouchHTTP(endpoint: endpoint, tls: nil, logger: T.quiet)
+        defer { Task { await http.shutdown() } }
+        let local = try DocumentStore.inMemory()
+        func pull(_ configure: (inout ReplicatorConfiguration) -> Void = { _ in }) async -> Replicator {
+            var configuration = ReplicatorConfiguration()
+            configuration.direction = .pull
+            configuration.maxAttempts = 1
+            configure(&configuration)
+            let replication = CouchReplication(endpoint: endpoint, logger: T.quiet)
+            let replicator = replication.replicator(store: local, configuration: configuration, logger: T.quiet)
+            await replicator.run()
+            await replication.shutdown()
+            return replicator
+        }
+        let first = await pull()
+        #expect(first.status.error == nil)
+        let again = await pull()
+        #expect(again.status.error == nil)
+        #expect(again.summary.pulled == 0 && again.status.total == 0, "a second run starts from the checkpoint")
+
+        let stamp = UUID().uuidString.lowercased()
+        _ = try await http.json(.PUT, http.databasePath("live-" + stamp), body: ["kind": "live"])
+        let third = await pull()
+        #expect(third.summary.pulled == 1)
+
+        // Filtered pulls into fresh stores.
+        let filteredStore = try DocumentStore.inMemory()
+        _ = try await http.json(.PUT, http.databasePath("sel-" + stamp), body: ["kind": "selected"])
+        var configuration = ReplicatorConfiguration()
+        configuration.direction = .pull
+        configuration.maxAttempts = 1
+        configuration.remoteSelector = ["kind": "selected"]
+        var replication = CouchReplication(endpoint: endpoint, logger: T.quiet)
+        var replicator = replication.replicator(store: filteredStore, configuration: configuration, logger: T.quiet)
+        await replicator.run()
+        await replication.shutdown()
+        #expect(replicator.status.error == nil)
+        #expect(try filteredStore.document(DocumentID("sel-" + stamp)) != nil)
+        #expect(try filteredStore.document(DocumentID("live-" + stamp)) == nil)
+
+        configuration.remoteSelector = nil
+        configuration.documentIDs = [try DocumentID("live-" + stamp)]
+        replication = CouchReplication(endpoint: endpoint, logger: T.quiet)
+        replicator = replication.replicator(store: filteredStore, configuration: configuration, logger: T.quiet)
+        await replicator.run()
+        await replication.shutdown()
+        #expect(replicator.status.error == nil)
+        #expect(try filteredStore.document(DocumentID("live-" + stamp)) != nil)
+
+        // Continuous: a write on the server arrives.
+        var live = ReplicatorConfiguration()
+        live.direction = .pull
+        live.continuous = true
+        live.heartbeat = .seconds(2)
+        replication = CouchReplication(endpoint: endpoint, logger: T.quiet)
+        replicator = replication.replicator(store: local, configuration: live, logger: T.quiet)
+        replicator.start()
+        try await T.waitUntil("caught up") { try local.document(DocumentID("sel-" + stamp)) != nil }
+        _ = try await http.json(.PUT, http.databasePath("later-" + stamp), body: ["kind": "later"])
+        try await T.waitUntil("the later document arrives") { try local.document(DocumentID("later-" + stamp)) != nil }
+        replicator.stop()
+        await replicator.waitUntilStopped()
+        await replication.shutdown()
+    }
+
+    /// `GET /{db}/{id}?open_revs=…` against the named server, as used without `_bulk_get`.
+    @Test(.enabled(if: url != nil))
+    func aReferenceServerIsReadWithOpenRevs() async throws {
+        let endpoint = try CouchEndpoint.parse(Self.url!)
+        let http = CouchHTTP(endpoint: endpoint, tls: nil, logger: T.quiet)
+        defer { Task { await http.shutdown() } }
+        let local = try DocumentStore.inMemory()
+        let remote = try await CouchRemote.open(http: http, store: local, logger: T.quiet)
+        remote.pullState.withLock { $0.bulkGet = false }
+        let page = try await remote.changes(RemoteChangesRequest(since: .start, limit: 1000))
+        let requests = page.changes.flatMap { c in c.leaves.map { RevisionRequest(id: c.id, rev: $0, ancestors: []) } }
+        let wires = try await remote.fetchRevisions(requests, deltas: false, maxHistory: 20)
+        #expect(wires.count == requests.count)
+        #expect(wires.allSatisfy { !$0.missing && (try? JSON.parse($0.content).objectValue) != nil })
     }
 }
