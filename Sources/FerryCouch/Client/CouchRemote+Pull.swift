@@ -138,14 +138,14 @@ extension CouchRemote {
     }
 
     /// What one fetched item became.
-    private enum Converted {
+    enum Converted {
         case revision(WireRevision)
         /// An attachment stub this store cannot resolve.
         case missingStub
     }
 
     /// One `{"ok": doc}` / `{"error": …}` / `{"missing": rev}` item as a wire revision.
-    private func convert(_ item: JSON, request: RevisionRequest, tree: RevisionTree?, maxHistory: Int) -> Converted {
+    func convert(_ item: JSON, request: RevisionRequest, tree: RevisionTree?, maxHistory: Int) -> Converted {
         guard let doc = item["ok"] else {
             let rev = item["error"]?["rev"]?.stringValue ?? item["missing"]?.stringValue ?? request.rev.description
             return .revision(.missing(id: request.id.rawValue, rev: (try? RevisionID(rev)) == nil ? request.rev.description : rev))

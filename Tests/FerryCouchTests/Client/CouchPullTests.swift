@@ -394,3 +394,58 @@ extension CouchReferencePullTests {
         #expect(wires.allSatisfy { !$0.missing && (try? JSON.parse($0.content).objectValue) != nil })
     }
 }
+
+extension CouchPullTests {
+    @Test func anAttachmentWhoseBytesDoNotMatchItsDigestIsRefusedAtTheTrustBoundaryAndNotKept() async throws {
+        let server = try await CouchTestServer.start()
+        defer { Task { await server.stop() } }
+        let local = try DocumentStore.inMemory()
+        let http = server.adminHTTP()
+        defer { Task { await http.shutdown() } }
+        let remote = try await CouchRemote.open(http: http, store: local, logger: T.quiet)
+        let bytes = Array("not what the digest says".utf8)
+        let rev = T.rev(1, "a")
+        let doc: JSON = [
+            "_id": "bad", "_rev": .string(rev),
+            "_attachments": [
+                "x": ["content_type": "text/plain", "digest": "md5-AAAAAAAAAAAAAAAAAAAAAA==", "data": .string(Data(bytes).base64EncodedString())]
+            ],
+        ]
+        let request = RevisionRequest(id: try DocumentID("bad"), rev: try RevisionID(rev), ancestors: [])
+        guard case .revision(let wire) = remote.convert(["ok": doc], request: request, tree: nil, maxHistory: 10) else {
+            Issue.record("not converted")
+            return
+        }
+        #expect(!wire.missing)
+        #expect(!local.blobs.has(BlobDigest.of(bytes)))
+        let pipeline = IncomingPipeline(policy: .trusted, filter: nil, maxBodyBytes: 1 << 20)
+        guard case .rejected = pipeline.check(wire, baseBody: { _, _ in nil }) else {
+            Issue.record("the trust boundary accepted a revision whose attachment does not match its digest")
+            return
+        }
+    }
+
+    @Test func aGoodDocumentConvertsToTheBodyTheServerStores() async throws {
+        let server = try await CouchTestServer.start()
+        defer { Task { await server.stop() } }
+        let local = try DocumentStore.inMemory()
+        let http = server.adminHTTP()
+        defer { Task { await http.shutdown() } }
+        let remote = try await CouchRemote.open(http: http, store: local, logger: T.quiet)
+        let r1 = T.rev(1, "a")
+        let r2 = T.rev(2, "b")
+        let doc: JSON = ["_id": "good", "_rev": .string(r2), "_revisions": T.revisions([r2, r1]), "n": 1]
+        let request = RevisionRequest(id: try DocumentID("good"), rev: try RevisionID(r2), ancestors: [])
+        guard case .revision(let wire) = remote.convert(["ok": doc], request: request, tree: nil, maxHistory: 10) else {
+            Issue.record("not converted")
+            return
+        }
+        #expect(wire.history == [r1])
+        #expect(try JSON.parse(wire.content) == ["n": 1])
+        let pipeline = IncomingPipeline(policy: .trusted, filter: nil, maxBodyBytes: 1 << 20)
+        guard case .accepted = pipeline.check(wire, baseBody: { _, _ in nil }) else {
+            Issue.record("the trust boundary refused a good revision")
+            return
+        }
+    }
+}
