@@ -338,6 +338,27 @@ extension CouchReferencePullTests {
         let third = await pull()
         #expect(third.summary.pulled == 1)
 
+        // An attachment pulled once; the next revision brings it as a stub (atts_since).
+        let bytes = (0..<4000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        let made = try await http.json(
+            .PUT, http.databasePath("att-" + stamp),
+            body: ["_attachments": ["f.bin": ["content_type": "application/octet-stream", "data": .string(Data(bytes).base64EncodedString())]]])
+        #expect(await pull().summary.pulled == 1)
+        var current = try await http.json(.GET, http.databasePath("att-" + stamp))
+        #expect(current["_rev"] == made["rev"])
+        if case .object(var fields) = current {
+            fields["n"] = 2
+            current = .object(fields)
+        }
+        _ = try await http.json(.PUT, http.databasePath("att-" + stamp), body: current)
+        let withStub = await pull()
+        #expect(withStub.status.error == nil)
+        #expect(withStub.summary.pulled == 1)
+        let pulledBody = try #require(try local.document(DocumentID("att-" + stamp))?.body)
+        #expect(pulledBody["n"] == 2)
+        let entry = try #require(StoredAttachment(json: pulledBody["@attachments"]?["f.bin"] ?? .null))
+        #expect(try local.blobs.get(entry.blob) == bytes)
+
         // Filtered pulls into fresh stores.
         let filteredStore = try DocumentStore.inMemory()
         _ = try await http.json(.PUT, http.databasePath("sel-" + stamp), body: ["kind": "selected"])
