@@ -18,7 +18,9 @@ struct CouchPullState {
 // requests rather than one `continuous` stream: each request answers one page (or nothing
 // at its timeout), which is what the puller's `changes` verb asks, and no stream has to be
 // kept or closed between verbs; a server that drops the connection simply fails one request,
-// and the replicator retries from its checkpoint.
+// and the replicator retries from its checkpoint. A longpoll carries `timeout` and no
+// `heartbeat`: CouchDB lets a heartbeat override the timeout, and the puller needs the
+// answer by then (a deferred checkpoint write waits on it).
 extension CouchRemote {
     /// `GET /{db}/_changes?style=all_docs&since=…&limit=…` (`feed=normal` pages; `longpoll`
     /// with `timeout` when live), as `POST` with `filter=_doc_ids` or `_selector` when asked.
