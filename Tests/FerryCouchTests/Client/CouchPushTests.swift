@@ -56,6 +56,30 @@ import Testing
         return CouchTestServer(store: store, port: port, group: group, run: run)
     }
 
+    /// Runs `body` against `target` (or a fresh server) with a new local store and a
+    /// remote for it; the remote's client and the server are shut down however `body` ends.
+    static func withTarget(
+        _ target: CouchTestServer? = nil, user: String = "admin", password: String = CouchTestServer.adminPassword,
+        _ body: (CouchTestServer, DocumentStore, CouchRemote) async throws -> Void
+    ) async throws {
+        let server: CouchTestServer
+        if let target { server = target } else { server = try await CouchTestServer.start() }
+        let local: DocumentStore
+        let remote: CouchRemote
+        do {
+            local = try DocumentStore.inMemory()
+            remote = try Self.remote(server, local: local, user: user, password: password)
+        } catch {
+            await server.stop()
+            throw error
+        }
+        var failure: (any Error)?
+        do { try await body(server, local, remote) } catch { failure = error }
+        await remote.http.shutdown()
+        await server.stop()
+        if let failure { throw failure }
+    }
+
     /// What the Pusher does for one page: offers every local leaf through `revsDiff`, then
     /// stores the missing revisions, made as it makes them (deltas allowed, bases from the answer).
     @discardableResult
@@ -67,11 +91,11 @@ import Testing
         var wires: [WireRevision] = []
         for id in answer.keys.sorted() {
             let entry = try #require(answer[id])
+            let tree = try #require(trees[id])
             for rev in entry.missing {
                 let made = try #require(
                     WireRevision.make(
-                        id: id, revision: rev, tree: try #require(trees[id]), receiverHas: entry.possibleAncestors, useDeltas: true,
-                        maxHistory: 100))
+                        id: id, revision: rev, tree: tree, receiverHas: entry.possibleAncestors, useDeltas: true, maxHistory: 100))
                 wires.append(made.0)
             }
         }
@@ -94,232 +118,202 @@ import Testing
     }
 
     @Test func newDocumentsArriveWithTheSameRevisionIDsAndBodies() async throws {
-        let server = try await CouchTestServer.start()
-        let local = try DocumentStore.inMemory()
-        let remote = try Self.remote(server, local: local)
-        let r1 = try local.put(try DocumentID("one"), body: ["n": 1, "nested": ["a": [1, 2, "x"]]])
-        try local.put(try DocumentID("one"), body: ["n": 2], parent: r1)
-        try local.put(try DocumentID("two"), body: ["name": "zwei", "pi": 3.25])
-        let results = try await Self.pushAll(local, remote)
-        #expect(results.count == 2)
-        #expect(results.allSatisfy { $0.status == .stored })
-        try Self.expectSameDocuments(local, server.store, ["one", "two"])
-        // The whole history arrived: the target's tree has the first revision too.
-        #expect(try server.store.revisionTree(try DocumentID("one"))?.contains(r1) == true)
+        try await Self.withTarget { server, local, remote in
+            let r1 = try local.put(try DocumentID("one"), body: ["n": 1, "nested": ["a": [1, 2, "x"]]])
+            try local.put(try DocumentID("one"), body: ["n": 2], parent: r1)
+            try local.put(try DocumentID("two"), body: ["name": "zwei", "pi": 3.25])
+            let results = try await Self.pushAll(local, remote)
+            #expect(results.count == 2)
+            #expect(results.allSatisfy { $0.status == .stored })
+            try Self.expectSameDocuments(local, server.store, ["one", "two"])
+            // The whole history arrived: the target's tree has the first revision too.
+            #expect(try server.store.revisionTree(try DocumentID("one"))?.contains(r1) == true)
 
-        // Offered again, nothing is missing and nothing is posted.
-        let before = remote.pushState.withLock { $0.bulkDocsRequests }
-        #expect(try await Self.pushAll(local, remote).isEmpty)
-        #expect(remote.pushState.withLock { $0.bulkDocsRequests } == before)
-        await remote.http.shutdown()
-        await server.stop()
+            // Offered again, nothing is missing and nothing is posted.
+            let before = remote.pushState.withLock { $0.bulkDocsRequests }
+            #expect(try await Self.pushAll(local, remote).isEmpty)
+            #expect(remote.pushState.withLock { $0.bulkDocsRequests } == before)
+        }
     }
 
     @Test func bothLeavesOfAConflictArriveAndTheTargetPicksTheSameWinner() async throws {
-        let server = try await CouchTestServer.start()
-        let local = try DocumentStore.inMemory()
-        let remote = try Self.remote(server, local: local)
-        let id = try DocumentID("c")
-        let r1 = try local.put(id, body: ["v": 0])
-        try local.put(id, body: ["v": "a"], parent: r1)
-        // A sibling made elsewhere, in CouchDB's form.
-        let other = try RevisionID("2-" + String(repeating: "f", count: 32))
-        _ = try local.insertRevisions([IncomingRevision(id: id, revision: other, history: [r1], deleted: false, body: ["v": "b"])])
-        #expect(try local.conflicts(of: id).count == 1)
-        let results = try await Self.pushAll(local, remote)
-        #expect(results.count == 2 && results.allSatisfy { $0.status == .stored })
-        try Self.expectSameDocuments(local, server.store, ["c"])
-        #expect(try server.store.conflicts(of: id).count == 1)
-        await remote.http.shutdown()
-        await server.stop()
+        try await Self.withTarget { server, local, remote in
+            let id = try DocumentID("c")
+            let r1 = try local.put(id, body: ["v": 0])
+            try local.put(id, body: ["v": "a"], parent: r1)
+            // A sibling made elsewhere, in CouchDB's form.
+            let other = try RevisionID("2-" + String(repeating: "f", count: 32))
+            _ = try local.insertRevisions([IncomingRevision(id: id, revision: other, history: [r1], deleted: false, body: ["v": "b"])])
+            #expect(try local.conflicts(of: id).count == 1)
+            let results = try await Self.pushAll(local, remote)
+            #expect(results.count == 2 && results.allSatisfy { $0.status == .stored })
+            try Self.expectSameDocuments(local, server.store, ["c"])
+            #expect(try server.store.conflicts(of: id).count == 1)
+        }
     }
 
     @Test func aDeleteArrivesAsATombstoneOnTheSameRevision() async throws {
-        let server = try await CouchTestServer.start()
-        let local = try DocumentStore.inMemory()
-        let remote = try Self.remote(server, local: local)
-        let id = try DocumentID("gone")
-        let r1 = try local.put(id, body: ["type": "note"])
-        try await Self.pushAll(local, remote)
-        let r2 = try local.delete(id, revision: r1, keepProperties: true)
-        let results = try await Self.pushAll(local, remote)
-        #expect(results.map(\.rev) == [r2.description] && results[0].status == .stored)
-        let tree = try #require(try server.store.revisionTree(id))
-        #expect(tree.winner?.id == r2 && tree.winner?.deleted == true)
-        try Self.expectSameDocuments(local, server.store, ["gone"])
-        await remote.http.shutdown()
-        await server.stop()
+        try await Self.withTarget { server, local, remote in
+            let id = try DocumentID("gone")
+            let r1 = try local.put(id, body: ["type": "note"])
+            try await Self.pushAll(local, remote)
+            let r2 = try local.delete(id, revision: r1, keepProperties: true)
+            let results = try await Self.pushAll(local, remote)
+            #expect(results.map(\.rev) == [r2.description] && results[0].status == .stored)
+            let tree = try #require(try server.store.revisionTree(id))
+            #expect(tree.winner?.id == r2 && tree.winner?.deleted == true)
+            try Self.expectSameDocuments(local, server.store, ["gone"])
+        }
     }
 
     @Test func attachmentsArriveWithTheirBytesAndOneTheTargetHoldsGoesAsAStub() async throws {
-        let server = try await CouchTestServer.start()
-        let local = try DocumentStore.inMemory()
-        let remote = try Self.remote(server, local: local)
-        let id = try DocumentID("att")
-        let bytes = (0..<5000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
-        let body1 = try CouchOutgoingDocumentTests.withAttachment(["title": "v1"], name: "data.bin", bytes: bytes, revpos: 1, store: local)
-        let r1 = try local.put(id, body: body1)
-        // A Ferry blob reference outside the attachments travels too.
-        let photo = try local.blobs.put(Array("a photo".utf8), contentType: "image/jpeg")
-        try local.put(try DocumentID("photo"), body: ["photo": photo.json])
-        #expect(try await Self.pushAll(local, remote).allSatisfy { $0.status == .stored })
-        let digest = BlobDigest.of(bytes)
-        #expect(try server.store.blobs.get(digest) == bytes)
-        #expect(try server.store.blobs.get(photo.digest) == Array("a photo".utf8))
-        try Self.expectSameDocuments(local, server.store, ["att", "photo"])
-        #expect(remote.pushState.withLock { ($0.attachmentsSent, $0.attachmentsStubbed) } == (2, 0))
+        try await Self.withTarget { server, local, remote in
+            let id = try DocumentID("att")
+            let bytes = (0..<5000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+            let body1 = try CouchOutgoingDocumentTests.withAttachment(["title": "v1"], name: "data.bin", bytes: bytes, revpos: 1, store: local)
+            let r1 = try local.put(id, body: body1)
+            // A Ferry blob reference outside the attachments travels too.
+            let photo = try local.blobs.put(Array("a photo".utf8), contentType: "image/jpeg")
+            try local.put(try DocumentID("photo"), body: ["photo": photo.json])
+            #expect(try await Self.pushAll(local, remote).allSatisfy { $0.status == .stored })
+            let digest = BlobDigest.of(bytes)
+            #expect(try server.store.blobs.get(digest) == bytes)
+            #expect(try server.store.blobs.get(photo.digest) == Array("a photo".utf8))
+            try Self.expectSameDocuments(local, server.store, ["att", "photo"])
+            #expect(remote.pushState.withLock { ($0.attachmentsSent, $0.attachmentsStubbed) } == (2, 0))
 
-        // The next revision keeps the attachment: the target holds r1, so only a stub goes.
-        var f = try #require(body1.objectValue)
-        f["title"] = "v2"
-        let r2 = try local.put(id, body: .object(f), parent: r1)
-        let results = try await Self.pushAll(local, remote)
-        #expect(results.map(\.status) == [.stored])
-        #expect(remote.pushState.withLock { ($0.attachmentsSent, $0.attachmentsStubbed) } == (2, 1))
-        #expect(try server.store.revisionTree(id)?.winner?.id == r2)
-        try Self.expectSameDocuments(local, server.store, ["att"])
-        await remote.http.shutdown()
-        await server.stop()
+            // The next revision keeps the attachment: the target holds r1, so only a stub goes.
+            var f = try #require(body1.objectValue)
+            f["title"] = "v2"
+            let r2 = try local.put(id, body: .object(f), parent: r1)
+            let results = try await Self.pushAll(local, remote)
+            #expect(results.map(\.status) == [.stored])
+            #expect(remote.pushState.withLock { ($0.attachmentsSent, $0.attachmentsStubbed) } == (2, 1))
+            #expect(try server.store.revisionTree(id)?.winner?.id == r2)
+            try Self.expectSameDocuments(local, server.store, ["att"])
+        }
     }
 
     @Test func aStubTheTargetCannotMatchIsSentAgainWithItsContent() async throws {
-        let server = try await CouchTestServer.start()
-        let local = try DocumentStore.inMemory()
-        let remote = try Self.remote(server, local: local)
-        let id = try DocumentID("att")
-        let bytes = Array("kept content".utf8)
-        let body1 = try CouchOutgoingDocumentTests.withAttachment(["v": 1], name: "k.txt", bytes: bytes, revpos: 1, store: local)
-        let r1 = try local.put(id, body: body1)
-        var f = try #require(body1.objectValue)
-        f["v"] = 2
-        let r2 = try local.put(id, body: .object(f), parent: r1)
-        // The target claims r1 as a possible ancestor, yet holds no copy of the attachment.
-        remote.pushState.withLock { $0.targetHolds = [id: [r1]] }
-        let tree = try #require(try local.revisionTree(id))
-        let wire = try #require(WireRevision.make(id: id, revision: r2, tree: tree, receiverHas: [], useDeltas: false, maxHistory: 100)).0
-        let results = try await remote.storeRevisions([wire])
-        #expect(results.map(\.status) == [.stored])
-        #expect(remote.pushState.withLock { ($0.attachmentsStubbed, $0.attachmentsSent) } == (1, 1))
-        #expect(try server.store.blobs.get(BlobDigest.of(bytes)) == bytes)
-        #expect(try server.store.revisionTree(id)?.contains(r2) == true)
-        await remote.http.shutdown()
-        await server.stop()
+        try await Self.withTarget { server, local, remote in
+            let id = try DocumentID("att")
+            let bytes = Array("kept content".utf8)
+            let body1 = try CouchOutgoingDocumentTests.withAttachment(["v": 1], name: "k.txt", bytes: bytes, revpos: 1, store: local)
+            let r1 = try local.put(id, body: body1)
+            var f = try #require(body1.objectValue)
+            f["v"] = 2
+            let r2 = try local.put(id, body: .object(f), parent: r1)
+            // The target claims r1 as a possible ancestor, yet holds no copy of the attachment.
+            remote.pushState.withLock { $0.targetHolds = [id: [r1]] }
+            let tree = try #require(try local.revisionTree(id))
+            let wire = try #require(WireRevision.make(id: id, revision: r2, tree: tree, receiverHas: [], useDeltas: false, maxHistory: 100)).0
+            let results = try await remote.storeRevisions([wire])
+            #expect(results.map(\.status) == [.stored])
+            #expect(remote.pushState.withLock { ($0.attachmentsStubbed, $0.attachmentsSent) } == (1, 1))
+            #expect(try server.store.blobs.get(BlobDigest.of(bytes)) == bytes)
+            #expect(try server.store.revisionTree(id)?.contains(r2) == true)
+        }
     }
 
     @Test func aRevisionTheTargetRefusesIsRejectedAndTheRestAreStored() async throws {
-        let server = try await Self.restrictedServer()
-        let local = try DocumentStore.inMemory()
-        let remote = try Self.remote(server, local: local, user: "limited", password: "l-pass")
-        try local.put(try DocumentID("ok/1"), body: ["v": 1])
-        try local.put(try DocumentID("no/1"), body: ["v": 2])
-        try local.put(try DocumentID("ok/2"), body: ["v": 3])
-        let results = try await Self.pushAll(local, remote)
-        let byID = Dictionary(uniqueKeysWithValues: results.map { ($0.id, $0.status) })
-        #expect(byID["ok/1"] == .stored && byID["ok/2"] == .stored)
-        guard case .rejected(let rejection)? = byID["no/1"] else {
-            Issue.record("no/1 was not rejected: \(String(describing: byID["no/1"]))")
-            return
+        try await Self.withTarget(try await Self.restrictedServer(), user: "limited", password: "l-pass") { server, local, remote in
+            try local.put(try DocumentID("ok/1"), body: ["v": 1])
+            try local.put(try DocumentID("no/1"), body: ["v": 2])
+            try local.put(try DocumentID("ok/2"), body: ["v": 3])
+            let results = try await Self.pushAll(local, remote)
+            let byID = Dictionary(uniqueKeysWithValues: results.map { ($0.id, $0.status) })
+            #expect(byID["ok/1"] == .stored && byID["ok/2"] == .stored)
+            guard case .rejected(let rejection)? = byID["no/1"] else {
+                Issue.record("no/1 was not rejected: \(String(describing: byID["no/1"]))")
+                return
+            }
+            #expect(rejection.stage == .policy)
+            #expect(rejection.reason.contains("forbidden"))
+            #expect(try server.store.document(try DocumentID("no/1")) == nil)
+            try Self.expectSameDocuments(local, server.store, ["ok/1", "ok/2"])
         }
-        #expect(rejection.stage == .policy)
-        #expect(rejection.reason.contains("forbidden"))
-        #expect(try server.store.document(try DocumentID("no/1")) == nil)
-        try Self.expectSameDocuments(local, server.store, ["ok/1", "ok/2"])
-        await remote.http.shutdown()
-        await server.stop()
     }
 
     @Test func aRequestTooLargeForTheTargetIsHalvedUntilOnlyTheDocumentTooLargeAloneIsRefused() async throws {
-        let server = try await Self.restrictedServer(maxRequestBytes: 64 << 10)
-        let local = try DocumentStore.inMemory()
-        let remote = try Self.remote(server, local: local)
-        for i in 0..<4 {
-            let bytes = (0..<(30 << 10)).map { UInt8(truncatingIfNeeded: $0 &+ i) }
-            try local.put(try DocumentID("fits/\(i)"), body: try CouchOutgoingDocumentTests.withAttachment([:], name: "a", bytes: bytes, revpos: 1, store: local))
-        }
-        let huge = (0..<(100 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 7) }
-        try local.put(try DocumentID("huge"), body: try CouchOutgoingDocumentTests.withAttachment([:], name: "a", bytes: huge, revpos: 1, store: local))
-        let results = try await Self.pushAll(local, remote)
-        #expect(results.count == 5)
-        for r in results {
-            if r.id == "huge" {
-                guard case .rejected(let rejection) = r.status else {
-                    Issue.record("the document too large was not rejected")
-                    continue
-                }
-                #expect(rejection.stage == .peer)
-            } else {
-                #expect(r.status == .stored, "\(r.id)")
+        try await Self.withTarget(try await Self.restrictedServer(maxRequestBytes: 64 << 10)) { server, local, remote in
+            for i in 0..<4 {
+                let bytes = (0..<(30 << 10)).map { UInt8(truncatingIfNeeded: $0 &+ i) }
+                try local.put(try DocumentID("fits/\(i)"), body: try CouchOutgoingDocumentTests.withAttachment([:], name: "a", bytes: bytes, revpos: 1, store: local))
             }
+            let huge = (0..<(100 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+            try local.put(try DocumentID("huge"), body: try CouchOutgoingDocumentTests.withAttachment([:], name: "a", bytes: huge, revpos: 1, store: local))
+            let results = try await Self.pushAll(local, remote)
+            #expect(results.count == 5)
+            for r in results {
+                if r.id == "huge" {
+                    guard case .rejected(let rejection) = r.status else {
+                        Issue.record("the document too large was not rejected")
+                        continue
+                    }
+                    #expect(rejection.stage == .peer)
+                } else {
+                    #expect(r.status == .stored, "\(r.id)")
+                }
+            }
+            try Self.expectSameDocuments(local, server.store, (0..<4).map { "fits/\($0)" })
         }
-        try Self.expectSameDocuments(local, server.store, (0..<4).map { "fits/\($0)" })
-        await remote.http.shutdown()
-        await server.stop()
     }
 
     @Test func aChunkLargerThanTheRequestBoundGoesInSeveralBulkDocsRequests() async throws {
-        let server = try await CouchTestServer.start()
-        let local = try DocumentStore.inMemory()
-        let remote = try Self.remote(server, local: local)
-        // Four 3 MiB attachments: 4 MiB each as base64, past the 8 MiB bound together.
-        for i in 0..<4 {
-            let bytes = [UInt8](repeating: UInt8(i), count: 3 << 20)
-            try local.put(try DocumentID("big/\(i)"), body: try CouchOutgoingDocumentTests.withAttachment([:], name: "a", bytes: bytes, revpos: 1, store: local))
+        try await Self.withTarget { server, local, remote in
+            // Four 3 MiB attachments: 4 MiB each as base64, past the 8 MiB bound together.
+            for i in 0..<4 {
+                let bytes = [UInt8](repeating: UInt8(i), count: 3 << 20)
+                try local.put(try DocumentID("big/\(i)"), body: try CouchOutgoingDocumentTests.withAttachment([:], name: "a", bytes: bytes, revpos: 1, store: local))
+            }
+            let results = try await Self.pushAll(local, remote)
+            #expect(results.count == 4 && results.allSatisfy { $0.status == .stored })
+            #expect(remote.pushState.withLock { $0.bulkDocsRequests } >= 2)
+            try Self.expectSameDocuments(local, server.store, (0..<4).map { "big/\($0)" })
         }
-        let results = try await Self.pushAll(local, remote)
-        #expect(results.count == 4 && results.allSatisfy { $0.status == .stored })
-        #expect(remote.pushState.withLock { $0.bulkDocsRequests } >= 2)
-        try Self.expectSameDocuments(local, server.store, (0..<4).map { "big/\($0)" })
-        await remote.http.shutdown()
-        await server.stop()
     }
 
     @Test func aDeltaIsAnsweredNeedFullAndRevsDiffNamesNoDeltaBases() async throws {
-        let server = try await CouchTestServer.start()
-        let local = try DocumentStore.inMemory()
-        let remote = try Self.remote(server, local: local)
-        let id = try DocumentID("d")
-        let r1 = try local.put(id, body: ["text": String(repeating: "long body ", count: 50)])
-        try await Self.pushAll(local, remote)
-        let r2 = try local.put(id, body: ["text": String(repeating: "long body ", count: 50), "more": 1], parent: r1)
-        let answer = try await remote.revsDiff([id: [r2]])
-        #expect(answer[id] == MissingRevisions(missing: [r2], possibleAncestors: []))
-        #expect(remote.pushState.withLock { $0.targetHolds[id] } == [r1])
-        let tree = try #require(try local.revisionTree(id))
-        let delta = try #require(WireRevision.make(id: id, revision: r2, tree: tree, receiverHas: [r1], useDeltas: true, maxHistory: 100))
-        #expect(delta.usedDelta)
-        let before = remote.pushState.withLock { $0.bulkDocsRequests }
-        #expect(try await remote.storeRevisions([delta.0]).map(\.status) == [.needFull])
-        #expect(remote.pushState.withLock { $0.bulkDocsRequests } == before)
-        #expect(try await remote.missingBlobs([BlobDigest.of([1, 2, 3])]).isEmpty)
-        await remote.http.shutdown()
-        await server.stop()
+        try await Self.withTarget { server, local, remote in
+            let id = try DocumentID("d")
+            let r1 = try local.put(id, body: ["text": .string(String(repeating: "long body ", count: 50))])
+            try await Self.pushAll(local, remote)
+            let r2 = try local.put(id, body: ["text": .string(String(repeating: "long body ", count: 50)), "more": 1], parent: r1)
+            let answer = try await remote.revsDiff([id: [r2]])
+            #expect(answer[id] == MissingRevisions(missing: [r2], possibleAncestors: []))
+            #expect(remote.pushState.withLock { $0.targetHolds[id] } == [r1])
+            let tree = try #require(try local.revisionTree(id))
+            let delta = try #require(WireRevision.make(id: id, revision: r2, tree: tree, receiverHas: [r1], useDeltas: true, maxHistory: 100))
+            #expect(delta.usedDelta)
+            let before = remote.pushState.withLock { $0.bulkDocsRequests }
+            #expect(try await remote.storeRevisions([delta.0]).map(\.status) == [.needFull])
+            #expect(remote.pushState.withLock { $0.bulkDocsRequests } == before)
+            #expect(try await remote.missingBlobs([BlobDigest.of([1, 2, 3])]).isEmpty)
+        }
     }
 
     @Test func aWrongPasswordIsAPermanentErrorThatSaysWhatToFix() async throws {
-        let server = try await CouchTestServer.start()
-        let local = try DocumentStore.inMemory()
-        let remote = try Self.remote(server, local: local, password: "wrong")
-        let id = try DocumentID("x")
-        let r1 = try local.put(id, body: ["v": 1])
-        do {
-            _ = try await remote.revsDiff([id: [r1]])
-            Issue.record("revsDiff with a wrong password succeeded")
-        } catch let e as CouchClientError {
-            #expect(e.status == 401 && !e.isTransient)
-            #expect(e.message.contains("check the user and password"))
-            #expect(!e.message.contains("wrong"))
+        try await Self.withTarget(password: "wrong") { server, local, remote in
+            let id = try DocumentID("x")
+            let r1 = try local.put(id, body: ["v": 1])
+            do {
+                _ = try await remote.revsDiff([id: [r1]])
+                Issue.record("revsDiff with a wrong password succeeded")
+            } catch let e as CouchClientError {
+                #expect(e.status == 401 && !e.isTransient)
+                #expect(e.message.contains("check the user and password"))
+                #expect(!e.message.contains("wrong"))
+            }
+            let tree = try #require(try local.revisionTree(id))
+            let wire = try #require(WireRevision.make(id: id, revision: r1, tree: tree, receiverHas: [], useDeltas: false, maxHistory: 100)).0
+            do {
+                _ = try await remote.storeRevisions([wire])
+                Issue.record("_bulk_docs with a wrong password succeeded")
+            } catch let e as CouchClientError {
+                #expect(e.status == 401 && !e.isTransient)
+            }
+            #expect(try server.store.document(id) == nil)
         }
-        let tree = try #require(try local.revisionTree(id))
-        let wire = try #require(WireRevision.make(id: id, revision: r1, tree: tree, receiverHas: [], useDeltas: false, maxHistory: 100)).0
-        do {
-            _ = try await remote.storeRevisions([wire])
-            Issue.record("_bulk_docs with a wrong password succeeded")
-        } catch let e as CouchClientError {
-            #expect(e.status == 401 && !e.isTransient)
-        }
-        #expect(try server.store.document(id) == nil)
-        await remote.http.shutdown()
-        await server.stop()
     }
 
     @Test func aPushReplicationThroughTheCouchReplicationCopiesEverything() async throws {
@@ -338,9 +332,9 @@ import Testing
         configuration.initialAttemptWait = .milliseconds(10)
         let replicator = replication.replicator(store: local, configuration: configuration)
         await replicator.run()
-        #expect(replicator.status.error == nil, "\(String(describing: replicator.status.error))")
-        try Self.expectSameDocuments(local, server.store, ["e2e", "gone"] + (0..<20).map { "n/\($0)" })
         await replication.shutdown()
         await server.stop()
+        #expect(replicator.status.error == nil, "\(String(describing: replicator.status.error))")
+        try Self.expectSameDocuments(local, server.store, ["e2e", "gone"] + (0..<20).map { "n/\($0)" })
     }
 }
