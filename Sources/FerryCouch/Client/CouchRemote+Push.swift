@@ -15,8 +15,9 @@ struct CouchPushState {
     /// Attachments sent with their content and as stubs, for logs and tests.
     var attachmentsSent = 0
     var attachmentsStubbed = 0
-    /// `_bulk_docs` requests posted.
+    /// `_bulk_docs` and `_ensure_full_commit` requests posted.
     var bulkDocsRequests = 0
+    var fullCommitRequests = 0
 }
 
 extension CouchRemote {
@@ -231,6 +232,7 @@ extension CouchRemote {
     func ensureFullCommit() async throws {
         if capabilities.commitsEveryWrite || pushState.withLock({ $0.noFullCommit }) { return }
         let path = http.databasePath("_ensure_full_commit")
+        pushState.withLock { $0.fullCommitRequests += 1 }
         let response = try await http.send(.POST, path, body: Array("{}".utf8))
         switch response.status {
         case 200..<300: return

@@ -18,14 +18,15 @@ import Testing
     }()
 
     /// A remote for `server` as `user:password` (the admin key by default), as opened against a CouchDB 3 server.
-    static func remote(_ server: CouchTestServer, local: DocumentStore, user: String = "admin", password: String = CouchTestServer.adminPassword)
-        throws -> CouchRemote
-    {
+    static func remote(
+        _ server: CouchTestServer, local: DocumentStore, user: String = "admin", password: String = CouchTestServer.adminPassword,
+        version: String = "3.4.0"
+    ) throws -> CouchRemote {
         let endpoint = try CouchEndpoint.parse("http://\(user):\(password)@127.0.0.1:\(server.port)/ferry")
         let http = CouchHTTP(endpoint: endpoint, tls: nil, logger: logger)
         var capabilities = CouchServerCapabilities()
         capabilities.vendor = "Ferry"
-        capabilities.version = "3.4.0"
+        capabilities.version = version
         return CouchRemote(
             http: http, store: local,
             identity: RemoteIdentity(databaseID: "target", peerID: "target", allowsPull: true, allowsPush: true, inline: false),
@@ -292,6 +293,22 @@ import Testing
         }
     }
 
+    @Test func onlyAServerOlderThanCouchDB3IsAskedForAFullCommitAfterABatch() async throws {
+        try await Self.withTarget { server, local, current in
+            let older = try Self.remote(server, local: local, version: "2.3.1")
+            try local.put(try DocumentID("a"), body: ["v": 1])
+            try await Self.pushAll(local, current)
+            #expect(current.pushState.withLock { $0.fullCommitRequests } == 0)
+            try local.put(try DocumentID("b"), body: ["v": 1])
+            try await Self.pushAll(local, older)
+            #expect(older.pushState.withLock { ($0.fullCommitRequests, $0.noFullCommit) } == (1, false))
+            // Nothing stored, nothing to commit.
+            try await Self.pushAll(local, older)
+            #expect(older.pushState.withLock { $0.fullCommitRequests } == 1)
+            await older.http.shutdown()
+        }
+    }
+
     @Test func aWrongPasswordIsAPermanentErrorThatSaysWhatToFix() async throws {
         try await Self.withTarget(password: "wrong") { server, local, remote in
             let id = try DocumentID("x")
@@ -336,5 +353,92 @@ import Testing
         await server.stop()
         #expect(replicator.status.error == nil, "\(String(describing: replicator.status.error))")
         try Self.expectSameDocuments(local, server.store, ["e2e", "gone"] + (0..<20).map { "n/\($0)" })
+    }
+}
+
+/// Pushing to a real CouchDB-protocol server named by `FERRY_COUCH_REFERENCE_URL`
+/// (`http://user:pass@host:port/db`), run by hand: a fresh database beside `db` is made
+/// and dropped (kept when `FERRY_COUCH_REFERENCE_KEEP` is set); skipped when it is not set.
+@Suite(.enabled(if: ProcessInfo.processInfo.environment["FERRY_COUCH_REFERENCE_URL"] != nil, "no reference server named"))
+struct CouchPushToReferenceServerTests {
+    @Test func documentsConflictsDeletesAndAttachmentsArriveAndAnIDTheServerRefusesStallsNothing() async throws {
+        var endpoint = try CouchEndpoint.parse(try #require(ProcessInfo.processInfo.environment["FERRY_COUCH_REFERENCE_URL"]))
+        endpoint.database = "ferry_push_" + UUID().uuidString.lowercased().prefix(8)
+        let http = CouchHTTP(endpoint: endpoint, tls: nil, logger: CouchPushTests.logger)
+        var failure: (any Error)?
+        do {
+            _ = try await http.json(.PUT, http.databasePath())
+            try await Self.push(http)
+        } catch { failure = error }
+        if ProcessInfo.processInfo.environment["FERRY_COUCH_REFERENCE_KEEP"] == nil { _ = try? await http.send(.DELETE, http.databasePath()) }
+        await http.shutdown()
+        if let failure { throw failure }
+    }
+
+    static func push(_ http: CouchHTTP) async throws {
+        let welcome = try await http.json(.GET, "/")
+        var capabilities = CouchServerCapabilities()
+        capabilities.version = welcome["version"]?.stringValue ?? ""
+        let local = try DocumentStore.inMemory()
+        let remote = CouchRemote(
+            http: http, store: local,
+            identity: RemoteIdentity(databaseID: "couchdb", peerID: "couchdb", allowsPull: true, allowsPush: true, inline: false),
+            capabilities: capabilities, logger: CouchPushTests.logger)
+
+        let p1 = try local.put(try DocumentID("plain"), body: ["n": 1])
+        let p2 = try local.put(try DocumentID("plain"), body: ["n": 2, "list": [1, "two", ["three": 3.5]]], parent: p1)
+        let c = try DocumentID("conflict")
+        let c1 = try local.put(c, body: ["v": 0])
+        let c2a = try local.put(c, body: ["v": "a"], parent: c1)
+        let c2b = try RevisionID("2-" + String(repeating: "f", count: 32))
+        _ = try local.insertRevisions([IncomingRevision(id: c, revision: c2b, history: [c1], deleted: false, body: ["v": "b"])])
+        let g1 = try local.put(try DocumentID("gone"), body: ["v": 1])
+        let g2 = try local.delete(try DocumentID("gone"), revision: g1)
+        let text = Array(String(repeating: "compressible text ", count: 200).utf8)
+        let attBody = try CouchOutgoingDocumentTests.withAttachment(["title": "v1"], name: "notes.txt", bytes: text, revpos: 1, store: local)
+        let a1 = try local.put(try DocumentID("att"), body: attBody)
+        let photo = try local.blobs.put((0..<3000).map { UInt8(truncatingIfNeeded: $0 &* 13) }, contentType: "image/png")
+        let ph1 = try local.put(try DocumentID("photo"), body: ["photo": photo.json])
+        try local.put(try DocumentID("_ferry/members/n1", allowReserved: true), body: ["node": "n1"])
+
+        let first = try await CouchPushTests.pushAll(local, remote)
+        let byID = Dictionary(grouping: first, by: \.id)
+        #expect(first.count == 7)
+        for r in first where r.id != "_ferry/members/n1" { #expect(r.status == .stored, "\(r.id) \(r.rev)") }
+        guard case .rejected(let rejection)? = byID["_ferry/members/n1"]?.first?.status else {
+            Issue.record("CouchDB stored a _ferry/ document")
+            return
+        }
+        #expect(rejection.reason.contains("illegal_docid"))
+
+        // Refused, it is offered again each time: gone here, the next push has no whole request refused.
+        try local.purge(try DocumentID("_ferry/members/n1", allowReserved: true))
+        var f = try #require(attBody.objectValue)
+        f["title"] = "v2"
+        let a2 = try local.put(try DocumentID("att"), body: .object(f), parent: a1)
+        let ph2 = try local.put(try DocumentID("photo"), body: ["photo": photo.json, "caption": "kept"], parent: ph1)
+        let second = try await CouchPushTests.pushAll(local, remote)
+        #expect(Set(second.map(\.rev)) == [a2.description, ph2.description])
+        #expect(second.allSatisfy { $0.status == .stored })
+        #expect(remote.pushState.withLock { $0.attachmentsStubbed } == 2)
+
+        let db = http.databasePath()
+        let plain = try await http.json(.GET, db + "/plain", query: [("revs", "true")])
+        #expect(plain["_rev"] == .string(p2.description))
+        #expect(plain["list"] == [1, "two", ["three": 3.5]])
+        #expect(plain["_revisions"]?["ids"] == [.string(p2.hashText), .string(p1.hashText)])
+        let conflict = try await http.json(.GET, db + "/conflict", query: [("conflicts", "true")])
+        let winner = try #require(try local.revisionTree(c)?.winner?.id)
+        #expect(conflict["_rev"] == .string(winner.description))
+        #expect(conflict["_conflicts"] == [.string((winner == c2a ? c2b : c2a).description)])
+        #expect(try await http.send(.GET, db + "/gone").status == 404)
+        let tomb = try await http.json(.GET, db + "/gone", query: [("rev", g2.description)])
+        #expect(tomb["_deleted"] == true)
+        let att = try await http.json(.GET, db + "/att")
+        #expect(att["_rev"] == .string(a2.description) && att["title"] == "v2")
+        #expect(att["_attachments"]?["notes.txt"]?["revpos"] == 1)
+        #expect(try await http.send(.GET, db + "/att/notes.txt").body == text)
+        #expect(try await http.send(.GET, db + "/photo/" + photo.digest.description).body == (0..<3000).map { UInt8(truncatingIfNeeded: $0 &* 13) })
+        #expect(try await http.json(.GET, db + "/photo")["photo"] == photo.json)
     }
 }
