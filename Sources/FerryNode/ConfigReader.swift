@@ -265,8 +265,11 @@ struct ConfigReader {
             for name in CouchReplicationOptions.keys.sorted() where o[name] != nil {
                 throw fail(k(name), "only a CouchDB replication (an http:// or https:// URL) takes \(name)")
             }
+            guard urlText.hasPrefix("wss://") || urlText.hasPrefix("ws://"), URL(string: urlText)?.host != nil else {
+                throw fail(k("url"), "must be a wss://HOST:PORT/GROUP/sync URL (a Ferry peer) or an http(s)://HOST:PORT/DATABASE URL (a CouchDB database)")
+            }
             guard let p = o["peer"] else { throw fail(k("peer"), "is required: the pinned node ID of the URL's node") }
-            spec = ReplicationSpec(id: id, url: try url(u, k("url")), peerID: try nodeID(p, k("peer")))
+            spec = ReplicationSpec(id: id, url: urlText, peerID: try nodeID(p, k("peer")))
         }
         if let d = o["direction"] {
             guard let dir = ReplicatorConfiguration.Direction(rawValue: try string(d, k("direction"))) else {

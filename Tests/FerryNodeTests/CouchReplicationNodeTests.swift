@@ -15,10 +15,9 @@ import Testing
         return []
     }
 
-    @Test func aCouchReplicationAddedThroughTheAPIIsListedWithoutItsPasswordSurvivesARestartAndStopsOnDelete() async throws {
-        let dir = NSTemporaryDirectory() + "ferry-node-\(UUID().uuidString)"
-        defer { try? FileManager.default.removeItem(atPath: dir) }
-        let n = try await InProcessNode.start({ $0.discovery = false }, directory: dir)
+    @Test func aCouchReplicationAddedThroughTheAPIIsListedWithoutItsPasswordIsKeptForTheNextStartAndStopsOnDelete() async throws {
+        let n = try await InProcessNode.start({ $0.discovery = false })
+        let dir = n.directory
         let body = #"{"id":"hub","url":"http://alice:s3cret-pw@127.0.0.1:1/db","selector":{"type":"note"}}"#
         let created = try await n.request("POST", "/replications", body: body)
         #expect(created.status == 201, "\(created.text)")
@@ -33,15 +32,14 @@ import Testing
         #expect(entry["direction"] == "pushAndPull" && entry["selector"] == ["type": "note"] && entry["peer"] == nil)
         #expect(entry["status"]?["errorTransient"]?.boolValue != nil)
         // Kept (with its credentials, in an owner-only file) for the next start.
-        n.task.cancel()
-        _ = try? await n.task.value
-        let again = try await InProcessNode.start({ $0.discovery = false }, directory: dir)
-        #expect(try await Self.list(again).map { $0["id"] } == ["hub"])
-        #expect(try await again.request("DELETE", "/replications/hub").status == 200)
-        #expect(try await Self.list(again).isEmpty)
-        #expect(again.node.replicationRegistry.specs.isEmpty)
-        again.task.cancel()
-        _ = try? await again.task.value
+        let saved = try ReplicationRegistry(dataDirectory: dir).specs
+        #expect(saved.map(\.url) == ["http://alice:s3cret-pw@127.0.0.1:1/db"] && saved.first?.couch?.selector == ["type": "note"])
+        let mode = try FileManager.default.attributesOfItem(atPath: dir + "/replications.json")[.posixPermissions] as? Int
+        #expect(mode == 0o600)
+        #expect(try await n.request("DELETE", "/replications/hub").status == 200)
+        #expect(try await Self.list(n).isEmpty)
+        #expect(try ReplicationRegistry(dataDirectory: dir).specs.isEmpty)
+        await n.stop()
     }
 
     @Test func badCouchReplicationsAreRefusedByTheAPINamingTheField() async throws {
