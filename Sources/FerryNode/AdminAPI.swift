@@ -215,7 +215,7 @@ struct AdminAPI: Sendable {
     func statusJSON(_ status: ReplicatorStatus, _ summary: ReplicationSummary, direction: PeerManager.Direction? = nil) -> JSON {
         var o: [String: JSON] = [
             "activity": .string(status.activity.rawValue), "completed": .int(Int64(status.completed)), "total": .int(Int64(status.total)),
-            "error": status.error.map { .string("\($0)") } ?? .null,
+            "error": status.error.map { .string($0.statusText) } ?? .null,
             "errorCode": status.error.map { .string($0.code) } ?? .null,
             "errorTransient": status.error.map { .bool($0.isTransient) } ?? .null,
             "pushed": .int(Int64(summary.pushed)), "pulled": .int(Int64(summary.pulled)), "rejected": .int(Int64(summary.rejected)),

@@ -213,3 +213,11 @@ extension PeerManager {
         }
     }
 }
+
+extension SyncError {
+    /// `domain/code: message` with the prefix once: an error converted from another
+    /// domain's (such as a `CouchClientError`) carries it in its message already.
+    public var statusText: String {
+        message.hasPrefix("\(domain)/\(code): ") ? message : description
+    }
+}

@@ -215,7 +215,7 @@ struct Sync: AsyncParsableCommand {
                 out["interrupted"] = true
                 out["error"] = .string("interrupted by \(SignalWatcher.name(interrupted))")
             } else if let error {
-                out["error"] = .string(error.description)
+                out["error"] = .string(error.statusText)
             }
             Output.json(.object(out))
         } else if error == nil && interrupted == nil {
@@ -229,7 +229,7 @@ struct Sync: AsyncParsableCommand {
                 message: "sync interrupted by \(SignalWatcher.name(interrupted)) (pushed \(s.pushed), pulled \(s.pulled); the next sync resumes from there)",
                 status: 128 + interrupted)
         }
-        if let error { throw CLIError(message: "replication failed: \(error.description)\(hint(error).map { " (\($0))" } ?? "")") }
+        if let error { throw CLIError(message: "replication failed: \(error.statusText)\(hint(error).map { " (\($0))" } ?? "")") }
     }
 }
 
