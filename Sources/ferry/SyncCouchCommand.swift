@@ -41,7 +41,8 @@ extension Sync {
         switch error.code {
         case "unauthorized" where !error.message.contains("check the user and password"):
             return "check the user and password"
-        case "not_found" where !error.message.contains("--create-target"):
+        case "not_found" where !error.message.contains("--create-target"),
+            "database_missing" where !error.message.contains("--create-target"):
             return "the database is missing: create it, or pass --create-target to create it when pushing"
         case "forbidden" where error.domain == "couch" && !error.message.contains("may not"):
             return "the user may not do this: check its roles on the server"
