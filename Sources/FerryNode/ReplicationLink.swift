@@ -70,12 +70,10 @@ final class ReplicationLink: Sendable {
                 // Without an error, the replicator finished (one-shot) or was stopped by the
                 // node's graceful shutdown: nothing to restart.
                 guard let error = replicator.status.error else { break }
-                logger.warning(
-                    "replication stopped on a permanent error; starting it again later",
-                    metadata: [
-                        "peer": "\(LogText.escape(peerID.isEmpty ? url : peerID))", "error": "\(LogText.escape(describing: error))",
-                        "retryIn": "\(Self.restartWait)",
-                    ])
+                // A CouchDB replication's logger names it already (replication, url).
+                var metadata: Logger.Metadata = ["error": "\(LogText.escape(describing: error))", "retryIn": "\(Self.restartWait)"]
+                if !peerID.isEmpty { metadata["peer"] = "\(LogText.escape(peerID))" }
+                logger.warning("replication stopped on a permanent error; starting it again later", metadata: metadata)
                 await restartWait()
                 if let rebuild, !stopped.withLock({ $0 }) {
                     let old = current.withLock { c -> Run in
