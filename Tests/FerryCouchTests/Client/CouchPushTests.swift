@@ -539,5 +539,19 @@ struct CouchPushToReferenceServerTests {
         #expect(try await http.send(.GET, db + "/att/notes.txt").body == text)
         #expect(try await http.send(.GET, db + "/photo/" + photo.digest.description).body == (0..<3000).map { UInt8(truncatingIfNeeded: $0 &* 13) })
         #expect(try await http.json(.GET, db + "/photo")["photo"] == photo.json)
+
+        // A stub the server cannot match (it lacks the ancestor it is said to hold): CouchDB
+        // fails the whole request, and the revision goes again with its content.
+        let st = try DocumentID("stub")
+        let stubBody = try CouchOutgoingDocumentTests.withAttachment(["v": 1], name: "s.txt", bytes: Array("stub me".utf8), revpos: 1, store: local)
+        let s1 = try local.put(st, body: stubBody)
+        var sf = try #require(stubBody.objectValue)
+        sf["v"] = 2
+        let s2 = try local.put(st, body: .object(sf), parent: s1)
+        remote.pushState.withLock { $0.targetHolds = [st: [s1]] }
+        let stubTree = try #require(try local.revisionTree(st))
+        let stubWire = try #require(WireRevision.make(id: st, revision: s2, tree: stubTree, receiverHas: [], useDeltas: false, maxHistory: 100)).0
+        #expect(try await remote.storeRevisions([stubWire]).map(\.status) == [.stored])
+        #expect(try await http.send(.GET, db + "/stub/s.txt").body == Array("stub me".utf8))
     }
 }
