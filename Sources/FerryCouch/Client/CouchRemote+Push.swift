@@ -86,7 +86,8 @@ extension CouchRemote {
         // with every attachment's content.
         let unmatched = outgoing.filter { failures[$0.index]?.error == "missing_stub" }
         if !unmatched.isEmpty {
-            logger.debug("resending revisions whose attachment stubs the target could not match", metadata: ["count": "\(unmatched.count)"])
+            logger.debug(
+                "resending revisions whose attachment stubs the target could not match", metadata: ["count": "\(unmatched.count)"])
             let (again, unrendered) = withoutStubs(unmatched)
             let stillFailing = try await post(again)
             for item in unmatched { failures[item.index] = unrendered[item.index] ?? stillFailing[item.index] }
@@ -97,7 +98,10 @@ extension CouchRemote {
                 results[item.index] = failure.status
                 logger.info(
                     "the target refused a revision",
-                    metadata: ["doc": "\(item.document.id)", "rev": "\(item.document.rev)", "error": "\(failure.error)", "reason": "\(failure.reason)"])
+                    metadata: [
+                        "doc": "\(LogText.escape(item.document.id))", "rev": "\(LogText.escape(item.document.rev))",
+                        "error": "\(LogText.escape(failure.error))", "reason": "\(LogText.escape(failure.reason))",
+                    ])
             } else {
                 results[item.index] = .stored
                 stored += 1
@@ -186,7 +190,9 @@ extension CouchRemote {
         }
         body.append(contentsOf: #"],"new_edits":false}"#.utf8)
         let path = http.databasePath("_bulk_docs")
-        let attachments = batch.reduce((0, 0)) { ($0.0 + $1.document.inlineAttachments.count, $0.1 + $1.document.stubAttachments.count) }
+        let attachments = batch.reduce((0, 0)) {
+            ($0.0 + $1.document.inlineAttachments.count, $0.1 + $1.document.stubAttachments.count)
+        }
         pushState.withLock {
             $0.bulkDocsRequests += 1
             $0.attachmentsSent += attachments.0
@@ -199,7 +205,9 @@ extension CouchRemote {
         case let status
         where (status == 412 && response.json?["error"] == "missing_stub" || status >= 500)
             && batch.contains(where: { !$0.document.stubAttachments.isEmpty }):
-            logger.debug("the target failed a _bulk_docs request with attachment stubs; sending their content", metadata: ["status": "\(response.status)", "docs": "\(batch.count)"])
+            logger.debug(
+                "the target failed a _bulk_docs request with attachment stubs; sending their content",
+                metadata: ["status": "\(response.status)", "docs": "\(batch.count)"])
             let (full, unrendered) = withoutStubs(batch)
             var failures = full.isEmpty ? [:] : try await postBatch(full)
             failures.merge(unrendered) { $1 }
@@ -210,7 +218,9 @@ extension CouchRemote {
                 error: answer?["error"]?.stringValue ?? (response.status == 413 ? "too_large" : "bad_request"),
                 reason: answer?["reason"]?.stringValue ?? "the target refused the document (HTTP \(response.status))")
             guard batch.count > 1 else { return [batch[0].index: failure] }
-            logger.debug("the target refused a whole _bulk_docs request; halving it", metadata: ["status": "\(response.status)", "docs": "\(batch.count)"])
+            logger.debug(
+                "the target refused a whole _bulk_docs request; halving it",
+                metadata: ["status": "\(response.status)", "docs": "\(batch.count)"])
             let half = batch.count / 2
             var failures = try await postBatch(Array(batch[..<half]))
             failures.merge(try await postBatch(Array(batch[half...]))) { $1 }
