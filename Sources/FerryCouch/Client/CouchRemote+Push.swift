@@ -178,8 +178,8 @@ extension CouchRemote {
     /// alone and is refused by itself, so the others are stored. CouchDB 3 answers a stub it
     /// cannot match for the whole request (412 `missing_stub`, or a 500 when the stub's
     /// digest is malformed): a batch with stubs that fails so is sent once more with every
-    /// attachment's content. Any other status is an error of the
-    /// whole request (401/403 permanent, 5xx and 429 transient).
+    /// attachment's content. Any other status is an error of the whole request (401/403
+    /// permanent, 5xx and 429 transient).
     private func postBatch(_ batch: [(index: Int, document: CouchOutgoingDocument)]) async throws -> [Int: BulkDocsFailure] {
         var body: [UInt8] = []
         body.reserveCapacity(batch.reduce(40) { $0 + $1.document.bytes.count + 1 })
