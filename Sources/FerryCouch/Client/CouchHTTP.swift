@@ -75,6 +75,21 @@ public final class CouchHTTP: Sendable {
             }
             request.body = .bytes(ByteBuffer(bytes: body))
         }
+        if endpoint.scheme == "https", case .pinned(let pin) = endpoint.trust {
+            var pinnedHeaders = request.headers
+            // No gzip here: that exchange does not decode it.
+            pinnedHeaders.remove(name: "Accept-Encoding")
+            let uri = String(url.dropFirst(endpoint.serverURL.count))
+            do {
+                return try await PinnedHTTPS.exchange(
+                    endpoint: endpoint, pin: try CouchEndpoint.normalizedPin(pin), method: method, uri: uri, headers: pinnedHeaders, body: body,
+                    timeout: timeout ?? requestTimeout, maxBytes: Self.maxResponseBytes)
+            } catch let e as CouchClientError {
+                throw e
+            } catch {
+                throw CouchClientError(code: "connect_failed", message: "\(method) \(path) at \(endpoint.serverURL) failed: \(error)", isTransient: true)
+            }
+        }
         do {
             let response = try await client.execute(request, timeout: timeout ?? requestTimeout, logger: logger)
             var buffer = try await response.body.collect(upTo: Self.maxResponseBytes)
