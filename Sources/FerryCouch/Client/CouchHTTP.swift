@@ -36,6 +36,8 @@ public final class CouchHTTP: Sendable {
         configuration.decompression = .enabled(limit: .none)
         configuration.timeout.connect = .seconds(10)
         configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 8)
+        // The replicator retries with its own backoff and shows the server offline meanwhile.
+        configuration.connectionPool.retryConnectionEstablishment = false
         configuration.redirectConfiguration = .disallow
         client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
     }
