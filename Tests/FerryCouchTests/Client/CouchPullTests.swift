@@ -470,3 +470,27 @@ extension CouchPullTests {
         }
     }
 }
+
+extension CouchReferencePullTests {
+    /// `createTarget` makes a missing database on the named server (and this test removes it).
+    @Test(.enabled(if: url != nil))
+    func aReferenceServerCreatesAMissingDatabaseOnlyWhenAsked() async throws {
+        var endpoint = try CouchEndpoint.parse(Self.url!)
+        endpoint.database = "ferry-created-" + UUID().uuidString.lowercased()
+        let http = CouchHTTP(endpoint: endpoint, tls: nil, logger: T.quiet)
+        defer { Task { await http.shutdown() } }
+        do {
+            _ = try await CouchRemote.open(http: http, store: try DocumentStore.inMemory(), logger: T.quiet)
+            Issue.record("opened a missing database")
+        } catch let e as CouchClientError {
+            #expect(e.code == "database_missing")
+        }
+        var creating = endpoint
+        creating.createTarget = true
+        let maker = CouchHTTP(endpoint: creating, tls: nil, logger: T.quiet)
+        defer { Task { await maker.shutdown() } }
+        _ = try await CouchRemote.open(http: maker, store: try DocumentStore.inMemory(), logger: T.quiet)
+        #expect(try await http.send(.GET, http.databasePath()).status == 200)
+        _ = try await http.send(.DELETE, http.databasePath())
+    }
+}
