@@ -150,7 +150,8 @@ public struct CouchClientError: FerryError, Equatable {
     /// The HTTP status, when the server answered.
     public let status: Int?
     public var domain: String { "couch" }
-    public var description: String { "couch/\(code): \(message)" }
+    /// The message alone: `SyncError` and logs show the domain and code beside it.
+    public var description: String { message }
 
     public init(code: String, message: String, isTransient: Bool, status: Int? = nil) {
         self.code = code
