@@ -494,3 +494,22 @@ extension CouchReferencePullTests {
         _ = try await http.send(.DELETE, http.databasePath())
     }
 }
+
+extension CouchPullTests {
+    @Test func documentIDsAndASelectorTogetherBringOnlyDocumentsMatchingBoth() async throws {
+        let server = try await CouchTestServer.start()
+        defer { Task { await server.stop() } }
+        _ = try server.store.put(DocumentID("a"), body: ["type": "keep"])
+        _ = try server.store.put(DocumentID("b"), body: ["type": "keep"])
+        _ = try server.store.put(DocumentID("c"), body: ["type": "other"])
+        let local = try DocumentStore.inMemory()
+        let replicator = try await T.pull(server, into: local) {
+            $0.remoteSelector = ["type": "keep"]
+            $0.documentIDs = [try! DocumentID("a"), try! DocumentID("c")]
+        }
+        #expect(replicator.status.error == nil)
+        #expect(try local.document(DocumentID("a")) != nil)
+        #expect(try local.document(DocumentID("b")) == nil)
+        #expect(try local.document(DocumentID("c")) == nil)
+    }
+}
