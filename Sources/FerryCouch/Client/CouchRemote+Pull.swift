@@ -12,6 +12,36 @@ struct CouchPullState {
     var bulkGet = true
     /// Document IDs from the server that Ferry cannot store, each logged once.
     var skippedIDs: Set<String> = []
+    /// Attachment contents of fetched revisions, held until the puller asks for them (only
+    /// for revisions the trust boundary accepted), so a refused revision leaves nothing in
+    /// the blob store; each with where to fetch it again once its bytes were let go.
+    var pendingBlobs: [BlobDigest: PendingBlob] = [:]
+    /// How many `fetchRevisions` calls this connection made: the age of pending blobs.
+    var fetches = 0
+
+    /// One attachment's content from a fetched revision.
+    struct PendingBlob {
+        var bytes: [UInt8]?
+        var docID: String
+        var rev: String
+        var name: String
+        var fetch: Int
+    }
+
+    /// Fetches after which held bytes are let go (the puller asks for a chunk's blobs while
+    /// at most two later chunks are in flight), and after which the entry is forgotten.
+    static let bytesKeptFetches = 4
+    static let entriesKeptFetches = 64
+
+    /// Lets go of old bytes and entries before a new fetch.
+    mutating func age() {
+        fetches += 1
+        let now = fetches
+        pendingBlobs = pendingBlobs.filter { now - $0.value.fetch < Self.entriesKeptFetches }
+        for (digest, entry) in pendingBlobs where entry.bytes != nil && now - entry.fetch >= Self.bytesKeptFetches {
+            pendingBlobs[digest]?.bytes = nil
+        }
+    }
 }
 
 // Pulling over the CouchDB replication protocol. Live changes are read as `feed=longpoll`
@@ -93,11 +123,12 @@ extension CouchRemote {
 
     /// `POST /{db}/_bulk_get?revs=true&latest=true&attachments=true` with `atts_since`
     /// (or `GET /{db}/{id}?open_revs=…` without `_bulk_get`); attachments are checked
-    /// against their MD5 and length and go into the blob store. A revision whose
+    /// against their MD5 and length and held for `blob(_:)`. A revision whose
     /// attachments or structure are bad comes back in a form the trust boundary refuses
     /// (the reason is logged here), so that the rest goes on.
     func fetchRevisions(_ requests: [RevisionRequest], deltas: Bool, maxHistory: Int) async throws -> [WireRevision] {
         guard !requests.isEmpty else { return [] }
+        pullState.withLock { $0.age() }
         let trees = try store.revisionTrees(Set(requests.map(\.id)))
         var answers = try await fetchDocuments(requests)
         var out: [WireRevision] = []
@@ -165,11 +196,7 @@ extension CouchRemote {
                 lookup: { name, digest in CouchDatabase.attachment(named: name, digest: digest, in: tree, blobs: store.blobs) },
                 generation: rev.generation, keepGivenRevpos: true)
             let (body, contents) = try resolver.storedBody(input)
-            for bytes in contents {
-                do { _ = try store.blobs.put(bytes) } catch {
-                    throw CouchError(.internalServerError, "blob_store", "could not keep an attachment: \(error)")
-                }
-            }
+            if !contents.isEmpty { hold(contents, body: body, docID: rawID, rev: revText) }
             return .revision(
                 WireRevision(
                     id: rawID, rev: revText, history: Array(history.prefix(maxHistory)), deleted: input.deleted, hlc: 0,
@@ -245,13 +272,45 @@ extension CouchRemote {
         return items
     }
 
-    /// An attachment's content: pulled revisions put theirs in the blob store as they
-    /// arrive, so a blob asked for is served from there.
+    /// Keeps a fetched revision's attachment contents (already checked against their MD5
+    /// and length) until the puller asks for them.
+    private func hold(_ contents: [[UInt8]], body: JSON, docID: String, rev: String) {
+        var names: [BlobDigest: String] = [:]
+        for (name, value) in body[StoredAttachment.bodyKey]?.objectValue ?? [:] {
+            if let att = StoredAttachment(json: value) { names[att.blob] = name }
+        }
+        pullState.withLock { state in
+            for bytes in contents {
+                let digest = BlobDigest.of(bytes)
+                // A blob the body refers to outside `@attachments` travels as a stub named by its digest.
+                let name = names[digest] ?? AttachmentSet.blobStubName(digest)
+                state.pendingBlobs[digest] = .init(bytes: bytes, docID: docID, rev: rev, name: name, fetch: state.fetches)
+            }
+        }
+    }
+
+    /// An attachment's content, asked for once the revision that carried it was accepted:
+    /// from the bytes that came with it, or fetched again (`GET /{db}/{id}/{name}?rev=…`)
+    /// when they were let go. The puller checks it against the digest.
     func blob(_ digest: BlobDigest) async throws -> [UInt8] {
+        let entry = pullState.withLock { state -> CouchPullState.PendingBlob? in
+            guard let entry = state.pendingBlobs[digest] else { return nil }
+            if entry.bytes != nil { state.pendingBlobs[digest] = nil }
+            return entry
+        }
+        if let bytes = entry?.bytes { return bytes }
         if let bytes = try store.blobs.get(digest) { return bytes }
-        throw CouchClientError(
-            code: "blob_missing",
-            message: "blob \(digest) is referred to by a document from \(http.endpoint.redacted) that carried no such attachment",
-            isTransient: false)
+        guard let entry else {
+            throw CouchClientError(
+                code: "blob_missing",
+                message: "blob \(digest) is referred to by a document from \(http.endpoint.redacted) that carried no such attachment",
+                isTransient: false)
+        }
+        let path = http.databasePath(Self.documentSuffix(entry.docID) + "/" + CouchEndpoint.escapeDatabase(entry.name))
+        let response = try await http.send(.GET, path, query: [("rev", entry.rev)], headers: [("Accept", "*/*")])
+        guard (200..<300).contains(response.status) else {
+            throw CouchClientError.http(response, method: .GET, path: path, endpoint: http.endpoint)
+        }
+        return response.body
     }
 }

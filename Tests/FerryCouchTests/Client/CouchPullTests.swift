@@ -513,3 +513,47 @@ extension CouchPullTests {
         #expect(try local.document(DocumentID("c")) == nil)
     }
 }
+
+extension CouchPullTests {
+    @Test func aRefusedRevisionLeavesItsAttachmentOutOfTheBlobStore() async throws {
+        let server = try await CouchTestServer.start()
+        defer { Task { await server.stop() } }
+        let kept = Array("kept attachment".utf8)
+        let refused = Array("refused attachment".utf8)
+        try await T.seed(
+            server,
+            [
+                ["_id": "ok", "_rev": .string(T.rev(1, "a")), "_attachments": ["f": ["content_type": "text/plain", "data": .string(Data(kept).base64EncodedString())]]],
+                ["_id": "secret", "_rev": .string(T.rev(1, "b")), "_attachments": ["f": ["content_type": "text/plain", "data": .string(Data(refused).base64EncodedString())]]],
+            ])
+        let local = try DocumentStore.inMemory()
+        let replicator = try await T.pull(server, into: local) {
+            $0.pullFilter = RevisionFilter(name: "no-secrets") { $0.id.rawValue != "secret" }
+        }
+        #expect(replicator.status.error == nil)
+        #expect(replicator.summary.rejected == 1)
+        #expect(local.blobs.has(BlobDigest.of(kept)))
+        #expect(!local.blobs.has(BlobDigest.of(refused)))
+    }
+
+    @Test func anAttachmentWhoseHeldBytesWereLetGoIsFetchedAgainByName() async throws {
+        let server = try await CouchTestServer.start()
+        defer { Task { await server.stop() } }
+        let bytes = Array("fetched again".utf8)
+        let rev = T.rev(1, "c")
+        try await T.seed(
+            server, [["_id": "doc", "_rev": .string(rev), "_attachments": ["f.txt": ["content_type": "text/plain", "data": .string(Data(bytes).base64EncodedString())]]]])
+        let local = try DocumentStore.inMemory()
+        let http = server.adminHTTP()
+        defer { Task { await http.shutdown() } }
+        let remote = try await CouchRemote.open(http: http, store: local, logger: T.quiet)
+        let wires = try await remote.fetchRevisions(
+            [RevisionRequest(id: try DocumentID("doc"), rev: try RevisionID(rev), ancestors: [])], deltas: false, maxHistory: 10)
+        #expect(wires.count == 1)
+        let digest = BlobDigest.of(bytes)
+        // Older fetches let their bytes go.
+        for _ in 0..<CouchPullState.bytesKeptFetches { remote.pullState.withLock { $0.age() } }
+        #expect(remote.pullState.withLock { $0.pendingBlobs[digest]?.bytes } == nil)
+        #expect(try await remote.blob(digest) == bytes)
+    }
+}
