@@ -211,9 +211,8 @@ extension CouchRemote {
     /// reason logged here: the seam has no other way to report a revision refused on arrival.
     private func refused(_ id: String, _ rev: String, _ reason: String) -> WireRevision {
         logger.warning("refused a revision from the server", metadata: ["doc": "\(id)", "rev": "\(rev)", "reason": "\(reason)"])
-        let history: [String] = []
         return WireRevision(
-            id: id, rev: rev, history: history, deleted: false, hlc: 0, content: JSON.string("refused: \(reason)").canonicalBytes,
+            id: id, rev: rev, history: [], deleted: false, hlc: 0, content: JSON.string("refused: \(reason)").canonicalBytes,
             deltaBase: nil)
     }
 
@@ -236,7 +235,7 @@ extension CouchRemote {
         let body: JSON = ["docs": .array(docs)]
         let response = try await http.send(
             .POST, path, query: [("revs", "true"), ("latest", "true"), ("attachments", "true")], body: body.canonicalBytes)
-        if [404, 405, 501].contains(response.status) {
+        if [404, 405, 501].contains(response.status) && !Self.databaseMissing(response) {
             pullState.withLock { $0.bulkGet = false }
             logger.info("the server has no _bulk_get: fetching documents one by one", metadata: ["database": "\(http.endpoint.redacted)"])
             return nil
@@ -253,6 +252,11 @@ extension CouchRemote {
         }
     }
 
+    /// A 404 that says the database itself is gone (not a document or an endpoint).
+    static func databaseMissing(_ response: CouchHTTP.Response) -> Bool {
+        response.status == 404 && (response.json?["reason"]?.stringValue ?? "").lowercased().contains("database does not exist")
+    }
+
     /// `GET /{db}/{id}?open_revs=["rev"]&revs=true&latest=true&attachments=true&atts_since=[…]`.
     private func openRevs(_ request: RevisionRequest) async throws -> [JSON] {
         let path = http.databasePath(Self.documentSuffix(request.id.rawValue))
@@ -264,7 +268,7 @@ extension CouchRemote {
             query.append(("atts_since", String(decoding: JSON.array(request.ancestors.map { .string($0.description) }).canonicalBytes, as: UTF8.self)))
         }
         let response = try await http.send(.GET, path, query: query)
-        if response.status == 404 { return [["missing": .string(request.rev.description)]] }
+        if response.status == 404 && !Self.databaseMissing(response) { return [["missing": .string(request.rev.description)]] }
         guard (200..<300).contains(response.status) else { throw CouchClientError.http(response, method: .GET, path: path, endpoint: http.endpoint) }
         guard case .array(let items)? = response.json else {
             throw CouchClientError(code: "bad_response", message: "GET \(path): the answer is not a JSON array", isTransient: true, status: response.status)
