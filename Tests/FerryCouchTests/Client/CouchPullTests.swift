@@ -557,3 +557,33 @@ extension CouchPullTests {
         #expect(try await remote.blob(digest) == bytes)
     }
 }
+
+extension CouchPullTests {
+    @Test func aContinuousPullWhoseServerWentAwayReconnectsAndGoesOn() async throws {
+        let store = try DocumentStore.inMemory()
+        let first = try await CouchTestServer.start(store: store)
+        let port = first.port
+        _ = try store.put(DocumentID("before"), body: ["n": 1])
+        let local = try DocumentStore.inMemory()
+        var configuration = ReplicatorConfiguration()
+        configuration.direction = .pull
+        configuration.continuous = true
+        configuration.heartbeat = .seconds(2)
+        configuration.maxAttemptWait = .milliseconds(500)
+        let replication = CouchReplication(endpoint: first.endpoint, logger: T.quiet)
+        let replicator = replication.replicator(store: local, configuration: configuration, logger: T.quiet)
+        replicator.start()
+        try await T.waitUntil("the first document arrives") { try local.document(DocumentID("before")) != nil }
+        await first.stop()
+        _ = try store.put(DocumentID("after"), body: ["n": 2])
+        let second = try await CouchTestServer.start(store: store, port: port)
+        defer { Task { await second.stop() } }
+        try await T.waitUntil("the document written while the server was away arrives") {
+            try local.document(DocumentID("after")) != nil
+        }
+        replicator.stop()
+        await replicator.waitUntilStopped()
+        await replication.shutdown()
+        #expect(try T.same("after", local, store))
+    }
+}
