@@ -122,6 +122,9 @@ enum CouchTLS {
             throw CouchClientError(code: "connect_failed", message: "connecting to \(endpoint.serverURL) failed: \(error)", isTransient: true)
         }
         defer { channel.close(promise: nil) }
+        // A server that accepts the connection and never answers must not hold the attempt.
+        let timer = channel.eventLoop.scheduleTask(in: .seconds(10)) { handshake.finish(PinnedHTTPS.PinnedTimeout()) }
+        defer { timer.cancel() }
         let outcome: Error?
         do {
             try await handshake.done.get()
