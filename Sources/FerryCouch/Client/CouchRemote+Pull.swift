@@ -18,6 +18,8 @@ struct CouchPullState {
     var pendingBlobs: [BlobDigest: PendingBlob] = [:]
     /// How many `fetchRevisions` calls this connection made: the age of pending blobs.
     var fetches = 0
+    /// The bytes `pendingBlobs` holds.
+    var heldBytes = 0
 
     /// One attachment's content from a fetched revision.
     struct PendingBlob {
@@ -32,6 +34,8 @@ struct CouchPullState {
     /// at most two later chunks are in flight), and after which the entry is forgotten.
     static let bytesKeptFetches = 4
     static let entriesKeptFetches = 64
+    /// Most bytes held at once; past it the oldest are let go (and fetched again if asked for).
+    static let maxHeldBytes = 256 << 20
 
     /// Lets go of old bytes and entries before a new fetch.
     mutating func age() {
@@ -41,6 +45,30 @@ struct CouchPullState {
         for (digest, entry) in pendingBlobs where entry.bytes != nil && now - entry.fetch >= Self.bytesKeptFetches {
             pendingBlobs[digest]?.bytes = nil
         }
+        heldBytes = pendingBlobs.values.reduce(0) { $0 + ($1.bytes?.count ?? 0) }
+    }
+
+    /// Holds one attachment's content, letting go of the oldest bytes past `maxHeldBytes`.
+    mutating func hold(_ digest: BlobDigest, _ entry: PendingBlob) {
+        heldBytes += (entry.bytes?.count ?? 0) - (pendingBlobs[digest]?.bytes?.count ?? 0)
+        pendingBlobs[digest] = entry
+        guard heldBytes > Self.maxHeldBytes else { return }
+        for (old, e) in pendingBlobs.sorted(by: { $0.value.fetch < $1.value.fetch }) where old != digest {
+            guard heldBytes > Self.maxHeldBytes else { break }
+            guard let bytes = e.bytes else { continue }
+            pendingBlobs[old]?.bytes = nil
+            heldBytes -= bytes.count
+        }
+    }
+
+    /// Takes a blob's held bytes (the entry goes with them); nil when none are held.
+    mutating func take(_ digest: BlobDigest) -> PendingBlob? {
+        guard let entry = pendingBlobs[digest] else { return nil }
+        if let bytes = entry.bytes {
+            pendingBlobs[digest] = nil
+            heldBytes -= bytes.count
+        }
+        return entry
     }
 }
 
@@ -288,7 +316,7 @@ extension CouchRemote {
                 let digest = BlobDigest.of(bytes)
                 // A blob the body refers to outside `@attachments` travels as a stub named by its digest.
                 let name = names[digest] ?? AttachmentSet.blobStubName(digest)
-                state.pendingBlobs[digest] = .init(bytes: bytes, docID: docID, rev: rev, name: name, fetch: state.fetches)
+                state.hold(digest, .init(bytes: bytes, docID: docID, rev: rev, name: name, fetch: state.fetches))
             }
         }
     }
@@ -297,11 +325,7 @@ extension CouchRemote {
     /// from the bytes that came with it, or fetched again (`GET /{db}/{id}/{name}?rev=…`)
     /// when they were let go. The puller checks it against the digest.
     func blob(_ digest: BlobDigest) async throws -> [UInt8] {
-        let entry = pullState.withLock { state -> CouchPullState.PendingBlob? in
-            guard let entry = state.pendingBlobs[digest] else { return nil }
-            if entry.bytes != nil { state.pendingBlobs[digest] = nil }
-            return entry
-        }
+        let entry = pullState.withLock { $0.take(digest) }
         if let bytes = entry?.bytes { return bytes }
         if let bytes = try store.blobs.get(digest) { return bytes }
         guard let entry else {
