@@ -223,7 +223,14 @@ extension CouchRemote {
                 docID: rawID,
                 lookup: { name, digest in CouchDatabase.attachment(named: name, digest: digest, in: tree, blobs: store.blobs) },
                 generation: rev.generation, keepGivenRevpos: true)
-            let (body, contents) = try resolver.storedBody(input)
+            var (body, contents) = try resolver.storedBody(input)
+            if rev.isFerryDigest,
+                let original = FerryFormBody.matching(
+                    rev, parent: history.first.flatMap { try? RevisionID($0) }, deleted: input.deleted, body: body, contents: contents,
+                    blobs: store.blobs)
+            {
+                body = original
+            }
             if !contents.isEmpty { hold(contents, body: body, docID: rawID, rev: revText) }
             return .revision(
                 WireRevision(
