@@ -23,47 +23,40 @@ final class CouchTestServer: Sendable {
     var endpoint: CouchEndpoint { try! CouchEndpoint.parse(url) }
 
     static func start(store: DocumentStore? = nil) async throws -> CouchTestServer {
-        let store = try store ?? DocumentStore.inMemory()
-        let door = try ServerFrontDoorTests.frontDoor(store: store)
-        let (bound, announce) = AsyncStream.makeStream(of: Int.self)
-        var quiet = Logger(label: "ferry.test.couch")
-        quiet.logLevel = .critical
-        let service = try CouchListenerService(frontDoor: door, host: "127.0.0.1", port: 0, logger: quiet, onBound: { announce.yield($0) })
-        let group = ServiceGroup(configuration: .init(services: [service], logger: quiet))
-        let run = Task { try await group.run() }
-        var ports = bound.makeAsyncIterator()
-        guard let port = await ports.next() else { throw CouchClientError(code: "no_port", message: "the test server never bound", isTransient: false) }
-        return CouchTestServer(store: store, port: port, group: group, run: run)
+        try await launch(store: try store ?? DocumentStore.inMemory(), port: 0, tls: nil)
     }
 
     /// The same API on a given port (e.g. again on the port of a server stopped before).
     static func start(store: DocumentStore, port wanted: Int) async throws -> CouchTestServer {
-        let door = try ServerFrontDoorTests.frontDoor(store: store)
-        let (bound, announce) = AsyncStream.makeStream(of: Int.self)
-        var quiet = Logger(label: "ferry.test.couch")
-        quiet.logLevel = .critical
-        let service = try CouchListenerService(frontDoor: door, host: "127.0.0.1", port: wanted, logger: quiet, onBound: { announce.yield($0) })
-        let group = ServiceGroup(configuration: .init(services: [service], logger: quiet))
-        let run = Task { try await group.run() }
-        var ports = bound.makeAsyncIterator()
-        guard let port = await ports.next() else { throw CouchClientError(code: "no_port", message: "the test server never bound", isTransient: false) }
-        return CouchTestServer(store: store, port: port, group: group, run: run)
+        try await launch(store: store, port: wanted, tls: nil)
     }
 
     /// The same API over TLS with the given certificate and key (DER).
     static func startTLS(certificateDER: [UInt8], privateKeyDER: [UInt8], store: DocumentStore? = nil) async throws -> CouchTestServer {
-        let store = try store ?? DocumentStore.inMemory()
+        try await launch(
+            store: try store ?? DocumentStore.inMemory(), port: 0,
+            tls: .init(certificateDER: certificateDER, privateKeyDER: privateKeyDER))
+    }
+
+    /// Runs the listener and returns once it is bound; throws when it stops before binding
+    /// (a port still taken, say), rather than waiting for a bind that never comes.
+    private static func launch(store: DocumentStore, port wanted: Int, tls: CouchListenerService.TLSIdentity?) async throws -> CouchTestServer {
         let door = try ServerFrontDoorTests.frontDoor(store: store)
         let (bound, announce) = AsyncStream.makeStream(of: Int.self)
         var quiet = Logger(label: "ferry.test.couch")
         quiet.logLevel = .critical
         let service = try CouchListenerService(
-            frontDoor: door, host: "127.0.0.1", port: 0, tls: .init(certificateDER: certificateDER, privateKeyDER: privateKeyDER),
-            logger: quiet, onBound: { announce.yield($0) })
+            frontDoor: door, host: "127.0.0.1", port: wanted, tls: tls, logger: quiet, onBound: { announce.yield($0) })
         let group = ServiceGroup(configuration: .init(services: [service], logger: quiet))
-        let run = Task { try await group.run() }
+        let run = Task {
+            defer { announce.finish() }
+            try await group.run()
+        }
         var ports = bound.makeAsyncIterator()
-        guard let port = await ports.next() else { throw CouchClientError(code: "no_port", message: "the test server never bound", isTransient: false) }
+        guard let port = await ports.next() else {
+            let why = await run.result
+            throw CouchClientError(code: "no_port", message: "the test server stopped before it bound: \(why)", isTransient: false)
+        }
         return CouchTestServer(store: store, port: port, group: group, run: run)
     }
 
