@@ -142,13 +142,13 @@ struct CouchReplicationBench: AsyncParsableCommand {
 
         guard let key = node.headers.first?.1.split(separator: " ").last else { throw BenchError("no admin key for \(directory)") }
         let credentialsFile = "\(root)/couch-credentials-\(count)"
-        FileManager.default.createFile(atPath: credentialsFile, contents: Data("admin:\(key)\n".utf8), attributes: [.posixPermissions: 0o600])
+        _ = FileManager.default.createFile(atPath: credentialsFile, contents: Data("admin:\(key)\n".utf8), attributes: [.posixPermissions: 0o600])
         return Source(node: node, directory: directory, couchDatabase: database, credentialsFile: credentialsFile)
     }
 
     /// Documents 0..<count except those `skipping` names, as NDJSON for `ferry import`.
     func writeNDJSON(_ generator: DocumentGenerator, count: Int, skipping: (Int) -> Bool, to path: String) throws {
-        FileManager.default.createFile(atPath: path, contents: nil)
+        _ = FileManager.default.createFile(atPath: path, contents: nil)
         guard let out = FileHandle(forWritingAtPath: path) else { throw BenchError("cannot write \(path)") }
         defer { try? out.close() }
         var chunk: [UInt8] = []
