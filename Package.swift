@@ -113,7 +113,7 @@ let package = Package(
         .target(
             name: "FerryNode",
             dependencies: [
-                "FerryCore", "FerryStore", "FerrySync", "FerryTransport", "FerryDiscovery", "FerryCouch",
+                "FerryCore", "FerryQuery", "FerryStore", "FerrySync", "FerryTransport", "FerryDiscovery", "FerryCouch",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -127,7 +127,7 @@ let package = Package(
         .executableTarget(
             name: "ferry",
             dependencies: [
-                "FerryCore", "FerryStore", "FerrySync", "FerryTransport", "FerryDiscovery", "FerryNode",
+                "FerryCore", "FerryStore", "FerrySync", "FerryTransport", "FerryDiscovery", "FerryNode", "FerryCouch",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),

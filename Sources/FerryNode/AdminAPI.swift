@@ -215,8 +215,9 @@ struct AdminAPI: Sendable {
     func statusJSON(_ status: ReplicatorStatus, _ summary: ReplicationSummary, direction: PeerManager.Direction? = nil) -> JSON {
         var o: [String: JSON] = [
             "activity": .string(status.activity.rawValue), "completed": .int(Int64(status.completed)), "total": .int(Int64(status.total)),
-            "error": status.error.map { .string("\($0)") } ?? .null,
+            "error": status.error.map { .string($0.statusText) } ?? .null,
             "errorCode": status.error.map { .string($0.code) } ?? .null,
+            "errorTransient": status.error.map { .bool($0.isTransient) } ?? .null,
             "pushed": .int(Int64(summary.pushed)), "pulled": .int(Int64(summary.pulled)), "rejected": .int(Int64(summary.rejected)),
             "conflicts": .int(Int64(summary.conflicts)), "bytesSent": .int(Int64(summary.bytesSent)),
             "bytesReceived": .int(Int64(summary.bytesReceived)),
@@ -228,7 +229,9 @@ struct AdminAPI: Sendable {
     func replications() -> Response {
         let list = manager.replications
         return json(["replications": .array(list.map { r in
-            var o = r.spec.json.objectValue!
+            // Never the URL's password.
+            var o = r.spec.publicJSON.objectValue!
+            o["kind"] = .string(r.spec.isCouch ? "couchdb" : "ferry")
             o["source"] = .string(r.source.rawValue)
             o["status"] = statusJSON(r.status, r.summary)
             return .object(o)
@@ -240,7 +243,7 @@ struct AdminAPI: Sendable {
         let spec: ReplicationSpec
         do {
             spec = try ConfigReader(file: "request body").replication(body, "", defaultID: UUID().uuidString.lowercased().prefix(8).description)
-        } catch { throw APIError(.badRequest, "bad_request", error.description.replacingOccurrences(of: "request body: .", with: "")) }
+        } catch { throw APIError(.badRequest, "bad_request", error.key.isEmpty ? error.reason : "\(error.key): \(error.reason)") }
         if node.configuration.replications.contains(where: { $0.id == spec.id }) {
             throw APIError(.conflict, "conflict", "replication \(spec.id) is defined in the config file")
         }
@@ -249,7 +252,7 @@ struct AdminAPI: Sendable {
             throw APIError(.conflict, "conflict", "replication \(spec.id) exists; DELETE /replications/\(spec.id) first to replace it")
         }
         manager.startReplication(spec, source: .api)
-        return json(spec.json, status: .created)
+        return json(spec.publicJSON, status: .created)
     }
 
     func removeReplication(_ id: String) throws -> Response {

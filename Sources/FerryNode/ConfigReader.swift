@@ -246,28 +246,64 @@ struct ConfigReader {
         return r
     }
 
+    /// One replication entry: with a Ferry peer (`wss://` URL and `peer`) or with a
+    /// CouchDB-protocol database (`http(s)://` URL and the CouchDB options).
     func replication(_ item: JSON, _ key: String, defaultID: String) throws(ConfigError) -> ReplicationSpec {
-        let o = try object(item, key, allowed: ["id", "url", "peer", "direction", "continuous", "documentIDs"])
-        guard let u = o["url"] else { throw fail("\(key).url", "is required") }
-        guard let p = o["peer"] else { throw fail("\(key).peer", "is required: the pinned node ID of the URL's node") }
-        let id = try o["id"].map { v throws(ConfigError) in try string(v, "\(key).id") } ?? defaultID
-        guard !id.isEmpty, id.utf8.count <= 100, !id.contains("/") else { throw fail("\(key).id", "must be 1–100 characters without /") }
-        var spec = ReplicationSpec(id: id, url: try url(u, "\(key).url"), peerID: try nodeID(p, "\(key).peer"))
+        let k = { (name: String) in key.isEmpty ? name : "\(key).\(name)" }
+        let o = try object(item, key, allowed: Set(["id", "url", "peer", "direction", "continuous", "documentIDs"]).union(CouchReplicationOptions.keys))
+        guard let u = o["url"] else { throw fail(k("url"), "is required") }
+        let id = try o["id"].map { v throws(ConfigError) in try string(v, k("id")) } ?? defaultID
+        guard !id.isEmpty, id.utf8.count <= 100, !id.contains("/") else { throw fail(k("id"), "must be 1–100 characters without /") }
+        let urlText = try string(u, k("url"))
+        var spec: ReplicationSpec
+        if CouchEndpoint.isCouchURL(urlText) {
+            if o["peer"] != nil {
+                throw fail(k("peer"), "a CouchDB (http/https) replication has no peer node ID; drop it (use pin to pin an https certificate)")
+            }
+            spec = ReplicationSpec(id: id, couchURL: urlText, options: try couchOptions(o, k))
+        } else {
+            for name in CouchReplicationOptions.keys.sorted() where o[name] != nil {
+                throw fail(k(name), "only a CouchDB replication (an http:// or https:// URL) takes \(name)")
+            }
+            guard urlText.hasPrefix("wss://") || urlText.hasPrefix("ws://"), URL(string: urlText)?.host != nil else {
+                throw fail(k("url"), "must be a wss://HOST:PORT/GROUP/sync URL (a Ferry peer) or an http(s)://HOST:PORT/DATABASE URL (a CouchDB database)")
+            }
+            guard let p = o["peer"] else { throw fail(k("peer"), "is required: the pinned node ID of the URL's node") }
+            spec = ReplicationSpec(id: id, url: urlText, peerID: try nodeID(p, k("peer")))
+        }
         if let d = o["direction"] {
-            guard let dir = ReplicatorConfiguration.Direction(rawValue: try string(d, "\(key).direction")) else {
-                throw fail("\(key).direction", "must be push, pull or pushAndPull")
+            guard let dir = ReplicatorConfiguration.Direction(rawValue: try string(d, k("direction"))) else {
+                throw fail(k("direction"), "must be push, pull or pushAndPull")
             }
             spec.direction = dir
         }
-        if let c = o["continuous"] { spec.continuous = try bool(c, "\(key).continuous") }
+        if let c = o["continuous"] { spec.continuous = try bool(c, k("continuous")) }
         if let d = o["documentIDs"] {
-            let ids = try strings(d, "\(key).documentIDs")
+            let ids = try strings(d, k("documentIDs"))
             for (i, s) in ids.enumerated() where (try? DocumentID(s)) == nil {
-                throw fail("\(key).documentIDs[\(i)]", "\"\(s)\" is not a valid document ID")
+                throw fail(k("documentIDs[\(i)]"), "\"\(s)\" is not a valid document ID")
             }
             spec.documentIDs = ids
         }
+        if let couch = spec.couch, let problem = couch.problem(url: spec.url, direction: spec.direction) {
+            throw fail(k(problem.key), problem.reason)
+        }
         return spec
+    }
+
+    /// The CouchDB-only keys of a replication entry (checked against the URL by the caller).
+    func couchOptions(_ o: [String: JSON], _ k: (String) -> String) throws(ConfigError) -> CouchReplicationOptions {
+        var c = CouchReplicationOptions()
+        if let v = o["credentialsFile"] { c.credentialsFile = try string(v, k("credentialsFile")) }
+        if let v = o["credentialsEnv"] { c.credentialsEnv = try string(v, k("credentialsEnv")) }
+        if let v = o["pin"] { c.pin = try string(v, k("pin")).lowercased() }
+        if let v = o["createTarget"] { c.createTarget = try bool(v, k("createTarget")) }
+        if let v = o["selector"] {
+            guard v.objectValue != nil else { throw fail(k("selector"), "must be a Mango selector object, not \(v.typeName)") }
+            c.selector = v
+        }
+        if let v = o["policy"] { c.policy = try policy(v, k("policy")) }
+        return c
     }
 }
 

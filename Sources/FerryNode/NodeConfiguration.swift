@@ -199,26 +199,55 @@ public struct DocumentRule: Sendable, Equatable {
     }
 }
 
-/// A replication to run: to a URL with a pinned node ID, in a direction.
+/// A replication to run, in a direction: with a Ferry peer (a `wss://` URL and its pinned
+/// node ID) or with a CouchDB-protocol database (an `http(s)://` URL and `couch` options).
 public struct ReplicationSpec: Sendable, Equatable {
     public var id: String
+    /// As given: for a CouchDB URL it may hold `user:password@`, so show `displayURL` instead.
     public var url: String
-    public var peerID: String
+    /// The Ferry peer's pinned node ID; nil for a CouchDB replication.
+    public var peerID: String?
     public var direction: ReplicatorConfiguration.Direction = .pushAndPull
     public var continuous = true
     public var documentIDs: [String]?
+    /// The CouchDB-only options; nil for a Ferry peer.
+    public var couch: CouchReplicationOptions?
+
+    /// A replication with a Ferry peer.
     public init(id: String, url: String, peerID: String) {
         self.id = id
         self.url = url
         self.peerID = peerID
     }
 
+    /// A replication with a CouchDB-protocol database at `couchURL` (`http(s)://…/db`).
+    public init(id: String, couchURL: String, options: CouchReplicationOptions = .init()) {
+        self.id = id
+        url = couchURL
+        couch = options
+    }
+
+    /// Whether the other side is a CouchDB-protocol database.
+    public var isCouch: Bool { couch != nil }
+
+    /// The URL without any password: what status, logs and the admin API show.
+    public var displayURL: String { isCouch ? CouchEndpoint.redact(url) : url }
+
+    /// The stored form (the config file's keys), password included when the URL holds one.
     public var json: JSON {
         var o: [String: JSON] = [
-            "id": .string(id), "url": .string(url), "peer": .string(peerID), "direction": .string(direction.rawValue),
-            "continuous": .bool(continuous),
+            "id": .string(id), "url": .string(url), "direction": .string(direction.rawValue), "continuous": .bool(continuous),
         ]
+        if let peerID { o["peer"] = .string(peerID) }
         if let documentIDs { o["documentIDs"] = .array(documentIDs.map { .string($0) }) }
+        if let couch { o.merge(couch.json) { a, _ in a } }
+        return .object(o)
+    }
+
+    /// What the admin API lists: the stored form with the URL's password left out.
+    public var publicJSON: JSON {
+        var o = json.objectValue ?? [:]
+        o["url"] = .string(displayURL)
         return .object(o)
     }
 }

@@ -244,7 +244,7 @@ public final class PeerManager: Service, Sendable {
             for (id, policy) in now where s.trustSeen[id] != policy { changed.insert(id) }
             for id in s.trustSeen.keys where now[id] == nil { changed.insert(id) }
             s.trustSeen = now
-            return (Array(s.peers.keys), changed, s.replications.values.filter { changed.contains($0.spec.peerID) }.map(\.link))
+            return (Array(s.peers.keys), changed, s.replications.values.filter { $0.spec.peerID.map(changed.contains) ?? false }.map(\.link))
         }
         for id in ids { reconcile(id, redial: changed.contains(id)) }
         for link in replications { link.redial() }
@@ -298,7 +298,7 @@ public final class PeerManager: Service, Sendable {
 
     /// Starts a replication; `source` is `.config` or `.api`.
     func startReplication(_ spec: ReplicationSpec, source: PeerSource) {
-        let link = makeLink(url: spec.url, peerID: spec.peerID, spec: spec)
+        let link = spec.peerID.map { makeLink(url: spec.url, peerID: $0, spec: spec) } ?? makeCouchLink(spec)
         let old = state.withLock { s -> ReplicationLink? in
             let old = s.replications[spec.id]?.link
             s.replications[spec.id] = (spec, source, link)

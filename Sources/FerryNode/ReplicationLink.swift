@@ -12,11 +12,22 @@ import Synchronization
 /// may be reconfigured), until `stop()`. The replicator itself retries transient failures,
 /// and refusals by a peer that does not trust this node yet, with its own backoff.
 final class ReplicationLink: Sendable {
+    /// A replicator, and what to do once it has stopped for good (close its HTTP client).
+    struct Run: Sendable {
+        var replicator: Replicator
+        var finished: (@Sendable () async -> Void)?
+    }
+
+    /// The URL as shown (never with a password).
     let url: String
+    /// The peer's node ID; empty for a CouchDB replication.
     let peerID: String
     /// The peer's policy in the trust store when the link was made (nil: not in it).
     let policy: PeerPolicy?
-    let replicator: Replicator
+    private let current: Mutex<Run>
+    /// Makes the replicator anew for each restart (a CouchDB replication re-reads its
+    /// credentials file or variable, which may have been fixed); nil: the same one runs again.
+    private let rebuild: (@Sendable () -> Run)?
     let clock: any Clock<Duration>
     let logger: Logger
     private let task = Mutex<Task<Void, Never>?>(nil)
@@ -31,10 +42,25 @@ final class ReplicationLink: Sendable {
         self.url = url
         self.peerID = peerID
         self.policy = policy
-        self.replicator = replicator
+        current = Mutex(Run(replicator: replicator))
+        rebuild = nil
         self.clock = clock
         self.logger = logger
     }
+
+    /// A link whose replicator `make` builds, at the start and again for each restart.
+    init(url: String, peerID: String, policy: PeerPolicy?, make: @escaping @Sendable () -> Run, clock: any Clock<Duration>, logger: Logger) {
+        self.url = url
+        self.peerID = peerID
+        self.policy = policy
+        current = Mutex(make())
+        rebuild = make
+        self.clock = clock
+        self.logger = logger
+    }
+
+    /// The replicator running now (or last).
+    var replicator: Replicator { current.withLock { $0.replicator } }
 
     func start() {
         let t = Task { [self] in
@@ -44,14 +70,20 @@ final class ReplicationLink: Sendable {
                 // Without an error, the replicator finished (one-shot) or was stopped by the
                 // node's graceful shutdown: nothing to restart.
                 guard let error = replicator.status.error else { break }
-                logger.warning(
-                    "replication stopped on a permanent error; starting it again later",
-                    metadata: [
-                        "peer": "\(LogText.escape(peerID))", "error": "\(LogText.escape(describing: error))",
-                        "retryIn": "\(Self.restartWait)",
-                    ])
+                // A CouchDB replication's logger names it already (replication, url).
+                var metadata: Logger.Metadata = ["error": "\(LogText.escape(describing: error))", "retryIn": "\(Self.restartWait)"]
+                if !peerID.isEmpty { metadata["peer"] = "\(LogText.escape(peerID))" }
+                logger.warning("replication stopped on a permanent error; starting it again later", metadata: metadata)
                 await restartWait()
+                if let rebuild, !stopped.withLock({ $0 }) {
+                    let old = current.withLock { c -> Run in
+                        defer { c = rebuild() }
+                        return c
+                    }
+                    await old.finished?()
+                }
             }
+            await current.withLock { $0.finished }?()
         }
         task.withLock { $0 = t }
     }

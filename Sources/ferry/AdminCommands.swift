@@ -36,8 +36,14 @@ struct Status: AsyncParsableCommand {
             Output.line("replications:")
             for r in list {
                 let s = r["status"]
+                // The URL comes without its password (the admin API never returns one).
+                let kind = r["kind"]?.stringValue == "couchdb" ? " (CouchDB)" : ""
+                let error = s?["error"]?.stringValue.map { e in
+                    let how = s?["errorTransient"]?.boolValue == true ? "transient, retrying" : "permanent"
+                    return "  error (\(how)): \(e)"
+                } ?? ""
                 Output.line(
-                    "  \(r["id"]?.stringValue ?? "?")  \(r["direction"]?.stringValue ?? "?") \(r["url"]?.stringValue ?? "?")  \(s?["activity"]?.stringValue ?? "?")  pushed \(s?["pushed"]?.intValue ?? 0) pulled \(s?["pulled"]?.intValue ?? 0) rejected \(s?["rejected"]?.intValue ?? 0)\(s?["error"]?.stringValue.map { "  error: \($0)" } ?? "")"
+                    "  \(r["id"]?.stringValue ?? "?")  \(r["direction"]?.stringValue ?? "?") \(r["url"]?.stringValue ?? "?")\(kind)  \(s?["activity"]?.stringValue ?? "?")  pushed \(s?["pushed"]?.intValue ?? 0) pulled \(s?["pulled"]?.intValue ?? 0) rejected \(s?["rejected"]?.intValue ?? 0)\(error)"
                 )
             }
         }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import FerryCore
+import FerryCouch
 import FerryNode
 import FerryStore
 import FerrySync
@@ -8,20 +9,26 @@ import Foundation
 import Logging
 import Synchronization
 
-/// `ferry sync`: one replication with a directory, URL, Unix socket or command.
+/// `ferry sync`: one replication with a directory, URL, Unix socket, command or CouchDB database.
 struct Sync: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Replicate with another Ferry database: a data directory, a peer URL, a Unix socket or a command.",
+        abstract: "Replicate with another Ferry database or a CouchDB database: a data directory, a peer URL, a Unix socket, a command or an http(s):// database URL.",
         discussion: """
             TARGET is a data directory on this machine, wss://HOST:PORT/ferry/sync (with --pin \
             NODEID), unix:PATH (a `ferry serve --unix PATH`), or use --exec "COMMAND" to replicate \
-            over a command's stdin/stdout (e.g. "ssh host ferry serve --stdio"). Push-and-pull and \
-            one-shot by default; running it twice in a row transfers nothing the second time.
+            over a command's stdin/stdout (e.g. "ssh host ferry serve --stdio"). \
+            http(s)://[USER:PASSWORD@]HOST:PORT/DATABASE replicates with a CouchDB-protocol \
+            database (Apache CouchDB, Cloudant, PouchDB Server, a Ferry node's CouchDB API): give \
+            the credentials in the URL, with --credentials-file FILE or --credentials-env NAME \
+            (USER:PASSWORD); for a self-signed https server, --pin the SHA-256 of its certificate. \
+            Push-and-pull and one-shot by default; running it twice in a row transfers nothing \
+            the second time. See docs/couchdb-replication.md.
             """)
 
     @OptionGroup var global: GlobalOptions
-    @Argument(help: "A data directory, wss://… URL, or unix:PATH.") var path: String?
-    @Option(help: "The peer's node ID (for wss:// URLs).") var pin: String?
+    @Argument(help: "A data directory, wss://… URL, unix:PATH or http(s)://…/DATABASE URL.") var path: String?
+    @Option(help: "The peer's node ID (for wss:// URLs), or the SHA-256 of the server certificate's DER in 64 hex digits (for https:// CouchDB URLs).")
+    var pin: String?
     @Option(help: "Pin the peer's certificate from a PEM file instead of --pin.") var pinCert: String?
     @Option(help: "Replicate over this command's stdin/stdout.") var exec: String?
     @Option(help: "HTTP Basic credentials USER:PASSWORD for a password-protected listener.") var password: String?
@@ -32,9 +39,67 @@ struct Sync: AsyncParsableCommand {
     var resolve: String = "default"
     @Flag(help: "Send every revision in full (no deltas).") var noDeltas = false
     @Flag(help: "Start from the beginning instead of the saved checkpoints.") var resetCheckpoint = false
+    @Option(help: "Replicate only these documents (comma-separated IDs).") var docIds: String?
+    @Option(help: "Replicate only documents matching this Mango selector (a JSON object), both ways.") var selector: String?
+    @Option(help: "Read the CouchDB credentials USER:PASSWORD from this file (first line).") var credentialsFile: String?
+    @Option(help: "Read the CouchDB credentials USER:PASSWORD from this environment variable.") var credentialsEnv: String?
+    @Flag(help: "Create the CouchDB database when it does not exist (when pushing).") var createTarget = false
+
+    /// Whether the target is a CouchDB-protocol database URL.
+    var isCouch: Bool { path.map(CouchEndpoint.isCouchURL) ?? false }
+
+    /// The document IDs of --doc-ids.
+    func documentIDs() throws -> Set<DocumentID>? {
+        guard let docIds else { return nil }
+        var ids = Set<DocumentID>()
+        for part in docIds.split(separator: ",", omittingEmptySubsequences: true) {
+            let text = part.trimmingCharacters(in: .whitespaces)
+            do { ids.insert(try DocumentID(text)) } catch { throw ValidationError("--doc-ids: \"\(text)\" is not a valid document ID") }
+        }
+        guard !ids.isEmpty else { throw ValidationError("--doc-ids needs at least one document ID") }
+        return ids
+    }
+
+    /// The selector of --selector, checked.
+    func selectorJSON() throws -> JSON? {
+        guard let selector else { return nil }
+        guard let json = try? JSON.parse(Array(selector.utf8)), json.objectValue != nil else {
+            throw ValidationError("--selector must be a JSON object, such as '{\"type\":\"note\"}'")
+        }
+        do { _ = try SelectorFilter.filter(json) } catch { throw ValidationError("--selector is not a valid Mango selector: \(error.description)") }
+        return json
+    }
+
+    /// The CouchDB options the flags give.
+    var couchOptions: CouchReplicationOptions {
+        var o = CouchReplicationOptions()
+        o.credentialsFile = credentialsFile
+        o.credentialsEnv = credentialsEnv
+        o.pin = pin?.lowercased()
+        o.createTarget = createTarget
+        o.selector = try? selectorJSON()
+        return o
+    }
 
     func validate() throws {
         if (path == nil) == (exec == nil) { throw ValidationError("give either a TARGET or --exec COMMAND") }
+        _ = try documentIDs()
+        _ = try selectorJSON()
+        if isCouch {
+            if pinCert != nil { throw ValidationError("--pin-cert is for wss:// peers; for an https:// CouchDB give --pin SHA256HEX") }
+            if password != nil {
+                throw ValidationError("--password is for password-protected Ferry listeners; give CouchDB credentials in the URL, with --credentials-file or --credentials-env")
+            }
+            let direction: ReplicatorConfiguration.Direction = push ? .push : pull ? .pull : .pushAndPull
+            if let problem = couchOptions.problem(url: path!, direction: direction) {
+                let flag = ["credentialsFile": "--credentials-file", "credentialsEnv": "--credentials-env", "pin": "--pin", "createTarget": "--create-target", "selector": "--selector", "url": "TARGET"][problem.key] ?? problem.key
+                throw ValidationError("\(flag): \(problem.reason)")
+            }
+        } else {
+            for (flag, given) in [("--credentials-file", credentialsFile != nil), ("--credentials-env", credentialsEnv != nil), ("--create-target", createTarget)] where given {
+                throw ValidationError("\(flag) is for CouchDB targets (http:// or https:// URLs)")
+            }
+        }
         if let path, path.hasPrefix("wss://") || path.hasPrefix("ws://"), pin == nil && pinCert == nil {
             throw ValidationError("a wss:// target needs --pin NODEID (the peer's `ferry id`) or --pin-cert FILE")
         }
@@ -70,6 +135,7 @@ struct Sync: AsyncParsableCommand {
 
     func run() async throws {
         let local = try global.openStore()
+        if isCouch { return try await runCouch(local) }
         let connector: Replicator.Connector
         var nodeID = local.uuid
         if let exec {
@@ -105,8 +171,17 @@ struct Sync: AsyncParsableCommand {
             config.resetCheckpoint = resetCheckpoint
             config.heartbeat = .seconds(continuous ? 30 : 1)
             if !continuous { config.maxAttempts = 3 }
+            config.documentIDs = try? documentIDs()
+            if let selector = try? selectorJSON(), let filter = try? SelectorFilter.filter(selector) {
+                config.pullFilter = config.pullFilter.map { node in RevisionFilter(name: "\(node.name)+\(filter.name)") { node.admits($0) && filter.admits($0) } } ?? filter
+                config.pushFilter = filter
+            }
         }
+        try await drive(replicator)
+    }
 
+    /// Runs `replicator` to its end, then prints the summary or throws the failure.
+    func drive(_ replicator: Replicator, hint: (SyncError) -> String? = { _ in nil }) async throws {
         let progress = ProgressBar(enabled: isatty(STDERR_FILENO) == 1 && !global.json)
         let statuses = replicator.statusChanges()
         let watcher = Task {
@@ -140,7 +215,7 @@ struct Sync: AsyncParsableCommand {
                 out["interrupted"] = true
                 out["error"] = .string("interrupted by \(SignalWatcher.name(interrupted))")
             } else if let error {
-                out["error"] = .string(error.description)
+                out["error"] = .string(error.statusText)
             }
             Output.json(.object(out))
         } else if error == nil && interrupted == nil {
@@ -154,7 +229,7 @@ struct Sync: AsyncParsableCommand {
                 message: "sync interrupted by \(SignalWatcher.name(interrupted)) (pushed \(s.pushed), pulled \(s.pulled); the next sync resumes from there)",
                 status: 128 + interrupted)
         }
-        if let error { throw CLIError(message: "replication failed: \(error.description)") }
+        if let error { throw CLIError(message: "replication failed: \(error.statusText)\(hint(error).map { " (\($0))" } ?? "")") }
     }
 }
 

@@ -102,8 +102,9 @@ public struct CouchCredentials: Sendable, Equatable, CustomStringConvertible {
     /// `USER:PASSWORD` as read from a file (first line; trailing newline ignored) or an
     /// environment variable.
     public static func parse(_ text: String, source: String) throws(CouchClientError) -> CouchCredentials {
-        let line = text.split(separator: "\n", omittingEmptySubsequences: false).first.map(String.init) ?? ""
-        let trimmed = line.hasSuffix("\r") ? String(line.dropLast()) : line
+        // "\r\n" is one Character in Swift: split on either line ending.
+        let trimmed = text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" || $0 == "\r" })
+            .first.map(String.init) ?? ""
         guard let colon = trimmed.firstIndex(of: ":"), colon != trimmed.startIndex else {
             throw .badEndpoint("\(source) must hold USER:PASSWORD")
         }

@@ -23,6 +23,11 @@ final class CouchRemote: RemoteDatabase {
     let pullState = Mutex(CouchPullState())
     /// The push side's state between verbs (CouchRemote+Push.swift).
     let pushState = Mutex(CouchPushState())
+    /// What this run's checkpoint documents record (CouchRemote+Checkpoint.swift).
+    let checkpointState = Mutex(CouchCheckpointState())
+    /// Wall-clock time for the checkpoint history's `start_time`/`end_time` (labels only:
+    /// nothing waits on it).
+    let wallClock: @Sendable () -> Date = { Date() }
 
     init(
         http: CouchHTTP, store: DocumentStore, identity: RemoteIdentity, capabilities: CouchServerCapabilities, logger: Logger
@@ -33,33 +38,76 @@ final class CouchRemote: RemoteDatabase {
         self.capabilities = capabilities
         self.logger = logger
         sessionID = UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
+        pullState.withLock { $0.bulkGet = capabilities.bulkGet }
     }
 
     /// Verifies the server (`GET /`) and the database (`GET /{db}`; created first when
     /// `endpoint.createTarget` and missing), and returns the remote. 401/403/404 are permanent.
     static func open(http: CouchHTTP, store: DocumentStore, logger: Logger) async throws -> CouchRemote {
-        throw CouchClientError(code: "not_implemented", message: "CouchRemote.open", isTransient: false)
+        let endpoint = http.endpoint
+        let root = try await http.send(.GET, "/")
+        guard (200..<300).contains(root.status) else { throw CouchClientError.http(root, method: .GET, path: "/", endpoint: endpoint) }
+        guard let welcome = root.json?.objectValue, welcome["couchdb"] != nil else {
+            throw CouchClientError(
+                code: "not_couchdb",
+                message: "\(endpoint.serverURL) answered GET / without a CouchDB welcome: is this a CouchDB-protocol server?",
+                isTransient: false, status: root.status)
+        }
+        var capabilities = CouchServerCapabilities()
+        capabilities.serverUUID = welcome["uuid"]?.stringValue
+        capabilities.vendor = welcome["vendor"]?["name"]?.stringValue ?? ""
+        capabilities.version = welcome["version"]?.stringValue ?? ""
+
+        let dbPath = http.databasePath()
+        var info = try await http.send(.GET, dbPath)
+        if info.status == 404 && endpoint.createTarget {
+            let made = try await http.send(.PUT, dbPath)
+            // 412: made meanwhile by someone else, which is as good.
+            guard (200..<300).contains(made.status) || made.status == 412 else {
+                throw CouchClientError.http(made, method: .PUT, path: dbPath, endpoint: endpoint)
+            }
+            logger.notice("created the CouchDB database", metadata: ["database": "\(endpoint.redacted)"])
+            info = try await http.send(.GET, dbPath)
+        }
+        if info.status == 404 {
+            throw CouchClientError(
+                code: "database_missing",
+                message: "the database \(endpoint.redacted) does not exist: create it on the server "
+                    + "(PUT \(endpoint.redacted)) or replicate with --create-target",
+                isTransient: false, status: 404)
+        }
+        guard (200..<300).contains(info.status) else { throw CouchClientError.http(info, method: .GET, path: dbPath, endpoint: endpoint) }
+
+        let identity = RemoteIdentity(
+            databaseID: databaseID(endpoint: endpoint, serverUUID: capabilities.serverUUID), peerID: endpoint.redacted,
+            allowsPull: true, allowsPush: true, inline: false, heartbeat: false)
+        logger.debug(
+            "opened a CouchDB-protocol database",
+            metadata: [
+                "database": "\(endpoint.redacted)", "vendor": "\(capabilities.vendor)", "version": "\(capabilities.version)",
+            ])
+        return CouchRemote(http: http, store: store, identity: identity, capabilities: capabilities, logger: logger)
     }
 
-    // MARK: Local documents and checkpoints
-
-    func localDocument(_ id: String) async throws -> JSON? {
-        throw CouchClientError(code: "not_implemented", message: "localDocument", isTransient: false)
+    /// The remote database's ID in checkpoint keys: the server's UUID and the database name
+    /// when the server states a UUID (so a server that moves keeps its checkpoints), else
+    /// the URL without credentials.
+    static func databaseID(endpoint: CouchEndpoint, serverUUID: String?) -> String {
+        if let uuid = serverUUID, !uuid.isEmpty { return "couch:\(uuid)/\(endpoint.database)" }
+        return "couch:\(endpoint.redacted)"
     }
 
-    func putLocalDocument(_ id: String, value: JSON) async throws {
-        throw CouchClientError(code: "not_implemented", message: "putLocalDocument", isTransient: false)
+    /// The escaped path suffix of a document: `_design/` and `_local/` keep their slash.
+    static func documentSuffix(_ id: String) -> String {
+        for prefix in ["_design/", "_local/"] where id.hasPrefix(prefix) && id.count > prefix.count {
+            return prefix + CouchEndpoint.escapeDatabase(String(id.dropFirst(prefix.count)))
+        }
+        return CouchEndpoint.escapeDatabase(id)
     }
 
-    func checkpoint(_ id: String, direction: CheckpointDirection) async throws -> RemoteCheckpoint {
-        throw CouchClientError(code: "not_implemented", message: "checkpoint", isTransient: false)
+    func close(error: SyncError?) async {
+        // Live changes are read as longpoll requests: no feed stays open between verbs.
     }
-
-    func putCheckpoint(_ id: String, value: JSON, direction: CheckpointDirection, caughtUp: Bool) async throws {
-        throw CouchClientError(code: "not_implemented", message: "putCheckpoint", isTransient: false)
-    }
-
-    func close(error: SyncError?) async {}
 }
 
 /// What a CouchDB-protocol server offers, learnt from `GET /` and tried requests.

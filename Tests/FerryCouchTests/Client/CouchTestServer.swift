@@ -36,6 +36,30 @@ final class CouchTestServer: Sendable {
         return CouchTestServer(store: store, port: port, group: group, run: run)
     }
 
+    /// The same API over TLS with the given certificate and key (DER).
+    static func startTLS(certificateDER: [UInt8], privateKeyDER: [UInt8], store: DocumentStore? = nil) async throws -> CouchTestServer {
+        let store = try store ?? DocumentStore.inMemory()
+        let door = try ServerFrontDoorTests.frontDoor(store: store)
+        let (bound, announce) = AsyncStream.makeStream(of: Int.self)
+        var quiet = Logger(label: "ferry.test.couch")
+        quiet.logLevel = .critical
+        let service = try CouchListenerService(
+            frontDoor: door, host: "127.0.0.1", port: 0, tls: .init(certificateDER: certificateDER, privateKeyDER: privateKeyDER),
+            logger: quiet, onBound: { announce.yield($0) })
+        let group = ServiceGroup(configuration: .init(services: [service], logger: quiet))
+        let run = Task { try await group.run() }
+        var ports = bound.makeAsyncIterator()
+        guard let port = await ports.next() else { throw CouchClientError(code: "no_port", message: "the test server never bound", isTransient: false) }
+        return CouchTestServer(store: store, port: port, group: group, run: run)
+    }
+
+    /// An HTTP client of this server as the admin (for seeding it through its CouchDB API).
+    func adminHTTP() -> CouchHTTP {
+        var quiet = Logger(label: "ferry.test.couch.client")
+        quiet.logLevel = .critical
+        return CouchHTTP(endpoint: endpoint, tls: nil, logger: quiet)
+    }
+
     init(store: DocumentStore, port: Int, group: ServiceGroup, run: Task<Void, any Error>) {
         self.store = store
         self.port = port
