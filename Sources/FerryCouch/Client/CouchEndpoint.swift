@@ -74,6 +74,20 @@ public struct CouchEndpoint: Sendable, Equatable, CustomStringConvertible {
         self.credentials = credentials
     }
 
+    /// A certificate fingerprint as `--pin` takes it: 64 hex digits, upper or lower case,
+    /// optionally in pairs separated by `:` (as `openssl x509 -fingerprint -sha256` prints
+    /// it); returned as 64 lowercase hex.
+    public static func normalizedPin(_ text: String) throws(CouchClientError) -> String {
+        var t = text.trimmingCharacters(in: .whitespaces).lowercased()
+        if t.hasPrefix("sha256:") { t.removeFirst(7) }
+        if t.hasPrefix("sha256 fingerprint=") { t.removeFirst(19) }
+        let hex = t.replacingOccurrences(of: ":", with: "")
+        guard hex.utf8.count == 64, hex.utf8.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) }) else {
+            throw .badEndpoint("\(text) is not a SHA-256 certificate fingerprint (64 hex digits)")
+        }
+        return hex
+    }
+
     /// `text` with any password replaced by `***`.
     public static func redact(_ text: String) -> String {
         guard var url = URLComponents(string: text), url.password != nil else { return text }
@@ -136,7 +150,8 @@ public struct CouchClientError: FerryError, Equatable {
     /// The HTTP status, when the server answered.
     public let status: Int?
     public var domain: String { "couch" }
-    public var description: String { "couch/\(code): \(message)" }
+    /// The message alone: `SyncError` and logs show the domain and code beside it.
+    public var description: String { message }
 
     public init(code: String, message: String, isTransient: Bool, status: Int? = nil) {
         self.code = code

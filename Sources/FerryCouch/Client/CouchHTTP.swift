@@ -36,6 +36,8 @@ public final class CouchHTTP: Sendable {
         configuration.decompression = .enabled(limit: .none)
         configuration.timeout.connect = .seconds(10)
         configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 8)
+        // The replicator retries with its own backoff and shows the server offline meanwhile.
+        configuration.connectionPool.retryConnectionEstablishment = false
         configuration.redirectConfiguration = .disallow
         client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
     }
@@ -74,6 +76,21 @@ public final class CouchHTTP: Sendable {
                 request.headers.add(name: "Content-Type", value: "application/json")
             }
             request.body = .bytes(ByteBuffer(bytes: body))
+        }
+        if endpoint.scheme == "https", case .pinned(let pin) = endpoint.trust {
+            var pinnedHeaders = request.headers
+            // No gzip here: that exchange does not decode it.
+            pinnedHeaders.remove(name: "Accept-Encoding")
+            let uri = String(url.dropFirst(endpoint.serverURL.count))
+            do {
+                return try await PinnedHTTPS.exchange(
+                    endpoint: endpoint, pin: try CouchEndpoint.normalizedPin(pin), method: method, uri: uri, headers: pinnedHeaders, body: body,
+                    timeout: timeout ?? requestTimeout, maxBytes: Self.maxResponseBytes)
+            } catch let e as CouchClientError {
+                throw e
+            } catch {
+                throw CouchClientError(code: "connect_failed", message: "\(method) \(path) at \(endpoint.serverURL) failed: \(error)", isTransient: true)
+            }
         }
         do {
             let response = try await client.execute(request, timeout: timeout ?? requestTimeout, logger: logger)

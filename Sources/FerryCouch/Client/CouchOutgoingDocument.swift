@@ -23,6 +23,9 @@ struct CouchOutgoingDocument {
     /// Attachment names sent with their content, and those sent as stubs.
     let inlineAttachments: [String]
     let stubAttachments: [String]
+    /// What it was rendered from, to render it again with every attachment's content.
+    private let wire: WireRevision
+    private let tree: RevisionTree?
 
     /// Why a revision could not be rendered; it is refused here and never reaches the target.
     struct Failure: Error, Equatable, CustomStringConvertible {
@@ -84,6 +87,13 @@ struct CouchOutgoingDocument {
         bytes = json.canonicalBytes
         inlineAttachments = inline
         stubAttachments = stubbed
+        self.wire = wire
+        self.tree = tree
+    }
+
+    /// The same revision with every attachment's content inline (itself when it has no stubs).
+    func withoutStubs(blobs: BlobStore) throws(Failure) -> CouchOutgoingDocument {
+        stubAttachments.isEmpty ? self : try CouchOutgoingDocument(wire, targetHolds: [], tree: tree, blobs: blobs, stubs: false)
     }
 
     /// The generation from which `rev`'s path refers to `blob` without a break: the `revpos`

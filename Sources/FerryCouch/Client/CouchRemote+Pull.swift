@@ -12,6 +12,64 @@ struct CouchPullState {
     var bulkGet = true
     /// Document IDs from the server that Ferry cannot store, each logged once.
     var skippedIDs: Set<String> = []
+    /// Attachment contents of fetched revisions, held until the puller asks for them (only
+    /// for revisions the trust boundary accepted), so a refused revision leaves nothing in
+    /// the blob store; each with where to fetch it again once its bytes were let go.
+    var pendingBlobs: [BlobDigest: PendingBlob] = [:]
+    /// How many `fetchRevisions` calls this connection made: the age of pending blobs.
+    var fetches = 0
+    /// The bytes `pendingBlobs` holds.
+    var heldBytes = 0
+
+    /// One attachment's content from a fetched revision.
+    struct PendingBlob {
+        var bytes: [UInt8]?
+        var docID: String
+        var rev: String
+        var name: String
+        var fetch: Int
+    }
+
+    /// Fetches after which held bytes are let go (the puller asks for a chunk's blobs while
+    /// at most two later chunks are in flight), and after which the entry is forgotten.
+    static let bytesKeptFetches = 4
+    static let entriesKeptFetches = 64
+    /// Most bytes held at once; past it the oldest are let go (and fetched again if asked for).
+    static let maxHeldBytes = 256 << 20
+
+    /// Lets go of old bytes and entries before a new fetch.
+    mutating func age() {
+        fetches += 1
+        let now = fetches
+        pendingBlobs = pendingBlobs.filter { now - $0.value.fetch < Self.entriesKeptFetches }
+        for (digest, entry) in pendingBlobs where entry.bytes != nil && now - entry.fetch >= Self.bytesKeptFetches {
+            pendingBlobs[digest]?.bytes = nil
+        }
+        heldBytes = pendingBlobs.values.reduce(0) { $0 + ($1.bytes?.count ?? 0) }
+    }
+
+    /// Holds one attachment's content, letting go of the oldest bytes past `maxHeldBytes`.
+    mutating func hold(_ digest: BlobDigest, _ entry: PendingBlob) {
+        heldBytes += (entry.bytes?.count ?? 0) - (pendingBlobs[digest]?.bytes?.count ?? 0)
+        pendingBlobs[digest] = entry
+        guard heldBytes > Self.maxHeldBytes else { return }
+        for (old, e) in pendingBlobs.sorted(by: { $0.value.fetch < $1.value.fetch }) where old != digest {
+            guard heldBytes > Self.maxHeldBytes else { break }
+            guard let bytes = e.bytes else { continue }
+            pendingBlobs[old]?.bytes = nil
+            heldBytes -= bytes.count
+        }
+    }
+
+    /// Takes a blob's held bytes (the entry goes with them); nil when none are held.
+    mutating func take(_ digest: BlobDigest) -> PendingBlob? {
+        guard let entry = pendingBlobs[digest] else { return nil }
+        if let bytes = entry.bytes {
+            pendingBlobs[digest] = nil
+            heldBytes -= bytes.count
+        }
+        return entry
+    }
 }
 
 // Pulling over the CouchDB replication protocol. Live changes are read as `feed=longpoll`
@@ -93,11 +151,12 @@ extension CouchRemote {
 
     /// `POST /{db}/_bulk_get?revs=true&latest=true&attachments=true` with `atts_since`
     /// (or `GET /{db}/{id}?open_revs=…` without `_bulk_get`); attachments are checked
-    /// against their MD5 and length and go into the blob store. A revision whose
+    /// against their MD5 and length and held for `blob(_:)`. A revision whose
     /// attachments or structure are bad comes back in a form the trust boundary refuses
     /// (the reason is logged here), so that the rest goes on.
     func fetchRevisions(_ requests: [RevisionRequest], deltas: Bool, maxHistory: Int) async throws -> [WireRevision] {
         guard !requests.isEmpty else { return [] }
+        pullState.withLock { $0.age() }
         let trees = try store.revisionTrees(Set(requests.map(\.id)))
         var answers = try await fetchDocuments(requests)
         var out: [WireRevision] = []
@@ -164,12 +223,15 @@ extension CouchRemote {
                 docID: rawID,
                 lookup: { name, digest in CouchDatabase.attachment(named: name, digest: digest, in: tree, blobs: store.blobs) },
                 generation: rev.generation, keepGivenRevpos: true)
-            let (body, contents) = try resolver.storedBody(input)
-            for bytes in contents {
-                do { _ = try store.blobs.put(bytes) } catch {
-                    throw CouchError(.internalServerError, "blob_store", "could not keep an attachment: \(error)")
-                }
+            var (body, contents) = try resolver.storedBody(input)
+            if rev.isFerryDigest,
+                let original = FerryFormBody.matching(
+                    rev, parent: history.first.flatMap { try? RevisionID($0) }, deleted: input.deleted, body: body, contents: contents,
+                    blobs: store.blobs)
+            {
+                body = original
             }
+            if !contents.isEmpty { hold(contents, body: body, docID: rawID, rev: revText) }
             return .revision(
                 WireRevision(
                     id: rawID, rev: revText, history: Array(history.prefix(maxHistory)), deleted: input.deleted, hlc: 0,
@@ -184,9 +246,8 @@ extension CouchRemote {
     /// reason logged here: the seam has no other way to report a revision refused on arrival.
     private func refused(_ id: String, _ rev: String, _ reason: String) -> WireRevision {
         logger.warning("refused a revision from the server", metadata: ["doc": "\(id)", "rev": "\(rev)", "reason": "\(reason)"])
-        let history: [String] = []
         return WireRevision(
-            id: id, rev: rev, history: history, deleted: false, hlc: 0, content: JSON.string("refused: \(reason)").canonicalBytes,
+            id: id, rev: rev, history: [], deleted: false, hlc: 0, content: JSON.string("refused: \(reason)").canonicalBytes,
             deltaBase: nil)
     }
 
@@ -209,7 +270,7 @@ extension CouchRemote {
         let body: JSON = ["docs": .array(docs)]
         let response = try await http.send(
             .POST, path, query: [("revs", "true"), ("latest", "true"), ("attachments", "true")], body: body.canonicalBytes)
-        if [404, 405, 501].contains(response.status) {
+        if [404, 405, 501].contains(response.status) && !Self.databaseMissing(response) {
             pullState.withLock { $0.bulkGet = false }
             logger.info("the server has no _bulk_get: fetching documents one by one", metadata: ["database": "\(http.endpoint.redacted)"])
             return nil
@@ -226,6 +287,11 @@ extension CouchRemote {
         }
     }
 
+    /// A 404 that says the database itself is gone (not a document or an endpoint).
+    static func databaseMissing(_ response: CouchHTTP.Response) -> Bool {
+        response.status == 404 && (response.json?["reason"]?.stringValue ?? "").lowercased().contains("database does not exist")
+    }
+
     /// `GET /{db}/{id}?open_revs=["rev"]&revs=true&latest=true&attachments=true&atts_since=[…]`.
     private func openRevs(_ request: RevisionRequest) async throws -> [JSON] {
         let path = http.databasePath(Self.documentSuffix(request.id.rawValue))
@@ -237,7 +303,7 @@ extension CouchRemote {
             query.append(("atts_since", String(decoding: JSON.array(request.ancestors.map { .string($0.description) }).canonicalBytes, as: UTF8.self)))
         }
         let response = try await http.send(.GET, path, query: query)
-        if response.status == 404 { return [["missing": .string(request.rev.description)]] }
+        if response.status == 404 && !Self.databaseMissing(response) { return [["missing": .string(request.rev.description)]] }
         guard (200..<300).contains(response.status) else { throw CouchClientError.http(response, method: .GET, path: path, endpoint: http.endpoint) }
         guard case .array(let items)? = response.json else {
             throw CouchClientError(code: "bad_response", message: "GET \(path): the answer is not a JSON array", isTransient: true, status: response.status)
@@ -245,13 +311,41 @@ extension CouchRemote {
         return items
     }
 
-    /// An attachment's content: pulled revisions put theirs in the blob store as they
-    /// arrive, so a blob asked for is served from there.
+    /// Keeps a fetched revision's attachment contents (already checked against their MD5
+    /// and length) until the puller asks for them.
+    private func hold(_ contents: [[UInt8]], body: JSON, docID: String, rev: String) {
+        var names: [BlobDigest: String] = [:]
+        for (name, value) in body[StoredAttachment.bodyKey]?.objectValue ?? [:] {
+            if let att = StoredAttachment(json: value) { names[att.blob] = name }
+        }
+        pullState.withLock { state in
+            for bytes in contents {
+                let digest = BlobDigest.of(bytes)
+                // A blob the body refers to outside `@attachments` travels as a stub named by its digest.
+                let name = names[digest] ?? AttachmentSet.blobStubName(digest)
+                state.hold(digest, .init(bytes: bytes, docID: docID, rev: rev, name: name, fetch: state.fetches))
+            }
+        }
+    }
+
+    /// An attachment's content, asked for once the revision that carried it was accepted:
+    /// from the bytes that came with it, or fetched again (`GET /{db}/{id}/{name}?rev=…`)
+    /// when they were let go. The puller checks it against the digest.
     func blob(_ digest: BlobDigest) async throws -> [UInt8] {
+        let entry = pullState.withLock { $0.take(digest) }
+        if let bytes = entry?.bytes { return bytes }
         if let bytes = try store.blobs.get(digest) { return bytes }
-        throw CouchClientError(
-            code: "blob_missing",
-            message: "blob \(digest) is referred to by a document from \(http.endpoint.redacted) that carried no such attachment",
-            isTransient: false)
+        guard let entry else {
+            throw CouchClientError(
+                code: "blob_missing",
+                message: "blob \(digest) is referred to by a document from \(http.endpoint.redacted) that carried no such attachment",
+                isTransient: false)
+        }
+        let path = http.databasePath(Self.documentSuffix(entry.docID) + "/" + CouchEndpoint.escapeDatabase(entry.name))
+        let response = try await http.send(.GET, path, query: [("rev", entry.rev)], headers: [("Accept", "*/*")])
+        guard (200..<300).contains(response.status) else {
+            throw CouchClientError.http(response, method: .GET, path: path, endpoint: http.endpoint)
+        }
+        return response.body
     }
 }

@@ -82,24 +82,15 @@ extension CouchRemote {
             }
         }
         var failures = try await post(outgoing)
-        // A stub the target could not match (its copy lacks the attachment, or it matched a
-        // different revpos): sent once more with every attachment's content.
+        // A stub the target could not match (its copy lacks the attachment): sent once more
+        // with every attachment's content.
         let unmatched = outgoing.filter { failures[$0.index]?.error == "missing_stub" }
         if !unmatched.isEmpty {
-            logger.debug("resending revisions whose attachment stubs the target could not match", metadata: ["count": "\(unmatched.count)"])
-            var again: [(index: Int, document: CouchOutgoingDocument)] = []
-            for item in unmatched {
-                let wire = revisions[item.index]
-                let id = try? DocumentID(wire.id, allowReserved: true)
-                do {
-                    again.append(
-                        (item.index, try CouchOutgoingDocument(wire, targetHolds: [], tree: id.flatMap { trees[$0] }, blobs: store.blobs, stubs: false)))
-                } catch {
-                    results[item.index] = Self.rejected(.structure, error.reason)
-                }
-            }
+            logger.debug(
+                "resending revisions whose attachment stubs the target could not match", metadata: ["count": "\(unmatched.count)"])
+            let (again, unrendered) = withoutStubs(unmatched)
             let stillFailing = try await post(again)
-            for item in again { failures[item.index] = stillFailing[item.index] }
+            for item in unmatched { failures[item.index] = unrendered[item.index] ?? stillFailing[item.index] }
         }
         var stored = 0
         for item in outgoing where results[item.index] == nil {
@@ -107,7 +98,10 @@ extension CouchRemote {
                 results[item.index] = failure.status
                 logger.info(
                     "the target refused a revision",
-                    metadata: ["doc": "\(item.document.id)", "rev": "\(item.document.rev)", "error": "\(failure.error)", "reason": "\(failure.reason)"])
+                    metadata: [
+                        "doc": "\(LogText.escape(item.document.id))", "rev": "\(LogText.escape(item.document.rev))",
+                        "error": "\(LogText.escape(failure.error))", "reason": "\(LogText.escape(failure.reason))",
+                    ])
             } else {
                 results[item.index] = .stored
                 stored += 1
@@ -127,16 +121,35 @@ extension CouchRemote {
 
     // MARK: _bulk_docs
 
-    /// One document the target refused, as its `_bulk_docs` answer named it.
+    /// One document the target refused, as its `_bulk_docs` answer named it (or one that
+    /// could not be rendered again here, `unrenderable`).
     struct BulkDocsFailure: Equatable {
         var error: String
         var reason: String
 
+        static let unrenderable = "unrenderable"
+
         /// A refusal of who may write is the target's policy; anything else is the target's word.
         var status: PutStatus {
+            if error == Self.unrenderable { return CouchRemote.rejected(.structure, reason) }
             let stage: Rejection.Stage = ["forbidden", "unauthorized"].contains(error) ? .policy : .peer
             return CouchRemote.rejected(stage, reason.isEmpty ? error : "\(error): \(reason)")
         }
+    }
+
+    /// The documents rendered with every attachment's content, and the failures of those
+    /// that could not be.
+    private func withoutStubs(_ documents: [(index: Int, document: CouchOutgoingDocument)])
+        -> ([(index: Int, document: CouchOutgoingDocument)], [Int: BulkDocsFailure])
+    {
+        var full: [(index: Int, document: CouchOutgoingDocument)] = []
+        var failures: [Int: BulkDocsFailure] = [:]
+        for item in documents {
+            do { full.append((item.index, try item.document.withoutStubs(blobs: store.blobs))) } catch {
+                failures[item.index] = BulkDocsFailure(error: BulkDocsFailure.unrenderable, reason: error.reason)
+            }
+        }
+        return (full, failures)
     }
 
     /// Posts `documents` in `_bulk_docs` requests of at most `maxBulkDocsBytes` each (a single
@@ -162,8 +175,11 @@ extension CouchRemote {
     /// Server may list successes too, which are skipped). A 400 or 413 for the whole request
     /// comes from one bad or too large document (CouchDB refuses a whole request for an ID it
     /// does not allow, such as `_ferry/…`): the batch is halved until that document stands
-    /// alone and is refused by itself, so the others are stored. Any other status is an
-    /// error of the whole request (401/403 permanent, 5xx and 429 transient).
+    /// alone and is refused by itself, so the others are stored. CouchDB 3 answers a stub it
+    /// cannot match for the whole request (412 `missing_stub`, or a 500 when the stub's
+    /// digest is malformed): a batch with stubs that fails so is sent once more with every
+    /// attachment's content. Any other status is an error of the whole request (401/403
+    /// permanent, 5xx and 429 transient).
     private func postBatch(_ batch: [(index: Int, document: CouchOutgoingDocument)]) async throws -> [Int: BulkDocsFailure] {
         var body: [UInt8] = []
         body.reserveCapacity(batch.reduce(40) { $0 + $1.document.bytes.count + 1 })
@@ -174,7 +190,9 @@ extension CouchRemote {
         }
         body.append(contentsOf: #"],"new_edits":false}"#.utf8)
         let path = http.databasePath("_bulk_docs")
-        let attachments = batch.reduce((0, 0)) { ($0.0 + $1.document.inlineAttachments.count, $0.1 + $1.document.stubAttachments.count) }
+        let attachments = batch.reduce((0, 0)) {
+            ($0.0 + $1.document.inlineAttachments.count, $0.1 + $1.document.stubAttachments.count)
+        }
         pushState.withLock {
             $0.bulkDocsRequests += 1
             $0.attachmentsSent += attachments.0
@@ -184,13 +202,25 @@ extension CouchRemote {
         switch response.status {
         case 200..<300:
             break
+        case let status
+        where (status == 412 && response.json?["error"] == "missing_stub" || status >= 500)
+            && batch.contains(where: { !$0.document.stubAttachments.isEmpty }):
+            logger.debug(
+                "the target failed a _bulk_docs request with attachment stubs; sending their content",
+                metadata: ["status": "\(response.status)", "docs": "\(batch.count)"])
+            let (full, unrendered) = withoutStubs(batch)
+            var failures = full.isEmpty ? [:] : try await postBatch(full)
+            failures.merge(unrendered) { $1 }
+            return failures
         case 400, 413:
             let answer = response.json
             let failure = BulkDocsFailure(
                 error: answer?["error"]?.stringValue ?? (response.status == 413 ? "too_large" : "bad_request"),
                 reason: answer?["reason"]?.stringValue ?? "the target refused the document (HTTP \(response.status))")
             guard batch.count > 1 else { return [batch[0].index: failure] }
-            logger.debug("the target refused a whole _bulk_docs request; halving it", metadata: ["status": "\(response.status)", "docs": "\(batch.count)"])
+            logger.debug(
+                "the target refused a whole _bulk_docs request; halving it",
+                metadata: ["status": "\(response.status)", "docs": "\(batch.count)"])
             let half = batch.count / 2
             var failures = try await postBatch(Array(batch[..<half]))
             failures.merge(try await postBatch(Array(batch[half...]))) { $1 }

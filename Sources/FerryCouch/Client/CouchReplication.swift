@@ -4,6 +4,7 @@ import FerrySync
 import Foundation
 import Logging
 import NIOCore
+import NIOHTTP1
 import NIOPosix
 import NIOSSL
 import Crypto
@@ -64,20 +65,23 @@ enum CouchTLS {
         switch endpoint.trust {
         case .system: return TLSConfiguration.makeClientConfiguration()
         case .pinned(let fingerprint):
-            // AsyncHTTPClient takes only a TLSConfiguration, which has no verification
-            // callback. So the server's leaf certificate is fetched once over a plain NIOSSL
-            // connection whose callback compares the SHA-256 of the leaf's DER with the pin
-            // (with `.noHostnameVerification`: under `.none` BoringSSL ignores the callback's
-            // verdict), and the client then trusts exactly that certificate. BoringSSL accepts
-            // a certificate as its own trust root only when it may sign certificates
-            // (`keyCertSign`, as self-signed CA certificates made by `openssl req -x509` may).
-            let leaf = try await pinnedLeaf(endpoint: endpoint, fingerprint: fingerprint.lowercased())
+            // Checked once here, so that a wrong pin fails the first attempt with a clear,
+            // permanent error. Requests then go through `PinnedHTTPS`, which checks the pin on
+            // every connection; this configuration (trusting exactly that certificate) is what
+            // AsyncHTTPClient would use, and works only for a certificate that may sign
+            // certificates (`keyCertSign`), so it is not relied on.
+            let leaf = try await pinnedLeaf(endpoint: endpoint, fingerprint: try CouchEndpoint.normalizedPin(fingerprint))
             logger.debug("pinned certificate matched", metadata: ["server": "\(endpoint.serverURL)", "sha256": "\(fingerprint)"])
             var tls = TLSConfiguration.makeClientConfiguration()
             tls.trustRoots = .certificates([leaf])
             tls.certificateVerification = .noHostnameVerification
             return tls
         }
+    }
+
+    /// The host as SNI carries it: host names only, never addresses.
+    static func serverName(_ host: String) -> String? {
+        host.contains(":") || host.allSatisfy({ $0.isNumber || $0 == "." }) ? nil : host
     }
 
     /// The SHA-256 of a certificate's DER, in lowercase hex.
@@ -93,8 +97,7 @@ enum CouchTLS {
         let context = try NIOSSLContext(configuration: tls)
         let seen = Mutex<(fingerprint: String, leaf: NIOSSLCertificate)?>(nil)
         let handshake = HandshakeWaiter()
-        // SNI carries host names only.
-        let sni = endpoint.host.contains(":") || endpoint.host.allSatisfy({ $0.isNumber || $0 == "." }) ? nil : endpoint.host
+        let sni = serverName(endpoint.host)
         let bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .connectTimeout(.seconds(10))
             .channelInitializer { channel in
@@ -119,6 +122,9 @@ enum CouchTLS {
             throw CouchClientError(code: "connect_failed", message: "connecting to \(endpoint.serverURL) failed: \(error)", isTransient: true)
         }
         defer { channel.close(promise: nil) }
+        // A server that accepts the connection and never answers must not hold the attempt.
+        let timer = channel.eventLoop.scheduleTask(in: .seconds(10)) { handshake.finish(PinnedHTTPS.PinnedTimeout()) }
+        defer { timer.cancel() }
         let outcome: Error?
         do {
             try await handshake.done.get()
@@ -171,6 +177,135 @@ final class HandshakeWaiter: Sendable {
         func channelInactive(context: ChannelHandlerContext) {
             waiter.finish(ChannelError.ioOnClosedChannel)
             context.fireChannelInactive()
+        }
+    }
+}
+
+/// One HTTP/1.1 exchange over a fresh TLS connection that is refused unless the server's
+/// certificate has the pinned SHA-256: how a pinned endpoint is reached.
+///
+/// AsyncHTTPClient can only trust a pinned certificate as a trust root, which BoringSSL
+/// refuses for a certificate that may not sign certificates (a Ferry node's, and many
+/// self-made ones). This exchange checks the pin in the handshake's verification callback
+/// instead, with `.noHostnameVerification` (under `.none` the callback's verdict is ignored).
+/// One connection per request (`Connection: close`): simple, at the cost of a handshake each.
+enum PinnedHTTPS {
+    static func exchange(
+        endpoint: CouchEndpoint, pin: String, method: HTTPMethod, uri: String, headers: HTTPHeaders, body: [UInt8]?,
+        timeout: TimeAmount, maxBytes: Int
+    ) async throws -> CouchHTTP.Response {
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.certificateVerification = .noHostnameVerification
+        let context = try NIOSSLContext(configuration: tls)
+        let seen = Mutex<String?>(nil)
+        let sni = CouchTLS.serverName(endpoint.host)
+        let collector = ResponseCollector(maxBytes: maxBytes)
+        let bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .connectTimeout(.seconds(10))
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let ssl = try NIOSSLClientHandler(
+                        context: context, serverHostname: sni,
+                        customVerificationCallback: { certificates, promise in
+                            let print = certificates.first.flatMap { try? CouchTLS.fingerprint($0) }
+                            seen.withLock { $0 = print }
+                            promise.succeed(print == pin ? .certificateVerified : .failed)
+                        })
+                    try channel.pipeline.syncOperations.addHandler(ssl)
+                    try channel.pipeline.syncOperations.addHTTPClientHandlers()
+                    try channel.pipeline.syncOperations.addHandler(collector.handler(on: channel.eventLoop))
+                }
+            }
+        let channel: Channel
+        do { channel = try await bootstrap.connect(host: endpoint.host, port: endpoint.port).get() } catch {
+            throw CouchClientError(code: "connect_failed", message: "connecting to \(endpoint.serverURL) failed: \(error)", isTransient: true)
+        }
+        defer { channel.close(promise: nil) }
+        var head = HTTPRequestHead(version: .http1_1, method: method, uri: uri, headers: headers)
+        head.headers.replaceOrAdd(name: "Host", value: endpoint.port == 443 ? endpoint.host : "\(endpoint.host):\(endpoint.port)")
+        head.headers.replaceOrAdd(name: "Connection", value: "close")
+        head.headers.replaceOrAdd(name: "Content-Length", value: "\(body?.count ?? 0)")
+        let timer = channel.eventLoop.scheduleTask(in: timeout) { collector.finish(.failure(PinnedTimeout())) }
+        defer { timer.cancel() }
+        channel.write(HTTPClientRequestPart.head(head), promise: nil)
+        if let body { channel.write(HTTPClientRequestPart.body(.byteBuffer(ByteBuffer(bytes: body))), promise: nil) }
+        channel.writeAndFlush(HTTPClientRequestPart.end(nil), promise: nil)
+        do {
+            return try await collector.done.get()
+        } catch is PinnedTimeout {
+            throw CouchClientError(code: "timeout", message: "\(method) \(uri): no answer from \(endpoint.serverURL) in time", isTransient: true)
+        } catch {
+            if let print = seen.withLock({ $0 }), print != pin {
+                throw CouchClientError(
+                    code: "pin_mismatch",
+                    message: "\(endpoint.serverURL) presented the certificate with SHA-256 \(print), not the pinned \(pin)",
+                    isTransient: false)
+            }
+            if error is NIOSSLError {
+                throw CouchClientError(code: "tls_failed", message: "TLS with \(endpoint.serverURL) failed: \(error)", isTransient: false)
+            }
+            throw CouchClientError(
+                code: "connect_failed", message: "\(method) \(uri) at \(endpoint.serverURL) failed: \(error)", isTransient: true)
+        }
+    }
+
+    struct PinnedTimeout: Error {}
+    struct TooLarge: Error {}
+
+    /// Gathers one response and completes once, whatever ends it first.
+    final class ResponseCollector: Sendable {
+        let maxBytes: Int
+        private let state = Mutex<(promise: EventLoopPromise<CouchHTTP.Response>?, finished: Bool)>((nil, false))
+        init(maxBytes: Int) { self.maxBytes = maxBytes }
+
+        var done: EventLoopFuture<CouchHTTP.Response> { state.withLock { $0.promise!.futureResult } }
+
+        func finish(_ result: Result<CouchHTTP.Response, any Error>) {
+            let promise = state.withLock { s -> EventLoopPromise<CouchHTTP.Response>? in
+                guard !s.finished else { return nil }
+                s.finished = true
+                return s.promise
+            }
+            promise?.completeWith(result)
+        }
+
+        func handler(on loop: EventLoop) -> ChannelHandler {
+            state.withLock { $0.promise = loop.makePromise(of: CouchHTTP.Response.self) }
+            return Handler(collector: self)
+        }
+
+        /// Lives on its channel's event loop.
+        private final class Handler: ChannelInboundHandler {
+            typealias InboundIn = HTTPClientResponsePart
+            let collector: ResponseCollector
+            var head: HTTPResponseHead?
+            var body: [UInt8] = []
+            init(collector: ResponseCollector) { self.collector = collector }
+
+            func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+                switch unwrapInboundIn(data) {
+                case .head(let h): head = h
+                case .body(var buffer):
+                    guard body.count + buffer.readableBytes <= collector.maxBytes else {
+                        collector.finish(.failure(TooLarge()))
+                        context.close(promise: nil)
+                        return
+                    }
+                    body += buffer.readBytes(length: buffer.readableBytes) ?? []
+                case .end:
+                    if let head {
+                        collector.finish(.success(CouchHTTP.Response(status: Int(head.status.code), headers: head.headers, body: body)))
+                    }
+                }
+            }
+            func errorCaught(context: ChannelHandlerContext, error: Error) {
+                collector.finish(.failure(error))
+                context.close(promise: nil)
+            }
+            func channelInactive(context: ChannelHandlerContext) {
+                collector.finish(.failure(ChannelError.ioOnClosedChannel))
+                context.fireChannelInactive()
+            }
         }
     }
 }

@@ -154,3 +154,46 @@ extension StoredAttachment {
         return bytes
     }
 }
+
+/// The stored body of a Ferry-form revision that came back through a CouchDB server.
+///
+/// CouchDB keeps compressible attachments (text, JSON, …) gzip-encoded and from then on
+/// gives them the MD5 of the encoded bytes. A revision Ferry made carries the MD5 of the
+/// identity bytes in its body, which its ID hashes: rebuilt with the server's digests, the
+/// body no longer matches the ID. This finds the body the ID was made from.
+enum FerryFormBody {
+    /// `body` when `rev` (a Ferry-form ID) matches it; else `body` with each attachment's
+    /// `md5` set to the MD5 of its identity bytes, when that matches; else nil. Content comes
+    /// from `contents` (just received) or the blob store.
+    static func matching(
+        _ rev: RevisionID, parent: RevisionID?, deleted: Bool, body: JSON, contents: [[UInt8]], blobs: BlobStore
+    ) -> JSON? {
+        func matches(_ candidate: JSON) -> Bool {
+            RevisionID.compute(parent: parent, deleted: deleted, canonicalBody: candidate.canonicalBytes) == rev
+        }
+        if matches(body) { return body }
+        guard var fields = body.objectValue, let stored = fields[StoredAttachment.bodyKey]?.objectValue else { return nil }
+        var received: [BlobDigest: [UInt8]] = [:]
+        for bytes in contents { received[BlobDigest.of(bytes)] = bytes }
+        var changed = false
+        var rewritten: [String: JSON] = [:]
+        for (name, value) in stored {
+            guard var att = StoredAttachment(json: value), let bytes = received[att.blob] ?? (try? blobs.get(att.blob)) else {
+                rewritten[name] = value
+                continue
+            }
+            let identity = StoredAttachment.md5Digest(bytes)
+            if identity != att.md5 {
+                att.md5 = identity
+                changed = true
+            }
+            rewritten[name] = att.json
+        }
+        guard changed else { return nil }
+        fields[StoredAttachment.bodyKey] = .object(rewritten)
+        let candidate = JSON.object(fields)
+        // Not a ternary: JSON takes `nil` as its null literal there.
+        guard matches(candidate) else { return nil }
+        return candidate
+    }
+}

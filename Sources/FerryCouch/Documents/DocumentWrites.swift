@@ -130,11 +130,16 @@ extension CouchDatabase {
                 docID: rawID,
                 lookup: { name, digest in Self.attachment(named: name, digest: digest, in: tree, blobs: self.store.blobs) },
                 generation: rev.generation, keepGivenRevpos: true)
-            let (body, contents) = try resolver.storedBody(input)
+            var (body, contents) = try resolver.storedBody(input)
             // 2. Digest: a Ferry-form ID must match its body; other forms cannot be checked.
             stage = "digest"
             let incoming: IncomingRevision
             if rev.isFerryDigest {
+                if let original = FerryFormBody.matching(
+                    rev, parent: history.first, deleted: input.deleted, body: body, contents: contents, blobs: store.blobs)
+                {
+                    body = original
+                }
                 guard
                     let verified = IncomingRevision.verified(
                         id: id, revision: rev, history: history, deleted: input.deleted, body: body, hlc: .zero,

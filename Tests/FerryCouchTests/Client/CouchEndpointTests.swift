@@ -85,6 +85,15 @@ import Testing
         #expect(CouchRemote.sinceText(.start) == "0")
         #expect(CouchRemote.sinceText(RemoteSequenceForTests.opaque("12-g1AAAA")) == "12-g1AAAA")
     }
+
+    @Test func aPinIsTakenInHexWithOrWithoutColons() throws {
+        let hex = String(repeating: "ab", count: 32)
+        #expect(try CouchEndpoint.normalizedPin(hex.uppercased()) == hex)
+        let colons = (0..<32).map { _ in "AB" }.joined(separator: ":")
+        #expect(try CouchEndpoint.normalizedPin("sha256 Fingerprint=" + colons) == hex)
+        #expect(throws: CouchClientError.self) { try CouchEndpoint.normalizedPin("abc") }
+        #expect(throws: CouchClientError.self) { try CouchEndpoint.normalizedPin(String(repeating: "g", count: 64)) }
+    }
 }
 
 /// Sequences as CouchDB writes them.

@@ -19,10 +19,12 @@ import Testing
     }
 
     /// A body with one attachment of `bytes`, first attached at `revpos`.
-    static func withAttachment(_ fields: [String: JSON], name: String, bytes: [UInt8], revpos: Int, store: DocumentStore) throws -> JSON {
+    static func withAttachment(
+        _ fields: [String: JSON], name: String, bytes: [UInt8], revpos: Int, store: DocumentStore, contentType: String = "text/plain"
+    ) throws -> JSON {
         _ = try store.blobs.put(bytes)
         var f = fields
-        f[StoredAttachment.bodyKey] = [name: StoredAttachment(bytes: bytes, contentType: "text/plain", revpos: revpos).json]
+        f[StoredAttachment.bodyKey] = [name: StoredAttachment(bytes: bytes, contentType: contentType, revpos: revpos).json]
         return .object(f)
     }
 

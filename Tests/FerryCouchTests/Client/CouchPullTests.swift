@@ -256,15 +256,51 @@ enum CouchClientTesting {
     }
 }
 
-/// A pull from a real CouchDB-protocol server named by `FERRY_COUCH_REFERENCE_URL`
-/// (`http://user:pass@host:port/db`); skipped when it is not set.
+/// Pulls from a real CouchDB-protocol server named by `FERRY_COUCH_REFERENCE_URL`
+/// (`http://user:pass@host:port/db`, a database made as `seedReference` describes), or
+/// else from a Ferry node's CouchDB API seeded the same way.
 @Suite struct CouchReferencePullTests {
     typealias T = CouchClientTesting
-    static let url = ProcessInfo.processInfo.environment["FERRY_COUCH_REFERENCE_URL"]
+    static let referenceURL = ProcessInfo.processInfo.environment["FERRY_COUCH_REFERENCE_URL"]
 
-    @Test(.enabled(if: url != nil))
-    func aPullFromAReferenceServerAgreesOnEveryWinnerLeafAndAttachment() async throws {
-        let endpoint = try CouchEndpoint.parse(Self.url!)
+    /// The server to pull from; `stop` ends it when it was started here.
+    static func reference() async throws -> (url: String, isReference: Bool, stop: @Sendable () async -> Void) {
+        if let referenceURL { return (referenceURL, true, {}) }
+        let server = try await CouchTestServer.start()
+        try await seedReference(server)
+        return (server.url, false, { await server.stop() })
+    }
+
+    /// What the reference database holds: plain documents, a conflict, a deletion, a design
+    /// document, and a document with two attachments in its second revision.
+    static func seedReference(_ server: CouchTestServer) async throws {
+        let r1 = T.rev(1, "1")
+        let text = Array(repeating: Array("hello ".utf8), count: 8).flatMap { $0 }
+        let binary = (0..<3000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+        func data(_ bytes: [UInt8]) -> JSON { .string(Data(bytes).base64EncodedString()) }
+        try await T.seed(
+            server,
+            [
+                ["_id": "a", "_rev": .string(r1), "v": 1, "type": "keep"],
+                ["_id": "a", "_rev": .string(T.rev(2, "1")), "_revisions": T.revisions([T.rev(2, "1"), r1]), "v": "x"],
+                ["_id": "a", "_rev": .string(T.rev(2, "2")), "_revisions": T.revisions([T.rev(2, "2"), r1]), "v": "y"],
+                ["_id": "b", "_rev": .string(r1), "v": 2, "type": "other"],
+                ["_id": "b", "_rev": .string(T.rev(2, "3")), "_revisions": T.revisions([T.rev(2, "3"), r1]), "_deleted": true],
+                ["_id": "_design/x", "_rev": .string(r1), "views": [:]],
+                [
+                    "_id": "att", "_rev": .string(T.rev(2, "4")), "_revisions": T.revisions([T.rev(2, "4"), T.rev(1, "4")]),
+                    "_attachments": [
+                        "hello.txt": ["content_type": "text/plain", "revpos": 1, "data": data(text)],
+                        "data.bin": ["content_type": "application/octet-stream", "revpos": 2, "data": data(binary)],
+                    ],
+                ],
+            ])
+    }
+
+    @Test func aPullFromAReferenceServerAgreesOnEveryWinnerLeafAndAttachment() async throws {
+        let (url, _, stop) = try await Self.reference()
+        defer { Task { await stop() } }
+        let endpoint = try CouchEndpoint.parse(url)
         let local = try DocumentStore.inMemory()
         var configuration = ReplicatorConfiguration()
         configuration.direction = .pull
@@ -310,9 +346,10 @@ enum CouchClientTesting {
 
 extension CouchReferencePullTests {
     /// Resume, live changes and filters against the named server (it gains a few documents).
-    @Test(.enabled(if: url != nil))
-    func aReferenceServerIsPulledIncrementallyLiveAndFiltered() async throws {
-        let endpoint = try CouchEndpoint.parse(Self.url!)
+    @Test func aReferenceServerIsPulledIncrementallyLiveAndFiltered() async throws {
+        let (url, _, stop) = try await Self.reference()
+        defer { Task { await stop() } }
+        let endpoint = try CouchEndpoint.parse(url)
         let http = CouchHTTP(endpoint: endpoint, tls: nil, logger: T.quiet)
         defer { Task { await http.shutdown() } }
         let local = try DocumentStore.inMemory()
@@ -400,9 +437,10 @@ extension CouchReferencePullTests {
     }
 
     /// `GET /{db}/{id}?open_revs=…` against the named server, as used without `_bulk_get`.
-    @Test(.enabled(if: url != nil))
-    func aReferenceServerIsReadWithOpenRevs() async throws {
-        let endpoint = try CouchEndpoint.parse(Self.url!)
+    @Test func aReferenceServerIsReadWithOpenRevs() async throws {
+        let (url, _, stop) = try await Self.reference()
+        defer { Task { await stop() } }
+        let endpoint = try CouchEndpoint.parse(url)
         let http = CouchHTTP(endpoint: endpoint, tls: nil, logger: T.quiet)
         defer { Task { await http.shutdown() } }
         let local = try DocumentStore.inMemory()
@@ -468,5 +506,131 @@ extension CouchPullTests {
             Issue.record("the trust boundary refused a good revision")
             return
         }
+    }
+}
+
+extension CouchReferencePullTests {
+    /// `createTarget` makes a missing database on the named server (and this test removes
+    /// it); a Ferry node serves one database only, so there it stays a clear error.
+    @Test func aReferenceServerCreatesAMissingDatabaseOnlyWhenAsked() async throws {
+        let (url, isReference, stop) = try await Self.reference()
+        defer { Task { await stop() } }
+        var endpoint = try CouchEndpoint.parse(url)
+        endpoint.database = "ferry-created-" + UUID().uuidString.lowercased()
+        let http = CouchHTTP(endpoint: endpoint, tls: nil, logger: T.quiet)
+        defer { Task { await http.shutdown() } }
+        do {
+            _ = try await CouchRemote.open(http: http, store: try DocumentStore.inMemory(), logger: T.quiet)
+            Issue.record("opened a missing database")
+        } catch let e as CouchClientError {
+            #expect(e.code == "database_missing")
+        }
+        var creating = endpoint
+        creating.createTarget = true
+        let maker = CouchHTTP(endpoint: creating, tls: nil, logger: T.quiet)
+        defer { Task { await maker.shutdown() } }
+        guard isReference else {
+            let refused = await CouchRemoteOpenTests.couchError {
+                _ = try await CouchRemote.open(http: maker, store: try DocumentStore.inMemory(), logger: T.quiet)
+            }
+            #expect(refused?.isTransient == false)
+            return
+        }
+        _ = try await CouchRemote.open(http: maker, store: try DocumentStore.inMemory(), logger: T.quiet)
+        #expect(try await http.send(.GET, http.databasePath()).status == 200)
+        _ = try await http.send(.DELETE, http.databasePath())
+    }
+}
+
+extension CouchPullTests {
+    @Test func documentIDsAndASelectorTogetherBringOnlyDocumentsMatchingBoth() async throws {
+        let server = try await CouchTestServer.start()
+        defer { Task { await server.stop() } }
+        _ = try server.store.put(DocumentID("a"), body: ["type": "keep"])
+        _ = try server.store.put(DocumentID("b"), body: ["type": "keep"])
+        _ = try server.store.put(DocumentID("c"), body: ["type": "other"])
+        let local = try DocumentStore.inMemory()
+        let replicator = try await T.pull(server, into: local) {
+            $0.remoteSelector = ["type": "keep"]
+            $0.documentIDs = [try! DocumentID("a"), try! DocumentID("c")]
+        }
+        #expect(replicator.status.error == nil)
+        #expect(try local.document(DocumentID("a")) != nil)
+        #expect(try local.document(DocumentID("b")) == nil)
+        #expect(try local.document(DocumentID("c")) == nil)
+    }
+}
+
+extension CouchPullTests {
+    @Test func aRefusedRevisionLeavesItsAttachmentOutOfTheBlobStore() async throws {
+        let server = try await CouchTestServer.start()
+        defer { Task { await server.stop() } }
+        let kept = Array("kept attachment".utf8)
+        let refused = Array("refused attachment".utf8)
+        try await T.seed(
+            server,
+            [
+                ["_id": "ok", "_rev": .string(T.rev(1, "a")), "_attachments": ["f": ["content_type": "text/plain", "data": .string(Data(kept).base64EncodedString())]]],
+                ["_id": "secret", "_rev": .string(T.rev(1, "b")), "_attachments": ["f": ["content_type": "text/plain", "data": .string(Data(refused).base64EncodedString())]]],
+            ])
+        let local = try DocumentStore.inMemory()
+        let replicator = try await T.pull(server, into: local) {
+            $0.pullFilter = RevisionFilter(name: "no-secrets") { $0.id.rawValue != "secret" }
+        }
+        #expect(replicator.status.error == nil)
+        #expect(replicator.summary.rejected == 1)
+        #expect(local.blobs.has(BlobDigest.of(kept)))
+        #expect(!local.blobs.has(BlobDigest.of(refused)))
+    }
+
+    @Test func anAttachmentWhoseHeldBytesWereLetGoIsFetchedAgainByName() async throws {
+        let server = try await CouchTestServer.start()
+        defer { Task { await server.stop() } }
+        let bytes = Array("fetched again".utf8)
+        let rev = T.rev(1, "c")
+        try await T.seed(
+            server, [["_id": "doc", "_rev": .string(rev), "_attachments": ["f.txt": ["content_type": "text/plain", "data": .string(Data(bytes).base64EncodedString())]]]])
+        let local = try DocumentStore.inMemory()
+        let http = server.adminHTTP()
+        defer { Task { await http.shutdown() } }
+        let remote = try await CouchRemote.open(http: http, store: local, logger: T.quiet)
+        let wires = try await remote.fetchRevisions(
+            [RevisionRequest(id: try DocumentID("doc"), rev: try RevisionID(rev), ancestors: [])], deltas: false, maxHistory: 10)
+        #expect(wires.count == 1)
+        let digest = BlobDigest.of(bytes)
+        // Older fetches let their bytes go.
+        for _ in 0..<CouchPullState.bytesKeptFetches { remote.pullState.withLock { $0.age() } }
+        #expect(remote.pullState.withLock { $0.pendingBlobs[digest]?.bytes } == nil)
+        #expect(try await remote.blob(digest) == bytes)
+    }
+}
+
+extension CouchPullTests {
+    @Test func aContinuousPullWhoseServerWentAwayReconnectsAndGoesOn() async throws {
+        let store = try DocumentStore.inMemory()
+        let first = try await CouchTestServer.start(store: store)
+        let port = first.port
+        _ = try store.put(DocumentID("before"), body: ["n": 1])
+        let local = try DocumentStore.inMemory()
+        var configuration = ReplicatorConfiguration()
+        configuration.direction = .pull
+        configuration.continuous = true
+        configuration.heartbeat = .seconds(2)
+        configuration.maxAttemptWait = .milliseconds(500)
+        let replication = CouchReplication(endpoint: first.endpoint, logger: T.quiet)
+        let replicator = replication.replicator(store: local, configuration: configuration, logger: T.quiet)
+        replicator.start()
+        try await T.waitUntil("the first document arrives") { try local.document(DocumentID("before")) != nil }
+        await first.stop()
+        _ = try store.put(DocumentID("after"), body: ["n": 2])
+        let second = try await CouchTestServer.start(store: store, port: port)
+        defer { Task { await second.stop() } }
+        try await T.waitUntil("the document written while the server was away arrives") {
+            try local.document(DocumentID("after")) != nil
+        }
+        replicator.stop()
+        await replicator.waitUntilStopped()
+        await replication.shutdown()
+        #expect(try T.same("after", local, store))
     }
 }

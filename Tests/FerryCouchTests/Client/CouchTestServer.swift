@@ -36,6 +36,20 @@ final class CouchTestServer: Sendable {
         return CouchTestServer(store: store, port: port, group: group, run: run)
     }
 
+    /// The same API on a given port (e.g. again on the port of a server stopped before).
+    static func start(store: DocumentStore, port wanted: Int) async throws -> CouchTestServer {
+        let door = try ServerFrontDoorTests.frontDoor(store: store)
+        let (bound, announce) = AsyncStream.makeStream(of: Int.self)
+        var quiet = Logger(label: "ferry.test.couch")
+        quiet.logLevel = .critical
+        let service = try CouchListenerService(frontDoor: door, host: "127.0.0.1", port: wanted, logger: quiet, onBound: { announce.yield($0) })
+        let group = ServiceGroup(configuration: .init(services: [service], logger: quiet))
+        let run = Task { try await group.run() }
+        var ports = bound.makeAsyncIterator()
+        guard let port = await ports.next() else { throw CouchClientError(code: "no_port", message: "the test server never bound", isTransient: false) }
+        return CouchTestServer(store: store, port: port, group: group, run: run)
+    }
+
     /// The same API over TLS with the given certificate and key (DER).
     static func startTLS(certificateDER: [UInt8], privateKeyDER: [UInt8], store: DocumentStore? = nil) async throws -> CouchTestServer {
         let store = try store ?? DocumentStore.inMemory()
