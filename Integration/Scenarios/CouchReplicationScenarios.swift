@@ -380,13 +380,11 @@ import Testing
     }
 }
 
-/// A LAN of three Ferry nodes in the lab (mDNS, a full mesh) and one more node acting only
-/// as a CouchDB-protocol hub, with one LAN node replicating continuously with the hub.
-@Suite(
-    .serialized, .timeLimit(.minutes(10)),
-    .enabled(if: mustRunEverything, "the LAN lab needs root, `ip netns` and avahi-daemon (as root and in CI it always runs)"))
-struct CouchHubLabScenarios {
-    /// A write on any LAN node reaches the hub, and one on the hub every LAN node; a
+// In LabScenarios, which runs its tests one at a time: there is one lab per machine.
+extension LabScenarios {
+    /// A LAN of three Ferry nodes in the lab (mDNS, a full mesh) and one more node acting
+    /// only as a CouchDB-protocol hub, with node1 replicating continuously with the hub's
+    /// CouchDB API. A write on any LAN node reaches the hub, and one on the hub every LAN node; a
     /// conflict made on the hub and on a cut-off LAN node at once ends with the same winner
     /// everywhere; deletes and attachments survive the round trip; once converged, nothing
     /// writes new revisions.
