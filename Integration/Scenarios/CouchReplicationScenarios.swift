@@ -281,9 +281,11 @@ import Testing
         let duplicates = Int(try await a.admin.metric("ferry_documents_duplicate_total"))
         print("""
             source killed: \(pulled) revisions stored for \(total) documents, \(duplicates) fetched again; \
-            \(listed) changes counted (those an attempt listed but did not finish are counted again by the next)
+            \(listed - total) changes listed again after the reconnect (batch \(batch))
             """)
-        #expect(listed == total && pulled == total && duplicates <= batch, "\(status)")
+        // A page listed by the failed attempt and not finished is not counted (it is listed
+        // again); what is counted twice was finished and then listed again from the checkpoint.
+        #expect(listed - total <= batch && pulled == total && duplicates <= batch, "\(status)")
         #expect(status["error"] == .null, "the error outlived the recovery: \(status)")
         try await cluster.awaitConvergence(among: [a, b])
         await finish(cluster, allowing: expectedRefusals + ["replication offline", "Connection refused", "connection refused"])
