@@ -149,9 +149,10 @@ import Testing
         await finish(cluster, allowing: expectedRefusals)
     }
 
-    /// Filtered replications: a one-shot pull by document IDs brings exactly those; a
-    /// continuous push-and-pull with a Mango selector brings only matching documents from
-    /// B and sends only matching ones to B, before and after it has caught up.
+    /// Filtered replications: a one-shot pull by document IDs brings exactly those, and a
+    /// one-shot push by document IDs sends exactly those; a continuous push-and-pull with
+    /// a Mango selector brings only matching documents from B and sends only matching ones
+    /// to B, before and after it has caught up.
     @Test func filteredReplicationsCarryOnlyTheNamedOrMatchingDocuments() async throws {
         let cluster = Cluster("couchrep-filter")
         defer { cluster.cleanUp() }
@@ -176,12 +177,26 @@ import Testing
         #expect(status["pulled"] == 2 && status["error"] == .null, "\(status)")
         #expect(try await Set(dbA.snapshot().keys) == ["keep-1", "keep-2"])
 
+        // The same the other way: a one-shot push of one named document of two.
+        try await dbA.put("push-1", ["type": "misc"])
+        try await dbA.put("push-2", ["type": "misc"])
+        try await a.addReplication([
+            "id": "push-by-id", "url": .string(dbB.url), "direction": "push", "continuous": false, "credentialsFile": credentials,
+            "documentIDs": ["push-1"],
+        ])
+        status = try await a.awaitReplication("push-by-id", "pushed push-1 and stopped") {
+            $0["activity"] == "stopped" && ($0["pushed"]?.intValue ?? 0) >= 1
+        }
+        #expect(status["pushed"] == 1 && status["error"] == .null, "\(status)")
+        #expect(try await dbB.exists("push-1"))
+        #expect(try await !dbB.exists("push-2"))
+
         try await a.addReplication([
             "id": "orders", "url": .string(dbB.url), "direction": "pushAndPull", "continuous": true, "credentialsFile": credentials,
             "selector": ["type": "order"],
         ])
         try await waitUntil("the five orders reach A") {
-            try await a.admin.get("/")["docCount"]?.intValue == 7
+            try await a.admin.get("/")["docCount"]?.intValue == 9
         }
         // Written in this order, each pair is listed note first: when the order has
         // arrived, the note has been passed over.
@@ -192,8 +207,8 @@ import Testing
         try await waitUntil("order-6 reaches A") { try await dbA.exists("order-6") }
         try await waitUntil("order-a reaches B") { try await dbB.exists("order-a") }
         let onA = try await dbA.snapshot().keys.sorted(), onB = try await dbB.snapshot().keys.sorted()
-        #expect(onA == ["keep-1", "keep-2", "note-a"] + (1...6).map { "order-\($0)" } + ["order-a"], "\(onA)")
-        #expect(!onB.contains("note-a") && onB.contains("order-a"), "\(onB)")
+        #expect(onA == ["keep-1", "keep-2", "note-a"] + (1...6).map { "order-\($0)" } + ["order-a", "push-1", "push-2"], "\(onA)")
+        #expect(!onB.contains("note-a") && !onB.contains("push-2") && onB.contains("order-a"), "\(onB)")
         status = try await a.replication("orders")["status"] ?? .null
         print("selector: \(status.canonicalString)")
         #expect(status["error"] == .null && status["pulled"] == 6 && status["pushed"] == 1, "\(status)")
