@@ -301,6 +301,9 @@ public final class Replicator: Sendable {
         if direction.pushes && !remote.identity.allowsPush {
             throw SyncError.forbidden("the peer is read-only: push is refused")
         }
+        // Changes a failed attempt saw but did not finish are listed again from the
+        // checkpoint: uncounted, or a continuous replication would never show idle again.
+        context.progress.update { $0.total = $0.completed }
         setActivity(.busy)
         let context = self.context
         try await withThrowingTaskGroup(of: Void.self) { group in
