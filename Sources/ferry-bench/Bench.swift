@@ -234,13 +234,14 @@ struct DocumentGenerator {
         return (try! DocumentID(String(format: "doc-%08d", i)), .object(fields))
     }
 
-    /// Writes documents 0..<count as NDJSON (each with "_id") for `ferry import`, streaming.
-    func writeNDJSON(_ count: Int, to path: String) throws {
+    /// Writes documents 0..<count as NDJSON (each with "_id") for `ferry import`, streaming;
+    /// those `skipping` names are left out.
+    func writeNDJSON(_ count: Int, skipping: (Int) -> Bool = { _ in false }, to path: String) throws {
         FileManager.default.createFile(atPath: path, contents: nil)
         guard let out = FileHandle(forWritingAtPath: path) else { throw BenchError("cannot write \(path)") }
         defer { try? out.close() }
         var chunk: [UInt8] = []
-        for i in 0..<count {
+        for i in 0..<count where !skipping(i) {
             let (id, body) = document(i)
             var o = body.objectValue!
             o["_id"] = .string(id.rawValue)

@@ -112,7 +112,7 @@ struct CouchReplicationBench: AsyncParsableCommand {
         let directory = "\(root)/source-\(count)"
         let ndjson = "\(root)/docs-\(count).ndjson"
         let hasAttachment: (Int) -> Bool = { attachmentEvery > 0 && $0 % attachmentEvery == 0 }
-        try writeNDJSON(generator, count: count, skipping: hasAttachment, to: ndjson)
+        try generator.writeNDJSON(count, skipping: hasAttachment, to: ndjson)
         let imported = try NetBench.spawn(ferry, ["--data", directory, "import", ndjson, "--batch-size", "10000"])
         guard imported.status == 0 else { throw BenchError("ferry import failed with status \(imported.status)") }
         try? FileManager.default.removeItem(atPath: ndjson)
@@ -144,26 +144,6 @@ struct CouchReplicationBench: AsyncParsableCommand {
         let credentialsFile = "\(root)/couch-credentials-\(count)"
         _ = FileManager.default.createFile(atPath: credentialsFile, contents: Data("admin:\(key)\n".utf8), attributes: [.posixPermissions: 0o600])
         return Source(node: node, directory: directory, couchDatabase: database, credentialsFile: credentialsFile)
-    }
-
-    /// Documents 0..<count except those `skipping` names, as NDJSON for `ferry import`.
-    func writeNDJSON(_ generator: DocumentGenerator, count: Int, skipping: (Int) -> Bool, to path: String) throws {
-        _ = FileManager.default.createFile(atPath: path, contents: nil)
-        guard let out = FileHandle(forWritingAtPath: path) else { throw BenchError("cannot write \(path)") }
-        defer { try? out.close() }
-        var chunk: [UInt8] = []
-        for i in 0..<count where !skipping(i) {
-            let (id, body) = generator.document(i)
-            var o = body.objectValue!
-            o["_id"] = .string(id.rawValue)
-            chunk.append(contentsOf: JSON.object(o).canonicalBytes)
-            chunk.append(0x0A)
-            if chunk.count > 1 << 20 {
-                try out.write(contentsOf: chunk)
-                chunk.removeAll(keepingCapacity: true)
-            }
-        }
-        try out.write(contentsOf: chunk)
     }
 
     /// `ferry sync http://…/DB --pull` into an empty data directory.
