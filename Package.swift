@@ -2,7 +2,7 @@
 import PackageDescription
 
 // Layers (see docs/architecture.md): dependencies point down only.
-//   ferry (CLI) -> FerryNode -> FerryTransport -> FerrySync -> FerryStore -> FerryCore
+//   ferry (CLI) -> FerryNode -> FerryTransport -> FerrySync -> FerryStore -> FerryQuery -> FerryCore
 //                         \-> FerryDiscovery (DNS-SD; knows nothing of documents) -> FerryCore
 let package = Package(
     name: "Ferry",
@@ -45,7 +45,7 @@ let package = Package(
         .target(
             name: "FerryStore",
             dependencies: [
-                "FerryCore",
+                "FerryCore", "FerryQuery",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -153,7 +153,7 @@ let package = Package(
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ]
         ),
-        .testTarget(name: "FerryStoreTests", dependencies: ["FerryStore", "FerryCore", "IntegrationHarness"]),
+        .testTarget(name: "FerryStoreTests", dependencies: ["FerryStore", "FerryQuery", "FerryCore", "IntegrationHarness"]),
         .testTarget(
             name: "FerrySyncTests",
             dependencies: [
