@@ -136,7 +136,7 @@ let package = Package(
         .executableTarget(
             name: "ferry-bench",
             dependencies: [
-                "FerryCore", "FerryStore", "FerrySync", "FerryTransport", "IntegrationHarness",
+                "FerryCore", "FerryQuery", "FerryStore", "FerrySync", "FerryTransport", "FerryCouch", "IntegrationHarness",
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
