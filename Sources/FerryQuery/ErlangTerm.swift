@@ -24,7 +24,7 @@ enum ErlangTerm {
 
     private static func binary(_ s: String, pretty: Bool) -> String {
         let bytes = Array(s.utf8)
-        if pretty, bytes.allSatisfy({ (0x20...0x7E).contains($0) }) {
+        if pretty, !bytes.isEmpty, bytes.allSatisfy({ (0x20...0x7E).contains($0) }) {
             return "<<\"" + escaped(s) + "\">>"
         }
         return "<<" + bytes.map(String.init).joined(separator: ",") + ">>"

@@ -86,7 +86,8 @@ import Testing
         let b = try Self.parse(#"{"index":{"fields":[{"a":"asc"},"b.c"]},"type":"json","w":2}"#)
         #expect(a.index == b.index)
         #expect(a.index.name.count == 40)
-        #expect(a.index.name.allSatisfy(\.isHexDigit))
+        let hex = a.index.name.allSatisfy { $0.isHexDigit }
+        #expect(hex)
         #expect(a.index.designDocument == "_design/" + a.index.name)
         let other = try Self.parse(#"{"index":{"fields":["a","b.c"],"partial_filter_selector":{"x":1}}}"#)
         #expect(other.index.name != a.index.name)
