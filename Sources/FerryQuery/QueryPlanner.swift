@@ -491,12 +491,13 @@ private struct Planning {
             usabilityMap: usabilityMap, usable: usable, chosenFrom: chosenFrom, group: group))
         let indexable = QueryPlanner.indexableFields(root)
         let unindexable = Set(QueryPlanner.selectorFields(root)).subtracting(indexable)
+        // Listed in descending order, as the reference CouchDB prints its sets of names.
         out["selector_hints"] = [
             [
                 "type": "json",
-                "indexable_fields": .array(indexable.map { .string($0.description) }),
+                "indexable_fields": .array(indexable.reversed().map { .string($0.description) }),
                 "unindexable_fields": .array(
-                    unindexable.map(\.description).sorted(by: CouchCollation.utf8Precedes).map { .string($0) }),
+                    unindexable.map(\.description).sorted(by: CouchCollation.utf8Precedes).reversed().map { .string($0) }),
             ]
         ]
         var (start, end) = keys(winner)
