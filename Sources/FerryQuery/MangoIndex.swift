@@ -96,3 +96,26 @@ public struct KeyRange: Sendable, Hashable {
         return true
     }
 }
+
+extension MangoIndex {
+    /// The index's entry in `GET /{db}/_index`, as CouchDB lists a JSON index:
+    /// `{"ddoc", "name", "type": "json", "partitioned": false, "def": {"fields": [{"f": "asc"}], "partial_filter_selector"?}}`.
+    public var json: JSON {
+        var def: [String: JSON] = [
+            "fields": .array(fields.map { f in .object([f.path.description: .string(f.descending ? "desc" : "asc")]) })
+        ]
+        if let partialFilter { def["partial_filter_selector"] = partialFilter.root.json }
+        return [
+            "ddoc": .string(designDocument), "name": .string(name), "type": "json", "partitioned": false,
+            "def": .object(def),
+        ]
+    }
+
+    /// The `_all_docs` special index's entry, which CouchDB lists first.
+    public static let allDocsJSON: JSON = [
+        "ddoc": .null, "name": "_all_docs", "type": "special", "def": ["fields": [["_id": "asc"]]],
+    ]
+
+    /// The indexed paths, in order.
+    public var columns: [FieldPath] { fields.map(\.path) }
+}
