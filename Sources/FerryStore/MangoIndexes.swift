@@ -8,7 +8,8 @@ import GRDB
 public struct StoredMangoIndex: Sendable, Hashable {
     public enum State: Sendable, Hashable {
         /// Entries are being added for the documents stored before the index was defined;
-        /// `done` of `total` documents so far. Queries do not read it yet.
+        /// `done` of `total` document rows walked so far (deleted ones count: the walk is by
+        /// row). Queries do not read it yet.
         case building(done: Int, total: Int)
         /// Every live document's entry is present; queries may read it.
         case ready

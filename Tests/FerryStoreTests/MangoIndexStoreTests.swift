@@ -367,13 +367,15 @@ import Testing
 
     @Test func theIndexScanReadsTheKeyIndexInOrder() throws {
         let store = try DocumentStore.inMemory()
-        let sql = DocumentStore.indexScanSQL(lower: true, upper: false, after: true, descending: false)
-        let plan = try store.read { db in
-            try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + sql, arguments: [1, Data([1]), Data([9]), Data([2]), "x", 20])
-                .map { $0["detail"] as String }
+        for descending in [false, true] {
+            let sql = DocumentStore.indexScanSQL(lower: true, upper: false, after: true, descending: descending)
+            let plan = try store.read { db in
+                try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + sql, arguments: [1, Data([1]), Data([9]), Data([2]), "x", 20])
+                    .map { $0["detail"] as String }
+            }
+            #expect(plan.contains { $0.contains("mango_entries_by_key") }, "\(plan)")
+            #expect(!plan.contains { $0.contains("TEMP B-TREE") }, "\(plan)")
         }
-        #expect(plan.contains { $0.contains("mango_entries_by_key") }, "\(plan)")
-        #expect(!plan.contains { $0.contains("TEMP B-TREE") }, "\(plan)")
     }
 }
 
