@@ -73,6 +73,9 @@ struct MangoTransactionState {
     var active: [ActiveMangoIndex]?
     /// Whether a design document written in this transaction registered or dropped an index.
     var definitionsChanged = false
+    /// The first failure to maintain an index: the transaction may not commit after it,
+    /// even when its caller goes on (a replicated batch reports a bad revision and continues).
+    var failure: StoreError?
 }
 
 extension StoreTransaction {
@@ -107,6 +110,34 @@ extension StoreTransaction {
     func documentWinnerChanged(
         id: DocumentID, docKey: Int64, isNew: Bool, revision: RevisionID, deleted: Bool, body: [UInt8]
     ) throws(StoreError) {
+        do {
+            try updateEntries(id: id, docKey: docKey, isNew: isNew, revision: revision, deleted: deleted, body: body)
+        } catch {
+            if mango.failure == nil { mango.failure = error }
+            throw error
+        }
+    }
+
+    /// Removes a purged document's entries from every active index, or, for a design
+    /// document, drops the indexes it defined.
+    func documentPurged(id: DocumentID, docKey: Int64) throws(StoreError) {
+        do {
+            if id.rawValue.hasPrefix(MangoIndexKeys.designPrefix) {
+                try reconcileDesignDocument(id.rawValue, deleted: true, body: [])
+            } else {
+                for entry in try activeMangoIndexes() {
+                    try deleteMangoEntry(index: entry.id, docKey: docKey)
+                }
+            }
+        } catch {
+            if mango.failure == nil { mango.failure = error }
+            throw error
+        }
+    }
+
+    private func updateEntries(
+        id: DocumentID, docKey: Int64, isNew: Bool, revision: RevisionID, deleted: Bool, body: [UInt8]
+    ) throws(StoreError) {
         if id.rawValue.hasPrefix(MangoIndexKeys.designPrefix) {
             try reconcileDesignDocument(id.rawValue, deleted: deleted, body: body)
             return
@@ -123,13 +154,6 @@ extension StoreTransaction {
             } else if !isNew {
                 try deleteMangoEntry(index: entry.id, docKey: docKey)
             }
-        }
-    }
-
-    /// Removes a purged document's entries from every active index.
-    func documentPurged(docKey: Int64) throws(StoreError) {
-        for entry in try activeMangoIndexes() {
-            try deleteMangoEntry(index: entry.id, docKey: docKey)
         }
     }
 
@@ -163,7 +187,7 @@ extension StoreTransaction {
     /// Makes `mango_indexes` match what design document `ddoc` now defines: an unchanged
     /// definition stays; a removed or changed one is dropped (its entries go later, in
     /// batches) and a new or changed one starts building under a new number.
-    func reconcileDesignDocument(_ ddoc: String, deleted: Bool, body: [UInt8]) throws(StoreError) {
+    private func reconcileDesignDocument(_ ddoc: String, deleted: Bool, body: [UInt8]) throws(StoreError) {
         var wanted: [String: [UInt8]] = [:]
         if !deleted {
             let json = try wrapDatabase { try StoredDocument.decodeBody(body) }

@@ -44,8 +44,10 @@ public final class StoreTransaction {
         store.clock.withLock { $0.raise(to: floor) }
     }
 
-    /// Persists the sequence counter and clock; called once before commit.
+    /// Persists the sequence counter and clock; called once before commit. Throws (so the
+    /// transaction rolls back) when an index could not be kept exact, even if the caller went on.
     func finish() throws {
+        if let failure = mango.failure { throw failure }
         guard lastSequence != startSequence || store.currentClock > latestHLC else { return }
         let stmt = try db.cachedStatement(
             sql: "UPDATE store_state SET last_sequence = ?, last_hlc = ? WHERE singleton = 1")
@@ -95,11 +97,7 @@ public final class StoreTransaction {
             try Int64.fetchOne(db.cachedStatement(sql: "DELETE FROM documents WHERE id = ? RETURNING doc_key"), arguments: [id.rawValue])
         }
         guard let docKey else { return false }
-        if id.rawValue.hasPrefix(MangoIndexKeys.designPrefix) {
-            try reconcileDesignDocument(id.rawValue, deleted: true, body: [])
-        } else {
-            try documentPurged(docKey: docKey)
-        }
+        try documentPurged(id: id, docKey: docKey)
         return true
     }
 

@@ -263,6 +263,18 @@ import Testing
         #expect(try entryCount(store) == 1)
     }
 
+    @Test func aFailedIndexUpdateRollsBackAReplicatedBatchThatWentOn() throws {
+        let origin = try DocumentStore.inMemory()
+        let rev = try origin.put(docID("a"), body: ["v": 1])
+        let store = try DocumentStore.inMemory()
+        _ = try defineReady(store, index("by-v", "v"))
+        try store.write { txn in try txn.db.execute(sql: "UPDATE mango_indexes SET definition = x'7b'") }
+        // insertExisting reports a failed revision and goes on; the commit must not.
+        #expect(throws: StoreError.self) { try store.insertRevisions([try incoming(origin, docID("a"), rev)]) }
+        #expect(try store.document(docID("a")) == nil)
+        #expect(try entryCount(store) == 0)
+    }
+
     @Test func withoutIndexesWritesTouchNoEntries() throws {
         let store = try DocumentStore.inMemory()
         for i in 0..<50 { try store.put(docID("d\(i)"), body: ["v": .int(Int64(i))]) }
