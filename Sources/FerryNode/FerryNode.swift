@@ -217,6 +217,7 @@ public final class FerryNode: Sendable {
         if let discovery { services.append(DeferredAdvertisement(discovery: discovery, listener: listener, node: self)) }
         services.append(manager)
         services.append(MembershipFollower(membership: membership, store: store))
+        services.append(makeIndexBuilder())
         services.append(
             StartupGuard(role: .admin(configuration.adminInterface, configuration.adminPort), service: admin.application()))
         services.append(contentsOf: try makeCouchServices(readiness: readiness))

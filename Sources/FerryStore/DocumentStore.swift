@@ -19,6 +19,8 @@ public final class DocumentStore: Sendable {
     let clock: Mutex<HybridLogicalClock>
     let notifier = ChangeNotifier()
     let poller = ForeignCommitPoller()
+    /// Parsed Mango index definitions, shared by transactions and scans.
+    let mangoDefinitions = MangoDefinitionCache()
 
     /// The database file name inside a data directory.
     public static let databaseFileName = "ferry.sqlite"

@@ -8,7 +8,8 @@ import GRDB
 public struct StoredMangoIndex: Sendable, Hashable {
     public enum State: Sendable, Hashable {
         /// Entries are being added for the documents stored before the index was defined;
-        /// `done` of `total` documents so far. Queries do not read it yet.
+        /// `done` of `total` document rows walked so far (deleted ones count: the walk is by
+        /// row). Queries do not read it yet.
         case building(done: Int, total: Int)
         /// Every live document's entry is present; queries may read it.
         case ready
@@ -66,19 +67,71 @@ public struct MangoIndexBuildStep: Sendable, Equatable {
 
 extension DocumentStore {
     /// Every index the store's design documents define (building ones included), by design
-    /// document then name.
+    /// document then name. An index whose entries use an older key layout is listed as
+    /// building until it is rebuilt.
     public func mangoIndexes() throws(StoreError) -> [StoredMangoIndex] {
-        []
+        try read { db in try mangoIndexes(in: db) }
+    }
+
+    func mangoIndexes(in db: Database) throws -> [StoredMangoIndex] {
+        do {
+            let stmt = try FastStatement(
+                db,
+                sql: """
+                    SELECT index_id, ddoc, name, definition, state, build_done, build_total, key_version
+                    FROM mango_indexes WHERE state != 'dropping' ORDER BY ddoc, name, index_id
+                    """)
+            defer { stmt.done() }
+            var out: [StoredMangoIndex] = []
+            while try stmt.step() {
+                let id = stmt.int64(0)
+                let index = try mangoDefinitions.index(
+                    id: id, designDocument: stmt.text(1), name: stmt.text(2), definition: stmt.bytes(3))
+                let (done, total) = (Int(stmt.int64(5)), Int(stmt.int64(6)))
+                let state: StoredMangoIndex.State
+                if stmt.text(4) == "ready" && stmt.int64(7) == MangoIndexKeys.version {
+                    state = .ready
+                } else if stmt.int64(7) == MangoIndexKeys.version {
+                    state = .building(done: done, total: Swift.max(done, total))
+                } else {
+                    state = .building(done: 0, total: total)
+                }
+                out.append(StoredMangoIndex(id: id, index: index, state: state))
+            }
+            return out
+        }
+    }
+
+    /// Whether `buildMangoIndexes` has anything to do: an index building, dropping, or
+    /// computed with an older key layout. A cheap read, for a builder deciding whether to write.
+    public func hasPendingMangoIndexWork() throws(StoreError) -> Bool {
+        try read { db in
+            let stmt = try FastStatement(
+                db, sql: "SELECT EXISTS (SELECT 1 FROM mango_indexes WHERE state != 'ready' OR key_version != ?)")
+            defer { stmt.done() }
+            stmt.bind(1, MangoIndexKeys.version)
+            return try stmt.step() && stmt.int64(0) == 1
+        }
     }
 
     /// Up to `limit` live documents of `target` whose keys lie in `range`, in key order
     /// (then document ID), descending when asked, starting after `after`. Design documents are
     /// never in an index; `_all_docs` includes them (callers skip what they do not serve).
+    /// An index that does not exist or is not ready throws `indexUnavailable`.
     public func scan(_ target: ScanTarget, range: KeyRange, descending: Bool, after: ScanPosition?, limit: Int)
         throws(StoreError) -> [ScannedDocument]
     {
-        guard case .allDocs = target else { return [] }
-        return try read { db in
+        guard limit > 0 else { return [] }
+        switch target {
+        case .allDocs: return try scanAllDocuments(range: range, descending: descending, after: after, limit: limit)
+        case .index(let id): return try scanIndex(id, range: range, descending: descending, after: after, limit: limit)
+        }
+    }
+
+    private func scanAllDocuments(range: KeyRange, descending: Bool, after: ScanPosition?, limit: Int)
+        throws(StoreError) -> [ScannedDocument]
+    {
+        try read { db in
             var conditions = ["deleted = 0"]
             var arguments: [any DatabaseValueConvertible] = []
             func text(_ bytes: [UInt8]) -> String { String(decoding: bytes, as: UTF8.self) }
@@ -96,11 +149,11 @@ extension DocumentStore {
             }
             arguments.append(limit)
             let rows = try Row.fetchAll(
-                db,
-                sql: """
-                    SELECT id, rev, body, conflicted FROM documents WHERE \(conditions.joined(separator: " AND "))
-                    ORDER BY id \(descending ? "DESC" : "ASC") LIMIT ?
-                    """,
+                db.cachedStatement(
+                    sql: """
+                        SELECT id, rev, body, conflicted FROM documents WHERE \(conditions.joined(separator: " AND "))
+                        ORDER BY id \(descending ? "DESC" : "ASC") LIMIT ?
+                        """),
                 arguments: StatementArguments(arguments.map { $0.databaseValue }))
             return try rows.map { row in
                 let id: String = row["id"]
@@ -112,10 +165,79 @@ extension DocumentStore {
         }
     }
 
+    private func scanIndex(_ indexID: Int64, range: KeyRange, descending: Bool, after: ScanPosition?, limit: Int)
+        throws(StoreError) -> [ScannedDocument]
+    {
+        try read { db in
+            let check = try FastStatement(db, sql: "SELECT state, key_version FROM mango_indexes WHERE index_id = ?")
+            check.bind(1, indexID)
+            guard try check.step() else {
+                check.done()
+                throw StoreError.indexUnavailable(id: indexID, reason: "no such index (it may have been deleted)")
+            }
+            let (state, version) = (check.text(0), check.int64(1))
+            check.done()
+            guard state == "ready" else {
+                throw StoreError.indexUnavailable(id: indexID, reason: state == "building" ? "it is still being built" : "it is being deleted")
+            }
+            guard version == MangoIndexKeys.version else {
+                throw StoreError.indexUnavailable(id: indexID, reason: "it is waiting to be rebuilt for this version of Ferry")
+            }
+            let stmt = FastStatement(
+                db,
+                statement: try db.cachedStatement(
+                    sql: Self.indexScanSQL(
+                        lower: range.lower.map { _ in range.lowerInclusive }, upper: range.upper.map { _ in range.upperInclusive },
+                        after: after != nil, descending: descending)))
+            defer { stmt.done() }
+            stmt.bind(1, indexID)
+            if let lower = range.lower { stmt.bind(2, lower) }
+            if let upper = range.upper { stmt.bind(3, upper) }
+            if let after {
+                stmt.bind(4, after.key)
+                stmt.bind(5, after.documentID)
+            }
+            stmt.bind(6, Int64(limit))
+            var out: [ScannedDocument] = []
+            out.reserveCapacity(Swift.min(limit, 256))
+            while try stmt.step() {
+                let id = stmt.text(1)
+                out.append(
+                    ScannedDocument(
+                        id: DocumentID(unchecked: id), revision: try Self.parseStoredRev(stmt.text(2)), body: stmt.bytes(3),
+                        conflicted: stmt.int64(4) != 0, position: ScanPosition(key: stmt.bytes(0), documentID: id)))
+            }
+            return out
+        }
+    }
+
+    /// The SQL of an index scan: parameters 1 index, 2 lower key, 3 upper key, 4–5 the
+    /// position to resume after, 6 limit; `lower`/`upper` nil when open, else inclusive or not.
+    /// The row-value comparison and the order both follow `mango_entries_by_key`.
+    static func indexScanSQL(lower: Bool?, upper: Bool?, after: Bool, descending: Bool) -> String {
+        var conditions = ["e.index_id = ?1"]
+        if let lower { conditions.append(lower ? "e.key >= ?2" : "e.key > ?2") }
+        if let upper { conditions.append(upper ? "e.key <= ?3" : "e.key < ?3") }
+        if after { conditions.append(descending ? "(e.key, e.doc_id) < (?4, ?5)" : "(e.key, e.doc_id) > (?4, ?5)") }
+        conditions.append("d.deleted = 0")
+        let direction = descending ? "DESC" : "ASC"
+        return """
+            SELECT e.key, e.doc_id, d.rev, d.body, d.conflicted
+            FROM mango_entries AS e CROSS JOIN documents AS d ON d.doc_key = e.doc_key
+            WHERE \(conditions.joined(separator: " AND "))
+            ORDER BY e.key \(direction), e.doc_id \(direction) LIMIT ?6
+            """
+    }
+
     /// Does a bounded amount of index work (building entries for a new index over stored
     /// documents, removing a dropped index's entries), in short transactions so that writers
     /// wait little. Call until `work` is 0.
     public func buildMangoIndexes(maxDocuments: Int = 1000) throws(StoreError) -> MangoIndexBuildStep {
-        MangoIndexBuildStep(work: 0, building: [])
+        try write { txn in try txn.buildMangoIndexStep(maxDocuments: maxDocuments) }
+    }
+
+    /// `buildMangoIndexes`, run on the database's own thread while the caller suspends.
+    public func buildMangoIndexesSuspending(maxDocuments: Int = 1000) async throws(StoreError) -> MangoIndexBuildStep {
+        try await writeSuspending { txn in try txn.buildMangoIndexStep(maxDocuments: maxDocuments) }
     }
 }

@@ -41,6 +41,38 @@ enum Schema {
                     ) WITHOUT ROWID;
                     """)
         }
+        m.registerMigration("v2-mango-indexes") { db in
+            try db.execute(
+                sql: """
+                    -- Mango JSON indexes that design documents define. `definition` is the
+                    -- canonical JSON of the view (a changed one is a new index); `key_version`
+                    -- is the key layout the entries were computed with (MangoIndexKeys.version).
+                    -- Progress counts document rows walked by doc_key, deleted ones included.
+                    CREATE TABLE mango_indexes (
+                        index_id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        ddoc TEXT NOT NULL,
+                        name TEXT NOT NULL,
+                        definition BLOB NOT NULL,
+                        state TEXT NOT NULL CHECK (state IN ('building', 'ready', 'dropping')),
+                        build_cursor INTEGER NOT NULL DEFAULT 0,
+                        build_done INTEGER NOT NULL DEFAULT 0,
+                        build_total INTEGER NOT NULL DEFAULT 0,
+                        key_version INTEGER NOT NULL
+                    );
+                    CREATE INDEX mango_indexes_by_ddoc ON mango_indexes (ddoc, name);
+
+                    -- One entry per (index, live document in it): identified by the document's
+                    -- row, so removing an entry never needs its old key; read in (key, doc_id) order.
+                    CREATE TABLE mango_entries (
+                        index_id INTEGER NOT NULL,
+                        doc_key INTEGER NOT NULL,
+                        key BLOB NOT NULL,
+                        doc_id TEXT NOT NULL,
+                        PRIMARY KEY (index_id, doc_key)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX mango_entries_by_key ON mango_entries (index_id, key, doc_id);
+                    """)
+        }
         return m
     }
 }

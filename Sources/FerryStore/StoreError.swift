@@ -23,6 +23,8 @@ public enum StoreError: FerryError, Equatable {
     case database(String)
     /// A directory opened for reading holds no Ferry database.
     case noDatabase(directory: String)
+    /// A scan named an index that does not exist (any more), or whose entries are not complete yet.
+    case indexUnavailable(id: Int64, reason: String)
 
     public var domain: String { "store" }
 
@@ -46,6 +48,7 @@ public enum StoreError: FerryError, Equatable {
         case .io: return "io"
         case .database: return "database"
         case .noDatabase: return "no_database"
+        case .indexUnavailable: return "index_unavailable"
         }
     }
 
@@ -89,6 +92,7 @@ public enum StoreError: FerryError, Equatable {
         case .io(let why): return "I/O error: \(why)"
         case .database(let why): return "database error: \(why)"
         case .noDatabase(let dir): return "no Ferry data in \(dir) (check --data; documents are written there by put, import, sync or serve)"
+        case .indexUnavailable(let id, let reason): return "index \(id) cannot be read: \(reason)"
         }
     }
 

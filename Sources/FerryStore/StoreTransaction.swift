@@ -12,6 +12,8 @@ public final class StoreTransaction {
     /// storing replicated ones: change waiters may treat the two differently.
     private(set) var madeLocalRevision = false
     private let startSequence: UInt64
+    /// The Mango index definitions this transaction maintains (MangoIndexMaintenance.swift).
+    var mango = MangoTransactionState()
     private var latestHLC: HLCTimestamp
     /// Hot-path statements, fetched once per transaction rather than looked up by SQL text per row.
     private lazy var selectStatement = Result { try db.cachedStatement(sql: StoredDocument.selectSQL) }
@@ -42,8 +44,10 @@ public final class StoreTransaction {
         store.clock.withLock { $0.raise(to: floor) }
     }
 
-    /// Persists the sequence counter and clock; called once before commit.
+    /// Persists the sequence counter and clock; called once before commit. Throws (so the
+    /// transaction rolls back) when an index could not be kept exact, even if the caller went on.
     func finish() throws {
+        if let failure = mango.failure { throw failure }
         guard lastSequence != startSequence || store.currentClock > latestHLC else { return }
         let stmt = try db.cachedStatement(
             sql: "UPDATE store_state SET last_sequence = ?, last_hlc = ? WHERE singleton = 1")
@@ -89,11 +93,12 @@ public final class StoreTransaction {
     /// Removes a document and its whole history. Local only: a purge never replicates.
     @discardableResult
     public func purge(_ id: DocumentID) throws(StoreError) -> Bool {
-        try wrap {
-            let stmt = try db.cachedStatement(sql: "DELETE FROM documents WHERE id = ?")
-            try stmt.execute(arguments: [id.rawValue])
-            return db.changesCount > 0
+        let docKey = try wrap {
+            try Int64.fetchOne(db.cachedStatement(sql: "DELETE FROM documents WHERE id = ? RETURNING doc_key"), arguments: [id.rawValue])
         }
+        guard let docKey else { return false }
+        try documentPurged(id: id, docKey: docKey)
+        return true
     }
 
     private func edit(_ id: DocumentID, parent: RevisionID?, deleted: Bool, body: JSON) throws(StoreError)
@@ -132,7 +137,7 @@ public final class StoreTransaction {
             // The same edit was already made: identical content yields the identical revision.
             throw .conflict(id: id, given: parent, current: stored?.winner)
         }
-        try writeRow(id: id, key: stored?.key, tree: &tree)
+        try writeRow(id: id, key: stored?.key, previousWinner: stored?.winner, tree: &tree)
         stored = nil
         return rev
     }
@@ -192,7 +197,7 @@ public final class StoreTransaction {
         } catch {
             throw .invalidHistory(id, error.description)
         }
-        let seq = try writeRow(id: id, key: stored?.key, tree: &tree)
+        let seq = try writeRow(id: id, key: stored?.key, previousWinner: stored?.winner, tree: &tree)
         return .inserted(sequence: seq, branched: tree.revisions.lazy.filter(\.isLeaf).count > 1)
     }
 
@@ -226,9 +231,10 @@ public final class StoreTransaction {
         tree.dropBodies(retainingAncestors: store.options.retainedAncestorBodies)
     }
 
-    /// Writes the document row for `tree` with a new sequence; returns the sequence.
+    /// Writes the document row for `tree` with a new sequence, and, when its winner changed,
+    /// the document's Mango index entries in the same transaction; returns the sequence.
     @discardableResult
-    private func writeRow(id: DocumentID, key: Int64?, tree: inout RevisionTree) throws(StoreError) -> UInt64 {
+    private func writeRow(id: DocumentID, key: Int64?, previousWinner: RevisionID?, tree: inout RevisionTree) throws(StoreError) -> UInt64 {
         applyRetention(&tree)
         let w = tree.winnerIndex!
         let winner = tree.revisions[w]
@@ -255,6 +261,11 @@ public final class StoreTransaction {
                 stmt.bind(6, encoded)
                 try stmt.run()
             }
+        }
+        if winner.id != previousWinner {
+            let docKey = key ?? db.lastInsertedRowID
+            try documentWinnerChanged(
+                id: id, docKey: docKey, isNew: key == nil, revision: winner.id, deleted: winner.deleted, body: body)
         }
         return lastSequence
     }

@@ -1,0 +1,106 @@
+import FerryCore
+import FerryStore
+import Foundation
+import IntegrationHarness
+import Logging
+import ServiceLifecycle
+import Testing
+
+@testable import FerryNode
+
+/// The index builder service fills indexes whenever the store has such work: woken by this
+/// process's commits, or by its clock for other processes' commits; it stops gracefully.
+@Suite struct MangoIndexBuilderTests {
+    /// A design document defining one JSON index on `field`, in CouchDB's shape.
+    static func designDocument(index name: String, field: String) -> JSON {
+        [
+            "language": "query",
+            "views": .object([
+                name: [
+                    "map": ["fields": .object([field: "asc"]), "partial_filter_selector": [:]],
+                    "reduce": "_count",
+                    "options": ["def": ["fields": .array([.string(field)])]],
+                ]
+            ]),
+        ]
+    }
+
+    static let ddoc = try! DocumentID("_design/q", allowReserved: true)
+
+    static func isReady(_ store: DocumentStore) -> Bool {
+        guard let indexes = try? store.mangoIndexes(), !indexes.isEmpty else { return false }
+        return indexes.allSatisfy { $0.state == .ready }
+    }
+
+    @Test func theBuilderFillsAnIndexOverStoredDocumentsAndLogsItsStartAndEnd() async throws {
+        let store = try DocumentStore.inMemory()
+        for i in 0..<45 { try store.put(try DocumentID("d\(i)"), body: ["n": .int(Int64(i))]) }
+        try store.put(Self.ddoc, body: Self.designDocument(index: "by-n", field: "n"))
+        let clock = ManualClock()
+        let log = CapturedLog()
+        let builder = MangoIndexBuilder(store: store, clock: clock, batchSize: 10, logger: log.logger)
+        let running = Task { try await builder.run() }
+        defer { running.cancel() }
+        try await yieldUntil("the index is ready") { Self.isReady(store) }
+        let index = try #require(try store.mangoIndexes().first)
+        let found = try store.scan(.index(id: index.id), range: .all, descending: false, after: nil, limit: 100)
+        #expect(found.map(\.id.rawValue) == (0..<45).map { "d\($0)" })
+        try await yieldUntil("the end is logged") { log.all.contains { $0.message == "index ready" } }
+        let start = try #require(log.all.first { $0.message == "building index" })
+        #expect(start.metadata["ddoc"] == "_design/q")
+        #expect(start.metadata["name"] == "by-n")
+        #expect(start.metadata["total"] == "46")
+        running.cancel()
+        try await running.value
+    }
+
+    @Test func aCommitWakesTheIdleBuilder() async throws {
+        let store = try DocumentStore.inMemory()
+        let clock = ManualClock()
+        let builder = MangoIndexBuilder(store: store, clock: clock, pollInterval: .seconds(5), logger: Logger(label: "test"))
+        let running = Task { try await builder.run() }
+        defer { running.cancel() }
+        try await yieldUntil("the builder waits") { store.commitWaiters > 0 && clock.pendingDeadlines == [.seconds(5)] }
+        try store.put(try DocumentID("a"), body: ["n": 1])
+        try store.put(Self.ddoc, body: Self.designDocument(index: "by-n", field: "n"))
+        // No clock tick: the commit alone wakes it.
+        try await yieldUntil("the index is ready") { Self.isReady(store) }
+        #expect(clock.now.offset == .zero)
+        running.cancel()
+        try await running.value
+    }
+
+    @Test func aTickFindsAnIndexDefinedByAnotherProcess() async throws {
+        let dir = NSTemporaryDirectory() + "ferry-index-builder-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let store = try DocumentStore.open(directory: dir)
+        // Another opening of the same database stands for another process: its commits do not
+        // reach this store's waiters.
+        let other = try DocumentStore.open(directory: dir)
+        try store.put(try DocumentID("a"), body: ["n": 1])
+        let clock = ManualClock()
+        let builder = MangoIndexBuilder(store: store, clock: clock, pollInterval: .seconds(5), logger: Logger(label: "test"))
+        let running = Task { try await builder.run() }
+        defer { running.cancel() }
+        try await yieldUntil("the builder waits") { store.commitWaiters > 0 && clock.pendingDeadlines == [.seconds(5)] }
+        try other.put(Self.ddoc, body: Self.designDocument(index: "by-n", field: "n"))
+        #expect(!Self.isReady(store))
+        clock.advance(by: .seconds(5))
+        try await yieldUntil("the index is ready") { Self.isReady(store) }
+        running.cancel()
+        try await running.value
+    }
+
+    @Test func aGracefulShutdownStopsTheBuilder() async throws {
+        let store = try DocumentStore.inMemory()
+        let clock = ManualClock()
+        let builder = MangoIndexBuilder(store: store, clock: clock, logger: Logger(label: "test"))
+        let group = ServiceGroup(
+            configuration: ServiceGroupConfiguration(services: [.init(service: builder)], logger: Logger(label: "test")))
+        let running = Task { try await group.run() }
+        try await yieldUntil("the builder waits") { store.commitWaiters > 0 && clock.pendingDeadlines.count == 1 }
+        await group.triggerGracefulShutdown()
+        try await running.value
+        #expect(store.commitWaiters == 0)
+    }
+}
