@@ -110,12 +110,17 @@ public enum CouchRouting {
     /// The endpoint a path names.
     public enum Endpoint: Equatable, Sendable {
         case welcome, up, allDbs, session, uuids
+        /// `/_active_tasks`: the Mango indexes being built.
+        case activeTasks
         case database(String)
         /// `/{db}/_changes`, `_all_docs`, `_bulk_docs`, …: the special segment without its `_`.
         case databaseSpecial(db: String, name: String)
         case localDocument(db: String, id: String)
         case document(db: String, id: String)
         case attachment(db: String, docID: String, name: String)
+        /// `/{db}/_index/…`: the segments after `_index` (`{ddoc}/json/{name}`, or
+        /// `_design/{ddoc}/json/{name}`).
+        case index(db: String, path: [String])
         /// A server-level path Ferry does not serve (`/_utils`, `/_replicate`, …).
         case unknownServer(String)
     }
@@ -138,6 +143,7 @@ public enum CouchRouting {
             case "_all_dbs": return .allDbs
             case "_session": return .session
             case "_uuids": return .uuids
+            case "_active_tasks": return .activeTasks
             default: return .unknownServer(first)
             }
         }
@@ -161,6 +167,7 @@ public enum CouchRouting {
             return .attachment(db: db, docID: head, name: rest.dropFirst().joined(separator: "/"))
         }
         if head.hasPrefix("_") && rest.count == 1 { return .databaseSpecial(db: db, name: String(head.dropFirst())) }
+        if head == "_index" { return .index(db: db, path: Array(rest.dropFirst())) }
         if rest.count == 1 { return .document(db: db, id: head) }
         return .attachment(db: db, docID: head, name: rest.dropFirst().joined(separator: "/"))
     }
@@ -183,6 +190,7 @@ extension CouchDatabase {
         case .session, .uuids, .unknownServer:
             return try await serverEndpoint(endpoint, request, context: context)
         case .allDbs: return try await allDbs(request, context: context)
+        case .activeTasks: return try await activeTasksEndpoint(request, context: context)
         case .database(let db):
             try checkDatabase(db, request: request)
             return try await databaseEndpoint(request, context: context)
@@ -202,6 +210,9 @@ extension CouchDatabase {
         case .attachment(let db, let docID, let name):
             try checkDatabase(db, request: request)
             return try await attachment(request, context: context, docID: docID, name: name)
+        case .index(let db, let path):
+            try checkDatabase(db, request: request)
+            return try await indexItemEndpoint(request, principal: try context.requirePrincipal(), path: path)
         }
     }
 

@@ -24,7 +24,8 @@ struct Ferry: AsyncParsableCommand {
         subcommands: [
             Put.self, Get.self, Remove.self, List.self, Changes.self, Conflicts.self, Purge.self, Info.self,
             Import.self, BlobCommand.self, Compact.self, Check.self, Watch.self, Sync.self, ID.self, Serve.self,
-            Status.self, Peers.self, Trust.self, Invite.self, Join.self, GroupCommand.self, CouchUserCommand.self,
+            Status.self, Peers.self, Trust.self, Invite.self, Join.self, GroupCommand.self, CouchUserCommand.self, Find.self,
+            IndexCommand.self,
         ]
     )
 

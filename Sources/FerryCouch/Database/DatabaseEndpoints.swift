@@ -94,7 +94,7 @@ extension CouchDatabase {
     }
 
     /// `/{db}/_changes`, `_all_docs`, `_revs_diff`, `_ensure_full_commit`, `_revs_limit`,
-    /// `_local_docs`; any other `_name` is 400 as CouchDB answers it.
+    /// `_local_docs`, and Mango's `_find`, `_explain`, `_index`; any other `_name` is 400 as CouchDB answers it.
     func databaseSpecial(_ name: String, _ request: Request, context: CouchRequestContext) async throws -> Response {
         let principal = try context.requirePrincipal()
         switch name {
@@ -120,6 +120,12 @@ extension CouchDatabase {
             return CouchResponse.json(["ok": true, "instance_start_time": .string(instanceStartTime)], status: .created)
         case "revs_limit":
             return try await revsLimit(request, principal: principal)
+        case "find":
+            return try await findEndpoint(request, principal: principal)
+        case "explain":
+            return try await explainEndpoint(request, principal: principal)
+        case "index":
+            return try await indexEndpoint(request, principal: principal)
         default:
             throw CouchError(.badRequest, "illegal_docid", "Only reserved document ids may start with underscore.")
         }

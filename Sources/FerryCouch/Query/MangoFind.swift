@@ -29,52 +29,166 @@ public struct MangoFindResult: Sendable {
     }
 }
 
+/// A `_find` plan bound to the store: the scan target of the planned source and the
+/// fingerprint bookmarks carry so that a page never continues a different scan.
+struct BoundPlan {
+    let plan: QueryPlan
+    let target: ScanTarget
+    /// Names the scanned index (its store number and definition) and the direction.
+    let fingerprint: String
+}
+
 extension CouchDatabase {
+    /// Store rows read per transaction while answering a `_find`: memory stays flat however
+    /// many candidates the plan's ranges hold.
+    static let findPageSize = 200
+
     /// Answers a parsed `_find` for `principal`: documents it may not read are never
-    /// returned. Throws `MangoError` for a query CouchDB refuses.
+    /// returned. Throws `MangoError` for a query CouchDB refuses (400), `CouchError` otherwise.
+    ///
+    /// The plan's index only narrows: every document read is matched against the whole
+    /// selector in the form clients see. Results come in the index's key order, ties in
+    /// document ID order; design documents and Ferry's own `_ferry/…` documents are never returned.
     public func find(_ query: MangoQuery, principal: CouchPrincipal) throws -> MangoFindResult {
-        // Minimal until the finder lands: a full `_all_docs` scan, no bookmark.
-        let plan = try QueryPlanner.plan(query, ready: [])
-        var docs: [JSON] = []
-        var skipped = 0
+        let started = ContinuousClock.now
+        let bound = try bindPlan(query)
         var after: ScanPosition?
-        scanning: while docs.count < query.limit {
-            let page = try store.scan(.allDocs, range: .all, descending: plan.descending, after: after, limit: 500)
-            if page.isEmpty { break }
-            for found in page {
-                after = found.position
-                if found.id.rawValue.hasPrefix("_design/") || Self.isNodeInternal(found.id) { continue }
-                let body = try JSON.parse(found.body)
-                guard principal.policy.read.admits(id: found.id, body: body) else { continue }
-                let view = RevisionView(
-                    id: found.id, revision: found.revision, deleted: false, body: body, tree: nil, sequence: nil)
-                let doc = try render(view, options: CouchRenderOptions(), multipart: false).json
-                guard query.selector.matches(doc) else { continue }
-                if skipped < query.skip {
-                    skipped += 1
-                    continue
+        if let text = query.bookmark, text != MangoBookmark.none {
+            after = try MangoBookmark(decoding: text, fingerprint: bound.fingerprint).position
+        }
+        var docs: [JSON] = []
+        var keysExamined = 0
+        var docsExamined = 0
+        var skipped = 0
+        var lastMatch: ScanPosition?
+        let rule = principal.policy.read
+        if query.limit > 0 {
+            ranges: for range in bound.plan.ranges {
+                var position = after
+                while true {
+                    let page: [ScannedDocument]
+                    do {
+                        page = try store.scan(
+                            bound.target, range: range, descending: bound.plan.descending, after: position, limit: Self.findPageSize)
+                    } catch { throw couchError(error) }
+                    for found in page {
+                        position = found.position
+                        keysExamined += 1
+                        if found.id.rawValue.hasPrefix("_design/") || Self.isNodeInternal(found.id) { continue }
+                        docsExamined += 1
+                        let body: JSON
+                        do { body = try JSON.parse(found.body) } catch {
+                            throw CouchError(.internalServerError, "corrupt", "Stored body of \(found.id) is not JSON.")
+                        }
+                        guard rule.admits(id: found.id, body: body) else { continue }
+                        let view = RevisionView(
+                            id: found.id, revision: found.revision, deleted: false, body: body, tree: nil, sequence: nil)
+                        var doc = try render(view, options: CouchRenderOptions(), multipart: false).json
+                        guard query.selector.matches(doc) else { continue }
+                        lastMatch = found.position
+                        if skipped < query.skip {
+                            skipped += 1
+                            continue
+                        }
+                        if query.conflicts && found.conflicted { doc = try withConflicts(doc, of: found) }
+                        docs.append(query.project(doc))
+                        if docs.count >= query.limit { break ranges }
+                    }
+                    if page.count < Self.findPageSize { break }
                 }
-                docs.append(query.project(doc))
-                if docs.count >= query.limit { break scanning }
             }
         }
-        return MangoFindResult(docs: docs, bookmark: "nil", warnings: plan.warnings)
+        // As CouchDB: the bookmark of the last document matched (skipped ones included);
+        // a page that matched nothing keeps the bookmark it was given.
+        let bookmark =
+            lastMatch.map { MangoBookmark(fingerprint: bound.fingerprint, position: $0).text } ?? query.bookmark ?? MangoBookmark.none
+        var stats: JSON?
+        if query.executionStats {
+            let elapsed = ContinuousClock.now - started
+            let ms = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
+            stats = [
+                "total_keys_examined": .int(Int64(keysExamined)),
+                "total_docs_examined": .int(Int64(docsExamined)),
+                "total_quorum_docs_examined": 0,
+                "results_returned": .int(Int64(docs.count)),
+                "execution_time_ms": .double((ms * 1000).rounded() / 1000),
+            ]
+        }
+        return MangoFindResult(docs: docs, bookmark: bookmark, warnings: bound.plan.warnings, executionStats: stats)
     }
 
-    /// `POST /{db}/_index`: creates the index a request body describes (in its design document,
-    /// which then replicates), answering CouchDB's `{"result": "created"|"exists", "id", "name"}`.
-    public func createIndex(_ body: JSON, principal: CouchPrincipal) throws -> JSON {
-        throw CouchError(.notImplemented, "not_implemented", "_index is not served yet")
+    /// Plans `query` over the store's ready indexes (those still building are only named in
+    /// warnings) and finds the chosen index's store number.
+    func bindPlan(_ query: MangoQuery) throws -> BoundPlan {
+        let stored: [StoredMangoIndex]
+        do { stored = try store.mangoIndexes() } catch { throw couchError(error) }
+        let ready = stored.filter { $0.state == .ready }
+        let building = stored.filter { $0.state != .ready }.map(\.index)
+        let plan = try QueryPlanner.plan(query, ready: ready.map(\.index), unavailable: building)
+        let direction = plan.descending ? "desc" : "asc"
+        switch plan.source {
+        case .allDocs:
+            return BoundPlan(plan: plan, target: .allDocs, fingerprint: "_all_docs/\(direction)")
+        case .index(let index):
+            guard let chosen = ready.first(where: { $0.index == index }) else {
+                throw CouchError(.internalServerError, "internal_server_error", "The planned index \(index.designDocument)/\(index.name) is not ready.")
+            }
+            return BoundPlan(
+                plan: plan, target: .index(id: chosen.id),
+                fingerprint: "\(chosen.id)/\(index.designDocument)/\(index.name)/\(direction)")
+        }
     }
 
-    /// `GET /{db}/_index`: `{"total_rows", "indexes"}` with `_all_docs` first, as CouchDB lists them.
-    public func listIndexes(principal: CouchPrincipal) throws -> JSON {
-        throw CouchError(.notImplemented, "not_implemented", "_index is not served yet")
+    /// `doc` with CouchDB's `_conflicts`: the other live leaves, best first.
+    private func withConflicts(_ doc: JSON, of found: ScannedDocument) throws -> JSON {
+        let conflicts: [RevisionID]
+        do { conflicts = try store.conflicts(of: found.id).filter { $0 != found.revision } } catch { throw couchError(error) }
+        guard !conflicts.isEmpty, var fields = doc.objectValue else { return doc }
+        fields["_conflicts"] = .array(conflicts.map { .string($0.description) })
+        return .object(fields)
+    }
+}
+
+/// A `_find` bookmark: where the previous page's scan stopped and which scan it was, as
+/// base64url of a small JSON object. Opaque to clients; a bookmark of another scan (another
+/// index, direction or database state that changed the plan) is refused as CouchDB refuses
+/// a malformed one.
+struct MangoBookmark: Equatable {
+    /// The bookmark of a page that matched nothing, as CouchDB writes it.
+    static let none = "nil"
+
+    let fingerprint: String
+    let position: ScanPosition
+
+    init(fingerprint: String, position: ScanPosition) {
+        self.fingerprint = fingerprint
+        self.position = position
     }
 
-    /// `DELETE /{db}/_index/{ddoc}/json/{name}`: removes the index from its design document
-    /// (the document is deleted when no index is left in it).
-    public func deleteIndex(designDocument: String, name: String, principal: CouchPrincipal) throws {
-        throw CouchError(.notImplemented, "not_implemented", "_index is not served yet")
+    /// Decodes `text`, which must have been made by a scan with `fingerprint`; CouchDB's
+    /// 400 `invalid_bookmark` otherwise.
+    init(decoding text: String, fingerprint expected: String) throws(MangoError) {
+        let invalid = MangoError.invalidQuery(
+            error: "invalid_bookmark", reason: "Invalid bookmark value: \(JSON.string(text).canonicalString)")
+        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base64.count % 4 != 0 { base64.append("=") }
+        guard let data = Data(base64Encoded: base64), let json = try? JSON.parse(Array(data)),
+            json["v"] == 1, let fingerprint = json["s"]?.stringValue, fingerprint == expected,
+            let keyText = json["k"]?.stringValue, let key = Data(base64Encoded: keyText),
+            let id = json["i"]?.stringValue
+        else { throw invalid }
+        self.fingerprint = fingerprint
+        position = ScanPosition(key: Array(key), documentID: id)
+    }
+
+    /// The bookmark's text: unpadded base64url.
+    var text: String {
+        let json: JSON = [
+            "v": 1, "s": .string(fingerprint), "k": .string(Data(position.key).base64EncodedString()),
+            "i": .string(position.documentID),
+        ]
+        return Data(json.canonicalBytes).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
     }
 }
