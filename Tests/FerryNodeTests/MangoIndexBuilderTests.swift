@@ -91,6 +91,33 @@ import Testing
         try await running.value
     }
 
+    @Test func progressIsLoggedAtMostOncePerInterval() throws {
+        let store = try DocumentStore.inMemory()
+        for i in 0..<30 { try store.put(try DocumentID("d\(i)"), body: ["n": .int(Int64(i))]) }
+        try store.put(Self.ddoc, body: Self.designDocument(index: "by-n", field: "n"))
+        let clock = ManualClock()
+        let log = CapturedLog()
+        var progress = MangoIndexBuilder<ManualClock>.ProgressLog(logger: log.logger, interval: .seconds(5), clock: clock)
+        progress.starting(try store.mangoIndexes())
+        var steps = 0
+        while true {
+            let step = try store.buildMangoIndexes(maxDocuments: 4)
+            progress.record(step, store: store)
+            steps += 1
+            if step.work == 0 { break }
+            if steps % 2 == 0 { clock.advance(by: .seconds(3)) }
+        }
+        let messages = log.all.map(\.message)
+        #expect(messages.first == "building index")
+        #expect(messages.last == "index ready")
+        #expect(messages.filter { $0 == "building index" }.count == 1)
+        // 3 s per two steps and one log per 5 s: a progress line every fourth step at most.
+        let lines = messages.filter { $0 == "index build progress" }.count
+        #expect(lines >= 1 && lines <= steps / 4 + 1)
+        let line = try #require(log.all.first { $0.message == "index build progress" })
+        #expect(line.metadata["total"] == "31" && line.metadata["done"] != nil)
+    }
+
     @Test func aGracefulShutdownStopsTheBuilder() async throws {
         let store = try DocumentStore.inMemory()
         let clock = ManualClock()

@@ -463,7 +463,7 @@ private func expectExact(_ store: DocumentStore, _ id: Int64, sourceLocation: So
 }
 
 /// A small deterministic generator (SplitMix64), so a failing run can be repeated.
-struct SeededGenerator: RandomNumberGenerator {
+private struct SeededGenerator: RandomNumberGenerator {
     var state: UInt64
     init(seed: UInt64) { state = seed }
     mutating func next() -> UInt64 {
