@@ -214,4 +214,25 @@ import Testing
             #expect(form.status == 415)
         }
     }
+
+    @Test func explainWithoutAnIndexNamesAllDocsInCouchDBsShape() async throws {
+        let f = try fixture()
+        try await f.test { c async throws in
+            let r = try await c.post("/ferry/_explain", #"{"selector":{"n":{"$gt":0}},"limit":3,"fields":["n"]}"#)
+            #expect(r.status == 200)
+            #expect(r["dbname"] == "ferry")
+            #expect(r["index"] == ["ddoc": .null, "name": "_all_docs", "type": "special", "def": ["fields": [["_id": "asc"]]]])
+            #expect(r["partitioned"] == false)
+            #expect(r["selector"] == ["n": ["$gt": 0]])
+            #expect(r["limit"] == 3)
+            #expect(r["skip"] == 0)
+            #expect(r["fields"] == ["n"])
+            #expect(r["opts"]?["bookmark"] == "nil")
+            #expect(r["opts"]?["use_index"] == [])
+            #expect(r["opts"]?["execution_stats"] == false)
+            let list = try await c.get("/ferry/_index?limit=1&skip=0")
+            #expect(list["total_rows"] == 1)
+            #expect(list["indexes"]?.arrayElements.count == 1)
+        }
+    }
 }
