@@ -204,11 +204,12 @@ struct IndexList: AsyncParsableCommand {
             return
         }
         for row in rows {
-            let fields = (row["def"]?["fields"].flatMap { f -> [JSON]? in if case .array(let a) = f { return a } else { return nil } } ?? [])
-                .compactMap { spec -> String? in
-                    guard let (field, direction) = spec.objectValue?.first else { return nil }
-                    return direction == "desc" ? field + ":desc" : field
-                }
+            var specs: [JSON] = []
+            if case .array(let list)? = row["def"]?["fields"] { specs = list }
+            let fields = specs.compactMap { spec -> String? in
+                guard let (field, direction) = spec.objectValue?.first else { return nil }
+                return direction == "desc" ? field + ":desc" : field
+            }
             var state = row["state"]?.stringValue ?? "ready"
             if state == "building", let done = row["changes_done"]?.intValue, let total = row["total_changes"]?.intValue {
                 state = "building \(done)/\(total)"

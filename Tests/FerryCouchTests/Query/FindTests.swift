@@ -67,7 +67,7 @@ import Testing
     @Test func emptyResultsAndZeroLimitAnswerTheNilBookmark() async throws {
         let f = try fixture()
         try await f.test { c async throws in
-            let none = try await c.post("/ferry/_find", #"{"selector":{"n":{"$gt":100}}}"#)
+            let none = try await c.post("/ferry/_find", #"{"selector":{"n":100}}"#)
             #expect(ids(none) == [])
             #expect(none["bookmark"] == "nil")
             let zero = try await c.post("/ferry/_find", #"{"selector":{"n":{"$gt":0}},"limit":0}"#)
@@ -212,6 +212,27 @@ import Testing
             #expect(put["reason"] == "Only GET,POST allowed")
             let form = try await c.request(.post, "/ferry/_find", body: "{}", headers: [.contentType: "text/plain"])
             #expect(form.status == 415)
+        }
+    }
+
+    @Test func explainWithoutAnIndexNamesAllDocsInCouchDBsShape() async throws {
+        let f = try fixture()
+        try await f.test { c async throws in
+            let r = try await c.post("/ferry/_explain", #"{"selector":{"n":{"$gt":0}},"limit":3,"fields":["n"]}"#)
+            #expect(r.status == 200)
+            #expect(r["dbname"] == "ferry")
+            #expect(r["index"] == ["ddoc": .null, "name": "_all_docs", "type": "special", "def": ["fields": [["_id": "asc"]]]])
+            #expect(r["partitioned"] == false)
+            #expect(r["selector"] == ["n": ["$gt": 0]])
+            #expect(r["limit"] == 3)
+            #expect(r["skip"] == 0)
+            #expect(r["fields"] == ["n"])
+            #expect(r["opts"]?["bookmark"] == "nil")
+            #expect(r["opts"]?["use_index"] == [])
+            #expect(r["opts"]?["execution_stats"] == false)
+            let list = try await c.get("/ferry/_index?limit=1&skip=0")
+            #expect(list["total_rows"] == 1)
+            #expect(list["indexes"]?.arrayElements.count == 1)
         }
     }
 }
