@@ -25,7 +25,13 @@ struct MangoTarget: Sendable {
     static func start(_ label: String) async throws -> MangoTarget {
         guard let url = ProcessInfo.processInfo.environment["FERRY_COUCH_REFERENCE_URL"] else {
             let server = try await CouchTestServer.start()
-            return MangoTarget(http: server.adminHTTP(), isReference: false, end: { await server.stop() })
+            let http = server.adminHTTP()
+            return MangoTarget(
+                http: http, isReference: false,
+                end: {
+                    await http.shutdown()
+                    await server.stop()
+                })
         }
         var endpoint = try CouchEndpoint.parse(url)
         endpoint.database = "ferry_mango_\(label)_" + UUID().uuidString.lowercased().prefix(8)
