@@ -11,7 +11,7 @@ import pycouchdb.exceptions
 import pytest
 from ibm_cloud_sdk_core import ApiException
 from ibm_cloud_sdk_core.authenticators import BasicAuthenticator
-from ibmcloudant.cloudant_v1 import BulkDocs, CloudantV1, Document, IndexDefinition, IndexField
+from ibmcloudant.cloudant_v1 import BulkDocs, CloudantV1, Document, IndexDefinition, IndexField, Revisions
 
 import urllib.parse
 
@@ -169,6 +169,22 @@ class TestIbmCloudantQueries:
         assert sorted(ids(missing, uid)) == ["m5", "m6", "m7", "m8", "m9"]
         ne = cloudant.post_find(db=server.db, selector={"suite": uid, "rating": {"$ne": 8}}).get_result()
         assert sorted(ids(ne, uid)) == ["m2", "m3", "m4"]
+
+    def test_conflicts_are_listed_when_asked_for(self, cloudant, server, uid):
+        doc_id = uid + "clash"
+        base = cloudant.put_document(db=server.db, doc_id=doc_id, document=Document(suite=uid, v=0)).get_result()["rev"]
+        base_hash = base.split("-", 1)[1]
+        left, right = "2-" + "a" * 32, "2-" + "b" * 32
+        branches = [Document(_id=doc_id, _rev=rev, suite=uid, v=n,
+                             _revisions=Revisions(start=2, ids=[rev.split("-", 1)[1], base_hash]))
+                    for n, rev in ((1, left), (2, right))]
+        cloudant.post_bulk_docs(db=server.db, bulk_docs=BulkDocs(docs=branches, new_edits=False)).get_result()
+        found = cloudant.post_find(db=server.db, selector={"suite": uid}, conflicts=True).get_result()
+        assert [(d["_rev"], d["v"], d["_conflicts"]) for d in found["docs"]] == [(right, 2, [left])]
+        plain = cloudant.post_find(db=server.db, selector={"suite": uid}).get_result()
+        assert [d["_rev"] for d in plain["docs"]] == [right] and "_conflicts" not in plain["docs"][0]
+        # The selector sees the winner only.
+        assert cloudant.post_find(db=server.db, selector={"suite": uid, "v": 1}).get_result()["docs"] == []
 
     @pytest.mark.parametrize("selector, sort, error", [
         ({"year": {"$foo": 1}}, None, "invalid_operator"),
