@@ -165,8 +165,9 @@ public struct MangoQuery: Sendable, Hashable {
             case .object(let spec) where spec.count == 1:
                 let (name, direction) = spec.first!
                 guard direction == "asc" || direction == "desc" else {
+                    // CouchDB 3.4 reports an unknown direction as an invalid sort field, naming the whole spec.
                     throw .invalidQuery(
-                        error: "invalid_sort_dir", reason: "Invalid sort direction: \(direction.canonicalString)")
+                        error: "invalid_sort_field", reason: "Invalid sort field: \(ErlangTerm.render(item, pretty: true))")
                 }
                 fields.append(SortField(path: try FieldPath(parsing: name), descending: direction == "desc"))
             default:

@@ -101,7 +101,9 @@ enum SelectorParser {
             else { throw bad() }
             return try condition(.mod(divisor: divisor, remainder: remainder))
         case "$regex":
-            guard case .string(let pattern) = argument, let regex = MangoRegex(pattern) else { throw bad() }
+            // CouchDB names a non-string pattern an invalid operator, and a pattern that does not compile a bad argument.
+            guard case .string(let pattern) = argument else { throw .invalidOperator(op) }
+            guard let regex = MangoRegex(pattern) else { throw bad() }
             return try condition(.regex(regex))
         case "$beginsWith":
             guard case .string(let prefix) = argument else { throw bad() }

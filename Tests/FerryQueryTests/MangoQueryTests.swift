@@ -60,7 +60,7 @@ private func json(_ text: String) -> JSON { try! JSON.parse(text) }
         (#"{"selector": {}, "fields": ["a", 1]}"#, "invalid_field", "Invalid JSON for field spec: 1"),
         (#"{"selector": {}, "fields": ["a..b"]}"#, "invalid_field_name", "Invalid field name: a..b"),
         (#"{"selector": {}, "sort": {"a": "asc"}}"#, "invalid_sort_json", #"Sort must be an array of sort specs, not: {"a":"asc"}"#),
-        (#"{"selector": {}, "sort": [{"a": "up"}]}"#, "invalid_sort_dir", #"Invalid sort direction: "up""#),
+        (#"{"selector": {}, "sort": [{"a": "up"}]}"#, "invalid_sort_field", #"Invalid sort field: {[{<<"a">>,<<"up">>}]}"#),
         (#"{"selector": {}, "sort": [1]}"#, "invalid_sort_field", "Invalid sort field: 1"),
         (#"{"selector": {}, "sort": [{"a": "asc", "b": "asc"}]}"#, "invalid_sort_field", #"Invalid sort field: {"a":"asc","b":"asc"}"#),
         (#"{"selector": {}, "sort": ["a", {"b": "desc"}]}"#, "unsupported_mixed_sort", "Sorts currently only support a single direction for all fields."),

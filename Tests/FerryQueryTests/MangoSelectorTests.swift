@@ -193,7 +193,7 @@ let conformanceTable: [MatchCase] = [
         (#"{"a": {"$mod": [2]}}"#, "bad_arg", "Bad argument for operator $mod: [2]"),
         (#"{"a": {"$mod": [2.5, 1]}}"#, "bad_arg", "Bad argument for operator $mod: [2.5,1]"),
         (#"{"a": {"$regex": "("}}"#, "bad_arg", #"Bad argument for operator $regex: "(""#),
-        (#"{"a": {"$regex": 5}}"#, "bad_arg", "Bad argument for operator $regex: 5"),
+        (#"{"a": {"$regex": 5}}"#, "invalid_operator", "Invalid operator: $regex"),
         (#"{"a": {"$regex": "(?P<n>x)"}}"#, "bad_arg", #"Bad argument for operator $regex: "(?P<n>x)""#),
         (#"{"a": {"$elemMatch": 5}}"#, "bad_arg", "Bad argument for operator $elemMatch: 5"),
         (#"{"a": {"$allMatch": []}}"#, "bad_arg", "Bad argument for operator $allMatch: []"),
