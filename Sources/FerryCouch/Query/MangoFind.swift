@@ -63,14 +63,20 @@ extension CouchDatabase {
         var lastMatch: ScanPosition?
         let rule = principal.policy.read
         if query.limit > 0 {
+            // The first page reads no more rows than the answer can need when each one matches
+            // (an index whose range decides the selector); later pages read full pages.
+            let wanted = query.skip.addingReportingOverflow(query.limit)
+            var pageSize = wanted.overflow ? Self.findPageSize : wanted.partialValue.clamped(1, Self.findPageSize)
             ranges: for range in bound.plan.ranges {
                 var position = after
                 while true {
                     let page: [ScannedDocument]
                     do {
                         page = try store.scan(
-                            bound.target, range: range, descending: bound.plan.descending, after: position, limit: Self.findPageSize)
+                            bound.target, range: range, descending: bound.plan.descending, after: position, limit: pageSize)
                     } catch { throw couchError(error) }
+                    let full = page.count == pageSize
+                    pageSize = Self.findPageSize
                     for found in page {
                         position = found.position
                         keysExamined += 1
@@ -94,7 +100,7 @@ extension CouchDatabase {
                         docs.append(query.project(doc))
                         if docs.count >= query.limit { break ranges }
                     }
-                    if page.count < Self.findPageSize { break }
+                    if !full { break }
                 }
             }
         }
@@ -147,6 +153,10 @@ extension CouchDatabase {
         fields["_conflicts"] = .array(conflicts.map { .string($0.description) })
         return .object(fields)
     }
+}
+
+extension Int {
+    fileprivate func clamped(_ low: Int, _ high: Int) -> Int { Swift.min(Swift.max(self, low), high) }
 }
 
 /// A `_find` bookmark: where the previous page's scan stopped and which scan it was, as
