@@ -51,10 +51,11 @@ public enum QueryPlanner {
     /// still being built: they are never read, only named in warnings (for `use_index`).
     /// Throws CouchDB's 400 errors: `no_usable_index` for a sort no index serves, and
     /// `invalid_index` for a `use_index` that cannot be used when `allow_fallback` is false.
-    public static func plan(_ query: MangoQuery, ready: [MangoIndex], unavailable: [MangoIndex] = []) throws(MangoError)
-        -> QueryPlan
-    {
-        try Planning(query: query, ready: ready, unavailable: unavailable).plan()
+    /// The `_explain` members are worked out only when `explaining` (a `_find` has no use for them).
+    public static func plan(
+        _ query: MangoQuery, ready: [MangoIndex], unavailable: [MangoIndex] = [], explaining: Bool = false
+    ) throws(MangoError) -> QueryPlan {
+        try Planning(query: query, ready: ready, unavailable: unavailable).plan(explaining: explaining)
     }
 
     /// The key ranges of `source` that hold every document `selector` matches (among those
@@ -382,7 +383,7 @@ private struct Planning {
 
     // MARK: - Plan
 
-    func plan() throws(MangoError) -> QueryPlan {
+    func plan(explaining: Bool) throws(MangoError) -> QueryPlan {
         let all: [Candidate] = [.allDocs] + ready.map { .json($0) }
         let global = all.filter { !$0.isPartial }
         var pool = global
@@ -434,9 +435,12 @@ private struct Planning {
         }
         if descending { keyRanges.reverse() }
 
-        let explanation = explain(
-            winner: winner, sorted: sorted, all: all, global: global, pool: pool,
-            usabilityMap: usabilityMap, usable: usable, chosenFrom: chosenFrom, group: group, descending: descending)
+        let explanation =
+            explaining
+            ? explain(
+                winner: winner, sorted: sorted, all: all, global: global, pool: pool,
+                usabilityMap: usabilityMap, usable: usable, chosenFrom: chosenFrom, group: group, descending: descending)
+            : [:]
         return QueryPlan(
             source: source, ranges: keyRanges, descending: descending, warnings: warnings, explanation: explanation)
     }

@@ -31,7 +31,7 @@ import Testing
         ),
     ])
     func theExplanationEqualsCouchDBs(query: String, expected: String) throws {
-        let plan = try QueryPlanner.plan(MangoQuery(parsing: JSON.parse(query)), ready: Self.ready)
+        let plan = try QueryPlanner.plan(MangoQuery(parsing: JSON.parse(query)), ready: Self.ready, explaining: true)
         #expect(JSON.object(plan.explanation) == (try JSON.parse(expected)))
     }
 }

@@ -14,7 +14,7 @@ import Testing
     }
 
     static func plan(_ q: String, _ ready: [MangoIndex], unavailable: [MangoIndex] = []) throws -> QueryPlan {
-        try QueryPlanner.plan(query(q), ready: ready, unavailable: unavailable)
+        try QueryPlanner.plan(query(q), ready: ready, unavailable: unavailable, explaining: true)
     }
 
     static func thrown(_ q: String, _ ready: [MangoIndex]) throws -> MangoError? {

@@ -76,7 +76,7 @@ extension CouchDatabase {
 
     /// `POST /{db}/_explain`: how `query` would be answered, in CouchDB's shape.
     public func explain(_ query: MangoQuery, body: JSON) throws -> JSON {
-        let bound = try bindPlan(query)
+        let bound = try bindPlan(query, explaining: true)
         var out = bound.plan.explanation
         out["dbname"] = .string(name)
         switch bound.plan.source {
