@@ -344,3 +344,119 @@ struct JSONParser {
 
     @inline(__always) func isDigit(_ b: UInt8) -> Bool { b >= 0x30 && b <= 0x39 }
 }
+
+extension JSON {
+    /// The members named in `names` of the JSON object `bytes` holds; the other members are
+    /// stepped over without being built. For reading a few fields of a stored document (whose
+    /// bytes the store wrote): skipped values are checked only for balance and termination.
+    public static func parseMembers(_ bytes: [UInt8], named names: Set<String>) throws(JSONParseError) -> [String: JSON] {
+        let result: Result<[String: JSON], JSONParseError> = bytes.withUnsafeBufferPointer { buf in
+            Result { () throws(JSONParseError) -> [String: JSON] in
+                var parser = JSONParser(bytes: buf)
+                return try parser.parseMembers(named: names)
+            }
+        }
+        return try result.get()
+    }
+}
+
+extension JSONParser {
+    mutating func parseMembers(named names: Set<String>) throws(JSONParseError) -> [String: JSON] {
+        skipWhitespace()
+        guard index < bytes.count, bytes[index] == UInt8(ascii: "{") else { throw error("expected an object", at: index) }
+        index += 1
+        var found: [String: JSON] = [:]
+        skipWhitespace()
+        if index < bytes.count && bytes[index] == UInt8(ascii: "}") { return found }
+        while true {
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else {
+                throw error("expected a string key", at: index)
+            }
+            let key = try parseString()
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else {
+                throw error("expected ':' after object key", at: index)
+            }
+            index += 1
+            skipWhitespace()
+            if names.contains(key) {
+                found[key] = try parseValue()
+                if found.count == names.count { return found }
+            } else {
+                try skipValue()
+            }
+            skipWhitespace()
+            guard index < bytes.count else { throw error("unexpected end of input in object", at: index) }
+            if bytes[index] == UInt8(ascii: ",") {
+                index += 1
+                continue
+            }
+            if bytes[index] == UInt8(ascii: "}") { return found }
+            throw error("expected ',' or '}' in object", at: index)
+        }
+    }
+
+    /// Steps over one value without building it.
+    mutating func skipValue() throws(JSONParseError) {
+        guard index < bytes.count else { throw error("unexpected end of input", at: index) }
+        switch bytes[index] {
+        case UInt8(ascii: "\""): try skipString()
+        case UInt8(ascii: "{"), UInt8(ascii: "["):
+            let start = index
+            var open = 0
+            while index < bytes.count {
+                switch bytes[index] {
+                case UInt8(ascii: "\""):
+                    try skipString()
+                    continue
+                case UInt8(ascii: "{"), UInt8(ascii: "["): open += 1
+                case UInt8(ascii: "}"), UInt8(ascii: "]"):
+                    open -= 1
+                    if open == 0 {
+                        index += 1
+                        return
+                    }
+                default: break
+                }
+                index += 1
+            }
+            throw error("unterminated value", at: start)
+        default:
+            // A number or literal runs to the next delimiter.
+            while index < bytes.count {
+                switch bytes[index] {
+                case UInt8(ascii: ","), UInt8(ascii: "}"), UInt8(ascii: "]"), 0x20, 0x09, 0x0A, 0x0D: return
+                default: index += 1
+                }
+            }
+        }
+    }
+
+    /// Steps over a string (at its opening quote), eight plain bytes at a time.
+    mutating func skipString() throws(JSONParseError) {
+        let start = index
+        index += 1
+        if let base = bytes.baseAddress {
+            let ones: UInt64 = 0x0101_0101_0101_0101
+            let highs: UInt64 = 0x8080_8080_8080_8080
+            while index + 8 <= bytes.count {
+                let w = UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self)
+                let quote = w ^ (ones &* 0x22)
+                let backslash = w ^ (ones &* 0x5C)
+                if (((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash)) & highs != 0 { break }
+                index += 8
+            }
+        }
+        while index < bytes.count {
+            switch bytes[index] {
+            case UInt8(ascii: "\""):
+                index += 1
+                return
+            case UInt8(ascii: "\\"): index += 2
+            default: index += 1
+            }
+        }
+        throw error("unterminated string", at: start)
+    }
+}

@@ -151,7 +151,7 @@ struct FindBench: AsyncParsableCommand {
 
     func ferryEquality(_ couch: CouchDatabase, batch: Int64) throws -> Int {
         let query = try MangoQuery(parsing: ["selector": ["batch": .int(batch)], "limit": 20])
-        let n = try couch.find(query, principal: .admin).docs.count
+        let n = try couch.find(query, principal: .admin).encodedDocs.count
         guard n == 20 else { throw BenchError("equality query found \(n) documents, not 20") }
         return n
     }
@@ -163,7 +163,7 @@ struct FindBench: AsyncParsableCommand {
             body = .object(members)
         }
         let query = try MangoQuery(parsing: body)
-        let n = try couch.find(query, principal: .admin).docs.count
+        let n = try couch.find(query, principal: .admin).encodedDocs.count
         guard n == 20 else { throw BenchError("range query found \(n) documents, not 20") }
         return n
     }

@@ -150,3 +150,54 @@ func randomJSON(_ rng: inout SeededGenerator, depth: Int) -> JSON {
         #expect(JSON.string(text).canonicalString == "\"" + text + "\"")
     }
 }
+
+/// `JSON.parseMembers`: a few members of an object, the rest stepped over.
+@Suite struct JSONParseMembersTests {
+    @Test func namedMembersEqualThoseOfAWholeParseWhateverTheOthersHold() throws {
+        let text = #"{"a":"x \"q\" \\ \u00e9 \ud83d\ude00 long long long long","b":[1,{"c":"]}"},[[]],-2.5e3,true,null],"c":{"d":{"e":[]}},"n":-12,"t":true,"z":"end"}"#
+        let whole = try JSON.parse(text).objectValue!
+        let bytes = Array(text.utf8)
+        for names in [["z"], ["a", "n"], ["b", "c"], ["t"], ["missing"], ["a", "b", "c", "n", "t", "z"], []] {
+            let some = try JSON.parseMembers(bytes, named: Set(names))
+            #expect(some == whole.filter { names.contains($0.key) }, "\(names)")
+        }
+        #expect(try JSON.parseMembers(Array("{}".utf8), named: ["a"]).isEmpty)
+    }
+
+    @Test func randomDocumentsGiveTheSameMembersAsAWholeParse() throws {
+        var rng = SeededGenerator(seed: 1807)
+        for _ in 0..<300 {
+            let doc = JSON.object(Dictionary(uniqueKeysWithValues: (0..<Int.random(in: 0...6, using: &rng)).map { i in
+                ("k\(i)", randomValue(depth: 3, &rng))
+            }))
+            let bytes = doc.canonicalBytes
+            let names: Set<String> = Set((0..<4).map { _ in "k\(Int.random(in: 0...7, using: &rng))" })
+            let some = try JSON.parseMembers(bytes, named: names)
+            // Compared with a whole parse of the same text (canonical text writes 12.0 as 12).
+            #expect(some == (try JSON.parse(bytes)).objectValue!.filter { names.contains($0.key) })
+        }
+    }
+
+    @Test func aTruncatedOrNonObjectInputIsAnError() {
+        #expect(throws: JSONParseError.self) { try JSON.parseMembers(Array(#"{"a":"x"#.utf8), named: ["b"]) }
+        #expect(throws: JSONParseError.self) { try JSON.parseMembers(Array(#"{"a":[1,2"#.utf8), named: ["b"]) }
+        #expect(throws: JSONParseError.self) { try JSON.parseMembers(Array("[1]".utf8), named: ["a"]) }
+    }
+
+    private func randomValue(depth: Int, _ rng: inout SeededGenerator) -> JSON {
+        switch Int.random(in: 0...(depth > 0 ? 7 : 5), using: &rng) {
+        case 0: return .null
+        case 1: return .bool(Bool.random(using: &rng))
+        case 2: return .int(Int64.random(in: -1000...1000, using: &rng))
+        case 3: return .double(Double(Int.random(in: -100...100, using: &rng)) / 8)
+        case 4, 5:
+            let pieces = ["a", "\"", "\\", "]", "}", "{", "[", ",", ":", "é", "😀", "\n", "\u{1}", " "]
+            return .string((0..<Int.random(in: 0...12, using: &rng)).map { _ in pieces.randomElement(using: &rng)! }.joined())
+        case 6: return .array((0..<Int.random(in: 0...3, using: &rng)).map { _ in randomValue(depth: depth - 1, &rng) })
+        default:
+            return .object(Dictionary(uniqueKeysWithValues: (0..<Int.random(in: 0...3, using: &rng)).map { i in
+                ("m\(i)", randomValue(depth: depth - 1, &rng))
+            }))
+        }
+    }
+}

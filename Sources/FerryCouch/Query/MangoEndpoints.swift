@@ -9,7 +9,12 @@ extension CouchDatabase {
     /// `POST /{db}/_find`.
     func findEndpoint(_ request: Request, principal: CouchPrincipal) async throws -> Response {
         try allowOnly(request, .post)
-        return CouchResponse.json(try find(body: try await mangoBody(request), principal: principal).json)
+        let answer = try find(body: try await mangoBody(request), principal: principal)
+        var bytes = answer.encodedResponse
+        bytes.append(0x0A)
+        return Response(
+            status: .ok, headers: [.contentType: "application/json", .cacheControl: "must-revalidate"],
+            body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
     }
 
     /// `POST /{db}/_explain`.

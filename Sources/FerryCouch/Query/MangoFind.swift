@@ -3,21 +3,25 @@ import FerryQuery
 import FerryStore
 import Foundation
 
-/// The answer to one `_find`: the documents of the page, the bookmark of the next page,
-/// warnings, and the execution statistics when asked for.
+/// The answer to one `_find`: the documents of the page (as the JSON text sent to the
+/// client), the bookmark of the next page, warnings, and the execution statistics when asked for.
 public struct MangoFindResult: Sendable {
-    public var docs: [JSON]
+    /// Each document's JSON text, in answer order.
+    public var encodedDocs: [[UInt8]]
     public var bookmark: String
     public var warnings: [String]
     /// CouchDB's `execution_stats` object, present when the query asked for it.
     public var executionStats: JSON?
 
-    public init(docs: [JSON], bookmark: String, warnings: [String], executionStats: JSON? = nil) {
-        self.docs = docs
+    public init(encodedDocs: [[UInt8]], bookmark: String, warnings: [String], executionStats: JSON? = nil) {
+        self.encodedDocs = encodedDocs
         self.bookmark = bookmark
         self.warnings = warnings
         self.executionStats = executionStats
     }
+
+    /// The documents as JSON values.
+    public var docs: [JSON] { encodedDocs.map { (try? JSON.parse($0)) ?? .null } }
 
     /// The response body CouchDB sends: `docs`, `bookmark`, then `execution_stats` and
     /// `warning` when present.
@@ -26,6 +30,28 @@ public struct MangoFindResult: Sendable {
         if let executionStats { out["execution_stats"] = executionStats }
         if !warnings.isEmpty { out["warning"] = .string(warnings.joined(separator: "\n")) }
         return .object(out)
+    }
+
+    /// `json` as bytes, built around the documents' text without decoding it again.
+    public var encodedResponse: [UInt8] {
+        var out = Array(#"{"docs":["#.utf8)
+        out.reserveCapacity(encodedDocs.reduce(64) { $0 + $1.count + 1 })
+        for (i, doc) in encodedDocs.enumerated() {
+            if i > 0 { out.append(UInt8(ascii: ",")) }
+            out.append(contentsOf: doc)
+        }
+        out.append(contentsOf: #"],"bookmark":"#.utf8)
+        out.append(contentsOf: JSON.string(bookmark).canonicalBytes)
+        if let executionStats {
+            out.append(contentsOf: #","execution_stats":"#.utf8)
+            out.append(contentsOf: executionStats.canonicalBytes)
+        }
+        if !warnings.isEmpty {
+            out.append(contentsOf: #","warning":"#.utf8)
+            out.append(contentsOf: JSON.string(warnings.joined(separator: "\n")).canonicalBytes)
+        }
+        out.append(UInt8(ascii: "}"))
+        return out
     }
 }
 
@@ -56,7 +82,11 @@ extension CouchDatabase {
         if let text = query.bookmark, text != MangoBookmark.none {
             after = try MangoBookmark(decoding: text, fingerprint: bound.fingerprint).position
         }
-        var docs: [JSON] = []
+        var docs: [[UInt8]] = []
+        // Documents are read without decoding whole bodies when the principal may read
+        // everything and the selector and fields name only body fields, `_id` and `_rev`:
+        // only the members they name are decoded, and the answer is the stored text.
+        let partial = principal.policy.read.admitsEverything && !query.conflicts ? Self.membersNeeded(by: query) : nil
         var keysExamined = 0
         var docsExamined = 0
         var skipped = 0
@@ -82,6 +112,25 @@ extension CouchDatabase {
                         keysExamined += 1
                         if found.id.rawValue.hasPrefix("_design/") || Self.isNodeInternal(found.id) { continue }
                         docsExamined += 1
+                        if let partial, !Self.mayHoldAttachments(found.body) {
+                            let members: [String: JSON]
+                            do { members = try JSON.parseMembers(found.body, named: partial) } catch {
+                                throw CouchError(.internalServerError, "corrupt", "Stored body of \(found.id) is not JSON.")
+                            }
+                            var fields = members
+                            fields["_id"] = .string(found.id.rawValue)
+                            fields["_rev"] = .string(found.revision.description)
+                            let doc = JSON.object(fields)
+                            guard query.selector.matches(doc) else { continue }
+                            lastMatch = found.position
+                            if skipped < query.skip {
+                                skipped += 1
+                                continue
+                            }
+                            docs.append(query.fields == nil ? Self.encodedDocument(found) : query.project(doc).canonicalBytes)
+                            if docs.count >= query.limit { break ranges }
+                            continue
+                        }
                         let body: JSON
                         do { body = try JSON.parse(found.body) } catch {
                             throw CouchError(.internalServerError, "corrupt", "Stored body of \(found.id) is not JSON.")
@@ -97,7 +146,7 @@ extension CouchDatabase {
                             continue
                         }
                         if query.conflicts && found.conflicted { doc = try withConflicts(doc, of: found) }
-                        docs.append(query.project(doc))
+                        docs.append(query.project(doc).canonicalBytes)
                         if docs.count >= query.limit { break ranges }
                     }
                     if !full { break }
@@ -120,7 +169,7 @@ extension CouchDatabase {
                 "execution_time_ms": .double((ms * 1000).rounded() / 1000),
             ]
         }
-        return MangoFindResult(docs: docs, bookmark: bookmark, warnings: bound.plan.warnings, executionStats: stats)
+        return MangoFindResult(encodedDocs: docs, bookmark: bookmark, warnings: bound.plan.warnings, executionStats: stats)
     }
 
     /// Plans `query` over the store's ready indexes (those still building are only named in
@@ -143,6 +192,65 @@ extension CouchDatabase {
                 plan: plan, target: .index(id: chosen.id),
                 fingerprint: "\(chosen.id)/\(index.designDocument)/\(index.name)/\(direction)")
         }
+    }
+
+    /// The top-level body members that the selector and `fields` read, when that is all they
+    /// read besides `_id` and `_rev`; nil when they name another reserved field (`_attachments`,
+    /// …) or Ferry's internal `@attachments`, which only a whole rendered document answers.
+    static func membersNeeded(by query: MangoQuery) -> Set<String>? {
+        var names = Set<String>()
+        var paths: [FieldPath] = query.fields ?? []
+        func collect(_ node: SelectorNode) {
+            switch node {
+            case .matchAll: break
+            case .and(let clauses), .or(let clauses), .nor(let clauses): clauses.forEach(collect)
+            case .not(let inner): collect(inner)
+            case .field(let path, _): paths.append(path)
+            }
+        }
+        collect(query.selector.root)
+        for path in paths {
+            guard let first = path.components.first else { return nil }
+            if first == "_id" || first == "_rev" { continue }
+            if first.hasPrefix("_") || first == StoredAttachment.bodyKey { return nil }
+            names.insert(first)
+        }
+        return names
+    }
+
+    /// Whether a stored body may hold Ferry's `@attachments` member (its key's bytes occur;
+    /// a string value equal to the name only costs a full rendering).
+    static func mayHoldAttachments(_ body: [UInt8]) -> Bool {
+        let needle = Array("\"\(StoredAttachment.bodyKey)\"".utf8)
+        guard body.count >= needle.count else { return false }
+        let first = needle[0]
+        var i = 0
+        let last = body.count - needle.count
+        while i <= last {
+            if body[i] == first && body[i..<(i + needle.count)].elementsEqual(needle) { return true }
+            i += 1
+        }
+        return false
+    }
+
+    /// A stored document without attachments as clients see it: `_id` and `_rev`, then the
+    /// stored body's members, spliced as text.
+    static func encodedDocument(_ found: ScannedDocument) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(found.body.count + found.id.rawValue.utf8.count + 96)
+        out.append(contentsOf: #"{"_id":"#.utf8)
+        out.append(contentsOf: JSON.string(found.id.rawValue).canonicalBytes)
+        out.append(contentsOf: #","_rev":""#.utf8)
+        out.append(contentsOf: found.revision.description.utf8)
+        out.append(UInt8(ascii: "\""))
+        // The body is a JSON object: `{}` adds nothing, any other starts its members after `{`.
+        if found.body.count > 2 {
+            out.append(UInt8(ascii: ","))
+            out.append(contentsOf: found.body[1...])
+        } else {
+            out.append(UInt8(ascii: "}"))
+        }
+        return out
     }
 
     /// `doc` with CouchDB's `_conflicts`: the other live leaves, best first.

@@ -166,6 +166,35 @@ import Testing
         }
     }
 
+    @Test func everyAnswerEqualsTheDocumentAsAReadServesItWithOrWithoutAttachments() async throws {
+        let f = try DatabaseFixture()
+        try f.put("plain", ["n": 1, "s": "x \"quoted\" \u{e9}", "nested": ["a": [1, 2.5, .null]]])
+        try f.put("empty", [:])
+        try f.put("mention", ["n": 1, "s": "@attachments"])
+        try await f.test { c async throws in
+            _ = try await c.request(.put, "/ferry/withatt/a.txt", body: "hello", headers: [.contentType: "text/plain"])
+            _ = try await c.put("/ferry/withatt2", #"{"n":1,"_attachments":{"b.txt":{"content_type":"text/plain","data":"aGk="}}}"#)
+            let all = try await c.post("/ferry/_find", #"{"selector":{"_id":{"$gt":null}}}"#)
+            let docs = all["docs"]?.arrayElements ?? []
+            #expect(docs.count == 5)
+            for doc in docs {
+                let id = try #require(doc["_id"]?.stringValue)
+                let read = try await c.get("/ferry/\(id)")
+                #expect(doc == read.json, "\(id)")
+            }
+            // A selector on `_attachments` reads the whole rendered document.
+            let withAttachment = try await c.post("/ferry/_find", #"{"selector":{"_attachments.b\\.txt.content_type":"text/plain"}}"#)
+            #expect(ids(withAttachment) == ["withatt2"])
+        }
+        // A reader restricted by policy has every document decoded whole; the answers are the same.
+        let reader = CouchPrincipal.user(name: "r", policy: PeerPolicy(read: AccessRule(idPrefixes: ["plain", "empty", "mention", "withatt"])))
+        let query: JSON = ["selector": ["n": 1], "fields": ["_id", "s", "n"]]
+        let asAdmin = try f.database.find(body: query, principal: .admin).docs
+        let restricted = try f.database.find(body: query, principal: reader).docs
+        #expect(restricted == asAdmin)
+        #expect(restricted.compactMap { $0["_id"]?.stringValue } == ["mention", "plain", "withatt2"])
+    }
+
     @Test func aRestrictedReaderFindsOnlyWhatItMayRead() async throws {
         let f = try DatabaseFixture()
         try f.put("pub/1", ["n": 1])
