@@ -350,24 +350,34 @@ extension JSON {
     /// stepped over without being built. For reading a few fields of a stored document (whose
     /// bytes the store wrote): skipped values are checked only for balance and termination.
     public static func parseMembers(_ bytes: [UInt8], named names: Set<String>) throws(JSONParseError) -> [String: JSON] {
-        let result: Result<[String: JSON], JSONParseError> = bytes.withUnsafeBufferPointer { buf in
-            Result { () throws(JSONParseError) -> [String: JSON] in
-                var parser = JSONParser(bytes: buf)
-                return try parser.parseMembers(named: names)
-            }
+        var found: [String: JSON] = [:]
+        try parseMembers(bytes, named: names, into: &found)
+        return found
+    }
+
+    /// `parseMembers`, adding the members to `found` (which may hold others already).
+    public static func parseMembers(_ bytes: [UInt8], named names: Set<String>, into found: inout [String: JSON])
+        throws(JSONParseError)
+    {
+        let error: JSONParseError? = bytes.withUnsafeBufferPointer { buf in
+            var parser = JSONParser(bytes: buf)
+            do throws(JSONParseError) {
+                try parser.parseMembers(named: names, into: &found)
+                return nil
+            } catch { return error }
         }
-        return try result.get()
+        if let error { throw error }
     }
 }
 
 extension JSONParser {
-    mutating func parseMembers(named names: Set<String>) throws(JSONParseError) -> [String: JSON] {
+    mutating func parseMembers(named names: Set<String>, into found: inout [String: JSON]) throws(JSONParseError) {
         skipWhitespace()
         guard index < bytes.count, bytes[index] == UInt8(ascii: "{") else { throw error("expected an object", at: index) }
         index += 1
-        var found: [String: JSON] = [:]
+        var remaining = names.count
         skipWhitespace()
-        if index < bytes.count && bytes[index] == UInt8(ascii: "}") { return found }
+        if index < bytes.count && bytes[index] == UInt8(ascii: "}") { return }
         while true {
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else {
@@ -382,7 +392,8 @@ extension JSONParser {
             skipWhitespace()
             if names.contains(key) {
                 found[key] = try parseValue()
-                if found.count == names.count { return found }
+                remaining -= 1
+                if remaining == 0 { return }
             } else {
                 try skipValue()
             }
@@ -392,7 +403,7 @@ extension JSONParser {
                 index += 1
                 continue
             }
-            if bytes[index] == UInt8(ascii: "}") { return found }
+            if bytes[index] == UInt8(ascii: "}") { return }
             throw error("expected ',' or '}' in object", at: index)
         }
     }

@@ -47,6 +47,8 @@ public struct ScanPosition: Sendable, Hashable {
 public struct ScannedDocument: Sendable {
     public let id: DocumentID
     public let revision: RevisionID
+    /// `revision` as stored (its text form), so answers need not format it again.
+    public let revisionText: String
     /// The winner's stored body (canonical JSON bytes).
     public let body: [UInt8]
     public let conflicted: Bool
@@ -157,8 +159,9 @@ extension DocumentStore {
                 arguments: StatementArguments(arguments.map { $0.databaseValue }))
             return try rows.map { row in
                 let id: String = row["id"]
+                let rev: String = row["rev"]
                 return ScannedDocument(
-                    id: DocumentID(unchecked: id), revision: try Self.parseStoredRev(row["rev"]),
+                    id: DocumentID(unchecked: id), revision: try Self.parseStoredRev(rev), revisionText: rev,
                     body: Array(row["body"] as Data), conflicted: row["conflicted"],
                     position: ScanPosition(key: Array(id.utf8), documentID: id))
             }
@@ -202,9 +205,10 @@ extension DocumentStore {
             out.reserveCapacity(Swift.min(limit, 256))
             while try stmt.step() {
                 let id = stmt.text(1)
+                let rev = stmt.text(2)
                 out.append(
                     ScannedDocument(
-                        id: DocumentID(unchecked: id), revision: try Self.parseStoredRev(stmt.text(2)), body: stmt.bytes(3),
+                        id: DocumentID(unchecked: id), revision: try Self.parseStoredRev(rev), revisionText: rev, body: stmt.bytes(3),
                         conflicted: stmt.int64(4) != 0, position: ScanPosition(key: stmt.bytes(0), documentID: id)))
             }
             return out

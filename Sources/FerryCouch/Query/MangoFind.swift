@@ -113,13 +113,12 @@ extension CouchDatabase {
                         if found.id.rawValue.hasPrefix("_design/") || Self.isNodeInternal(found.id) { continue }
                         docsExamined += 1
                         if let partial, !Self.mayHoldAttachments(found.body) {
-                            let members: [String: JSON]
-                            do { members = try JSON.parseMembers(found.body, named: partial) } catch {
+                            var fields: [String: JSON] = Dictionary(minimumCapacity: partial.count + 2)
+                            fields["_id"] = .string(found.id.rawValue)
+                            fields["_rev"] = .string(found.revisionText)
+                            do { try JSON.parseMembers(found.body, named: partial, into: &fields) } catch {
                                 throw CouchError(.internalServerError, "corrupt", "Stored body of \(found.id) is not JSON.")
                             }
-                            var fields = members
-                            fields["_id"] = .string(found.id.rawValue)
-                            fields["_rev"] = .string(found.revision.description)
                             let doc = JSON.object(fields)
                             guard query.selector.matches(doc) else { continue }
                             lastMatch = found.position
@@ -221,17 +220,26 @@ extension CouchDatabase {
     /// Whether a stored body may hold Ferry's `@attachments` member (its key's bytes occur;
     /// a string value equal to the name only costs a full rendering).
     static func mayHoldAttachments(_ body: [UInt8]) -> Bool {
-        let needle = Array("\"\(StoredAttachment.bodyKey)\"".utf8)
-        guard body.count >= needle.count else { return false }
-        let first = needle[0]
-        var i = 0
-        let last = body.count - needle.count
-        while i <= last {
-            if body[i] == first && body[i..<(i + needle.count)].elementsEqual(needle) { return true }
-            i += 1
+        let key = attachmentsKey
+        return body.withUnsafeBufferPointer { haystack in
+            guard let base = haystack.baseAddress, haystack.count >= key.count else { return false }
+            // memchr to each `@` (rare in documents), then compare the key around it.
+            var offset = 1
+            while offset <= haystack.count - key.count + 1,
+                let hit = memchr(base + offset, Int32(UInt8(ascii: "@")), haystack.count - offset)
+            {
+                let at = base.distance(to: hit.assumingMemoryBound(to: UInt8.self))
+                if at - 1 + key.count <= haystack.count && haystack[(at - 1)..<(at - 1 + key.count)].elementsEqual(key) {
+                    return true
+                }
+                offset = at + 1
+            }
+            return false
         }
-        return false
     }
+
+    /// The bytes of the `@attachments` key as stored bodies hold it.
+    private static let attachmentsKey = Array("\"\(StoredAttachment.bodyKey)\"".utf8)
 
     /// A stored document without attachments as clients see it: `_id` and `_rev`, then the
     /// stored body's members, spliced as text.
@@ -241,7 +249,7 @@ extension CouchDatabase {
         out.append(contentsOf: #"{"_id":"#.utf8)
         out.append(contentsOf: JSON.string(found.id.rawValue).canonicalBytes)
         out.append(contentsOf: #","_rev":""#.utf8)
-        out.append(contentsOf: found.revision.description.utf8)
+        out.append(contentsOf: found.revisionText.utf8)
         out.append(UInt8(ascii: "\""))
         // The body is a JSON object: `{}` adds nothing, any other starts its members after `{`.
         if found.body.count > 2 {
