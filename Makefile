@@ -51,6 +51,7 @@ bench:
 	.build/release/ferry-bench syncthing --report $(REPORT)
 	.build/release/ferry-bench couch-api --report $(REPORT)
 	.build/release/ferry-bench couch --report $(REPORT)
+	.build/release/ferry-bench find --report $(REPORT)
 	@if [ "$$(id -u)" = 0 ]; then .build/release/ferry-bench lan --report $(REPORT); \
 	else echo "lan: skipped (the LAN lab needs root)"; fi
 	@echo "report: $(REPORT)"
