@@ -194,8 +194,10 @@ func readUntilClosed(_ fd: Int32, timeout: Double = 60) async -> Bool {
         try await waitUntil { listener.connections.isEmpty }
         // The replicator sees the close as it happens, not at its next local change.
         try await waitUntil { replicator.status.activity == .stopped }
-        // The close says why; the next attempt is refused in the TLS handshake.
-        #expect(replicator.status.error?.description.contains("no longer trusts") == true, "\(String(describing: replicator.status.error))")
+        // The close says why. On a loaded machine a write (a heartbeat) may hit the closed
+        // connection before the close frame is read; the replicator then reports that instead.
+        let why = replicator.status.error?.description ?? ""
+        #expect(why.contains("no longer trusts") || why.contains("closed channel"), "\(why)")
         await running.value
     }
 }
