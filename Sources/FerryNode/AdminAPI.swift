@@ -191,6 +191,8 @@ struct AdminAPI: Sendable {
                 "connected": .bool(p.connected), "dialled": .bool(p.dialled),
                 "direction": p.direction.map { .string($0.rawValue) } ?? .null,
                 "lastSeen": p.lastSeen.map { .string(iso.string(from: $0)) } ?? .null,
+                // Whether the digest the peer last reported equals this node's now (null: either unknown).
+                "digestMatches": node.digests.matches(p.nodeID).map(JSON.bool) ?? .null,
             ]
             if let url = p.url { o["url"] = .string(url) }
             // `replication` is the link this node dialled, else the peer's link to this node;

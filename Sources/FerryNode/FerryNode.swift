@@ -69,6 +69,8 @@ public final class FerryNode: Sendable {
     let clock: any Clock<Duration>
     /// Who is linked to whom and who sent what: one per node, shared by all its links.
     let mesh: MeshRelay
+    /// This node's content digest and the digests its peers last reported (anti-entropy, status).
+    public let digests: MeshDigests
     private let stopState = Mutex<StopState>(StopState())
 
     /// Whether `stop` was called, and the running group it stops.
@@ -108,6 +110,7 @@ public final class FerryNode: Sendable {
             return rule?.violation(id: proposed.id, deleted: proposed.deleted, body: proposed.body, size: proposed.body.canonicalBytes.count)
         }
         store = try DocumentStore.open(directory: dataDirectory, options: storeOptions)
+        digests = MeshDigests(store: store, clock: clock)
         identity = try NodeIdentity.loadOrCreate(directory: dataDirectory, name: configuration.name)
         adminKey = try AdminKey.loadOrCreate(dataDirectory: dataDirectory)
         trust = try TrustStore(dataDirectory: dataDirectory, configuration: configuration)
@@ -126,6 +129,7 @@ public final class FerryNode: Sendable {
             logger: logger)
         factory.catchUpGate = catchUpGate
         factory.mesh = mesh
+        factory.digests = digests
         return factory
     }
 

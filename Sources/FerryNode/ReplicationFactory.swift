@@ -22,6 +22,8 @@ public struct ReplicationFactory: Sendable {
     /// The node's one mesh view and relay ledger, given to every replicator and responder
     /// (heartbeats carry links; relays a peer gets elsewhere are skipped). nil: neither.
     public var mesh: MeshRelay?
+    /// The node's digest and its peers' reported ones (heartbeats, status, anti-entropy); nil: none.
+    public var digests: MeshDigests?
     /// Heartbeat interval and silence limit for every link.
     public var liveness = Liveness()
 
@@ -71,6 +73,7 @@ public struct ReplicationFactory: Sendable {
     ) -> ReplicationResponder {
         var r = ReplicationResponder.Options()
         r.mesh = mesh
+        r.digests = digests
         r.liveness = liveness
         r.sessionEnded = sessionEnded
         r.nodeID = nodeID
@@ -99,6 +102,7 @@ public struct ReplicationFactory: Sendable {
         rc.metrics = metrics
         rc.catchUpGate = catchUpGate
         rc.mesh = mesh
+        rc.digests = digests
         rc.liveness = liveness
         configure(&rc)
         return Replicator(store: store, connector: connector, configuration: rc, clock: clock, logger: logger ?? self.logger)

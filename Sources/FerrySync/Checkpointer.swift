@@ -74,6 +74,11 @@ struct Checkpointer<Position: CheckpointSequence> {
     let clock: any Clock<Duration>
     /// The remote database whose coverage saves raise (a pull with a complete intake); nil: none.
     var coverage: String?
+    /// Pull: the relays the other side skipped, which coverage may not pass until held here.
+    var hold = CoverageHold()
+    /// Push: the relays this side skipped since the last remote write, reported with it.
+    private var skipReport: [SkippedRelay] = []
+    private var skipReportLost = false
     /// How far the replication has got (stored or deliberately skipped).
     private(set) var position = Position.start
     private(set) var localSaved = Position.start
@@ -178,7 +183,11 @@ struct Checkpointer<Position: CheckpointSequence> {
         // A push tells the other side when it has reached the end of this side's feed: only
         // then does that side hold everything this one held when it said hello.
         let caughtUp = try Position.direction == .push && (position.number ?? 0) >= store.lastChangeSequence
-        try await remote.putCheckpoint(key, value: ["seq": position.checkpointJSON], direction: Position.direction, caughtUp: caughtUp)
+        try await remote.putCheckpoint(
+            key, value: ["seq": position.checkpointJSON], direction: Position.direction, caughtUp: caughtUp, skipped: skipReport,
+            skipsLost: skipReportLost)
+        skipReport = []
+        skipReportLost = false
         remoteSaved = position
         lag = nil
         try raiseCoverage()
@@ -190,12 +199,20 @@ struct Checkpointer<Position: CheckpointSequence> {
         try? raiseCoverage()
     }
 
-    /// Records the position as this store's coverage of the remote database, if it keeps one.
+    /// Push: notes revisions left out as relays, for the next remote write to report.
+    mutating func reportSkipped(_ skipped: [SkippedRelay]) {
+        let room = SkippedRelay.maxReported - skipReport.count
+        if skipped.count > room { skipReportLost = true }
+        skipReport.append(contentsOf: skipped.prefix(max(0, room)))
+    }
+
+    /// Records the position as this store's coverage of the remote database, if it keeps one,
+    /// held below any relay the other side skipped that this store does not hold yet.
     /// Only with both copies (or at the end): once live, every batch writes the local copy,
     /// and a coverage that lags a few seconds costs a restart no more than re-read entries.
-    func raiseCoverage() throws {
+    mutating func raiseCoverage() throws {
         guard let coverage, let n = position.number else { return }
-        try Coverage.raise(coverage, to: n, in: store)
+        try Coverage.raise(coverage, to: try hold.coverable(through: n, store: store), in: store)
     }
 }
 

@@ -112,7 +112,8 @@ extension ReplicatorConfiguration {
     /// serves it everything (it stated its coverage), and neither its policy here nor a pull
     /// filter or document list holds anything back.
     func pullIntakeIsComplete(from remote: RemoteIdentity) -> Bool {
-        remote.coverage != nil && pullFilter == nil && documentIDs == nil && remotePolicy.write.admitsEverything
+        // A remote that does not list the relays it skips could make coverage claim them.
+        remote.coverage != nil && remote.reportsSkips && pullFilter == nil && documentIDs == nil && remotePolicy.write.admitsEverything
             && remotePolicy.mayDelete
     }
 }

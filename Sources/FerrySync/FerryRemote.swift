@@ -20,7 +20,9 @@ struct FerryRemote: RemoteDatabase {
             inline: inlineWanted && reply.features.contains("inline"),
             heartbeat: features.contains(SyncProtocol.heartbeatFeature) && reply.features.contains(SyncProtocol.heartbeatFeature),
             coverage: reply.coverage)
-        return FerryRemote(connection: connection, identity: identity)
+        var opened = identity
+        opened.reportsSkips = reply.features.contains(SyncProtocol.skipReportsFeature)
+        return FerryRemote(connection: connection, identity: opened)
     }
 
     private func ask(_ body: some SyncRequestBody) async throws(SyncError) -> JSON {
@@ -50,7 +52,9 @@ struct FerryRemote: RemoteDatabase {
             if let o = entry.inline, leaves.count == 1 { inline = WireRevision(inline: o, id: entry.id, rev: leaves[0].description) }
             changes.append(RemoteChange(id: id, leaves: leaves, inline: inline))
         }
-        return RemoteChanges(changes: changes, lastSequence: RemoteSequence(reply.lastSeq), caughtUp: reply.caughtUp)
+        return RemoteChanges(
+            changes: changes, lastSequence: RemoteSequence(reply.lastSeq), caughtUp: reply.caughtUp, skipped: reply.skipped,
+            skipsLost: reply.skipsLost)
     }
 
     func revsDiff(_ docs: [DocumentID: [RevisionID]]) async throws -> [DocumentID: MissingRevisions] {
@@ -99,5 +103,14 @@ struct FerryRemote: RemoteDatabase {
 
     func putCheckpoint(_ id: String, value: JSON, direction: CheckpointDirection, caughtUp: Bool) async throws {
         _ = try await ask(SetCheckpointRequest(id: id, value: value, direction: direction, caughtUp: caughtUp))
+    }
+
+    func putCheckpoint(
+        _ id: String, value: JSON, direction: CheckpointDirection, caughtUp: Bool, skipped: [SkippedRelay], skipsLost: Bool
+    ) async throws {
+        var set = SetCheckpointRequest(id: id, value: value, direction: direction, caughtUp: caughtUp)
+        set.skipped = skipped
+        set.skipsLost = skipsLost
+        _ = try await ask(set)
     }
 }

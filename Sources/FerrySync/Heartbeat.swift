@@ -47,6 +47,8 @@ struct LivenessPlan: Sendable {
     var mesh: MeshRelay?
     /// Whether this side's half of the connection replicates every document both ways.
     var localFull: Bool
+    /// Where this node's digest comes from and the peer's goes; nil: none sent or kept.
+    var digests: MeshDigests? = nil
 }
 
 /// A connection's heartbeat state, behind the connection's mutex.
@@ -66,6 +68,10 @@ struct LivenessState {
     /// The number of the last heartbeat whose links were applied: heartbeats are sent from
     /// separate tasks, so an older one may arrive after a newer one and must not undo it.
     var linksApplied: UInt64 = 0
+    /// The peer said its half replicates everything (kept with or without a mesh view).
+    var peerFull = false
+    /// The digest in the last heartbeat that carried one.
+    var digestSent: String?
 }
 
 extension Connection {
@@ -128,6 +134,15 @@ extension Connection {
     /// Whether heartbeats run on this connection (both sides offered them).
     public var heartbeatsRunning: Bool { state.withLock { $0.liveness?.running == true && $0.closedWith == nil } }
 
+    /// Whether both halves of this connection replicate every document both ways, as the
+    /// heartbeats said: only then must the two nodes hold the same documents.
+    var isFullLink: Bool {
+        state.withLock { s in
+            guard let l = s.liveness, l.running, !l.ended, s.closedWith == nil else { return false }
+            return l.plan.localFull && l.peerFull
+        }
+    }
+
     /// Reads a received heartbeat: its links go into the mesh view. A malformed one closes the connection.
     func receivedHeartbeat(_ message: Message) async {
         let decoded: HeartbeatMessage
@@ -135,11 +150,20 @@ extension Connection {
             await close(error: error)
             return
         }
+        if let digest = decoded.digest {
+            let plan = state.withLock { $0.liveness?.plan }
+            if let plan { plan.digests?.peerReported(plan.peerID, digest: digest) }
+        }
         guard decoded.links != nil || decoded.full != nil else { return }
         // Applied in number order under the lock (the mesh view takes its own lock inside).
         let change = state.withLock { s -> (plan: LivenessPlan, register: Bool?)? in
-            guard var l = s.liveness, !l.ended, let mesh = l.plan.mesh, message.number > l.linksApplied else { return nil }
+            guard var l = s.liveness, !l.ended, message.number > l.linksApplied else { return nil }
             l.linksApplied = message.number
+            if let full = decoded.full { l.peerFull = full }
+            guard let mesh = l.plan.mesh else {
+                s.liveness = l
+                return nil
+            }
             if let links = decoded.links { mesh.peerReported(l.plan.peerID, links: Set(links)) }
             guard let full = decoded.full else {
                 s.liveness = l
@@ -172,8 +196,17 @@ extension Connection {
                     body.full = l.plan.localFull
                     l.linksSent = links
                 }
+            } else if l.linksSent == nil {
+                // No mesh view: the first heartbeat still says whether this half is full.
+                body.full = l.plan.localFull
+                l.linksSent = []
             }
             if onlyIfLinksChanged && body.links == nil { return nil }
+            // The digest goes when it changed since this connection last carried it.
+            if let digest = l.plan.digests?.current(), digest != l.digestSent {
+                body.digest = digest
+                l.digestSent = digest
+            }
             s.liveness = l
             defer { s.nextNumber += 1 }
             return Message(

@@ -22,8 +22,11 @@ public enum SyncProtocol {
     /// `inline`: changes replies carry small fresh revisions, and caught-up pushes send them
     /// without revsDiff (docs/protocol.md §3.4). `heartbeat`: both sides send heartbeats on an
     /// idle connection and close it when the peer falls silent (docs/protocol.md §3 heartbeat).
-    public static let features = ["deltas", "blobs", "inline", heartbeatFeature]
+    /// `skipReports`: changes replies and push checkpoint writes list the revisions left out
+    /// as relays, so coverage never claims them early (docs/protocol.md §6).
+    public static let features = ["deltas", "blobs", "inline", heartbeatFeature, skipReportsFeature]
     public static let heartbeatFeature = "heartbeat"
+    public static let skipReportsFeature = "skipReports"
 
     /// The features this side offers in hello: all of them, less `heartbeat` when liveness is off.
     public static func features(liveness: Liveness) -> [String] {

@@ -48,7 +48,12 @@ final class Puller: Sendable {
         func caughtUpFirstTime() throws {
             guard catchingUp else { return }
             catchingUp = false
-            if intakeComplete, let snapshot = remote.identity.coverage {
+            // Taken over only when nothing the remote skipped as a relay is still missing here:
+            // its coverage counts those, and this store would claim what it lacks.
+            if intakeComplete, let snapshot = remote.identity.coverage,
+                try checkpoint.hold.coverable(through: checkpoint.position.number ?? 0, store: context.store) >= 0,
+                checkpoint.hold.isClear
+            {
                 let raised = try Coverage.adopt(snapshot, in: context.store)
                 if raised > 0 { context.logger.debug("caught up; took over the peer's coverage", metadata: ["raised": "\(raised)"]) }
             }
@@ -89,6 +94,10 @@ final class Puller: Sendable {
             }
             prefetched = nil
             let lastSeq = page.lastSequence
+            // Relays the other side left out (live pages only): coverage waits until they are held.
+            if intakeComplete && (!page.skipped.isEmpty || page.skipsLost) {
+                checkpoint.hold.note(page.skipped, lostFrom: page.skipsLost ? (since.number ?? 0) + 1 : nil)
+            }
             if page.changes.isEmpty {
                 if lastSeq != since {
                     // Only documents left out changed (hidden from this peer, or revisions
@@ -157,6 +166,25 @@ final class Puller: Sendable {
             progress.update { $0.completed += page.changes.count }
             progress.markIdleIfCaughtUp()
         }
+    }
+
+    /// Reads the other side's whole feed from its start, ignoring checkpoints and coverage,
+    /// and fetches whatever this store lacks (anti-entropy). Returns the revisions stored.
+    func sweep() async throws -> Int {
+        let before = progress.summary.pulled
+        var since = RemoteSequence.start
+        while !context.stopRequested {
+            try Task.checkCancellation()
+            // Not live: the other side leaves no relays out of a page that is not.
+            var request = RemoteChangesRequest(since: since, limit: configuration.batchSize, live: false, timeout: configuration.heartbeat)
+            request.documentIDs = configuration.documentIDs
+            request.selector = configuration.remoteSelector
+            let page = try await remote.changes(request)
+            if !page.changes.isEmpty { try await pull(try PullPlan(page.changes, puller: self)) {} }
+            if page.caughtUp || page.lastSequence == since { break }
+            since = page.lastSequence
+        }
+        return progress.summary.pulled - before
     }
 
     /// Fetches, checks and inserts a planned page. `beforeLastChunk` runs once the last

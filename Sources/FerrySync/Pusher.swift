@@ -65,7 +65,8 @@ final class Pusher: Sendable {
                 $0.activity = .busy
                 $0.total += page.count
             }
-            try await push(page, inline: inline && caughtUp, trees: trees)
+            let skipped = try await push(page, caughtUp: caughtUp, inline: inline && caughtUp, trees: trees)
+            checkpoint.reportSkipped(skipped)
             since = last.0.sequence
             checkpoint.advance(to: since)
             reached(since)
@@ -101,6 +102,23 @@ final class Pusher: Sendable {
         _ = try await context.race(timeout: limit) { try await Race.first(of: waits) }
     }
 
+    /// Offers the peer every document of the local feed from its start, ignoring checkpoints
+    /// and floors, and sends what it lacks (anti-entropy). Returns the revisions it stored.
+    func sweep() async throws -> Int {
+        let before = progress.summary.pushed
+        var since: UInt64 = 0
+        while !context.stopRequested {
+            try Task.checkCancellation()
+            let page = try store.changesWithLeaves(since: since, limit: configuration.batchSize)
+            guard let last = page.last else { break }
+            var docs: [DocumentID: [RevisionID]] = [:]
+            for (change, leaves) in page where configuration.documentIDs?.contains(change.id) ?? true { docs[change.id] = leaves }
+            try await announce(docs)
+            since = last.0.sequence
+        }
+        return progress.summary.pushed - before
+    }
+
     /// Offers the peer again, through revsDiff, the documents skipped for it whose skip no
     /// longer holds (its link to the sender went): it answers what it still lacks.
     private func reofferSkipped() async throws {
@@ -115,17 +133,27 @@ final class Pusher: Sendable {
         try await announce(docs)
     }
 
-    private func push(_ page: [(Change, [RevisionID])], inline: Bool, trees known: [DocumentID: RevisionTree]?) async throws {
+    /// Pushes a page; returns the revisions left out as relays. Relays are skipped only once
+    /// caught up: a peer catching up from this node must get everything this node holds, as
+    /// its coverage will take over this node's (docs/architecture.md, "Coverage").
+    private func push(_ page: [(Change, [RevisionID])], caughtUp: Bool, inline: Bool, trees known: [DocumentID: RevisionTree]?)
+        async throws -> [SkippedRelay]
+    {
         let target = remote.identity.peerID
         var page = page
+        var skipped: [SkippedRelay] = []
         if let ids = configuration.documentIDs { page = page.filter { ids.contains($0.0.id) } }
-        page = page.filter {
-            !context.peerHeld.peerHolds($0.0.id, leaves: $0.1) && !context.skipsRelay($0.0.id, leaves: $0.1, to: target)
+        page = page.filter { change, leaves in
+            if context.peerHeld.peerHolds(change.id, leaves: leaves) { return false }
+            guard caughtUp, let relied = context.relaySkip(change.id, leaves: leaves, to: target) else { return true }
+            skipped.append(contentsOf: relied.map { SkippedRelay(sequence: change.sequence, id: change.id, revision: $0) })
+            return false
         }
         if inline { page = try await pushInline(page, trees: known) }
         var docs: [DocumentID: [RevisionID]] = [:]
         for (change, leaves) in page { docs[change.id] = leaves }
         try await announce(docs)
+        return skipped
     }
 
     /// Asks the peer which of these leaves it lacks, then sends those (as deltas when smaller).

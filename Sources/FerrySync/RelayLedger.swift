@@ -189,23 +189,30 @@ public final class MeshRelay: Sendable {
     /// is held by the target, came from it, or came from a peer the target reports a live
     /// link to. Records the skips it relies on, for a re-offer if that link goes.
     func skipsRelay(of id: DocumentID, leaves: [RevisionID], to target: String, peerHeld: PeerHeldRevisions) -> Bool {
-        guard let targetLinks = view.links(of: target) else { return false }
+        relaySkip(of: id, leaves: leaves, to: target, peerHeld: peerHeld) != nil
+    }
+
+    /// As `skipsRelay`; nil when the change is to be offered, else the leaves the skip relies
+    /// on another link for (empty when the target holds or sent them all). Those are what the
+    /// target must hold before its coverage of this node's feed may pass the change.
+    func relaySkip(of id: DocumentID, leaves: [RevisionID], to target: String, peerHeld: PeerHeldRevisions) -> [RevisionID]? {
+        guard let targetLinks = view.links(of: target) else { return nil }
         var relied: [(DocumentID, RevisionID, String)] = []
         for leaf in leaves {
             if peerHeld.peerHolds(id, revision: leaf) { continue }
-            guard let sender = ledger.sender(of: id, leaf) else { return false }
+            guard let sender = ledger.sender(of: id, leaf) else { return nil }
             if sender == target { continue }
-            guard targetLinks.contains(sender) else { return false }
+            guard targetLinks.contains(sender) else { return nil }
             relied.append((id, leaf, sender))
         }
-        if relied.isEmpty { return true }
-        guard ledger.hasRoom(for: target, relied.count) else { return false }
+        if relied.isEmpty { return [] }
+        guard ledger.hasRoom(for: target, relied.count) else { return nil }
         ledger.rememberSkips(to: target, relied)
         // A report that dropped a sender between the check and the record scanned the skips
         // before this one was there: look again, and offer it again if so.
         let now = view.links(of: target) ?? []
         let gone = Set(relied.map(\.2)).subtracting(now)
         if !gone.isEmpty { ledger.sendersLost(by: target, gone) }
-        return true
+        return relied.map(\.1)
     }
 }

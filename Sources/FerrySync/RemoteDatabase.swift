@@ -48,6 +48,11 @@ package protocol RemoteDatabase: Sendable {
     /// Writes a checkpoint's copy on the other side; `caughtUp` (push) says this side's feed
     /// ended at the checkpoint when it was written. (Default: `putLocalDocument`.)
     func putCheckpoint(_ id: String, value: JSON, direction: CheckpointDirection, caughtUp: Bool) async throws
+    /// As above, with the revisions a push left out as relays since its last checkpoint write.
+    /// (Default: the report is dropped; such a remote states no coverage to keep honest.)
+    func putCheckpoint(
+        _ id: String, value: JSON, direction: CheckpointDirection, caughtUp: Bool, skipped: [SkippedRelay], skipsLost: Bool
+    ) async throws
 
     /// Ends the remote's use of its connections once the workers are done; `error` says why
     /// when they failed. (Default: nothing to close.)
@@ -56,6 +61,12 @@ package protocol RemoteDatabase: Sendable {
 
 extension RemoteDatabase {
     package func close(error: SyncError?) async {}
+
+    package func putCheckpoint(
+        _ id: String, value: JSON, direction: CheckpointDirection, caughtUp: Bool, skipped: [SkippedRelay], skipsLost: Bool
+    ) async throws {
+        try await putCheckpoint(id, value: value, direction: direction, caughtUp: caughtUp)
+    }
 }
 
 /// The other side's identity and capabilities.
@@ -70,6 +81,8 @@ package struct RemoteIdentity: Sendable, Equatable {
     package var inline: Bool
     /// Whether both sides offered heartbeats in hello.
     package var heartbeat = false
+    /// Whether the other side lists the relays it leaves out of changes replies (`skipReports`).
+    package var reportsSkips = false
     /// The other side's coverage as its hello stated it; nil when it sent none.
     package var coverage: CoverageSnapshot? = nil
 
@@ -143,10 +156,18 @@ package struct RemoteChanges: Sendable {
     package var lastSequence: RemoteSequence
     /// The feed had nothing more when it was read.
     package var caughtUp: Bool
+    /// Revisions of this page the other side left out as relays, and whether it left out
+    /// more than it listed.
+    package var skipped: [SkippedRelay] = []
+    package var skipsLost = false
 
-    package init(changes: [RemoteChange], lastSequence: RemoteSequence, caughtUp: Bool) {
+    package init(
+        changes: [RemoteChange], lastSequence: RemoteSequence, caughtUp: Bool, skipped: [SkippedRelay] = [], skipsLost: Bool = false
+    ) {
         self.changes = changes
         self.lastSequence = lastSequence
         self.caughtUp = caughtUp
+        self.skipped = skipped
+        self.skipsLost = skipsLost
     }
 }

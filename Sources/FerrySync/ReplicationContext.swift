@@ -35,11 +35,12 @@ final class ReplicationContext: Sendable {
 
     func clearStop() { stopState.withLock { $0 = false } }
 
-    /// Whether a change need not be offered to `target`: it gets it from its own link to
-    /// the peer this node got it from (see `MeshRelay.skipsRelay`).
-    func skipsRelay(_ id: DocumentID, leaves: [RevisionID], to target: String) -> Bool {
-        guard let mesh = configuration.mesh else { return false }
-        return mesh.skipsRelay(of: id, leaves: leaves, to: target, peerHeld: peerHeld)
+    /// Whether a change need not be offered to `target`, which gets it over its own link to
+    /// the peer this node got it from (`MeshRelay.relaySkip`): nil when it is to be offered,
+    /// else the leaves the skip relies on.
+    func relaySkip(_ id: DocumentID, leaves: [RevisionID], to target: String) -> [RevisionID]? {
+        guard let mesh = configuration.mesh else { return nil }
+        return mesh.relaySkip(of: id, leaves: leaves, to: target, peerHeld: peerHeld)
     }
 
     /// Remembers that `sender` sent this stored revision.
@@ -54,7 +55,7 @@ final class ReplicationContext: Sendable {
         connection.startLiveness(
             LivenessPlan(
                 settings: configuration.liveness, clock: clock, logger: logger, peerID: remote.peerID, mesh: configuration.mesh,
-                localFull: full))
+                localFull: full, digests: configuration.digests))
     }
 
     /// Runs `operation` until it returns (its value), `limit` passes on the clock, or a stop

@@ -44,6 +44,9 @@ public final class ReplicationResponder: Sendable {
         /// The node's mesh view and relay ledger (see `ReplicatorConfiguration.mesh`), used
         /// for peers whose node ID the transport proves; nil: none.
         public var mesh: MeshRelay?
+        /// The node's digests (see `ReplicatorConfiguration.digests`): heartbeats carry this
+        /// node's, and the peers' are recorded for status and anti-entropy.
+        public var digests: MeshDigests?
         /// Told when a session ends, with why (nil: a normal close).
         public var sessionEnded: (@Sendable (SessionStatus, SyncError?) -> Void)?
         public init() {}
@@ -244,7 +247,7 @@ final class ResponderSession: Sendable {
         let set = try SetCheckpointRequest(try request.json())
         try store.putLocalDocument(checkpointKey(set.id), body: set.value, durability: .normal)  // rolls back with the pushed revisions it covers
         if set.direction == .push, let n = set.value["seq"]?.intValue, n >= 0 {
-            try pushCheckpointWritten(through: UInt64(n), caughtUp: set.caughtUp)
+            try pushCheckpointWritten(through: UInt64(n), caughtUp: set.caughtUp, skipped: set.skipped, skipsLost: set.skipsLost)
         }
         return reply(request, [:])
     }

@@ -264,7 +264,7 @@ public final class Replicator: Sendable {
                 connection, nodeID: configuration.nodeID, localDatabase: store.uuid, inlineWanted: configuration.inlineLimit > 0,
                 features: SyncProtocol.features(liveness: configuration.liveness), coverage: configuration.coverageForHello(store))
             context.startLiveness(on: connection, remote: remote.identity)
-            try await replicate(with: remote)
+            try await replicate(with: remote, connection: connection)
             await connection.close()
         } catch {
             await connection.close(error: SyncError.from(error))
@@ -291,7 +291,7 @@ public final class Replicator: Sendable {
     }
 
     /// Runs the workers the direction asks for against an open remote.
-    func replicate(with remote: any RemoteDatabase) async throws {
+    func replicate(with remote: any RemoteDatabase, connection: Connection? = nil) async throws {
         let remoteDB = remote.identity.databaseID
         state.withLock { $0.remoteDatabase = remoteDB }
         let direction = configuration.direction
@@ -306,23 +306,48 @@ public final class Replicator: Sendable {
         context.progress.update { $0.total = $0.completed }
         setActivity(.busy)
         let context = self.context
-        try await withThrowingTaskGroup(of: Void.self) { group in
+        let puller = Puller(context: context, remote: remote)
+        let pusher = Pusher(context: context, remote: remote)
+        // Each task says whether it was a worker: the reconciler only lives as long as they do.
+        try await withThrowingTaskGroup(of: Bool.self) { group in
+            var workers = 0
             if direction.pulls {
                 let key = checkpointKey(remoteDB: remoteDB, direction: .pull)
-                group.addTask { try await Puller(context: context, remote: remote).run(checkpointKey: key) }
+                group.addTask {
+                    try await puller.run(checkpointKey: key)
+                    return true
+                }
+                workers += 1
             }
             if direction.pushes {
                 let key = checkpointKey(remoteDB: remoteDB, direction: .push)
                 group.addTask {
-                    try await Pusher(context: context, remote: remote).run(checkpointKey: key) { seq in
+                    try await pusher.run(checkpointKey: key) { seq in
                         self.state.withLock { $0.pushedThrough = seq }
                     }
+                    return true
+                }
+                workers += 1
+            }
+            // Anti-entropy, on a continuous link both ways with heartbeats (MeshDigests.swift).
+            if let connection, let digests = configuration.digests, configuration.antiEntropy.enabled, configuration.continuous,
+                direction == .pushAndPull, remote.identity.heartbeat
+            {
+                let reconciler = Reconciler(
+                    context: context, connection: connection, digests: digests, peerID: remote.identity.peerID, puller: puller,
+                    pusher: pusher)
+                group.addTask {
+                    try await reconciler.run()
+                    return false
                 }
             }
             // Not waitForAll(): it waits for every child before rethrowing, so a pull that
             // fails on a dropped connection would wait for an idle push loop's next local
             // change. The first error ends the group, which cancels the other worker.
-            while try await group.next() != nil {}
+            while workers > 0, let wasWorker = try await group.next() {
+                if wasWorker { workers -= 1 }
+            }
+            group.cancelAll()
         }
     }
 

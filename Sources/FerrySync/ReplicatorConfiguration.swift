@@ -98,6 +98,12 @@ public struct ReplicatorConfiguration: Sendable {
     /// and its responder: heartbeats carry this node's links, and a revision a peer will get
     /// from its own link to the sender is not relayed to it. nil (the default): neither.
     public var mesh: MeshRelay?
+    /// The node's content digest and its peers' reported ones, shared like `mesh`:
+    /// heartbeats carry the digest, and a full continuous link whose peer's digest differs
+    /// from this node's while both are idle reconciles (`antiEntropy`). nil (the default): neither.
+    public var digests: MeshDigests?
+    /// When a link compares digests and reconciles; see `AntiEntropy`.
+    public var antiEntropy = AntiEntropy()
 
     /// Whether this side of the link replicates every document both ways, which a mesh
     /// link must for relay suppression to rely on it (the pull filter is node-wide, so the

@@ -10,6 +10,12 @@ final class ResponderCatchUp: Sendable {
     struct State {
         var peerDatabase = ""
         var peerCoverage: CoverageSnapshot?
+        /// The peer lists the relays its pushes leave out (`skipReports`).
+        var peerReportsSkips = false
+        /// Those relays, until this store holds them: coverage stays below them.
+        var hold = CoverageHold()
+        /// The sequence of the peer's last push checkpoint write (where an unreported skip may start after).
+        var lastWritten: UInt64 = 0
         var ticket: CatchUpTicket?
         /// The first push-direction checkpoint read was answered (only that one waits).
         var asked = false
@@ -31,6 +37,7 @@ extension ResponderSession {
         catchUp.state.withLock {
             $0.peerDatabase = hello.database
             $0.peerCoverage = hello.coverage
+            $0.peerReportsSkips = hello.features.contains(SyncProtocol.skipReportsFeature)
         }
     }
 
@@ -45,7 +52,8 @@ extension ResponderSession {
     /// unfiltered (it stated its coverage), and its policy here and the node's incoming
     /// filter let every revision and deletion through.
     var pushIntakeIsComplete: Bool {
-        let stated = catchUp.state.withLock { $0.peerCoverage != nil }
+        // A peer that does not list the relays it skips could make coverage claim them.
+        let stated = catchUp.state.withLock { $0.peerCoverage != nil && $0.peerReportsSkips }
         let p = policy
         return stated && p.write.admitsEverything && p.mayDelete && options.incomingFilter == nil && options.allowPush
             && !options.readOnly
@@ -83,14 +91,25 @@ extension ResponderSession {
     /// once the push reached the end of the peer's feed (`caughtUp`), this node holds all the
     /// peer held at hello and takes over its stated coverage (once). The lease passes on then,
     /// or as soon as the push passed the feed's end as the hello stated it.
-    func pushCheckpointWritten(through sequence: UInt64, caughtUp: Bool) throws {
+    func pushCheckpointWritten(
+        through sequence: UInt64, caughtUp: Bool, skipped: [SkippedRelay] = [], skipsLost: Bool = false
+    ) throws {
         let (database, coverage, ticket, adopt) = catchUp.state.withLock { s in
-            defer { if caughtUp { s.adopted = true } }
-            return (s.peerDatabase, s.peerCoverage, s.ticket, caughtUp && !s.adopted)
+            (s.peerDatabase, s.peerCoverage, s.ticket, caughtUp && !s.adopted)
         }
         let complete = pushIntakeIsComplete
-        if complete && sequence > 0 { try Coverage.raise(database, to: sequence, in: store) }
-        if adopt, complete, let coverage {
+        // Coverage stays below the relays the push left out until this store holds them.
+        var (hold, previous) = catchUp.state.withLock { ($0.hold, $0.lastWritten) }
+        hold.note(skipped, lostFrom: skipsLost ? previous + 1 : nil)
+        let coverable = try hold.coverable(through: sequence, store: store)
+        catchUp.state.withLock {
+            $0.hold = hold
+            $0.lastWritten = sequence
+        }
+        if complete && coverable > 0 { try Coverage.raise(database, to: coverable, in: store) }
+        // Its coverage counts the relays it skipped: taken over only once this store holds them.
+        if adopt, complete, hold.isClear, let coverage {
+            catchUp.state.withLock { $0.adopted = true }
             let raised = try Coverage.adopt(coverage, in: store)
             responder.logger.debug(
                 "caught up by a peer's push; took over its coverage", metadata: ["peer": "\(peerForLog)", "raised": "\(raised)"])

@@ -22,6 +22,7 @@ extension ResponderSession {
         var scanned = since
         var page = try store.changesWithLeaves(since: since, limit: limit)
         var entries: [ChangeEntry] = []
+        var skipped: [SkippedRelay] = []
         // Documents skipped earlier whose skip no longer holds (docs/protocol.md §6.6).
         var reoffered = try reofferedEntries(at: since, docIDs: docIDs)
         while true {
@@ -29,7 +30,8 @@ extension ResponderSession {
                 page = try await waitForChanges(since: scanned, limit: limit, for: wait - elapsed())
                 reoffered = try reofferedEntries(at: scanned, docIDs: docIDs)
             }
-            entries = try changeEntries(page, docIDs: docIDs, inlineLimit: inlineLimit, inlineDeltas: inlineDeltas)
+            entries = try changeEntries(
+                page, docIDs: docIDs, inlineLimit: inlineLimit, inlineDeltas: inlineDeltas, skipRelays: live, skipped: &skipped)
             scanned = page.last?.0.sequence ?? scanned
             // A live wait answers only with something to send: a short page whose every
             // change is hidden or already held by the peer (in a mesh, the echo of what it
@@ -43,18 +45,31 @@ extension ResponderSession {
             entries = reoffered + entries
         }
         // A short page ends the feed as it stood: the peer need not ask again before going live.
-        return reply(request, ChangesReply(changes: entries, lastSeq: scanned, caughtUp: page.count < limit).json)
+        var answer = ChangesReply(changes: entries, lastSeq: scanned, caughtUp: page.count < limit)
+        answer.skipped = Array(skipped.prefix(SkippedRelay.maxReported))
+        answer.skipsLost = skipped.count > SkippedRelay.maxReported
+        return reply(request, answer.json)
     }
 
-    /// The changes entries the peer may see, with small revisions inlined.
-    func changeEntries(_ page: [(Change, [RevisionID])], docIDs: Set<String>?, inlineLimit: Int, inlineDeltas: Bool) throws -> [ChangeEntry] {
+    /// The changes entries the peer may see, with small revisions inlined. With `skipRelays`
+    /// (live requests only: a peer catching up must get everything, as its coverage will take
+    /// over this node's), what the peer gets over its own link to the sender is left out and
+    /// added to `skipped`.
+    func changeEntries(
+        _ page: [(Change, [RevisionID])], docIDs: Set<String>?, inlineLimit: Int, inlineDeltas: Bool, skipRelays: Bool,
+        skipped: inout [SkippedRelay]
+    ) throws -> [ChangeEntry] {
         var entries: [ChangeEntry] = []
         // Read per page, after any wait: a policy changed during a long-poll applies to its answer.
         let readRule = policy.read
+        var left: [SkippedRelay] = []
         let candidates = page.filter { change, leaves in
-            (docIDs?.contains(change.id.rawValue) ?? true) && !peerHeld.peerHolds(change.id, leaves: leaves)
-                && !skipsRelay(change.id, leaves: leaves)
+            guard (docIDs?.contains(change.id.rawValue) ?? true) && !peerHeld.peerHolds(change.id, leaves: leaves) else { return false }
+            guard skipRelays, let relied = relaySkip(change.id, leaves: leaves) else { return true }
+            left.append(contentsOf: relied.map { SkippedRelay(sequence: change.sequence, id: change.id, revision: $0) })
+            return false
         }
+        skipped.append(contentsOf: left)
         var trees: [DocumentID: RevisionTree] = [:]
         if !candidates.isEmpty && (!readRule.types.isEmpty || inlineLimit > 0) {
             trees = try store.revisionTrees(candidates.map(\.0.id))

@@ -23,7 +23,9 @@ extension ResponderSession {
         var logger = responder.logger
         logger[metadataKey: "peer"] = "\(LogText.escape(peer))"
         connection.armLiveness(
-            LivenessPlan(settings: settings, clock: responder.clock, logger: logger, peerID: peer, mesh: mesh, localFull: full))
+            LivenessPlan(
+                settings: settings, clock: responder.clock, logger: logger, peerID: peer, mesh: mesh, localFull: full,
+                digests: options.digests))
     }
 
     /// Remembers that the peer sent these revisions, before they are inserted: a relay
@@ -37,10 +39,11 @@ extension ResponderSession {
         }
     }
 
-    /// Whether a change need not be offered to this session's peer (see `MeshRelay.skipsRelay`).
-    func skipsRelay(_ id: DocumentID, leaves: [RevisionID]) -> Bool {
-        guard let mesh, let peer = peerID else { return false }
-        return mesh.skipsRelay(of: id, leaves: leaves, to: peer, peerHeld: peerHeld)
+    /// Whether a change need not be offered to this session's peer (`MeshRelay.relaySkip`):
+    /// nil when it is to be offered, else the leaves the skip relies on.
+    func relaySkip(_ id: DocumentID, leaves: [RevisionID]) -> [RevisionID]? {
+        guard let mesh, let peer = peerID else { return nil }
+        return mesh.relaySkip(of: id, leaves: leaves, to: peer, peerHeld: peerHeld)
     }
 
     /// The documents to offer this peer again, as changes entries after `sequence` (their

@@ -176,10 +176,16 @@ struct SetCheckpointRequest: SyncRequestBody {
     var direction: CheckpointDirection?
     /// Push only, optional: the requester's feed ended at this checkpoint when it wrote it.
     var caughtUp = false
+    /// Push only, optional: revisions the requester left out as relays since its last
+    /// checkpoint write (the responder's coverage may not pass them until it holds them),
+    /// and whether more were left out than reported.
+    var skipped: [SkippedRelay] = []
+    var skipsLost = false
     var json: JSON {
         var o: [String: JSON] = ["id": .string(id), "value": value]
         if let direction { o["direction"] = .string(direction.rawValue) }
         if caughtUp { o["caughtUp"] = true }
+        SkippedRelay.encode(skipped, lost: skipsLost, into: &o)
         return .object(o)
     }
     init(id: String, value: JSON, direction: CheckpointDirection? = nil, caughtUp: Bool = false) {
@@ -192,6 +198,7 @@ struct SetCheckpointRequest: SyncRequestBody {
         id = try GetCheckpointRequest.checkpointID(o)
         direction = try GetCheckpointRequest.direction(o)
         caughtUp = o["caughtUp"] == .bool(true)
+        (skipped, skipsLost) = SkippedRelay.decode(o)
         guard let value = o["value"], value.objectValue != nil else {
             throw .protocolViolation("setCheckpoint lacks an object value")
         }
@@ -277,10 +284,15 @@ struct ChangesReply: Sendable {
     var changes: [ChangeEntry]
     var lastSeq: UInt64
     var caughtUp: Bool
+    /// Revisions of the page left out as relays (only to a requester whose hello lists
+    /// `skipReports`), and whether more were left out than reported.
+    var skipped: [SkippedRelay] = []
+    var skipsLost = false
 
     var json: JSON {
         var o: [String: JSON] = ["changes": .array(changes.map(\.json)), "lastSeq": .int(Int64(lastSeq))]
         if caughtUp { o["caughtUp"] = true }
+        SkippedRelay.encode(skipped, lost: skipsLost, into: &o)
         return .object(o)
     }
 
@@ -298,6 +310,7 @@ struct ChangesReply: Sendable {
         changes.reserveCapacity(entries.count)
         for e in entries { changes.append(try ChangeEntry(e)) }
         self.init(changes: changes, lastSeq: UInt64(max(0, last)), caughtUp: o["caughtUp"] == .bool(true))
+        (skipped, skipsLost) = SkippedRelay.decode(o)
     }
 }
 
@@ -543,10 +556,14 @@ struct HeartbeatMessage: Sendable, Equatable {
     var links: [String]?
     /// Whether the sender's half of this connection replicates every document both ways; sent with `links`.
     var full: Bool?
+    /// The sender's content digest (as `GET /` shows it) as of its latest commit; sent when
+    /// it changed since the sender's last heartbeat on this connection (anti-entropy).
+    var digest: String?
 
-    init(links: [String]? = nil, full: Bool? = nil) {
+    init(links: [String]? = nil, full: Bool? = nil, digest: String? = nil) {
         self.links = links
         self.full = full
+        self.digest = digest
     }
 
     /// Empty when there is nothing to say beyond "alive".
@@ -554,6 +571,7 @@ struct HeartbeatMessage: Sendable, Equatable {
         var o: [String: JSON] = [:]
         if let links { o["links"] = .array(links.map { .string($0) }) }
         if let full { o["full"] = .bool(full) }
+        if let digest { o["digest"] = .string(digest) }
         return o.isEmpty ? [] : JSON.object(o).canonicalBytes
     }
 
@@ -577,6 +595,11 @@ struct HeartbeatMessage: Sendable, Equatable {
         case nil: break
         case .bool(let b)?: full = b
         default: throw .protocolViolation("heartbeat full must be a boolean")
+        }
+        switch o["digest"] {
+        case nil: break
+        case .string(let d)? where !d.isEmpty && d.utf8.count <= 128: digest = d
+        default: throw .protocolViolation("heartbeat digest must be a string of at most 128 bytes")
         }
     }
 }

@@ -58,6 +58,10 @@ public struct SyncMetrics: Sendable {
         case couch
     }
 
+    /// Links that found their peer's digest different from this node's while both were idle,
+    /// and reconciled (anti-entropy).
+    func reconciliation() { add("ferry_reconciliations_total", 1) }
+
     func replicationError(transient: Bool) {
         add("ferry_replication_errors_total", 1, [("transient", transient ? "true" : "false")])
     }

@@ -78,9 +78,14 @@ enum PeerTable {
             if let direction = p["direction"]?.stringValue { connected += " (\(direction))" }
             let activity = p["replication"]?["activity"]?.stringValue.map { ", replication \($0)" } ?? ""
             let error = p["replication"]?["error"]?.stringValue.map { "  error: \($0)" } ?? ""
+            // Only a connected peer's report is current.
+            var digest = ""
+            if p["connected"]?.boolValue == true, let same = p["digestMatches"]?.boolValue {
+                digest = same ? ", digest equal" : ", digest DIFFERS"
+            }
             // Names and addresses come from other nodes (DNS-SD): shown escaped, never raw.
             Output.line(
-                "  \(p["id"]?.stringValue ?? "?")  \(LogText.escape(p["name"]?.stringValue ?? "-"))  \(LogText.escape(location(p)))  [\(p["source"]?.stringValue ?? "?")] \(trusted), \(connected)\(activity)\(LogText.escape(error))"
+                "  \(p["id"]?.stringValue ?? "?")  \(LogText.escape(p["name"]?.stringValue ?? "-"))  \(LogText.escape(location(p)))  [\(p["source"]?.stringValue ?? "?")] \(trusted), \(connected)\(activity)\(digest)\(LogText.escape(error))"
             )
         }
     }

@@ -40,14 +40,18 @@ final class MeshNode: Sendable {
     let store: DocumentStore
     let mesh: MeshRelay
     let responder: ReplicationResponder
+    /// The node's catch-up lease, shared by its responder and its replicators; nil: none.
+    let gate: CatchUpGate?
 
-    init(id: String, relayDelay: Duration) throws {
+    init(id: String, relayDelay: Duration, gated: Bool = false) throws {
         self.id = id
         store = try DocumentStore.inMemory()
         mesh = MeshRelay()
+        gate = gated ? CatchUpGate() : nil
         var options = ReplicationResponder.Options()
         options.nodeID = id
         options.mesh = mesh
+        options.catchUpGate = gate
         options.relayDelay = relayDelay
         var quiet = Logger(label: "ferry.mesh")
         quiet.logLevel = .critical
@@ -92,8 +96,8 @@ final class MeshNetwork: Sendable {
         }
     }
 
-    init(count: Int, relayDelay: Duration = .zero, marker: String? = nil) throws {
-        nodes = try (0..<count).map { try MeshNode(id: "node-\($0)", relayDelay: relayDelay) }
+    init(count: Int, relayDelay: Duration = .zero, marker: String? = nil, gated: Bool = false) throws {
+        nodes = try (0..<count).map { try MeshNode(id: "node-\($0)", relayDelay: relayDelay, gated: gated) }
         tally = WireTally(marker: marker)
         self.relayDelay = relayDelay
     }
@@ -126,6 +130,7 @@ final class MeshNetwork: Sendable {
         config.nodeID = dialer.id
         config.continuous = true
         config.mesh = dialer.mesh
+        config.catchUpGate = dialer.gate
         config.relayDelay = relayDelay
         config.initialAttemptWait = .milliseconds(1)
         config.maxAttemptWait = .milliseconds(20)

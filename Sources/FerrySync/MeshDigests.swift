@@ -1,0 +1,155 @@
+import Dispatch
+import FerryCore
+import FerryStore
+import Synchronization
+
+/// A node's content digest kept fresh off the hot path, and the digest each peer last
+/// reported in a heartbeat: what anti-entropy compares, and what status shows per peer.
+///
+/// The digest is `DocumentStore.contentDigest()` (O(documents)), so it is computed on a
+/// thread of its own, one computation at a time, no more often than `minInterval`, and only
+/// when asked for while the store has changed since the last one: a busy connection sends
+/// no heartbeats, so a node under a stream of writes computes nothing.
+public final class MeshDigests: Sendable {
+    /// The cached digest and the peers' reports, behind one lock.
+    struct State {
+        var digest: String?
+        /// The store's last change sequence the cached digest was computed at.
+        var sequence: UInt64?
+        var computing = false
+        var lastStarted: Duration?
+        var peers: [String: String] = [:]
+    }
+
+    let store: DocumentStore
+    let minInterval: Duration
+    private let elapsed: @Sendable () -> Duration
+    private let state = Mutex(State())
+
+    public init(store: DocumentStore, clock: any Clock<Duration> = ContinuousClock(), minInterval: Duration = .seconds(1)) {
+        self.store = store
+        self.minInterval = minInterval
+        elapsed = Stopwatch.start(on: clock).elapsed
+    }
+
+    /// This store's digest if it describes the store as it is now; otherwise nil, and a
+    /// computation starts when none runs and `minInterval` has passed since the last.
+    public func current() -> String? {
+        guard let now = try? store.lastChangeSequence else { return nil }
+        let start = state.withLock { s -> Bool in
+            if s.sequence == now, s.digest != nil { return false }
+            if s.computing { return false }
+            if let last = s.lastStarted, elapsed() - last < minInterval { return false }
+            s.computing = true
+            s.lastStarted = elapsed()
+            return true
+        }
+        if start { compute() }
+        return state.withLock { $0.sequence == now ? $0.digest : nil }
+    }
+
+    /// Computes the digest now, on the caller's thread (tests, and the first status read).
+    public func refresh() {
+        let before = try? store.lastChangeSequence
+        let digest = try? store.contentDigest()
+        let after = try? store.lastChangeSequence
+        state.withLock { s in
+            s.computing = false
+            // A commit during the scan leaves a digest of no single state: keep none.
+            if let digest, let before, before == after {
+                s.digest = digest
+                s.sequence = before
+            }
+        }
+    }
+
+    private func compute() {
+        // A thread outside Swift's cooperative pool: the scan reads every document row.
+        DispatchQueue.global(qos: .utility).async { self.refresh() }
+    }
+
+    /// Records the digest `peer` reported.
+    func peerReported(_ peer: String, digest: String) { state.withLock { $0.peers[peer] = digest } }
+
+    /// The digest `peer` last reported; nil when none.
+    public func digest(of peer: String) -> String? { state.withLock { $0.peers[peer] } }
+
+    /// Whether `peer`'s last reported digest equals this store's now; nil when either is unknown.
+    public func matches(_ peer: String) -> Bool? {
+        guard let theirs = digest(of: peer), let mine = current() else { return nil }
+        return theirs == mine
+    }
+}
+
+/// When a link compares digests with its peer and reconciles a difference (anti-entropy).
+public struct AntiEntropy: Sendable, Equatable {
+    /// Compare at all. Default true; it runs only on continuous replications whose both
+    /// halves replicate every document (full links), with heartbeats.
+    public var enabled = true
+    /// How often the link looks. Default 1 s.
+    public var checkInterval: Duration = .seconds(1)
+    /// How long the same two different digests must stand, with the link idle, before a
+    /// reconciliation. Default 3 s.
+    public var settle: Duration = .seconds(3)
+    /// After a reconciliation that did not end the difference, the next waits twice as long
+    /// as the one before, up to this. Default 5 min.
+    public var maxBackoff: Duration = .seconds(300)
+    public init() {}
+}
+
+/// One link's anti-entropy: while the connection is up, compares this node's digest with
+/// the one its peer last reported; when the same two different digests stand for
+/// `AntiEntropy.settle` with the link full and idle, it reconciles both ways from the start
+/// of each feed (`Puller.sweep`, `Pusher.sweep`), ignoring checkpoints and coverage. A link
+/// idle with differing digests is a bug in the shortcuts (coverage, relays, catch-up) or a
+/// lost message; this is the fallback that does not depend on them.
+struct Reconciler: Sendable {
+    let context: ReplicationContext
+    let connection: Connection
+    let digests: MeshDigests
+    let peerID: String
+    let puller: Puller
+    let pusher: Pusher
+
+    var settings: AntiEntropy { context.configuration.antiEntropy }
+
+    /// Runs until cancelled (the connection's workers ended) or stopped.
+    func run() async throws {
+        let elapsed = Stopwatch.start(on: context.clock).elapsed
+        var seen: (mine: String, theirs: String, since: Duration)?
+        var backoff = settings.settle
+        var notBefore = Duration.zero
+        while !context.stopRequested {
+            try await context.clock.sleep(for: settings.checkInterval)
+            guard connection.isFullLink, context.progress.status.activity == .idle, let theirs = digests.digest(of: peerID),
+                let mine = digests.current()
+            else {
+                seen = nil
+                continue
+            }
+            if mine == theirs {
+                seen = nil
+                backoff = settings.settle
+                continue
+            }
+            let now = elapsed()
+            guard let stood = seen, stood.mine == mine, stood.theirs == theirs else {
+                seen = (mine, theirs, now)
+                continue
+            }
+            guard now - stood.since >= settings.settle, now >= notBefore else { continue }
+            context.configuration.metrics?.reconciliation()
+            context.logger.warning(
+                "link idle while the peer's digest differs; reconciling",
+                metadata: ["peer": "\(LogText.escape(peerID))", "digest": "\(mine)", "peerDigest": "\(LogText.escape(theirs))"])
+            let pulled = try await puller.sweep()
+            let pushed = try await pusher.sweep()
+            context.logger.notice(
+                "reconciled with the peer", metadata: ["peer": "\(LogText.escape(peerID))", "pulled": "\(pulled)", "pushed": "\(pushed)"])
+            context.progress.markIdleIfCaughtUp()
+            seen = nil
+            notBefore = elapsed() + backoff
+            backoff = min(backoff * 2, settings.maxBackoff)
+        }
+    }
+}

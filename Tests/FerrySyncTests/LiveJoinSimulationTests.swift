@@ -1,0 +1,139 @@
+import FerryCore
+import FerryStore
+import Foundation
+import IntegrationHarness
+import Testing
+@testable import FerrySync
+
+/// A seeded simulation of what a live group meets: a full mesh of members with catch-up
+/// gates and relay suppression takes writes while a new node joins, its links coming up one
+/// at a time at random moments of the writes, dialling or dialled. Coverage is checked at
+/// every step, not only at the end: no node may cover a feed past a revision it lacks.
+/// Anti-entropy is off, so convergence proves the shortcuts (relays, coverage, catch-up)
+/// right on their own.
+///
+/// `FERRY_JOIN_SIM_SEEDS=N` runs N seeds (default 200); `FERRY_SIM_SEED=S` replays one.
+@Suite(.timeLimit(.minutes(10))) struct LiveJoinSimulationTests {
+    @Test func seededJoinsDuringLiveWritesConvergeAndCoverageNeverClaimsAMissingRevision() async throws {
+        let env = ProcessInfo.processInfo.environment
+        let seeds: [UInt64]
+        if let one = env["FERRY_SIM_SEED"].flatMap(UInt64.init) {
+            seeds = [one]
+        } else {
+            let count = env["FERRY_JOIN_SIM_SEEDS"].flatMap(Int.init) ?? 200
+            seeds = (1...UInt64(max(1, count))).map { $0 }
+        }
+        var failures = 0
+        for start in stride(from: 0, to: seeds.count, by: 4) {
+            let batch = seeds[start..<min(start + 4, seeds.count)]
+            let failed = await withTaskGroup(of: (UInt64, String?).self) { group in
+                for seed in batch {
+                    group.addTask {
+                        do {
+                            try await LiveJoinSimulation(seed: seed).run()
+                            return (seed, nil)
+                        } catch {
+                            return (seed, "\(error)")
+                        }
+                    }
+                }
+                var failed: [(UInt64, String)] = []
+                for await (seed, error) in group { if let error { failed.append((seed, error)) } }
+                return failed.sorted { $0.0 < $1.0 }
+            }
+            for (seed, error) in failed {
+                Issue.record(
+                    "live join simulation seed \(seed) failed: \(error)\nreplay: FERRY_SIM_SEED=\(seed) swift test --filter LiveJoinSimulationTests")
+            }
+            failures += failed.count
+            if failures >= 3 { break }
+        }
+    }
+}
+
+/// One seeded run of the live join simulation.
+final class LiveJoinSimulation: @unchecked Sendable {
+    let seed: UInt64
+    var rng: SeededGenerator
+
+    init(seed: UInt64) {
+        self.seed = seed
+        rng = SeededGenerator(seed: seed)
+    }
+
+    func random(_ n: Int) -> Int { Int.random(in: 0..<n, using: &rng) }
+
+    func run() async throws {
+        let members = 3 + random(2)
+        let k = members + 1
+        let net = try MeshNetwork(count: k, gated: true)
+        defer { Task { await net.stopAll() } }
+        // The joiner is the first node (it dials every member) or the last (every member dials it).
+        let joiner = random(2) == 0 ? 0 : k - 1
+        let memberIndexes = (0..<k).filter { $0 != joiner }
+        for (n, i) in memberIndexes.enumerated() { for j in memberIndexes[(n + 1)...] { net.connect(i, j) } }
+        try await net.viewsSettled()
+        // Some documents before the writes, held by every member.
+        for d in 0..<(5 + random(20)) { _ = try net.nodes[memberIndexes[random(members)]].store.put(docID("pre-\(d)"), body: ["d": .int(Int64(d))]) }
+        var pending = memberIndexes.shuffled(using: &rng)
+        let writes = 30 + random(40)
+        let joinFrom = random(writes / 2)
+        for w in 0..<writes {
+            let store = net.nodes[memberIndexes[random(members)]].store
+            let id = docID("d-\(random(writes))")
+            let body: JSON = ["w": .int(Int64(w)), "seed": .int(Int64(seed))]
+            if let doc = try store.document(id), !doc.deleted {
+                _ = try? store.put(id, body: body, parent: doc.revision)
+            } else if try store.document(id) == nil {
+                _ = try? store.put(id, body: body)
+            }
+            if w >= joinFrom, !pending.isEmpty, random(3) == 0 { net.connect(pending.removeFirst(), joiner) }
+            for _ in 0..<random(30) { await Task.yield() }
+            if random(4) == 0 { try await Task.sleep(for: .milliseconds(random(5))) }
+            try checkCoverage(net)
+        }
+        for i in pending { net.connect(i, joiner) }
+        for _ in 0..<20 {
+            try checkCoverage(net)
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        do {
+            try await net.converged(timeout: 30)
+        } catch {
+            var report = "joiner \(joiner), links \(net.linked.map { "\($0.low)-\($0.high)" }.sorted())"
+            for (i, node) in net.nodes.enumerated() {
+                report += "\nnode \(i): \(try node.store.info().documentCount) documents, coverage \(try Coverage.all(in: node.store).count) entries"
+            }
+            throw SimulationFailure(description: "\(error)\n\(report)")
+        }
+        try checkCoverage(net)
+        await net.stopAll()
+    }
+
+    /// The invariant: for every node and every feed it covers through N, it holds every leaf
+    /// of every entry of that feed at or below N. (Read in this order, every step only grows:
+    /// coverage, then the feed's stable prefix, then the node's store.)
+    func checkCoverage(_ net: MeshNetwork) throws {
+        for (i, node) in net.nodes.enumerated() {
+            for (database, covered) in try Coverage.all(in: node.store) {
+                guard let owner = net.nodes.first(where: { $0.store.uuid == database }) else { continue }
+                var asked: [DocumentID: [RevisionID]] = [:]
+                var since: UInt64 = 0
+                scan: while true {
+                    let page = try owner.store.changesWithLeaves(since: since, limit: 500)
+                    guard let last = page.last else { break }
+                    for (change, leaves) in page {
+                        if change.sequence > covered { break scan }
+                        asked[change.id] = leaves
+                    }
+                    since = last.0.sequence
+                }
+                let missing = try node.store.revsDiff(asked)
+                if let (id, entry) = missing.first {
+                    throw SimulationFailure(
+                        description: "node \(i) covers \(owner.id)'s feed through \(covered) but lacks \(id) \(entry.missing.map(\.description))")
+                }
+            }
+        }
+    }
+}
