@@ -2,7 +2,7 @@
 SWIFT ?= swift
 DATA ?= ferry-data
 
-.PHONY: all deps build run test integration bench clean help
+.PHONY: all deps build run test integration soak bench clean help
 
 all: build
 
@@ -10,6 +10,7 @@ help:
 	@echo "make run    build and start Ferry on ./$(DATA)"
 	@echo "make test   run every test (the integration scenarios included)"
 	@echo "make integration   run only the integration scenarios (Integration/)"
+	@echo "make soak   the seeded simulations with many more seeds (not part of make test)"
 	@echo "make bench  release-build and run the benchmarks"
 
 deps:
@@ -35,6 +36,15 @@ test: deps
 integration: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --filter IntegrationTests
+
+# The seeded simulations at soak size: 1,000 seeds of the mesh simulation and of the live
+# join simulation, and 200 of the join simulation (`make test` runs 200, 200 and 20).
+SOAK_SEEDS ?= 1000
+soak: deps
+	$(SWIFT) build --build-tests
+	FERRY_SIM_SEEDS=$(SOAK_SEEDS) FERRY_JOIN_SIM_SEEDS=$(SOAK_SEEDS) $(SWIFT) test --skip-build \
+		--filter 'MeshSimulationTests.seededPartialMeshes|LiveJoinSimulationTests'
+	FERRY_SIM_SEEDS=200 $(SWIFT) test --skip-build --filter JoinSimulationTests
 
 # Prints each figure and writes Benchmarks/results/latest.json (git-ignored).
 REPORT ?= Benchmarks/results/latest.json
