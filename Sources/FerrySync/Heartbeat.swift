@@ -16,6 +16,9 @@ public struct Liveness: Sendable, Equatable {
     /// predates heartbeats (no watchdog on either side).
     public var enabled = true
     public init() {}
+
+    /// An unchanged digest is repeated every this many heartbeats (about 8 bytes a second per idle link).
+    static let digestRepeat = 10
 }
 
 extension SyncError {
@@ -72,6 +75,8 @@ struct LivenessState {
     var peerFull = false
     /// The digest in the last heartbeat that carried one.
     var digestSent: String?
+    /// Heartbeats sent since the last that carried the digest.
+    var sinceDigest = 0
 }
 
 extension Connection {
@@ -202,10 +207,15 @@ extension Connection {
                 l.linksSent = []
             }
             if onlyIfLinksChanged && body.links == nil { return nil }
-            // The digest goes when it changed since this connection last carried it.
-            if let digest = l.plan.digests?.current(), digest != l.digestSent {
+            // The digest goes when it changed since this connection last carried it, and again
+            // every `digestRepeat` heartbeats (one that arrived before the peer armed its
+            // watchdog was dropped), with this half's fullness.
+            l.sinceDigest += 1
+            if let digest = l.plan.digests?.current(), digest != l.digestSent || l.sinceDigest >= Liveness.digestRepeat {
                 body.digest = digest
+                body.full = l.plan.localFull
                 l.digestSent = digest
+                l.sinceDigest = 0
             }
             s.liveness = l
             defer { s.nextNumber += 1 }
