@@ -329,7 +329,7 @@ public final class Replicator: Sendable {
                 }
                 workers += 1
             }
-            // Anti-entropy, on a continuous link both ways with heartbeats (MeshDigests.swift).
+            // Anti-entropy, on a continuous link both ways with heartbeats (Reconciler.swift).
             if let connection, let digests = configuration.digests, configuration.antiEntropy.enabled, configuration.continuous,
                 direction == .pushAndPull, remote.identity.heartbeat
             {
