@@ -86,8 +86,21 @@ extension LabScenarios {
                         "node6 did not reach node1's digest in \(Self.convergenceTimeout) s after joining:\n" + (await state(of: nodes)))
                 }
                 let join = seconds(since: mark)
+                // Anti-entropy is the net, not the mechanism: how often it had to act is reported.
+                var reconciliations = 0.0
+                for n in nodes { reconciliations += (try? await n.admin.metric("ferry_reconciliations_total")) ?? 0 }
+                // node1's /peers comes to say so too: every peer's reported digest equals its own
+                // (reports travel in heartbeats, so this takes a beat or two).
+                let allEqual = try await eventually(30, every: .milliseconds(250)) {
+                    let peers = try await nodes[0].admin.get("/peers")["peers"]?.items ?? []
+                    return peers.count == 5 && peers.allSatisfy { $0["digestMatches"]?.boolValue == true }
+                }
+                if !allEqual {
+                    let dump = await state(of: nodes)
+                    Issue.record("node1's /peers did not come to show every peer's digest equal:\n\(dump)")
+                }
                 figures = "\(Self.documentCount) PUTs over \(connections) connection(s) in \(writing), "
-                    + "five converged \(meshConvergence) later, node6 joined in \(join)"
+                    + "five converged \(meshConvergence) later, node6 joined in \(join), reconciliations \(Int(reconciliations))"
                 await finish(cluster, allowing: expectedRefusals)
             }
             return figures
@@ -150,7 +163,7 @@ extension LabScenarios {
                 }
                 for p in peers {
                     let id = p["id"]?.stringValue ?? "?"
-                    var line = "  \(ids[id] ?? String(id.prefix(12))): " + ["trusted", "connected", "dialled", "direction", "source"]
+                    var line = "  \(ids[id] ?? String(id.prefix(12))): " + ["trusted", "connected", "dialled", "direction", "source", "digestMatches"]
                         .map { "\($0)=\(text(p[$0]))" }.joined(separator: " ")
                     for key in ["replication", "inbound"] { if let s = p[key] { line += "; \(key) " + describe(s) } }
                     lines.append(line)
