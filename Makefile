@@ -38,7 +38,7 @@ integration: deps
 	$(SWIFT) test --filter IntegrationTests
 
 # The seeded simulations at soak size: 1,000 seeds of the mesh simulation and of the live
-# join simulation, and 200 of the join simulation (`make test` runs 200, 100 and 20).
+# join simulation, and 200 of the join simulation (`make test` runs 200, 30 and 20).
 SOAK_SEEDS ?= 1000
 soak: deps
 	$(SWIFT) build --build-tests

@@ -155,9 +155,9 @@ extension Connection {
             await close(error: error)
             return
         }
-        if let digest = decoded.digest {
+        if decoded.digest != nil || decoded.digestUnknown {
             let plan = state.withLock { $0.liveness?.plan }
-            if let plan { plan.digests?.peerReported(plan.peerID, digest: digest) }
+            if let plan { plan.digests?.peerReported(plan.peerID, digest: decoded.digest) }
         }
         guard decoded.links != nil || decoded.full != nil else { return }
         // Applied in number order under the lock (the mesh view takes its own lock inside).
@@ -191,6 +191,8 @@ extension Connection {
     /// Sends a heartbeat without waiting for it to go out (a send blocked by a stalled peer must
     /// not hold up the watchdog). It lists this node's links when they changed since the last.
     func sendHeartbeat(onlyIfLinksChanged: Bool) {
+        // Read outside the lock: it may read the store.
+        let digest = onlyIfLinksChanged ? nil : state.withLock { $0.liveness?.plan }?.digests?.current()
         let message = state.withLock { s -> Message? in
             guard var l = s.liveness, l.running, !l.ended, s.closedWith == nil else { return nil }
             var body = HeartbeatMessage()
@@ -211,11 +213,15 @@ extension Connection {
             // every `digestRepeat` heartbeats (one that arrived before the peer armed its
             // watchdog was dropped), with this half's fullness.
             l.sinceDigest += 1
-            if let digest = l.plan.digests?.current(), digest != l.digestSent || l.sinceDigest >= Liveness.digestRepeat {
+            if let digest, digest != l.digestSent || l.sinceDigest >= Liveness.digestRepeat {
                 body.digest = digest
                 body.full = l.plan.localFull
                 l.digestSent = digest
                 l.sinceDigest = 0
+            } else if digest == nil, l.digestSent != nil, l.plan.digests != nil, !onlyIfLinksChanged {
+                // The store changed since: the peer must not compare against a stale digest.
+                body.digestUnknown = true
+                l.digestSent = nil
             }
             s.liveness = l
             defer { s.nextNumber += 1 }

@@ -68,8 +68,8 @@ public final class MeshDigests: Sendable {
         DispatchQueue.global(qos: .utility).async { self.refresh() }
     }
 
-    /// Records the digest `peer` reported.
-    func peerReported(_ peer: String, digest: String) { state.withLock { $0.peers[peer] = digest } }
+    /// Records the digest `peer` reported (nil: it said its last one no longer holds).
+    func peerReported(_ peer: String, digest: String?) { state.withLock { $0.peers[peer] = digest } }
 
     /// The digest `peer` last reported; nil when none.
     public func digest(of peer: String) -> String? { state.withLock { $0.peers[peer] } }

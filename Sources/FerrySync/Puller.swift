@@ -1,5 +1,6 @@
 import FerryCore
 import FerryStore
+import Synchronization
 
 /// The pull worker: reads the other side's changes after the pull checkpoint, fetches
 /// what this store lacks, judges it at the trust boundary, stores it, resolves conflicts
@@ -14,6 +15,9 @@ final class Puller: Sendable {
     let remote: any RemoteDatabase
     let blobs: BlobTransfer
     let resolution: ConflictResolutionStep
+    /// The pull has caught up with the other side's feed at least once (it went live).
+    private let wentLive = Mutex(false)
+    var hasGoneLive: Bool { wentLive.withLock { $0 } }
 
     init(context: ReplicationContext, remote: any RemoteDatabase) {
         self.context = context
@@ -113,6 +117,7 @@ final class Puller: Sendable {
                 try caughtUpFirstTime()
                 if !configuration.continuous { return }
                 caughtUp = true
+                wentLive.withLock { $0 = true }
                 progress.markIdleIfCaughtUp()
                 continue
             }
@@ -161,7 +166,10 @@ final class Puller: Sendable {
             } else {
                 try await checkpoint.saveBoth()
                 caughtUp = endsFeed
-                if endsFeed { try caughtUpFirstTime() }
+                if endsFeed {
+                    try caughtUpFirstTime()
+                    wentLive.withLock { $0 = true }
+                }
             }
             progress.update { $0.completed += page.changes.count }
             progress.markIdleIfCaughtUp()

@@ -1,5 +1,6 @@
 import FerryCore
 import FerryStore
+import Synchronization
 
 /// The push worker: reads the local changes feed after the push checkpoint, asks the other
 /// side which leaf revisions it lacks, sends them (as deltas against what it holds, when
@@ -9,6 +10,9 @@ final class Pusher: Sendable {
     let context: ReplicationContext
     let remote: any RemoteDatabase
     let blobs: BlobTransfer
+    /// The push has caught up with the local feed at least once (it went live).
+    private let wentLive = Mutex(false)
+    var hasGoneLive: Bool { wentLive.withLock { $0 } }
 
     init(context: ReplicationContext, remote: any RemoteDatabase) {
         self.context = context
@@ -57,6 +61,7 @@ final class Pusher: Sendable {
                 }
                 if !configuration.continuous { return }
                 caughtUp = true
+                wentLive.withLock { $0 = true }
                 progress.markIdleIfCaughtUp()
                 try await waitForLocalChange(after: since)
                 continue

@@ -40,8 +40,11 @@ struct Reconciler: Sendable {
         var notBefore = Duration.zero
         while !context.stopRequested {
             try await context.clock.sleep(for: settings.checkInterval)
-            guard connection.isFullLink, context.progress.status.activity == .idle, let theirs = digests.digest(of: peerID),
-                let mine = digests.current()
+            // Only once both loops went live and no link of this node is catching up: before
+            // that a difference is the catch-up's to settle, and a sweep would duplicate it.
+            let catchingUp = context.configuration.catchUpGate.map { $0.snapshot.holder != nil || $0.snapshot.waiting > 0 } ?? false
+            guard connection.isFullLink, puller.hasGoneLive, pusher.hasGoneLive, !catchingUp,
+                context.progress.status.activity == .idle, let theirs = digests.digest(of: peerID), let mine = digests.current()
             else {
                 seen = nil
                 continue

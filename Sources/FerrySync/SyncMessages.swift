@@ -559,6 +559,9 @@ struct HeartbeatMessage: Sendable, Equatable {
     /// The sender's content digest (as `GET /` shows it) as of its latest commit; sent when
     /// it changed since the sender's last heartbeat on this connection (anti-entropy).
     var digest: String?
+    /// The digest last sent no longer describes the sender's store, and no new one is known
+    /// yet (wire: `"digest": null`): the receiver forgets it.
+    var digestUnknown = false
 
     init(links: [String]? = nil, full: Bool? = nil, digest: String? = nil) {
         self.links = links
@@ -571,7 +574,7 @@ struct HeartbeatMessage: Sendable, Equatable {
         var o: [String: JSON] = [:]
         if let links { o["links"] = .array(links.map { .string($0) }) }
         if let full { o["full"] = .bool(full) }
-        if let digest { o["digest"] = .string(digest) }
+        if let digest { o["digest"] = .string(digest) } else if digestUnknown { o["digest"] = .null }
         return o.isEmpty ? [] : JSON.object(o).canonicalBytes
     }
 
@@ -599,7 +602,8 @@ struct HeartbeatMessage: Sendable, Equatable {
         switch o["digest"] {
         case nil: break
         case .string(let d)? where !d.isEmpty && d.utf8.count <= 128: digest = d
-        default: throw .protocolViolation("heartbeat digest must be a string of at most 128 bytes")
+        case .null?: digestUnknown = true
+        default: throw .protocolViolation("heartbeat digest must be null or a string of at most 128 bytes")
         }
     }
 }

@@ -13,7 +13,7 @@ import Testing
 /// Anti-entropy is off, so convergence proves the shortcuts (relays, coverage, catch-up)
 /// right on their own.
 ///
-/// `FERRY_JOIN_SIM_SEEDS=N` runs N seeds (default 100; `make soak` runs 1,000);
+/// `FERRY_JOIN_SIM_SEEDS=N` runs N seeds (default 30; `make soak` runs 1,000);
 /// `FERRY_SIM_SEED=S` replays one, `FERRY_SIM_TRACE=1` prints its phases' times.
 @Suite(.timeLimit(.minutes(10))) struct LiveJoinSimulationTests {
     @Test func seededJoinsDuringLiveWritesConvergeAndCoverageNeverClaimsAMissingRevision() async throws {
@@ -22,7 +22,7 @@ import Testing
         if let one = env["FERRY_SIM_SEED"].flatMap(UInt64.init) {
             seeds = [one]
         } else {
-            let count = env["FERRY_JOIN_SIM_SEEDS"].flatMap(Int.init) ?? 100
+            let count = env["FERRY_JOIN_SIM_SEEDS"].flatMap(Int.init) ?? 30
             seeds = (1...UInt64(max(1, count))).map { $0 }
         }
         var failures = 0
