@@ -8,8 +8,8 @@ import Synchronization
 ///
 /// The digest is `DocumentStore.contentDigest()` (O(documents)), so it is computed on a
 /// thread of its own, one computation at a time, no more often than `minInterval`, and only
-/// when asked for while the store has changed since the last one: a busy connection sends
-/// no heartbeats, so a node under a stream of writes computes nothing.
+/// once the store has been quiet (no commit) for `minInterval` when asked: a node under a
+/// stream of writes computes nothing, and its digest is unknown until the writes pause.
 public final class MeshDigests: Sendable {
     /// The cached digest and the peers' reports, behind one lock.
     struct State {
@@ -18,6 +18,9 @@ public final class MeshDigests: Sendable {
         var sequence: UInt64?
         var computing = false
         var lastStarted: Duration?
+        /// The last change sequence seen, and when it was first seen: how long the store has been quiet.
+        var observed: UInt64?
+        var observedAt: Duration = .zero
         var peers: [String: String] = [:]
     }
 
@@ -39,7 +42,14 @@ public final class MeshDigests: Sendable {
         let start = state.withLock { s -> Bool in
             if s.sequence == now, s.digest != nil { return false }
             if s.computing { return false }
-            if let last = s.lastStarted, elapsed() - last < minInterval { return false }
+            let t = elapsed()
+            if s.observed != now {
+                s.observed = now
+                s.observedAt = t
+                return false
+            }
+            if t - s.observedAt < minInterval { return false }
+            if let last = s.lastStarted, t - last < minInterval { return false }
             s.computing = true
             s.lastStarted = elapsed()
             return true
