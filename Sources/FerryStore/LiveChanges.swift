@@ -172,6 +172,11 @@ extension DocumentStore {
     /// to `lastSequence` are relays of other nodes' changes.
     public var lastLocalCommit: UInt64 { notifier.localSequence }
 
+    /// The sequence of the latest commit this process has announced (its own, or another
+    /// process's once a poll found it), from memory: no read, so callers on a timing-critical
+    /// path (heartbeats) may ask. 0 until the first commit after opening.
+    public var lastAnnouncedSequence: UInt64 { notifier.current }
+
     /// Returns once a commit past `sequence` exists: at once if there is one, on this
     /// process's next commit, or, with `poll`, when a re-read of the feed finds one made by
     /// another process. Returns early when the task is cancelled.

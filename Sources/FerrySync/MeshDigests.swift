@@ -38,7 +38,8 @@ public final class MeshDigests: Sendable {
     /// This store's digest if it describes the store as it is now; otherwise nil, and a
     /// computation starts when none runs and `minInterval` has passed since the last.
     public func current() -> String? {
-        guard let now = try? store.lastChangeSequence else { return nil }
+        // From memory, never a read: heartbeats ask, and must not wait on the store.
+        let now = store.lastAnnouncedSequence
         let start = state.withLock { s -> Bool in
             if s.sequence == now, s.digest != nil { return false }
             if s.computing { return false }
@@ -60,13 +61,13 @@ public final class MeshDigests: Sendable {
 
     /// Computes the digest now, on the caller's thread (tests, and the first status read).
     public func refresh() {
-        let before = try? store.lastChangeSequence
+        let before = store.lastAnnouncedSequence
         let digest = try? store.contentDigest()
-        let after = try? store.lastChangeSequence
+        let after = store.lastAnnouncedSequence
         state.withLock { s in
             s.computing = false
             // A commit during the scan leaves a digest of no single state: keep none.
-            if let digest, let before, before == after {
+            if let digest, before == after {
                 s.digest = digest
                 s.sequence = before
             }
