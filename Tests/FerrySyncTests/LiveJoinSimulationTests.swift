@@ -17,38 +17,9 @@ import Testing
 /// `FERRY_SIM_SEED=S` replays one, `FERRY_SIM_TRACE=1` prints its phases' times.
 @Suite(.timeLimit(.minutes(10))) struct LiveJoinSimulationTests {
     @Test func seededJoinsDuringLiveWritesConvergeAndCoverageNeverClaimsAMissingRevision() async throws {
-        let env = ProcessInfo.processInfo.environment
-        let seeds: [UInt64]
-        if let one = env["FERRY_SIM_SEED"].flatMap(UInt64.init) {
-            seeds = [one]
-        } else {
-            let count = env["FERRY_JOIN_SIM_SEEDS"].flatMap(Int.init) ?? 30
-            seeds = (1...UInt64(max(1, count))).map { $0 }
-        }
-        var failures = 0
-        for start in stride(from: 0, to: seeds.count, by: 4) {
-            let batch = seeds[start..<min(start + 4, seeds.count)]
-            let failed = await withTaskGroup(of: (UInt64, String?).self) { group in
-                for seed in batch {
-                    group.addTask {
-                        do {
-                            try await LiveJoinSimulation(seed: seed).run()
-                            return (seed, nil)
-                        } catch {
-                            return (seed, "\(error)")
-                        }
-                    }
-                }
-                var failed: [(UInt64, String)] = []
-                for await (seed, error) in group { if let error { failed.append((seed, error)) } }
-                return failed.sorted { $0.0 < $1.0 }
-            }
-            for (seed, error) in failed {
-                Issue.record(
-                    "live join simulation seed \(seed) failed: \(error)\nreplay: FERRY_SIM_SEED=\(seed) swift test --filter LiveJoinSimulationTests")
-            }
-            failures += failed.count
-            if failures >= 3 { break }
+        let seeds = simulationSeeds(count: "FERRY_JOIN_SIM_SEEDS", default: 30)
+        await runSeeds(seeds, name: "live join simulation", filter: "LiveJoinSimulationTests") { seed in
+            try await LiveJoinSimulation(seed: seed).run()
         }
     }
 }

@@ -196,40 +196,11 @@ final class MeshNetwork: Sendable {
 /// `FERRY_SIM_NODES=32` also measures messages and bytes per write in full meshes of 4–32.
 @Suite(.timeLimit(.minutes(10))) struct MeshSimulationTests {
     @Test func seededPartialMeshesWithDroppedLinksConvergeAfterHealing() async throws {
-        let env = ProcessInfo.processInfo.environment
-        let seeds: [UInt64]
-        if let one = env["FERRY_SIM_SEED"].flatMap(UInt64.init) {
-            seeds = [one]
-        } else {
-            let count = env["FERRY_SIM_SEEDS"].flatMap(Int.init) ?? 200
-            seeds = (1...UInt64(max(1, count))).map { $0 }
-        }
-        // Four seeds at a time: each spends most of its time waiting on its links.
-        var failures = 0
+        let seeds = simulationSeeds(count: "FERRY_SIM_SEEDS", default: 200)
         let skips = Counter()
-        for start in stride(from: 0, to: seeds.count, by: 4) {
-            let batch = seeds[start..<min(start + 4, seeds.count)]
-            let failed = await withTaskGroup(of: (UInt64, String?).self) { group in
-                for seed in batch {
-                    group.addTask {
-                        do {
-                            let skipped = try await MeshSimulation(seed: seed).run()
-                            for _ in 0..<skipped { skips.increment() }
-                            return (seed, nil)
-                        } catch {
-                            return (seed, "\(error)")
-                        }
-                    }
-                }
-                var failed: [(UInt64, String)] = []
-                for await (seed, error) in group { if let error { failed.append((seed, error)) } }
-                return failed.sorted { $0.0 < $1.0 }
-            }
-            for (seed, error) in failed {
-                Issue.record("mesh simulation seed \(seed) failed: \(error)\nreplay: FERRY_SIM_SEED=\(seed) swift test --filter MeshSimulationTests")
-            }
-            failures += failed.count
-            if failures >= 3 { break }
+        await runSeeds(seeds, name: "mesh simulation", filter: "MeshSimulationTests") { seed in
+            let skipped = try await MeshSimulation(seed: seed).run()
+            for _ in 0..<skipped { skips.increment() }
         }
         // The runs did exercise suppression (and so the re-offers that heal it).
         if seeds.count >= 20 { #expect(skips.current > 0, "no relay was ever skipped") }

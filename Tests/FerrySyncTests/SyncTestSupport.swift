@@ -1,4 +1,5 @@
 import Synchronization
+import Testing
 import FerryCore
 import FerryStore
 import Foundation
@@ -93,4 +94,42 @@ func replacing(_ pattern: String, with replacement: String, in bytes: [UInt8]) -
 
 func contains(_ pattern: String, in bytes: [UInt8]) -> Bool {
     replacing(pattern, with: "", in: bytes).count != bytes.count
+}
+
+/// The seeds a seeded simulation runs: `FERRY_SIM_SEED` alone when set, else 1 through the
+/// number in the environment variable `count` (`defaultCount` when unset).
+func simulationSeeds(count variable: String, default defaultCount: Int) -> [UInt64] {
+    let env = ProcessInfo.processInfo.environment
+    if let one = env["FERRY_SIM_SEED"].flatMap(UInt64.init) { return [one] }
+    let count = env[variable].flatMap(Int.init) ?? defaultCount
+    return (1...UInt64(max(1, count))).map { $0 }
+}
+
+/// Runs `run` for every seed, four at a time (each spends most of its time waiting on its
+/// links), records each failure with the command that replays it, and stops after three.
+func runSeeds(_ seeds: [UInt64], name: String, filter: String, _ run: @escaping @Sendable (UInt64) async throws -> Void) async {
+    var failures = 0
+    for start in stride(from: 0, to: seeds.count, by: 4) {
+        let batch = seeds[start..<min(start + 4, seeds.count)]
+        let failed = await withTaskGroup(of: (UInt64, String?).self) { group in
+            for seed in batch {
+                group.addTask {
+                    do {
+                        try await run(seed)
+                        return (seed, nil)
+                    } catch {
+                        return (seed, "\(error)")
+                    }
+                }
+            }
+            var failed: [(UInt64, String)] = []
+            for await (seed, error) in group { if let error { failed.append((seed, error)) } }
+            return failed.sorted { $0.0 < $1.0 }
+        }
+        for (seed, error) in failed {
+            Issue.record("\(name) seed \(seed) failed: \(error)\nreplay: FERRY_SIM_SEED=\(seed) swift test --filter \(filter)")
+        }
+        failures += failed.count
+        if failures >= 3 { break }
+    }
 }
