@@ -102,9 +102,10 @@ package struct CoverageSnapshot: Sendable, Equatable {
 
 extension ReplicatorConfiguration {
     /// This node's coverage for the hello request: only when it pushes to the peer
-    /// unfiltered (what it covers is then what the peer may receive from it).
+    /// unfiltered (what it covers is then what the peer may receive from it; a peer whose
+    /// read policy here holds documents back must not take over coverage of them).
     func coverageForHello(_ store: DocumentStore) -> CoverageSnapshot? {
-        guard direction.pushes, pushFilter == nil, documentIDs == nil else { return nil }
+        guard direction.pushes, pushFilter == nil, documentIDs == nil, remotePolicy.read.admitsEverything else { return nil }
         return try? Coverage.snapshot(of: store, leavingOut: nil)
     }
 

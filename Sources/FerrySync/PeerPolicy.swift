@@ -20,6 +20,18 @@ public struct AccessRule: Sendable, Equatable {
 
     public var admitsEverything: Bool { idPrefixes.isEmpty && idPatterns.isEmpty && types.isEmpty }
 
+    /// True for a rule that admits no application document: `AccessRule.none`, perhaps with
+    /// Ferry's own `_ferry/` entries added (which never refer to blobs).
+    public var admitsNoApplicationDocument: Bool {
+        idPatterns.isEmpty && types.isEmpty && !idPrefixes.isEmpty
+            && idPrefixes.allSatisfy { $0 == Self.none.idPrefixes[0] || $0.hasPrefix("_ferry/") }
+    }
+
+    /// A stable text naming what the rule admits (order of criteria does not matter).
+    public var fingerprint: String {
+        [idPrefixes.sorted(), idPatterns.sorted(), types.sorted()].map { $0.joined(separator: "\u{1}") }.joined(separator: "\u{2}")
+    }
+
     public func admits(id: DocumentID, body: JSON?) -> Bool {
         if admitsEverything { return true }
         if idPrefixes.contains(where: { id.rawValue.hasPrefix($0) }) { return true }

@@ -83,7 +83,8 @@ struct PullPlan: Sendable {
         for wire in revs {
             if wire.missing { continue }  // superseded; a later change brings the new leaf
             if wire.isDelta { checked.deltas += 1 }
-            let outcome = pipeline.check(wire) { id, base in
+            let existing = (try? DocumentID(wire.id, allowReserved: true)).flatMap { trees[$0] }
+            let outcome = pipeline.check(wire, existing: existing) { id, base in
                 trees[id]?.revision(base)?.body.flatMap { try? JSON.parse($0).objectValue }
             }
             switch outcome {

@@ -163,6 +163,8 @@ final class Pusher: Sendable {
 
     /// Asks the peer which of these leaves it lacks, then sends those (as deltas when smaller).
     private func announce(_ docs: [DocumentID: [RevisionID]]) async throws {
+        let access = DocumentAccess(configuration.remotePolicy)
+        let docs = try readableByPeer(docs, access)
         guard !docs.isEmpty else { return }
         let answer = try await remote.revsDiff(docs)
         let trees = try store.revisionTrees(answer.keys)
@@ -170,10 +172,11 @@ final class Pusher: Sendable {
         for id in answer.keys.sorted() {
             guard let tree = trees[id], let entry = answer[id] else { continue }
             for rev in entry.missing {
-                guard
+                // Judged again on the tree read now: the document may have changed since.
+                guard access.readsEverything || access.mayRead(id, revision: rev, in: tree),
                     let made = WireRevision.make(
-                        id: id, revision: rev, tree: tree, receiverHas: entry.possibleAncestors, useDeltas: configuration.deltas,
-                        maxHistory: configuration.maxHistory)
+                        id: id, revision: rev, tree: tree, receiverHas: Self.readableBases(entry.possibleAncestors, id, tree, access),
+                        useDeltas: configuration.deltas, maxHistory: configuration.maxHistory)
                 else { continue }
                 if !pushFilterAdmits(made.0, id: id, revision: rev, tree: tree) { continue }
                 wires.append(made)
@@ -189,20 +192,44 @@ final class Pusher: Sendable {
         -> [(Change, [RevisionID])]
     {
         let trees = try known ?? store.revisionTrees(page.filter { $0.1.count == 1 }.map(\.0.id))
+        let access = DocumentAccess(configuration.remotePolicy)
         var wires: [(WireRevision, Bool)] = []
         var rest: [(Change, [RevisionID])] = []
         for (change, leaves) in page {
             guard leaves.count == 1, let tree = trees[change.id],
                 let wire = WireRevision.inline(
-                    id: change.id, revision: leaves[0], tree: tree, useDeltas: configuration.deltas, limit: configuration.inlineLimit)
+                    id: change.id, revision: leaves[0], tree: tree, useDeltas: configuration.deltas && access.readsEverything,
+                    limit: configuration.inlineLimit)
             else {
                 rest.append((change, leaves))
                 continue
             }
+            // What the peer may not read is dropped here, never named to it.
+            guard access.readsEverything || access.mayRead(change.id, revision: leaves[0], in: tree) else { continue }
             if pushFilterAdmits(wire, id: change.id, revision: leaves[0], tree: tree) { wires.append((wire, wire.isDelta)) }
         }
         try await putInChunks(wires, trees: trees)
         return rest
+    }
+
+    /// The documents and leaves of `docs` that the peer's read policy admits (all of them
+    /// for a peer that may read everything, without reading a tree).
+    private func readableByPeer(_ docs: [DocumentID: [RevisionID]], _ access: DocumentAccess) throws -> [DocumentID: [RevisionID]] {
+        guard !access.readsEverything, !docs.isEmpty else { return docs }
+        let trees = try store.revisionTrees(Array(docs.keys))
+        var out: [DocumentID: [RevisionID]] = [:]
+        for (id, leaves) in docs {
+            guard let tree = trees[id], access.mayRead(id, tree: tree) else { continue }
+            let readable = leaves.filter { access.mayRead(id, revision: $0, in: tree) }
+            if !readable.isEmpty { out[id] = readable }
+        }
+        return out
+    }
+
+    /// Delta bases the peer says it holds, less any it may not read: a delta against a
+    /// revision would reveal what that revision holds.
+    static func readableBases(_ bases: [RevisionID], _ id: DocumentID, _ tree: RevisionTree, _ access: DocumentAccess) -> [RevisionID] {
+        access.readsEverything ? bases : bases.filter { access.mayRead(id, revision: $0, in: tree) }
     }
 
     private func pushFilterAdmits(_ wire: WireRevision, id: DocumentID, revision: RevisionID, tree: RevisionTree) -> Bool {

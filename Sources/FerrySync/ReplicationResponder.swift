@@ -148,6 +148,8 @@ final class ResponderSession: Sendable {
     let catchUp = ResponderCatchUp()
     /// The session's connection, for heartbeats (set before any request is read).
     let connection = Mutex<Connection?>(nil)
+    /// Blobs a restricted peer may fetch or refer to in this session (see `BlobGrants`).
+    let blobGrants = Mutex(BlobGrants())
 
     init(responder: ReplicationResponder, authenticatedPeer: String?) {
         self.responder = responder
@@ -245,6 +247,7 @@ final class ResponderSession: Sendable {
 
     func setCheckpoint(_ request: Message) throws -> Message {
         let set = try SetCheckpointRequest(try request.json())
+        try checkCheckpointQuota(set)
         try store.putLocalDocument(checkpointKey(set.id), body: set.value, durability: .normal)  // rolls back with the pushed revisions it covers
         if set.direction == .push, let n = set.value["seq"]?.intValue, n >= 0 {
             try pushCheckpointWritten(through: UInt64(n), caughtUp: set.caughtUp, skipped: set.skipped, skipsLost: set.skipsLost)
@@ -265,7 +268,21 @@ final class ResponderSession: Sendable {
     func revsDiff(_ request: Message) throws -> Message {
         try requirePush()
         let query = try RevsDiffRequest(try request.json()).docs
-        return reply(request, RevsDiffReply(store: try store.revsDiff(query)).json)
+        var answer = RevsDiffReply(store: try store.revsDiff(query))
+        let access = DocumentAccess(policy)
+        if !access.readsEverything && !query.isEmpty {
+            // Of a document it may not read, the peer learns nothing: every revision it names
+            // is missing, with no ancestors (they would reveal what the document holds).
+            let trees = try store.revisionTrees(Array(query.keys))
+            for (id, tree) in trees {
+                if !access.mayRead(id, tree: tree) {
+                    answer.entries[id] = MissingRevisions(missing: query[id] ?? [], possibleAncestors: [])
+                } else if let entry = answer.entries[id] {
+                    answer.entries[id]?.possibleAncestors = entry.possibleAncestors.filter { access.mayRead(id, revision: $0, in: tree) }
+                }
+            }
+        }
+        return reply(request, answer.json)
     }
 
     /// Sends the requested revisions, as deltas against ancestors the peer holds when smaller.
@@ -275,24 +292,20 @@ final class ResponderSession: Sendable {
         let useDeltas = asked.deltas
         let maxHistory = Int(min(max(1, asked.maxHistory), 1000))
         let trees = try store.revisionTrees(asked.revs.map(\.id))
-        let readRule = policy.read
+        let access = DocumentAccess(policy)
         var out: [WireRevision] = []
         for wanted in asked.revs {
-            let (id, rev, known) = (wanted.id, wanted.rev, wanted.ancestors)
-            guard let tree = trees[id],
+            let (id, rev) = (wanted.id, wanted.rev)
+            // A revision the peer may not read is missing, exactly as one never held.
+            guard let tree = trees[id], access.readsEverything || access.mayRead(id, revision: rev, in: tree),
                 let (wire, _) = WireRevision.make(
-                    id: id, revision: rev, tree: tree, receiverHas: known, useDeltas: useDeltas, maxHistory: maxHistory)
+                    id: id, revision: rev, tree: tree, receiverHas: Pusher.readableBases(wanted.ancestors, id, tree, access),
+                    useDeltas: useDeltas, maxHistory: maxHistory)
             else {
                 out.append(.missing(id: id.rawValue, rev: rev.description))
                 continue
             }
-            if !readRule.admitsEverything {
-                let winnerBody = tree.winner?.body.flatMap { try? JSON.parse($0) }
-                if !readRule.admits(id: id, body: winnerBody) {
-                    out.append(.missing(id: id.rawValue, rev: rev.description))
-                    continue
-                }
-            }
+            if !access.readsEverything { grantBlobs(of: tree.revision(rev)?.body) }
             out.append(wire)
         }
         let sent = out.count(where: { !$0.missing })
@@ -309,10 +322,18 @@ final class ResponderSession: Sendable {
         var results: [PutResult] = []
         var accepted: [(Int, IncomingRevision)] = []
         for wire in wires where !wire.missing {
-            switch pipeline.check(wire, baseBody: { id, base in
+            let existing = (try? DocumentID(wire.id, allowReserved: true)).flatMap { trees[$0] }
+            switch pipeline.check(wire, existing: existing, baseBody: { id, base in
                 trees[id]?.revision(base)?.body.flatMap { try? JSON.parse($0).objectValue }
             }) {
             case .accepted(let rev):
+                if let refusal = blobRefusal(rev) {
+                    let rejection = Rejection(stage: .policy, reason: refusal)
+                    options.metrics?.rejected(stage: rejection.stage.rawValue, direction: "push")
+                    counts.withLock { $0.rejected += 1 }
+                    results.append(PutResult(id: wire.id, rev: wire.rev, status: .rejected(rejection)))
+                    continue
+                }
                 accepted.append((results.count, rev))
                 results.append(PutResult(id: wire.id, rev: wire.rev, status: .stored))
             case .rejected(_, _, let rejection):
@@ -365,7 +386,13 @@ final class ResponderSession: Sendable {
     func hasBlobs(_ request: Message) throws -> Message {
         try requirePush()
         let asked = try HasBlobsRequest(try request.json())
-        return reply(request, HasBlobsReply(missing: asked.digests.filter { !store.blobs.has($0) }).json)
+        // A restricted peer is told it holds only what it could have read or has sent: it
+        // must send the rest, proving it has the content before a revision may refer to it.
+        let restricted = !policy.read.admitsEverything
+        let grants = blobGrants.withLock { $0 }
+        return reply(
+            request,
+            HasBlobsReply(missing: asked.digests.filter { !store.blobs.has($0) || (restricted && !grants.contains($0)) }).json)
     }
 
     func getBlob(_ request: Message) throws -> Message {
@@ -373,7 +400,10 @@ final class ResponderSession: Sendable {
         guard let digest = request[BlobProperty.name].flatMap({ try? BlobDigest($0) }) else {
             throw SyncError.protocolViolation("getBlob lacks a valid Digest property")
         }
-        guard let content = try store.blobs.get(digest) else {
+        // A restricted peer gets only blobs of revisions it was sent in this session (a
+        // puller fetches a revision's blobs right after the revision): a digest alone opens nothing.
+        let granted = policy.read.admitsEverything || blobGrants.withLock { $0.contains(digest) }
+        guard granted, let content = try store.blobs.get(digest) else {
             throw SyncError(code: "not_found", message: "no blob \(digest)", isTransient: false)
         }
         counts.withLock { $0.blobsSent += 1 }
@@ -388,7 +418,11 @@ final class ResponderSession: Sendable {
         guard BlobDigest.of(request.body) == digest else {
             throw SyncError.protocolViolation("blob content does not match digest \(digest)")
         }
+        guard !policy.write.admitsNoApplicationDocument else {
+            throw SyncError.forbidden("this peer may not write documents, so it may not send blobs")
+        }
         try store.blobs.put(request.body)
+        blobGrants.withLock { $0.proven.insert(digest) }
         counts.withLock { $0.blobsReceived += 1 }
         return reply(request, [:])
     }

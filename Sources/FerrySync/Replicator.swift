@@ -354,7 +354,11 @@ public final class Replicator: Sendable {
     // MARK: Checkpoints
 
     func checkpointKey(remoteDB: String, direction: CheckpointDirection) -> String {
-        let filter = direction == .pull ? configuration.pullFilter?.name : configuration.pushFilter?.name
+        var filter = direction == .pull ? configuration.pullFilter?.name : configuration.pushFilter?.name
+        // A restricted peer's policy is part of the key: widening it starts over, so what it
+        // newly admits moves (a trusted peer's key has no such part, and never restarts).
+        let rule = direction == .pull ? configuration.remotePolicy.write : configuration.remotePolicy.read
+        if !rule.admitsEverything { filter = (filter ?? "") + "\u{0}policy:" + rule.fingerprint }
         return Checkpointer<UInt64>.key(
             localDatabase: store.uuid, remoteDatabase: remoteDB, direction: direction, filterName: filter,
             documentIDs: configuration.documentIDs)

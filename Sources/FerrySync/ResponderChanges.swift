@@ -61,6 +61,7 @@ extension ResponderSession {
     ) throws -> [ChangeEntry] {
         var entries: [ChangeEntry] = []
         // Read per page, after any wait: a policy changed during a long-poll applies to its answer.
+        let access = DocumentAccess(policy)
         let readRule = policy.read
         var left: [SkippedRelay] = []
         let candidates = page.filter { change, leaves in
@@ -71,21 +72,25 @@ extension ResponderSession {
         }
         skipped.append(contentsOf: left)
         var trees: [DocumentID: RevisionTree] = [:]
-        if !candidates.isEmpty && (!readRule.types.isEmpty || inlineLimit > 0) {
+        if !candidates.isEmpty && (DocumentAccess.needsBodies(readRule) || inlineLimit > 0) {
             trees = try store.revisionTrees(candidates.map(\.0.id))
         }
         for (change, leaves) in candidates {
-            if !readRule.admitsEverything {
-                let body = trees[change.id]?.winner?.body.flatMap { try? JSON.parse($0) }
-                if !readRule.admits(id: change.id, body: body) { continue }
+            if !access.readsEverything {
+                if DocumentAccess.needsBodies(readRule) {
+                    guard let tree = trees[change.id], access.mayRead(change.id, tree: tree) else { continue }
+                } else if !access.mayRead(change.id, body: nil) {
+                    continue
+                }
             }
             var entry = ChangeEntry(
                 sequence: change.sequence, id: change.id.rawValue, leaves: leaves.map(\.description), deleted: change.deleted,
                 size: Int64(change.bodySize))
             if inlineLimit > 0, leaves.count == 1, let tree = trees[change.id],
-                let inline = WireRevision.inline(id: change.id, revision: leaves[0], tree: tree, useDeltas: inlineDeltas, limit: inlineLimit)?.inlineJSON
+                let inline = WireRevision.inline(id: change.id, revision: leaves[0], tree: tree, useDeltas: inlineDeltas && access.readsEverything, limit: inlineLimit)?.inlineJSON
             {
                 entry.inline = inline
+                if !access.readsEverything { grantBlobs(of: tree.revision(leaves[0])?.body) }
                 counts.withLock { $0.pushed += 1 }
             }
             entries.append(entry)

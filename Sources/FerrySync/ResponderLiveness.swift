@@ -53,14 +53,10 @@ extension ResponderSession {
         let ids = mesh.ledger.takeReoffers(for: peer).filter { docIDs?.contains($0.rawValue) ?? true }
         guard !ids.isEmpty else { return [] }
         let trees = try store.revisionTrees(Array(ids))
-        let readRule = policy.read
+        let access = DocumentAccess(policy)
         var entries: [ChangeEntry] = []
         for id in ids.sorted() {
-            guard let tree = trees[id], let winner = tree.winner else { continue }
-            if !readRule.admitsEverything {
-                let body = winner.body.flatMap { try? JSON.parse($0) }
-                if !readRule.admits(id: id, body: body) { continue }
-            }
+            guard let tree = trees[id], let winner = tree.winner, access.mayRead(id, tree: tree) else { continue }
             entries.append(
                 ChangeEntry(
                     sequence: sequence, id: id.rawValue, leaves: tree.leaves.map(\.id.description), deleted: winner.deleted,

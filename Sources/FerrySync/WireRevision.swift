@@ -275,13 +275,20 @@ struct IncomingPipeline: Sendable {
         case needFull(id: String, rev: String)
     }
 
-    func check(_ wire: WireRevision, baseBody: (DocumentID, RevisionID) -> [String: JSON]?) -> Outcome {
+    /// `existing` is the document's tree as held (the write policy judges a revision by what
+    /// it could replace as well as by what it writes).
+    func check(
+        _ wire: WireRevision, existing: RevisionTree? = nil, baseBody: (DocumentID, RevisionID) -> [String: JSON]?
+    ) -> Outcome {
         func reject(_ stage: Rejection.Stage, _ reason: String) -> Outcome {
             .rejected(id: wire.id, rev: wire.rev, Rejection(stage: stage, reason: reason))
         }
         // 1. Structure.
         let id: DocumentID
         do { id = try DocumentID(wire.id, allowReserved: true) } catch { return reject(.structure, error.description) }
+        if ReservedNamespace.refusesReplicated(id) {
+            return reject(.structure, "\"\(id)\" is in the reserved \(ReservedNamespace.prefix) namespace")
+        }
         let rev: RevisionID
         var history: [RevisionID] = []
         do {
@@ -341,9 +348,10 @@ struct IncomingPipeline: Sendable {
             return reject(.digest, "body does not match revision \(rev)")
         }
         // 3. The peer's write policy.
-        if wire.deleted && !policy.mayDelete { return reject(.policy, "this peer may not delete documents") }
-        if !policy.write.admits(id: id, body: body) {
-            return reject(.policy, "this peer may not write \"\(id)\"")
+        if let refusal = DocumentAccess(policy).writeRefusal(
+            id: id, body: body, deleted: wire.deleted, ancestors: history, existing: existing)
+        {
+            return reject(.policy, refusal)
         }
         // 4. The pull filter.
         if let filter, !filter.admits(FilterInput(id: id, revision: rev, deleted: wire.deleted, body: body)) {

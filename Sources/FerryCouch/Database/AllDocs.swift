@@ -1,5 +1,6 @@
 import FerryCore
 import FerryStore
+import FerrySync
 import Hummingbird
 import NIOCore
 
@@ -75,7 +76,11 @@ extension CouchDatabase {
         if designOnly { parsed.range.clamp(toPrefix: "_design/") }
         let options = parsed
         let info = try store.info()
-        var head: [String: JSON] = ["total_rows": .int(Int64(info.documentCount))]
+        // A principal that may not read everything is told counts of what it may read only:
+        // counts over every document would let it rebuild hidden IDs by bisecting with `offset`.
+        let restricted = !principal.policy.read.admitsEverything
+        let total = restricted ? try readableCount(before: nil, descending: false, principal: principal) : info.documentCount
+        var head: [String: JSON] = ["total_rows": .int(Int64(total))]
         if options.updateSeq { head["update_seq"] = CouchSequence(value: info.lastSequence).json }
         if let keys = options.keys {
             head["offset"] = .null
@@ -89,7 +94,15 @@ extension CouchDatabase {
             return headless(CouchResponse.json(.object(head)), request)
         }
         var offset = options.skip
-        if let start = options.range.start {
+        if restricted, let start = options.range.start {
+            offset += try readableCount(before: start, descending: options.range.descending, principal: principal)
+            if !options.range.startInclusive,
+                let entry = try store.documentEntries(ids: [DocumentID(unchecked: start)]).values.first, !entry.change.deleted,
+                try readable(entry, principal: principal, needBody: false).admitted
+            {
+                offset += 1
+            }
+        } else if let start = options.range.start {
             let before = try store.liveDocumentCount(before: start, descending: options.range.descending)
             let startItself = try options.range.startInclusive ? 0 : store.documentEntries(ids: [DocumentID(unchecked: start)]).values
                 .filter { !$0.change.deleted }.count
@@ -162,14 +175,27 @@ extension CouchDatabase {
         return .object(row)
     }
 
-    /// Whether the principal's read rule admits the entry's document, with the document
-    /// when it had to be decoded (for the rule) or `needBody` asks for it.
+    /// Whether the principal may read the entry's document (`DocumentAccess`: every live
+    /// leaf, not only the winner), with the document when `needBody` asks for it.
     func readable(_ entry: DocumentEntry, principal: CouchPrincipal, needBody: Bool) throws -> (admitted: Bool, document: Document?) {
         if CouchDatabase.isNodeInternal(entry.change.id) { return (false, nil) }
-        let rule = principal.policy.read
-        if rule.admitsEverything && !needBody { return (true, nil) }
-        let document = try entry.currentDocument()
-        return (rule.admits(id: document.id, body: document.body), document)
+        let access = DocumentAccess(principal.policy)
+        if !access.readsEverything && !access.mayRead(entry.change.id, tree: entry.tree) { return (false, nil) }
+        return (true, needBody ? try entry.currentDocument() : nil)
+    }
+
+    /// How many live documents the principal may read before `id` in iteration order (nil:
+    /// all of them). A scan: only principals with a restricted read rule pay for it.
+    func readableCount(before id: String?, descending: Bool, principal: CouchPrincipal) throws -> Int {
+        var range = DocumentIDRange(end: id, endInclusive: id == nil, descending: descending)
+        var count = 0
+        while true {
+            let page = try store.documentEntries(in: range, limit: Self.allDocsPageSize)
+            for entry in page where try readable(entry, principal: principal, needBody: false).admitted { count += 1 }
+            guard page.count == Self.allDocsPageSize, let last = page.last else { return count }
+            range.start = last.change.id.rawValue
+            range.startInclusive = false
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 import FerryCore
 import FerryStore
+import FerrySync
 import Foundation
 import Hummingbird
 import HummingbirdCore
@@ -27,6 +28,7 @@ extension CouchDatabase {
             query: request.uri.queryParameters.get("rev").map { String($0) }, ifMatch: request.headers[.ifMatch], body: nil)
         {
             revision = try parseRevision(revText)
+            try checkReadable(id, revision: revision, tree: tree, principal: principal)
         } else if winner.deleted {
             throw CouchError.notFound("deleted")
         }
@@ -132,8 +134,10 @@ extension CouchDatabase {
         }
         var user = fields
         user.removeValue(forKey: StoredAttachment.bodyKey)
-        if !principal.policy.write.admits(id: id, body: .object(user)) {
-            throw CouchError.forbidden("You may not write document \(id).")
+        if let refusal = DocumentAccess(principal.policy).writeRefusal(
+            id: id, body: .object(user), deleted: false, ancestors: parent.map { [$0] } ?? [], existing: tree)
+        {
+            throw CouchError.forbidden("You may not write document \(id): \(refusal).")
         }
         try storeContents(contents)
         let edit = PreparedEdit(id: id, parent: parent, deleted: false, body: .object(fields))

@@ -1,5 +1,6 @@
 import FerryCore
 import FerryStore
+import FerrySync
 import Foundation
 import Hummingbird
 import NIOCore
@@ -151,8 +152,9 @@ extension CouchDatabase {
                     guard tree.contains(rev) else { throw CouchError.notFound("missing") }
                     revs = latest ? leaves(descendingFrom: rev, in: tree) : [rev]
                 }
+                let access = DocumentAccess(principal.policy)
                 for rev in revs {
-                    if let view = try view(of: id, revision: rev, in: tree) {
+                    if access.mayRead(id, revision: rev, in: tree), let view = try view(of: id, revision: rev, in: tree) {
                         let rendered = try render(view, options: docOptions, multipart: multipart)
                         items.append(["ok": rendered.json])
                         if multipart && !rendered.follows.isEmpty {

@@ -1,5 +1,6 @@
 import FerryCore
 import FerryStore
+import FerrySync
 import Foundation
 import Hummingbird
 import HummingbirdCore
@@ -124,7 +125,8 @@ extension CouchDatabase {
                 }
             }
             return try openRevisions(
-                request, id: id, tree: visible, spec: String(openRevs), latest: latest, options: options)
+                request, id: id, tree: visible, spec: String(openRevs), latest: latest, options: options,
+                access: DocumentAccess(principal.policy))
         }
         guard let tree = stored, let winner = tree.winner else { throw CouchError.notFound("missing") }
         try checkReadable(id, tree: tree, principal: principal)
@@ -133,6 +135,7 @@ extension CouchDatabase {
             revision = try parseRevision(String(revText))
             guard tree.contains(revision) else { throw CouchError.notFound("missing") }
             if latest, let leaf = leaves(descendingFrom: revision, in: tree).first { revision = leaf }
+            try checkReadable(id, revision: revision, tree: tree, principal: principal)
         } else if winner.deleted {
             throw CouchError.notFound("deleted")
         }
@@ -163,7 +166,8 @@ extension CouchDatabase {
     /// As multipart, attachment bodies follow (all, or those newer than `atts_since`) even
     /// without `attachments=true`: CouchDB's replicator asks that way and expects them.
     func openRevisions(
-        _ request: Request, id: DocumentID, tree: RevisionTree?, spec: String, latest: Bool, options: CouchRenderOptions
+        _ request: Request, id: DocumentID, tree: RevisionTree?, spec: String, latest: Bool, options: CouchRenderOptions,
+        access: DocumentAccess
     ) throws -> Response {
         var wanted: [RevisionID] = []
         var missing: [String] = []
@@ -193,7 +197,7 @@ extension CouchDatabase {
         if mixed { options.attachments = true }
         var results: [(JSON, [(name: String, attachment: StoredAttachment)])] = []
         for rev in wanted {
-            guard let tree, let view = try view(of: id, revision: rev, in: tree) else {
+            guard let tree, access.mayRead(id, revision: rev, in: tree), let view = try view(of: id, revision: rev, in: tree) else {
                 missing.append(rev.description)
                 continue
             }
@@ -248,13 +252,17 @@ extension CouchDatabase {
         tree.leaves.filter { tree.history(of: $0.id).contains(rev) }.sorted(by: RevisionTree.beats).map(\.id)
     }
 
-    /// A document the principal may not read is, for it, missing.
+    /// A document the principal may not read is, for it, missing (`DocumentAccess`: every
+    /// live leaf must be readable, not only the winner).
     func checkReadable(_ id: DocumentID, tree: RevisionTree, principal: CouchPrincipal) throws {
         if CouchDatabase.isNodeInternal(id) { throw CouchError.notFound("missing") }
-        let rule = principal.policy.read
-        if rule.admitsEverything { return }
-        let body = tree.winner?.body.flatMap { try? JSON.parse($0) }
-        if !rule.admits(id: id, body: body) { throw CouchError.notFound("missing") }
+        if !DocumentAccess(principal.policy).mayRead(id, tree: tree) { throw CouchError.notFound("missing") }
+    }
+
+    /// A revision the principal may not read is, for it, missing.
+    func checkReadable(_ id: DocumentID, revision: RevisionID, tree: RevisionTree, principal: CouchPrincipal) throws {
+        try checkReadable(id, tree: tree, principal: principal)
+        if !DocumentAccess(principal.policy).mayRead(id, revision: revision, in: tree) { throw CouchError.notFound("missing") }
     }
 
     /// The rendering options of a document read's query.

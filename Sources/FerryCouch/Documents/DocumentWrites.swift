@@ -87,11 +87,14 @@ extension CouchDatabase {
             lookup: { name, _ in parentAttachments?.entries[name] },
             generation: generation, keepGivenRevpos: false)
         let (body, contents) = try resolver.storedBody(input)
-        let policy = principal.policy
-        if input.deleted && !policy.mayDelete { throw .forbidden("You may not delete documents.") }
-        if !policy.write.admits(id: id, body: .object(input.fields)) {
-            throw .forbidden("You may not write document \(id).")
+        let access = DocumentAccess(principal.policy)
+        if input.deleted && !access.policy.mayDelete { throw .forbidden("You may not delete documents.") }
+        if let refusal = access.writeRefusal(
+            id: id, body: .object(input.fields), deleted: input.deleted, ancestors: parent.map { [$0] } ?? [], existing: tree)
+        {
+            throw .forbidden("You may not write document \(id): \(refusal).")
         }
+        try checkBlobPossession(body, supplied: contents, id: id, tree: tree, access: access)
         try storeContents(contents)
         return PreparedEdit(id: id, parent: parent, deleted: input.deleted, body: body)
     }
@@ -118,6 +121,11 @@ extension CouchDatabase {
             // 1. Structure.
             guard !rawID.isEmpty else { throw CouchError.badRequest("Document id is missing") }
             let id = try couchDocumentID(rawID, replicated: true)
+            // Ferry's own namespace is written by Ferry alone: group entries arrive over
+            // Ferry's protocol, signed; nothing comes in under `_ferry/` through this door.
+            if CouchDatabase.isNodeInternal(id) {
+                throw CouchError(.forbidden, "forbidden", "Document IDs starting with _ferry/ are reserved to the node.")
+            }
             guard let revText = input.rev else { throw CouchError.badRequest("Invalid rev format") }
             let rev = try parseRevision(revText)
             var history: [RevisionID] = []
@@ -151,11 +159,14 @@ extension CouchDatabase {
             }
             // 3. The principal's policy.
             stage = "policy"
-            let policy = principal.policy
-            if input.deleted && !policy.mayDelete { throw CouchError.forbidden("You may not delete documents.") }
-            if !policy.write.admits(id: id, body: .object(input.fields)) {
-                throw CouchError.forbidden("You may not write document \(id).")
+            let access = DocumentAccess(principal.policy)
+            if input.deleted && !access.policy.mayDelete { throw CouchError.forbidden("You may not delete documents.") }
+            if let refusal = access.writeRefusal(
+                id: id, body: .object(input.fields), deleted: input.deleted, ancestors: history, existing: tree)
+            {
+                throw CouchError.forbidden("You may not write document \(id): \(refusal).")
             }
+            try checkBlobPossession(body, supplied: contents, id: id, tree: tree, access: access)
             // 4. The node's pull filter.
             stage = "filter"
             if let pullFilter,
@@ -203,6 +214,29 @@ extension CouchDatabase {
         }
         metrics?.received(stored.count)
         metrics?.unverifiable(stored.filter { !$0.revision.isFerryDigest }.count, source: .couch)
+    }
+
+    /// A principal that may not read everything may refer only to blobs whose content it
+    /// supplies with the write, or that a revision of the same document it may read refers
+    /// to: a digest is a hash of content, and knowing it must not open the content.
+    func checkBlobPossession(
+        _ body: JSON, supplied: [[UInt8]], id: DocumentID, tree: RevisionTree?, access: DocumentAccess
+    ) throws(CouchError) {
+        guard !access.readsEverything, let refs = try? body.blobReferences(), !refs.isEmpty else { return }
+        var allowed = Set(supplied.map { BlobDigest.of($0) })
+        var readableScanned = false
+        for ref in refs where !allowed.contains(ref.digest) {
+            if !readableScanned, let tree {
+                readableScanned = true
+                for r in tree.revisions where access.mayRead(id, revision: r.id, in: tree) {
+                    guard let bytes = r.body, DocumentStore.mayReferenceBlobs(bytes), let old = try? JSON.parse(bytes) else { continue }
+                    for known in (try? old.blobReferences()) ?? [] { allowed.insert(known.digest) }
+                }
+            }
+            if !allowed.contains(ref.digest) {
+                throw .forbidden("You may not refer to blob \(ref.digest) without sending its content.")
+            }
+        }
     }
 
     func storeContents(_ contents: [[UInt8]]) throws(CouchError) {

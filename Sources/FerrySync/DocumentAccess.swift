@@ -1,0 +1,121 @@
+import FerryCore
+import FerryStore
+
+/// Judges whole documents against one principal's policy: a read by every revision it would
+/// reveal, a write by what it writes and by every revision it could replace or hide. The one
+/// engine behind both doors (the native protocol and the CouchDB API), so they cannot drift.
+///
+/// Rules:
+/// - **Read.** A document is readable when the read rule admits every live leaf (or, for a
+///   deleted document, its winning tombstone). A reader is never told of an unreadable
+///   document: not its ID, its revisions, nor that it exists. A revision of a readable
+///   document is served only when the rule admits that revision too.
+/// - **Write.** A revision is admitted when the write rule admits it, every leaf the document
+///   already has, and every ancestor of it that is held: a writer may not turn, hide or
+///   out-rank a document it could not have written.
+/// - A tombstone without fields is judged by the nearest ancestor whose body is kept, so a
+///   rule by `type` still sees what was deleted.
+public struct DocumentAccess: Sendable {
+    public let policy: PeerPolicy
+
+    public init(_ policy: PeerPolicy) { self.policy = policy }
+
+    /// True when nothing is restricted: every check passes without reading a body.
+    public var readsEverything: Bool { policy.read.admitsEverything }
+    public var writesEverything: Bool { policy.write.admitsEverything && policy.mayDelete }
+
+    /// Whether a rule's verdict can depend on bodies (it names types).
+    static func needsBodies(_ rule: AccessRule) -> Bool { !rule.admitsEverything && !rule.types.isEmpty }
+
+    // MARK: Reading
+
+    /// Whether the reader may learn of the document at all.
+    public func mayRead(_ id: DocumentID, tree: RevisionTree) -> Bool {
+        Self.admitsDocument(policy.read, id, tree: tree)
+    }
+
+    /// Whether the reader may be sent this revision of the document.
+    public func mayRead(_ id: DocumentID, revision: RevisionID, in tree: RevisionTree) -> Bool {
+        let rule = policy.read
+        if rule.admitsEverything { return true }
+        guard Self.admitsDocument(rule, id, tree: tree) else { return false }
+        guard Self.needsBodies(rule) else { return true }  // by ID alone: already judged
+        guard let index = tree.index(of: revision) else { return false }
+        return rule.admits(id: id, body: Self.judgedBody(at: index, in: tree))
+    }
+
+    /// Whether the read rule alone admits a document whose only known body is `body` (for
+    /// places holding no tree; exact when the rule does not name types).
+    public func mayRead(_ id: DocumentID, body: JSON?) -> Bool { policy.read.admits(id: id, body: body) }
+
+    static func admitsDocument(_ rule: AccessRule, _ id: DocumentID, tree: RevisionTree) -> Bool {
+        if rule.admitsEverything { return true }
+        guard needsBodies(rule) else { return rule.admits(id: id, body: nil) }
+        var judged: [Int] = []
+        for (i, r) in tree.revisions.enumerated() where r.isLeaf && !r.deleted { judged.append(i) }
+        if judged.isEmpty, let w = tree.winnerIndex { judged = [w] }
+        guard !judged.isEmpty else { return rule.admits(id: id, body: nil) }
+        return judged.allSatisfy { rule.admits(id: id, body: judgedBody(at: $0, in: tree)) }
+    }
+
+    // MARK: Writing
+
+    /// Why the writer may not store this revision, or nil when it may. `ancestors` is the
+    /// revision's history (newest first, the parent first); `existing` the document's tree
+    /// as stored, if any.
+    public func writeRefusal(
+        id: DocumentID, body: JSON, deleted: Bool, ancestors: [RevisionID], existing: RevisionTree?
+    ) -> String? {
+        if deleted && !policy.mayDelete { return "this writer may not delete documents" }
+        let rule = policy.write
+        if rule.admitsEverything { return nil }
+        let fields = body.objectValue ?? [:]
+        let held = existing.map { !$0.isEmpty } ?? false
+        // A bare tombstone says nothing of what it deletes: judge it by what it replaces.
+        if !(deleted && fields.isEmpty && held && Self.needsBodies(rule)) && !rule.admits(id: id, body: body) {
+            return "this writer may not write \"\(id)\""
+        }
+        guard let tree = existing, held, Self.needsBodies(rule) else { return nil }
+        for (i, r) in tree.revisions.enumerated() where r.isLeaf {
+            if !rule.admits(id: id, body: Self.judgedBody(at: i, in: tree)) {
+                return "\"\(id)\" holds revision \(r.id), which this writer may not write"
+            }
+        }
+        for a in ancestors {
+            guard let i = tree.index(of: a), tree.revisions[i].body != nil else { continue }
+            if !rule.admits(id: id, body: Self.judgedBody(at: i, in: tree)) {
+                return "\"\(id)\" descends from revision \(a), which this writer may not write"
+            }
+        }
+        return nil
+    }
+
+    // MARK: Bodies
+
+    /// The body a rule judges the revision at `index` by: its own, or for a tombstone without
+    /// fields (or a revision whose body is not kept) the nearest ancestor's kept body.
+    static func judgedBody(at index: Int, in tree: RevisionTree) -> JSON? {
+        var cursor: Int? = index
+        while let c = cursor {
+            let r = tree.revisions[c]
+            if let bytes = r.body, let body = try? JSON.parse(bytes) {
+                if !(r.deleted && (body.objectValue?.isEmpty ?? true)) { return body }
+            }
+            cursor = r.parent
+        }
+        return nil
+    }
+}
+
+/// Document IDs no client or peer may write: Ferry's own `_ferry/` namespace, except group
+/// membership entries (`_ferry/members/`), which carry an admin's signature that the store's
+/// validator checks on every node.
+public enum ReservedNamespace {
+    public static let prefix = "_ferry/"
+    public static let replicatedPrefix = "_ferry/members/"
+
+    /// True when `id` is in the reserved namespace and replication may not carry it.
+    public static func refusesReplicated(_ id: DocumentID) -> Bool {
+        id.rawValue.hasPrefix(prefix) && !id.rawValue.hasPrefix(replicatedPrefix)
+    }
+}
