@@ -146,12 +146,23 @@ struct ConfigReader {
             c.logLevel = level
         }
         if let v = top["limits"] {
-            let o = try object(v, "limits", allowed: ["maxConnections", "maxMessageBytes", "maxDocumentBytes", "idleTimeoutSeconds"])
+            let o = try object(v, "limits", allowed: [
+                "maxConnections", "maxMessageBytes", "maxDocumentBytes", "idleTimeoutSeconds", "maxOpenConnections",
+                "maxConnectionsPerAddress", "handshakeTimeoutSeconds",
+            ])
             if let x = o["maxConnections"] { c.limits.maxConnections = try int(x, "limits.maxConnections", 1...100_000) }
             if let x = o["maxMessageBytes"] { c.limits.maxMessageBytes = try int(x, "limits.maxMessageBytes", 1024...(1 << 30)) }
             if let x = o["maxDocumentBytes"] { c.limits.maxDocumentBytes = try int(x, "limits.maxDocumentBytes", 64...(1 << 30)) }
             if let x = o["idleTimeoutSeconds"] { c.limits.idleTimeoutSeconds = try int(x, "limits.idleTimeoutSeconds", 5...86_400) }
         }
+            if let x = o["maxOpenConnections"] { c.limits.maxOpenConnections = try int(x, "limits.maxOpenConnections", 1...1_000_000) }
+            if let x = o["maxConnectionsPerAddress"] {
+                c.limits.maxConnectionsPerAddress = try int(x, "limits.maxConnectionsPerAddress", 1...1_000_000)
+            }
+            if let x = o["handshakeTimeoutSeconds"] { c.limits.handshakeTimeoutSeconds = try int(x, "limits.handshakeTimeoutSeconds", 1...300) }
+            if c.limits.maxOpenConnections < c.limits.maxConnectionsPerAddress {
+                throw fail("limits.maxOpenConnections", "must be at least limits.maxConnectionsPerAddress (\(c.limits.maxConnectionsPerAddress))")
+            }
         if let v = top["readOnly"] { c.readOnly = try bool(v, "readOnly") }
         if let v = top["replications"] {
             guard case .array(let items) = v else { throw fail("replications", "must be an array") }
@@ -310,7 +321,9 @@ struct ConfigReader {
 extension ConfigReader {
     /// `{"port", "maxRequestBytes", "sessionSeconds", "users": [...], "cors": {"origins"}, "lan": {"interface", "port"}}`.
     func couch(_ v: JSON, _ key: String) throws(ConfigError) -> NodeConfiguration.Couch {
-        let o = try object(v, key, allowed: ["port", "maxRequestBytes", "sessionSeconds", "users", "cors", "lan"])
+        let o = try object(v, key, allowed: [
+            "port", "maxRequestBytes", "sessionSeconds", "users", "cors", "lan", "maxConnections", "maxConnectionsPerAddress", "idleTimeoutSeconds",
+        ])
         var c = NodeConfiguration.Couch()
         if let x = o["port"] { c.port = try int(x, "\(key).port", 0...65535) }
         if let x = o["maxRequestBytes"] { c.maxRequestBytes = try int(x, "\(key).maxRequestBytes", 1024...(1 << 32)) }
@@ -321,6 +334,12 @@ extension ConfigReader {
                 let user = try couchUser(item, "\(key).users[\(i)]")
                 if c.users.contains(where: { $0.name == user.name }) {
                     throw fail("\(key).users[\(i)].name", "duplicate user \(LogText.escape(user.name))")
+        if let x = o["maxConnections"] { c.maxConnections = try int(x, "\(key).maxConnections", 1...1_000_000) }
+        if let x = o["maxConnectionsPerAddress"] { c.maxConnectionsPerAddress = try int(x, "\(key).maxConnectionsPerAddress", 1...1_000_000) }
+        if let x = o["idleTimeoutSeconds"] { c.idleTimeoutSeconds = try int(x, "\(key).idleTimeoutSeconds", 1...86_400) }
+        if c.maxConnections < c.maxConnectionsPerAddress {
+            throw fail("\(key).maxConnections", "must be at least \(key).maxConnectionsPerAddress (\(c.maxConnectionsPerAddress))")
+        }
                 }
                 c.users.append(user)
             }

@@ -6,6 +6,7 @@ import FerrySync
 import FerryTransport
 import Foundation
 import Logging
+import NIOCore
 import ServiceLifecycle
 
 // The node's CouchDB HTTP API: its database, who may use it, and its listeners.
@@ -34,7 +35,7 @@ extension FerryNode {
             cors: CouchCORSPolicy(origins: couch.corsOrigins),
             adminKey: { key.matches($0) },
             adminKeyFingerprint: Hex.encode(SHA256.hash(data: Array(("ferry couch session " + key.value).utf8))),
-            throttle: CouchLoginThrottle(logger: Logger(label: "ferry.couch")))
+            throttle: .couch(logger: Logger(label: "ferry.couch")))
     }
 
     /// The loopback listener and, when configured, the LAN one, each behind a StartupGuard
@@ -43,14 +44,17 @@ extension FerryNode {
         let database = makeCouchDatabase()
         let access = try makeCouchAccess()
         let couch = configuration.couch
+        let idle = TimeAmount.seconds(Int64(couch.idleTimeoutSeconds))
+        let loopbackGate = couchGate("couch", listeners: couch.lan == nil ? 1 : 2)
         var services: [any Service] = [
             StartupGuard(
                 role: .couch("127.0.0.1", couch.port),
                 service: try CouchListenerService(
                     frontDoor: CouchFrontDoor(database: database, access: access, listener: .loopback), host: "127.0.0.1", port: couch.port,
-                    logger: logger, onBound: { readiness.couchBound($0) }))
+                    logger: logger, idleTimeout: idle, admit: { loopbackGate.admit($0) }, onBound: { readiness.couchBound($0) }))
         ]
         if let lan = couch.lan {
+            let lanGate = couchGate("couch-lan", listeners: 2)
             let tls = CouchListenerService.TLSIdentity(
                 certificateDER: identity.certificateDER, privateKeyDER: Array(identity.privateKey.derRepresentation))
             services.append(
@@ -58,9 +62,17 @@ extension FerryNode {
                     role: .couchLAN(lan.interface, lan.port),
                     service: try CouchListenerService(
                         frontDoor: CouchFrontDoor(database: database, access: access, listener: .lan), host: lan.interface, port: lan.port,
-                        tls: tls, logger: logger, onBound: { readiness.couchLANBound($0) })))
+                        tls: tls, logger: logger, idleTimeout: idle, admit: { lanGate.admit($0) }, onBound: { readiness.couchLANBound($0) })))
         }
         return services
+    }
+
+    /// A CouchDB listener's gate: the configured caps, the total lowered to its share of the
+    /// open-file limit (`DescriptorBudget`).
+    func couchGate(_ name: String, listeners: Int) -> ListenerGate {
+        let couch = configuration.couch
+        let total = DescriptorBudget.current.couchTotal(configured: couch.maxConnections, listeners: listeners)
+        return ListenerGate(name: name, limits: .init(total: total, perAddress: couch.maxConnectionsPerAddress), logger: logger)
     }
 }
 

@@ -142,6 +142,9 @@ public final class FerryNode: Sendable {
         config.databaseName = configuration.group
         config.insecure = configuration.insecure
         config.maxConnections = configuration.limits.maxConnections
+        config.maxOpenConnections = DescriptorBudget.current.replicationTotal(configured: configuration.limits.maxOpenConnections)
+        config.maxConnectionsPerAddress = configuration.limits.maxConnectionsPerAddress
+        config.handshakeTimeout = .seconds(Int64(configuration.limits.handshakeTimeoutSeconds))
         config.maxMessageSize = configuration.limits.maxMessageBytes
         config.idleTimeout = .seconds(Int64(configuration.limits.idleTimeoutSeconds))
         if let password = configuration.password {
@@ -204,6 +207,8 @@ public final class FerryNode: Sendable {
         discovery customDiscovery: (any PeerDiscovery)? = nil, handlesSignals: Bool = true,
         onReady: @escaping @Sendable (Ready) -> Void = { _ in }
     ) async throws {
+        // Before any listener is sized from it (docs/operations.md, "Connection limits").
+        DescriptorBudget.raiseSoftLimit(logger: logger)
         let readiness = ReadinessBox()
         let discovery: (any PeerDiscovery)?
         if let customDiscovery {

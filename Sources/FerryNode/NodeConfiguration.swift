@@ -49,6 +49,12 @@ public struct NodeConfiguration: Sendable {
         public var maxDocumentBytes = 8 << 20
         /// Seconds without traffic before an idle listener connection is closed.
         public var idleTimeoutSeconds = 120
+        /// Replication listener connections open at once, counted from accept. Default 128.
+        public var maxOpenConnections = 128
+        /// Replication listener connections from one address, counted from accept. Default 16.
+        public var maxConnectionsPerAddress = 16
+        /// Seconds a connection has to finish TLS and the WebSocket upgrade. Default 10.
+        public var handshakeTimeoutSeconds = 10
         public init() {}
     }
 
@@ -83,6 +89,12 @@ public struct NodeConfiguration: Sendable {
 
     public var name = ProcessInfo.processInfo.hostName
     /// The group: the database name in the URL path and in the DNS-SD TXT record.
+        /// Connections open at once on each CouchDB listener, counted from accept. Default 256.
+        public var maxConnections = 256
+        /// Connections from one address on each CouchDB listener. Default 64.
+        public var maxConnectionsPerAddress = 64
+        /// Seconds a connection may go without a complete request before it is closed. Default 30.
+        public var idleTimeoutSeconds = 30
     public var group = "ferry"
     public var dataDirectory: String?
     public var interface = "0.0.0.0"

@@ -24,7 +24,20 @@ public final class WebSocketListener: Service, Sendable {
         public var authentication = Authentication.mutualTLS(.pinned([]))
         /// Plaintext `ws://`, only for development (logged as a warning).
         public var insecure = false
+        /// Authenticated connections served at once (counted after the upgrade). Default 64.
         public var maxConnections = 64
+        /// TCP connections open at once, counted from accept (handshakes included); more are
+        /// closed at once, before TLS. Default 128: `maxConnections` peers plus as many
+        /// handshakes in flight. The node lowers it to fit the open-file limit.
+        public var maxOpenConnections = 128
+        /// TCP connections open at once from one remote address, counted from accept.
+        /// Default 16: a peer needs one (one connection per pair) and a host running several
+        /// nodes a few, while one address can hold no more than this of `maxOpenConnections`.
+        public var maxConnectionsPerAddress = 16
+        /// TLS and the WebSocket upgrade must be done within this, or the connection is
+        /// closed. Default 10 s: a LAN handshake takes milliseconds, a loaded small board
+        /// well under a second, and a client that never handshakes holds a slot only this long.
+        public var handshakeTimeout: TimeAmount = .seconds(10)
         /// Largest replication message accepted. Default 64 MiB.
         public var maxMessageSize = 64 << 20
         /// A connection that sends nothing for this long is closed. Default 120 s.
@@ -55,8 +68,9 @@ public final class WebSocketListener: Service, Sendable {
     public enum Authentication: Sendable {
         /// Mutual TLS: the client certificate's fingerprint must be trusted.
         case mutualTLS(PeerTrust)
-        /// HTTP Basic credentials on the WebSocket upgrade (no client certificate needed).
-        case password(user: String, password: String)
+        /// HTTP Basic credentials on the WebSocket upgrade (no client certificate needed),
+        /// compared in constant time under `throttle` (a wrong guess counts per address and user).
+        case password(user: String, password: String, throttle: LoginThrottle = LoginThrottle())
     }
 
     /// One live connection.
@@ -76,6 +90,8 @@ public final class WebSocketListener: Service, Sendable {
     /// Refusals already warned about: a client that keeps failing the handshake is one warning a minute.
     let refusals = RepeatedRefusals()
     private let state = Mutex(State())
+    /// Counts every accepted connection against the caps, from accept to close.
+    public let gate: ListenerGate
     private let boundWaiters = Mutex<(next: Int, waiting: [Int: CheckedContinuation<Int, any Error>])>((0, [:]))
 
     /// Bound port, live connections and lifecycle, behind the mutex.
@@ -112,6 +128,9 @@ public final class WebSocketListener: Service, Sendable {
         self.serveConnection = serveConnection
         self.logger = logger
         // A peer whose trust is revoked loses its live connections at once, not only its
+        gate = ListenerGate(
+            name: "replication", limits: .init(total: configuration.maxOpenConnections, perAddress: configuration.maxConnectionsPerAddress),
+            logger: logger)
         // next handshake.
         if case .mutualTLS(.dynamic(let trusted)) = configuration.authentication {
             trusted.onRevocation { [weak self] revoked in self?.disconnect(peers: revoked) }
@@ -200,13 +219,18 @@ public final class WebSocketListener: Service, Sendable {
         let logger = self.logger
         let refusals = self.refusals
         let serverChannel: NIOAsyncChannel<EventLoopFuture<Upgrade>, Never>
+        let gate = self.gate
         do {
             serverChannel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
                 .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
                 .serverChannelOption(.backlog, value: 256)
                 .bind(host: config.host, port: config.port) { channel in
                     channel.eventLoop.makeCompletedFuture {
-                        try Self.configure(channel: channel, ssl: sslContext, config: config, logger: logger, refusals: refusals)
+                        // Over the caps: closed before any TLS work (a failed initializer is dropped, no task made).
+                        guard gate.admit(channel) else { throw ChannelError.inputClosed }
+                        let upgrade = try Self.configure(channel: channel, ssl: sslContext, config: config, logger: logger, refusals: refusals)
+                        gate.closeUnless(channel, finishes: upgrade, within: config.handshakeTimeout)
+                        return upgrade
                     }
                 }
         } catch {
@@ -273,7 +297,7 @@ public final class WebSocketListener: Service, Sendable {
         let upgrader = NIOTypedWebSocketServerUpgrader<Upgrade>(
             maxFrameSize: min(config.maxMessageSize, Int(UInt32.max)),
             shouldUpgrade: { channel, head in
-                let status = Self.refusal(for: head, config: config, enrollmentOnly: record.isEnrollmentOnly)
+                let status = Self.refusal(for: head, config: config, enrollmentOnly: record.isEnrollmentOnly, remote: record.remote)
                 refusal.set(status, uri: head.uri)
                 return channel.eventLoop.makeSucceededFuture(status == nil ? HTTPHeaders() : nil)
             },
@@ -318,9 +342,11 @@ public final class WebSocketListener: Service, Sendable {
 
     /// Why an upgrade request is refused: 404 for a wrong path (or the join path on a
     /// listener without enrollment), 403 for a peer admitted only to join that asks for
-    /// anything else, 401 for missing or wrong credentials, 400 for anything that is not a
-    /// WebSocket upgrade; nil to accept.
-    static func refusal(for head: HTTPRequestHead, config: Configuration, enrollmentOnly: Bool = false) -> HTTPResponseStatus? {
+    /// anything else, 401 for missing or wrong credentials, 429 while the login throttle
+    /// refuses `remote` or the user, 400 for anything that is not a WebSocket upgrade; nil to accept.
+    static func refusal(
+        for head: HTTPRequestHead, config: Configuration, enrollmentOnly: Bool = false, remote: String? = nil
+    ) -> HTTPResponseStatus? {
         let path = Self.path(of: head)
         if path == joinPath {
             guard config.enrollment != nil, !config.insecure, case .mutualTLS = config.authentication else { return .notFound }
@@ -329,12 +355,29 @@ public final class WebSocketListener: Service, Sendable {
         }
         if enrollmentOnly { return .forbidden }
         guard path == "/\(config.databaseName)/sync" else { return .notFound }
-        if case .password(let user, let password) = config.authentication {
-            let expected = "Basic " + Data("\(user):\(password)".utf8).base64EncodedString()
-            guard head.headers.first(name: "Authorization") == expected else { return .unauthorized }
+        if case .password(let user, let password, let throttle) = config.authentication {
+            guard let presented = head.headers.first(name: "Authorization") else { return .unauthorized }
+            // The attempt is reserved before the comparison, so parallel guesses past the limit are never evaluated.
+            switch throttle.reserve(account: Self.basicUser(presented), address: remote ?? "unknown") {
+            case .failure: return .tooManyRequests
+            case .success(let attempt):
+                let expected = "Basic " + Data("\(user):\(password)".utf8).base64EncodedString()
+                let matches = LoginThrottle.constantTimeEquals(Array(presented.utf8), Array(expected.utf8))
+                throttle.finish(attempt, succeeded: matches)
+                guard matches else { return .unauthorized }
+            }
         }
         guard head.headers.first(name: "Upgrade")?.lowercased() == "websocket" else { return .badRequest }
         return nil
+    }
+
+    /// The user name of a `Basic` header, for the throttle's per-user count ("" when unreadable).
+    static func basicUser(_ header: String) -> String {
+        guard header.count > 6, header.prefix(6).lowercased() == "basic ",
+            let data = Data(base64Encoded: String(header.dropFirst(6)).trimmingCharacters(in: .whitespaces)),
+            let text = String(data: data, encoding: .utf8), let colon = text.firstIndex(of: ":")
+        else { return "" }
+        return String(text[..<colon])
     }
 
     private func handle(_ upgrade: EventLoopFuture<Upgrade>) async {

@@ -74,7 +74,10 @@ struct Serve: AsyncParsableCommand {
     @Flag(help: "Refuse pushes from peers.") var readOnly = false
     @Flag(help: "DEVELOPMENT ONLY: plaintext ws:// instead of TLS.") var insecure = false
     @Flag(help: "DEVELOPMENT ONLY: accept any client certificate.") var acceptAnyPeer = false
-    @Option(help: "Require HTTP Basic credentials USER:PASSWORD instead of client certificates.") var password: String?
+    @Option(help: "Require HTTP Basic credentials instead of client certificates: USER:PASSWORD on the first line of this file (mode 0600). Or set FERRY_PASSWORD=USER:PASSWORD.")
+    var passwordFile: String?
+    /// Refused: a password in the command line is visible to every local user.
+    @Option(help: .hidden) var password: String?
     @Option(help: "Also serve replication on this Unix domain socket.") var unix: String?
     @Flag(help: "Serve one replication session on stdin/stdout, then exit (for --exec over ssh).") var stdio = false
 
@@ -82,7 +85,7 @@ struct Serve: AsyncParsableCommand {
         if let port, !(0...65535).contains(port) { throw ValidationError("--port must be 0...65535") }
         if let adminPort, !(0...65535).contains(adminPort) { throw ValidationError("--admin-port must be 0...65535") }
         if let couchPort, !(0...65535).contains(couchPort) { throw ValidationError("--couch-port must be 0...65535") }
-        if let password, !password.contains(":") { throw ValidationError("--password takes USER:PASSWORD") }
+        if password != nil { throw ValidationError(ListenerPassword.argvRefusal) }
         for id in trust where NodeIDFormat.normalized(id) == nil {
             throw ValidationError("--trust \(id): \(NodeIDFormat.requirement)")
         }
@@ -111,9 +114,7 @@ struct Serve: AsyncParsableCommand {
         c.insecure = insecure
         c.acceptAnyPeer = acceptAnyPeer
         c.unixSocket = unix
-        if let password, let colon = password.firstIndex(of: ":") {
-            c.password = (String(password[..<colon]), String(password[password.index(after: colon)...]))
-        }
+        if let credentials = try ListenerPassword.read(file: passwordFile) { c.password = credentials }
         return c
     }
 
@@ -268,5 +269,55 @@ private final class SignalState: Sendable {
         } else {
             cancel?()
         }
+    }
+}
+
+/// The listener password `USER:PASSWORD` of `serve` and of `sync` to a password listener,
+/// read from a file (refused, as ssh refuses a private key, when the group or others may read
+/// it) or from `$FERRY_PASSWORD`; never from the command line, which every local user can
+/// read in `ps` and /proc/PID/cmdline.
+enum ListenerPassword {
+    static let environmentVariable = "FERRY_PASSWORD"
+
+    static let argvRefusal =
+        "--password is refused: a password in the command line is visible to every local user (ps, /proc/PID/cmdline). "
+        + "Put USER:PASSWORD on the first line of a file of mode 0600 and pass --password-file FILE, or set FERRY_PASSWORD=USER:PASSWORD."
+
+    /// The credentials from `file` if given, else from the environment; nil when neither is set.
+    static func read(
+        file: String?, environment: [String: String] = ProcessInfo.processInfo.environment
+    ) throws(CLIError) -> (user: String, password: String)? {
+        if let file {
+            return try parse(try contents(of: file), source: "the password file \(file)")
+        }
+        guard let value = environment[environmentVariable], !value.isEmpty else { return nil }
+        return try parse(value, source: "$\(environmentVariable)")
+    }
+
+    /// The file's text, once its mode shows that only its owner may read it.
+    static func contents(of path: String) throws(CLIError) -> String {
+        var st = stat()
+        guard stat(path, &st) == 0 else { throw CLIError(message: "cannot read the password file \(path): \(String(cString: strerror(errno)))", status: 64) }
+        guard st.st_mode & S_IFMT == S_IFREG else { throw CLIError(message: "the password file \(path) is not a regular file", status: 64) }
+        let mode = st.st_mode & 0o777
+        guard mode & 0o077 == 0 else {
+            throw CLIError(
+                message: "the password file \(path) is readable by others (mode \(String(mode, radix: 8))); run: chmod 600 \(path)", status: 64)
+        }
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+            throw CLIError(message: "cannot read the password file \(path)", status: 64)
+        }
+        return text
+    }
+
+    /// `USER:PASSWORD` from the first line of `text`.
+    static func parse(_ text: String, source: String) throws(CLIError) -> (user: String, password: String) {
+        let line = text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).first.map {
+            $0.hasSuffix("\r") ? String($0.dropLast()) : String($0)
+        } ?? ""
+        guard let colon = line.firstIndex(of: ":"), colon != line.startIndex, line.index(after: colon) != line.endIndex else {
+            throw CLIError(message: "\(source) must hold USER:PASSWORD (a non-empty user and password)", status: 64)
+        }
+        return (String(line[..<colon]), String(line[line.index(after: colon)...]))
     }
 }

@@ -31,7 +31,10 @@ struct Sync: AsyncParsableCommand {
     var pin: String?
     @Option(help: "Pin the peer's certificate from a PEM file instead of --pin.") var pinCert: String?
     @Option(help: "Replicate over this command's stdin/stdout.") var exec: String?
-    @Option(help: "HTTP Basic credentials USER:PASSWORD for a password-protected listener.") var password: String?
+    @Option(help: "For a password-protected listener (wss://): USER:PASSWORD on the first line of this file (mode 0600). Or set FERRY_PASSWORD=USER:PASSWORD.")
+    var passwordFile: String?
+    /// Refused: a password in the command line is visible to every local user.
+    @Option(help: .hidden) var password: String?
     @Flag(help: "Only push local changes to PATH.") var push = false
     @Flag(help: "Only pull changes from PATH.") var pull = false
     @Flag(help: "Keep replicating until interrupted (Ctrl-C).") var continuous = false
@@ -87,8 +90,8 @@ struct Sync: AsyncParsableCommand {
         _ = try selectorJSON()
         if isCouch {
             if pinCert != nil { throw ValidationError("--pin-cert is for wss:// peers; for an https:// CouchDB give --pin SHA256HEX") }
-            if password != nil {
-                throw ValidationError("--password is for password-protected Ferry listeners; give CouchDB credentials in the URL, with --credentials-file or --credentials-env")
+            if password != nil || passwordFile != nil {
+                throw ValidationError("--password-file is for password-protected Ferry listeners; give CouchDB credentials in the URL, with --credentials-file or --credentials-env")
             }
             let direction: ReplicatorConfiguration.Direction = push ? .push : pull ? .pull : .pushAndPull
             if let problem = couchOptions.problem(url: path!, direction: direction) {
@@ -99,6 +102,10 @@ struct Sync: AsyncParsableCommand {
             for (flag, given) in [("--credentials-file", credentialsFile != nil), ("--credentials-env", credentialsEnv != nil), ("--create-target", createTarget)] where given {
                 throw ValidationError("\(flag) is for CouchDB targets (http:// or https:// URLs)")
             }
+        }
+        if password != nil { throw ValidationError(ListenerPassword.argvRefusal) }
+        if passwordFile != nil, !(path.map { $0.hasPrefix("wss://") || $0.hasPrefix("ws://") } ?? false) {
+            throw ValidationError("--password-file is for password-protected listeners (wss:// targets)")
         }
         if let path, path.hasPrefix("wss://") || path.hasPrefix("ws://"), pin == nil && pinCert == nil {
             throw ValidationError("a wss:// target needs --pin NODEID (the peer's `ferry id`) or --pin-cert FILE")
@@ -148,9 +155,7 @@ struct Sync: AsyncParsableCommand {
             nodeID = identity.nodeID
             let trust = try pinCert.map { try PeerTrust.pinnedCertificate(pemFile: $0) } ?? .pinned([pin!.lowercased()])
             var dialer = try WebSocketConnector(url: path, serverTrust: trust, identity: identity)
-            if let password, let colon = password.firstIndex(of: ":") {
-                dialer.credentials = (String(password[..<colon]), String(password[password.index(after: colon)...]))
-            }
+            if let credentials = try ListenerPassword.read(file: passwordFile) { dialer.credentials = credentials }
             connector = dialer.connector
         } else {
             connector = try localConnector(path: path!)

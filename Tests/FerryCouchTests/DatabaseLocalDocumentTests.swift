@@ -1,6 +1,7 @@
 import FerryCore
 import FerryCouch
 import FerryStore
+import FerrySync
 import Testing
 
 @Suite struct DatabaseLocalDocumentTests {
@@ -31,6 +32,31 @@ import Testing
             #expect(try await c.get("/ferry/_local/cp").status == 404)
             #expect(try await c.delete("/ferry/_local/cp?rev=0-2").status == 404)
             #expect(try await c.put("/ferry/_local/cp", #"{"n":1}"#)["rev"] == "0-1")
+        }
+    }
+
+    @Test func aReadOnlyUserKeepsCheckpointsButOnlyItsOwnAndBoundedInNumberAndSize() async throws {
+        let f = try DatabaseFixture()
+        let reader = CouchPrincipal.user(name: "reader", policy: PeerPolicy(read: .all, write: .none, mayDelete: false))
+        let other = CouchPrincipal.user(name: "other", policy: PeerPolicy(read: .all, write: .none, mayDelete: false))
+        try await f.test(as: reader) { c async throws in
+            // A replicator pulling from the node keeps its checkpoint here.
+            #expect(try await c.put("/ferry/_local/cp", #"{"history":[1]}"#).status == 201)
+            #expect(try await c.put("/ferry/_local/cp", #"{"history":[2]}"#).status == 201)
+            #expect(try await c.put("/ferry/_local/big", "{\"x\":\"" + String(repeating: "x", count: 70_000) + "\"}").status == 413)
+            for i in 1..<100 { #expect(try await c.put("/ferry/_local/n\(i)", #"{"n":1}"#).status == 201) }
+            #expect(try await c.put("/ferry/_local/one-too-many", #"{"n":1}"#).status == 403)
+            #expect(try await c.put("/ferry/_local/n1", #"{"n":2}"#).status == 201)
+        }
+        try await f.test(as: other) { c async throws in
+            #expect(try await c.get("/ferry/_local/cp")["history"] == [2])
+            #expect(try await c.put("/ferry/_local/cp", #"{"history":[666]}"#).status == 403)
+            #expect(try await c.delete("/ferry/_local/cp").status == 403)
+            #expect(try await c.put("/ferry/_local/mine", #"{"n":1}"#).status == 201)
+        }
+        try await f.test(as: .admin) { c async throws in
+            #expect(try await c.get("/ferry/_local/cp")["history"] == [2])
+            #expect(try await c.delete("/ferry/_local/cp").status == 200)
         }
     }
 

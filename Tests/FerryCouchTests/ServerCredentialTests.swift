@@ -60,10 +60,10 @@ import Testing
     @Test func aSessionCookieNamesItsUserUntilItExpires() {
         let cookies = CouchSessionCookies(secret: Array(repeating: 7, count: 32), lifetime: 600)
         let start = Date(timeIntervalSince1970: 1_800_000_000)
-        let value = cookies.issue(name: "tablet", credential: "hash-1", now: start)
+        let value = cookies.issue(name: "tablet", credential: "hash-1", listener: .loopback, now: start)
         let credential: (String) -> String? = { $0 == "tablet" ? "hash-1" : nil }
-        #expect(cookies.verify(value, credential: credential, now: start.addingTimeInterval(10))?.name == "tablet")
-        #expect(cookies.verify(value, credential: credential, now: start.addingTimeInterval(601)) == nil)
+        #expect(cookies.verify(value, listener: .loopback, credential: credential, now: start.addingTimeInterval(10))?.name == "tablet")
+        #expect(cookies.verify(value, listener: .loopback, credential: credential, now: start.addingTimeInterval(601)) == nil)
         // Renewed once less than 90 % of its lifetime is left.
         let expires = start.addingTimeInterval(600)
         #expect(!cookies.needsRenewal(expires: expires, now: start.addingTimeInterval(30)))
@@ -73,18 +73,18 @@ import Testing
     @Test func aForgedOrStaleCredentialCookieIsRefused() {
         let cookies = CouchSessionCookies(secret: Array(repeating: 7, count: 32))
         let now = Date()
-        let value = cookies.issue(name: "tablet", credential: "hash-1", now: now)
+        let value = cookies.issue(name: "tablet", credential: "hash-1", listener: .loopback, now: now)
         // The password changed: its sessions end.
-        #expect(cookies.verify(value, credential: { _ in "hash-2" }, now: now) == nil)
+        #expect(cookies.verify(value, listener: .loopback, credential: { _ in "hash-2" }, now: now) == nil)
         // Another node's secret.
         let other = CouchSessionCookies(secret: Array(repeating: 8, count: 32))
-        #expect(other.verify(value, credential: { _ in "hash-1" }, now: now) == nil)
+        #expect(other.verify(value, listener: .loopback, credential: { _ in "hash-1" }, now: now) == nil)
         // A changed name or expiry breaks the mac.
         let token = String(decoding: CouchSessionCookies.base64urlDecode(value)!, as: UTF8.self)
         let renamed = CouchSessionCookies.base64url(Array(token.replacingOccurrences(of: "tablet", with: "admin").utf8))
-        #expect(cookies.verify(renamed, credential: { _ in "hash-1" }, now: now) == nil)
+        #expect(cookies.verify(renamed, listener: .loopback, credential: { _ in "hash-1" }, now: now) == nil)
         for junk in ["", "!!", "YQ", CouchSessionCookies.base64url(Array("a:b".utf8))] {
-            #expect(cookies.verify(junk, credential: { _ in "hash-1" }, now: now) == nil)
+            #expect(cookies.verify(junk, listener: .loopback, credential: { _ in "hash-1" }, now: now) == nil)
         }
     }
 
@@ -135,15 +135,15 @@ import Testing
         #expect(HTTPRequestRules.presentedAdminKey(nil) == nil)
     }
 
-    @Test func anAddressIsRefusedAfterTooManyFailuresUntilTheWindowPasses() {
-        let throttle = CouchLoginThrottle(maxFailures: 3, window: 60, logger: .init(label: "test"))
-        let start = Date()
-        for i in 0..<3 {
-            #expect(!throttle.isBlocked("10.0.0.9", now: start.addingTimeInterval(Double(i))))
-            throttle.recordFailure("10.0.0.9", now: start.addingTimeInterval(Double(i)))
-        }
-        #expect(throttle.isBlocked("10.0.0.9", now: start.addingTimeInterval(3)))
-        #expect(!throttle.isBlocked("10.0.0.10", now: start.addingTimeInterval(3)))
-        #expect(!throttle.isBlocked("10.0.0.9", now: start.addingTimeInterval(61)))
+    @Test func aCookieFromOneListenerIsRefusedOnTheOther() {
+        let cookies = CouchSessionCookies(secret: Array(repeating: 7, count: 32))
+        let now = Date()
+        let credential: (String) -> String? = { _ in "hash-1" }
+        let lan = cookies.issue(name: "tablet", credential: "hash-1", listener: .lan, now: now)
+        let loopback = cookies.issue(name: "tablet", credential: "hash-1", listener: .loopback, now: now)
+        #expect(cookies.verify(lan, listener: .lan, credential: credential, now: now)?.name == "tablet")
+        #expect(cookies.verify(lan, listener: .loopback, credential: credential, now: now) == nil)
+        #expect(cookies.verify(loopback, listener: .loopback, credential: credential, now: now)?.name == "tablet")
+        #expect(cookies.verify(loopback, listener: .lan, credential: credential, now: now) == nil)
     }
 }

@@ -4,6 +4,7 @@ import FerrySync
 import Foundation
 import Hummingbird
 import HummingbirdTesting
+import IntegrationHarness
 import NIOCore
 import Synchronization
 import Testing
@@ -15,15 +16,27 @@ import Testing
 @Suite struct ServerFrontDoorTests {
     static let adminKey = String(repeating: "k", count: 64)
 
-    /// A settable wall clock for cookies and the throttle.
+    /// A settable wall clock for cookies, and the throttle's clock moved with it.
     final class WallClock: Sendable {
         let date = Mutex(Date(timeIntervalSince1970: 1_800_000_000))
-        func advance(_ seconds: TimeInterval) { date.withLock { $0.addTimeInterval(seconds) } }
+        let throttleClock = ManualClock()
+        func advance(_ seconds: TimeInterval) {
+            date.withLock { $0.addTimeInterval(seconds) }
+            throttleClock.advance(by: .milliseconds(Int64(seconds * 1000)))
+        }
         var now: Date { date.withLock { $0 } }
     }
 
+    /// The throttle the tests use: 5 failures per address, the default account backoff.
+    static func throttle(_ clock: WallClock) -> LoginThrottle {
+        var policy = LoginThrottle.Policy()
+        policy.maxFailuresPerAddress = 5
+        return LoginThrottle(policy: policy, clock: clock.throttleClock)
+    }
+
     static func frontDoor(
-        _ listener: CouchFrontDoor.Listener = .loopback, origins: [String] = [], clock: WallClock = WallClock(), store: DocumentStore? = nil
+        _ listener: CouchFrontDoor.Listener = .loopback, origins: [String] = [], clock: WallClock = WallClock(), store: DocumentStore? = nil,
+        throttle: LoginThrottle? = nil, sessions: CouchSessionCookies = CouchSessionCookies(secret: Array(repeating: 1, count: 32))
     ) throws -> CouchFrontDoor {
         let database = CouchDatabase(name: "ferry", store: try store ?? DocumentStore.inMemory(), serverUUID: String(repeating: "a", count: 32))
         let users = CouchUserTable([
@@ -32,8 +45,8 @@ import Testing
             CouchUser(name: "writer", password: try CouchPasswordHash(password: "w-pass", iterations: 10_000)),
         ])
         let access = CouchAccess(
-            users: users, sessions: CouchSessionCookies(secret: Array(repeating: 1, count: 32)), cors: CouchCORSPolicy(origins: origins),
-            adminKey: { $0 == Self.adminKey }, adminKeyFingerprint: "fp", throttle: CouchLoginThrottle(maxFailures: 5, logger: .init(label: "test")),
+            users: users, sessions: sessions, cors: CouchCORSPolicy(origins: origins),
+            adminKey: { $0 == Self.adminKey }, adminKeyFingerprint: "fp", throttle: throttle ?? Self.throttle(clock),
             now: { clock.now })
         return CouchFrontDoor(database: database, access: access, listener: listener)
     }
@@ -222,6 +235,71 @@ import Testing
                 #expect($0.status == .ok)
             }
         }
+    }
+
+    @Test func parallelWrongLoginsBeyondTheLimitAreRefusedUnevaluated() async throws {
+        let app = Application(responder: try Self.frontDoor())
+        try await app.test(.router) { client in
+            let statuses = try await withThrowingTaskGroup(of: HTTPResponse.Status.self) { group in
+                for i in 0..<40 {
+                    group.addTask {
+                        try await client.execute(
+                            uri: "/_session", method: .post, headers: [.contentType: "application/json"],
+                            body: ByteBuffer(string: #"{"name":"reader","password":"wrong-\#(i)"}"#)
+                        ) { $0.status }
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            // The throttle allows 5 failures per address: no more than 5 passwords were evaluated.
+            #expect(statuses.filter { $0 == .unauthorized }.count <= 5, "\(statuses)")
+            #expect(statuses.filter { $0 == .tooManyRequests }.count >= 35, "\(statuses)")
+        }
+    }
+
+    @Test func aSecondAddressIsRefusedForAnAccountUnderAttack() async throws {
+        let door = try Self.frontDoor()
+        let now = Date()
+        for _ in 0..<5 {
+            await #expect(throws: CouchError.self) { try await door.authenticate(Self.basic("reader", "guess"), address: "10.0.0.1", now: now) }
+        }
+        do {
+            _ = try await door.authenticate(Self.basic("reader", "r-pass"), address: "10.0.0.2", now: now)
+            Issue.record("another address was let in to an account under attack")
+        } catch {
+            #expect(error.status == .tooManyRequests)
+        }
+        // Other accounts are not held up.
+        #expect(try await door.authenticate(Self.basic("writer", "w-pass"), address: "10.0.0.2", now: now) == .user(name: "writer", policy: .trusted))
+    }
+
+    @Test func aSessionCookieWorksOnlyOnTheListenerThatIssuedIt() async throws {
+        let clock = WallClock()
+        let sessions = CouchSessionCookies(secret: Array(repeating: 9, count: 32))
+        let lan = Application(responder: try Self.frontDoor(.lan, clock: clock, sessions: sessions))
+        let loopback = Application(responder: try Self.frontDoor(.loopback, clock: clock, sessions: sessions))
+        func login(_ app: some ApplicationProtocol) async throws -> String {
+            try await app.test(.router) { client in
+                try await client.execute(
+                    uri: "/_session", method: .post, headers: [.contentType: "application/json"],
+                    body: ByteBuffer(string: #"{"name":"writer","password":"w-pass"}"#)
+                ) { response in
+                    #expect(response.status == .ok)
+                    return String((response.headers[.setCookie] ?? "").prefix { $0 != ";" })
+                }
+            }
+        }
+        func status(_ app: some ApplicationProtocol, cookie: String) async throws -> HTTPResponse.Status {
+            try await app.test(.router) { client in
+                try await client.execute(uri: "/_all_dbs", method: .get, headers: [.cookie: cookie]) { $0.status }
+            }
+        }
+        let fromLAN = try await login(lan)
+        let fromLoopback = try await login(loopback)
+        #expect(try await status(lan, cookie: fromLAN) == .ok)
+        #expect(try await status(loopback, cookie: fromLoopback) == .ok)
+        #expect(try await status(loopback, cookie: fromLAN) == .unauthorized)
+        #expect(try await status(lan, cookie: fromLoopback) == .unauthorized)
     }
 
     @Test func uuidsAreRandomHexAndTheirCountIsBounded() async throws {

@@ -4,9 +4,16 @@ import Hummingbird
 
 /// CouchDB's `_local` documents kept in the store's local documents (never replicated),
 /// under a key prefix none of Ferry's own local documents (checkpoints, coverage) uses.
-/// Stored as `{"rev": N, "doc": body}`; served with `_rev` `0-N`.
+/// Stored as `{"rev": N, "doc": body, "owner": name}`; served with `_rev` `0-N`. Every
+/// authenticated principal may write them (a read-only user's replicator keeps its checkpoints
+/// there), but a user owns what it creates: at most `maxPerUser` documents of at most
+/// `maxUserBytes` each, and no other user may change or delete them.
 enum CouchLocalDocuments {
     static let keyPrefix = "couch/local/"
+    /// `_local` documents one user may own: a replicator needs one per replication.
+    static let maxPerUser = 100
+    /// The largest `_local` body a user may write: a checkpoint with its history is a few KiB.
+    static let maxUserBytes = 64 * 1024
 
     static func key(_ id: String) -> String { keyPrefix + id }
 
@@ -54,34 +61,56 @@ extension CouchDatabase {
             if let bad = fields.keys.first(where: { $0.hasPrefix("_") }) {
                 throw CouchError(.badRequest, "doc_validation", "Bad special document member: \(bad)")
             }
-            if deleted { return try deleteLocal(id: id, rev: rev) }
+            let principal = try context.requirePrincipal()
+            if deleted { return try deleteLocal(id: id, rev: rev, principal: principal) }
             let given = try checkRev(rev)
+            if principal != .admin, JSON.object(fields).canonicalString.utf8.count > CouchLocalDocuments.maxUserBytes {
+                throw CouchError.tooLarge("A user's _local document is at most \(CouchLocalDocuments.maxUserBytes) bytes.")
+            }
             // The last write wins, as in CouchDB 3: a replicator rewrites its checkpoint
             // with whatever `_rev` it last read, or none.
             while true {
                 let current = try store.localDocument(key)
+                try checkOwnership(current, principal: principal, creating: current == nil)
                 let next = max(current?["rev"]?.intValue ?? 0, given) + 1
-                let stored: JSON = ["rev": .int(next), "doc": .object(fields)]
+                let owner = current?["owner"] ?? .string(principal.name)
+                let stored: JSON = ["rev": .int(next), "doc": .object(fields), "owner": owner]
                 if try store.replaceLocalDocument(key, expected: current, with: stored) {
                     return CouchResponse.json(
                         ["ok": true, "id": .string("_local/" + id), "rev": .string("0-\(next)")], status: .created)
                 }
             }
         case .delete:
-            return try deleteLocal(id: id, rev: p.string("rev") ?? request.headers[.ifMatch].map { $0.trimmingQuotes })
+            return try deleteLocal(
+                id: id, rev: p.string("rev") ?? request.headers[.ifMatch].map { $0.trimmingQuotes }, principal: try context.requirePrincipal())
         default:
             throw CouchError.methodNotAllowed("GET,HEAD,PUT,DELETE")
         }
     }
 
-    private func deleteLocal(id: String, rev: String?) throws -> Response {
+    private func deleteLocal(id: String, rev: String?, principal: CouchPrincipal) throws -> Response {
         let key = CouchLocalDocuments.key(id)
         _ = try checkRev(rev)
         while true {
             guard let current = try store.localDocument(key) else { throw CouchError.notFound("missing") }
+            try checkOwnership(current, principal: principal, creating: false)
             if try store.replaceLocalDocument(key, expected: current, with: nil) {
                 return CouchResponse.json(["ok": true, "id": .string("_local/" + id), "rev": "0-0"])
             }
+        }
+    }
+
+    /// A user may change only the `_local` documents it created (or ones older than owners),
+    /// and create one only while it owns fewer than `maxPerUser`; the admin key may do anything.
+    private func checkOwnership(_ current: JSON?, principal: CouchPrincipal, creating: Bool) throws {
+        guard case .user(let name, _) = principal else { return }
+        if let owner = current?["owner"]?.stringValue, owner != name {
+            throw CouchError.forbidden("This _local document belongs to another user.")
+        }
+        guard creating else { return }
+        let owned = try store.localDocuments(prefix: CouchLocalDocuments.keyPrefix).count { $0.body["owner"]?.stringValue == name }
+        if owned >= CouchLocalDocuments.maxPerUser {
+            throw CouchError.forbidden("A user may own at most \(CouchLocalDocuments.maxPerUser) _local documents; delete some first.")
         }
     }
 

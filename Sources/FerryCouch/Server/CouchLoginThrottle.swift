@@ -1,63 +1,74 @@
+import FerryCore
 import Foundation
 import Logging
-import Synchronization
+import NIOPosix
 
-/// Counts failed logins per client address and refuses further attempts from an address
-/// past `maxFailures` within `window`; it logs a summary at most once per `logInterval`,
-/// never a name's password.
-public final class CouchLoginThrottle: Sendable {
-    private struct State {
-        var failures: [String: [Date]] = [:]
-        var lastLog: Date?
-        var unlogged = 0
-        var unloggedAddresses: Set<String> = []
-    }
-
-    public let maxFailures: Int
-    public let window: TimeInterval
-    public let logInterval: TimeInterval
-    private let state = Mutex(State())
-    private let logger: Logger
-    static let maxTrackedAddresses = 10_000
-
-    public init(maxFailures: Int = 10, window: TimeInterval = 60, logInterval: TimeInterval = 60, logger: Logger) {
-        self.maxFailures = maxFailures
-        self.window = window
-        self.logInterval = logInterval
-        self.logger = logger
-    }
-
-    /// Whether `address` has failed `maxFailures` times within the window before `now`.
-    public func isBlocked(_ address: String, now: Date) -> Bool {
-        state.withLock { s in
-            let recent = (s.failures[address] ?? []).filter { now.timeIntervalSince($0) < window }
-            s.failures[address] = recent.isEmpty ? nil : recent
-            return recent.count >= maxFailures
-        }
-    }
-
-    /// Records a failed login from `address`.
-    public func recordFailure(_ address: String, now: Date) {
-        let summary = state.withLock { s -> (Int, Int)? in
-            if s.failures.count >= Self.maxTrackedAddresses {
-                s.failures = s.failures.filter { $0.value.contains { now.timeIntervalSince($0) < window } }
-            }
-            var list = (s.failures[address] ?? []).filter { now.timeIntervalSince($0) < window }
-            list.append(now)
-            s.failures[address] = list
-            s.unlogged += 1
-            s.unloggedAddresses.insert(address)
-            if let last = s.lastLog, now.timeIntervalSince(last) < logInterval { return nil }
-            let out = (s.unlogged, s.unloggedAddresses.count)
-            s.lastLog = now
-            s.unlogged = 0
-            s.unloggedAddresses = []
-            return out
-        }
-        if let (count, addresses) = summary {
+extension LoginThrottle {
+    /// The CouchDB API's throttle: the default policy, failures summarised to `logger` at
+    /// most once a minute (counts and an address, never a name's password).
+    public static func couch(logger: Logger, policy: Policy = Policy(), clock: any Clock<Duration> = ContinuousClock()) -> LoginThrottle {
+        LoginThrottle(policy: policy, clock: clock) { summary in
             logger.warning(
                 "failed CouchDB API logins",
-                metadata: ["failures": "\(count)", "addresses": "\(addresses)", "latest": "\(address)"])
+                metadata: [
+                    "failures": "\(summary.failures)", "refused": "\(summary.refusals)", "addresses": "\(summary.addresses)",
+                    "latest": "\(summary.latestAddress)",
+                ])
         }
+    }
+}
+
+// Every password the CouchDB API checks (HTTP Basic, Bearer admin key, `POST /_session`)
+// goes through `login`, under the shared `LoginThrottle`.
+extension CouchFrontDoor {
+    /// The principal a name and password (or the admin key) prove: 429 while the throttle
+    /// refuses the address or the account, 401 when wrong. An attempt is reserved before the
+    /// password is evaluated, so parallel guesses beyond the limit are never evaluated.
+    func login(name: String, password: String, address: String, now: Date, bearer: Bool = false) async throws(CouchError) -> CouchPrincipal {
+        let throttle = access.throttle
+        if name == "admin" {
+            let attempt = try Self.reserve(throttle, account: name, address: address)
+            let matches = acceptsAdminKey && (access.adminKey?(password) ?? false)
+            throttle.finish(attempt, succeeded: matches)
+            guard matches else {
+                if !acceptsAdminKey {
+                    throw .unauthorized("The admin key is accepted only on the loopback listener; log in as a configured user.")
+                }
+                throw .unauthorized(bearer ? "The admin key is incorrect." : "Name or password is incorrect.")
+            }
+            return .admin
+        }
+        // A pair verified moments ago (HTTP Basic sends it with every request) needs no new
+        // evaluation, but is still refused while the throttle refuses.
+        if let user = access.users.remembered(name: name, password: password, now: now) {
+            if let refusal = throttle.check(account: name, address: address) { throw Self.throttled(refusal) }
+            return .user(name: user.name, policy: user.policy)
+        }
+        let attempt = try Self.reserve(throttle, account: name, address: address)
+        let user = await verify(name: name, password: password, now: now)
+        throttle.finish(attempt, succeeded: user != nil)
+        guard let user else { throw .unauthorized("Name or password is incorrect.") }
+        return .user(name: user.name, policy: user.policy)
+    }
+
+    static func reserve(_ throttle: LoginThrottle, account: String, address: String) throws(CouchError) -> LoginThrottle.Attempt {
+        switch throttle.reserve(account: account, address: address) {
+        case .success(let attempt): return attempt
+        case .failure(let refusal): throw throttled(refusal)
+        }
+    }
+
+    /// 429 with when to try again.
+    static func throttled(_ refusal: LoginThrottle.Refusal) -> CouchError {
+        let seconds = max(1, Int(refusal.retryAfter.components.seconds) + (refusal.retryAfter.components.attoseconds > 0 ? 1 : 0))
+        let why = refusal.scope == .address ? "Too many failed logins from this address" : "Too many failed logins for this name"
+        return CouchError(.tooManyRequests, "too_many_requests", "\(why); try again in \(seconds) s.")
+    }
+
+    /// PBKDF2 off Swift's cooperative threads: it takes tens to hundreds of milliseconds.
+    func verify(name: String, password: String, now: Date) async -> CouchUser? {
+        let users = access.users
+        let user = try? await NIOThreadPool.singleton.runIfActive { users.authenticate(name: name, password: password, now: now) }
+        return user ?? nil
     }
 }

@@ -20,13 +20,13 @@ public struct CouchAccess: Sendable {
     public var adminKey: (@Sendable (String) -> Bool)?
     /// Identifies the admin key in admin session cookies (a digest of it, never the key).
     public var adminKeyFingerprint: String
-    public var throttle: CouchLoginThrottle
-    /// Wall-clock time, for cookie expiry and the throttle's window.
+    public var throttle: LoginThrottle
+    /// Wall-clock time, for cookie expiry.
     public var now: @Sendable () -> Date
 
     public init(
         users: CouchUserTable, sessions: CouchSessionCookies, cors: CouchCORSPolicy, adminKey: (@Sendable (String) -> Bool)?,
-        adminKeyFingerprint: String, throttle: CouchLoginThrottle, now: @escaping @Sendable () -> Date = { Date() }
+        adminKeyFingerprint: String, throttle: LoginThrottle, now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.users = users
         self.sessions = sessions
@@ -118,7 +118,8 @@ public struct CouchFrontDoor: HTTPResponder {
             let (principal, expires) = found
             context.principal = principal
             if access.sessions.needsRenewal(expires: expires, now: now) {
-                let value = access.sessions.issue(name: principal.name, credential: credential(of: principal.name) ?? "", now: now)
+                let value = access.sessions.issue(
+                    name: principal.name, credential: credential(of: principal.name) ?? "", listener: listener, now: now)
                 extra.append(.init(name: .setCookie, value: access.sessions.setCookie(value, secure: secure)))
             }
         }
@@ -134,41 +135,19 @@ public struct CouchFrontDoor: HTTPResponder {
 
     /// The principal an `Authorization` header proves, or 401/429.
     func authenticate(_ header: String, address: String, now: Date) async throws(CouchError) -> CouchPrincipal {
-        if access.throttle.isBlocked(address, now: now) { throw Self.throttled }
         let basic = HTTPRequestRules.basicCredentials(header)
-        let bearer = HTTPRequestRules.bearerToken(header)
-        if bearer != nil || basic?.user == "admin" {
-            guard acceptsAdminKey, let matches = access.adminKey else {
-                access.throttle.recordFailure(address, now: now)
-                throw .unauthorized("The admin key is accepted only on the loopback listener; log in as a configured user.")
-            }
-            let presented = bearer.map(String.init) ?? basic?.password ?? ""
-            guard matches(presented) else {
-                access.throttle.recordFailure(address, now: now)
-                throw .unauthorized(bearer != nil ? "The admin key is incorrect." : "Name or password is incorrect.")
-            }
-            return .admin
+        if let bearer = HTTPRequestRules.bearerToken(header) {
+            return try await login(name: "admin", password: String(bearer), address: address, now: now, bearer: true)
         }
         guard let basic else {
             throw .unauthorized("Use HTTP Basic (name and password), an AuthSession cookie, or Bearer with the admin key.")
         }
-        guard let user = await verify(name: basic.user, password: basic.password, now: now) else {
-            access.throttle.recordFailure(address, now: now)
-            throw .unauthorized("Name or password is incorrect.")
-        }
-        return .user(name: user.name, policy: user.policy)
-    }
-
-    /// PBKDF2 off Swift's cooperative threads: it takes tens to hundreds of milliseconds.
-    func verify(name: String, password: String, now: Date) async -> CouchUser? {
-        let users = access.users
-        let user = try? await NIOThreadPool.singleton.runIfActive { users.authenticate(name: name, password: password, now: now) }
-        return user ?? nil
+        return try await login(name: basic.user, password: basic.password, address: address, now: now)
     }
 
     /// The principal of a valid session cookie, and when it expires.
     func session(_ cookie: String, now: Date) -> (CouchPrincipal, Date)? {
-        guard let found = access.sessions.verify(cookie, credential: credential(of:), now: now) else { return nil }
+        guard let found = access.sessions.verify(cookie, listener: listener, credential: credential(of:), now: now) else { return nil }
         let (name, expires) = found
         if name == "admin" { return (.admin, expires) }
         guard let user = access.users.user(named: name) else { return nil }
@@ -181,9 +160,6 @@ public struct CouchFrontDoor: HTTPResponder {
         return access.users.user(named: name)?.password.description
     }
 
-    static let throttled = CouchError(
-        .tooManyRequests, "too_many_requests", "Too many failed logins from this address; try again in a minute.")
-
     /// `GET|POST|DELETE /_session`.
     func sessionEndpoint(_ request: Request, context: CouchRequestContext, address: String, now: Date, extra: inout HTTPFields) async throws
         -> Response
@@ -195,23 +171,9 @@ public struct CouchFrontDoor: HTTPResponder {
             extra.append(.init(name: .setCookie, value: CouchSessionCookies.clearingCookie(secure: secure)))
             return CouchResponse.json(["ok": true])
         case .post:
-            if access.throttle.isBlocked(address, now: now) { throw Self.throttled }
             let (name, password) = try await loginFields(request)
-            let principal: CouchPrincipal
-            if name == "admin" {
-                guard acceptsAdminKey, let matches = access.adminKey, matches(password) else {
-                    access.throttle.recordFailure(address, now: now)
-                    throw CouchError.unauthorized("Name or password is incorrect.")
-                }
-                principal = .admin
-            } else {
-                guard let user = await verify(name: name, password: password, now: now) else {
-                    access.throttle.recordFailure(address, now: now)
-                    throw CouchError.unauthorized("Name or password is incorrect.")
-                }
-                principal = .user(name: user.name, policy: user.policy)
-            }
-            let value = access.sessions.issue(name: principal.name, credential: credential(of: principal.name) ?? "", now: now)
+            let principal = try await login(name: name, password: password, address: address, now: now)
+            let value = access.sessions.issue(name: principal.name, credential: credential(of: principal.name) ?? "", listener: listener, now: now)
             extra.append(.init(name: .setCookie, value: access.sessions.setCookie(value, secure: secure)))
             return CouchResponse.json(["ok": true, "name": .string(principal.name), "roles": Self.roles(principal)])
         default:
@@ -256,9 +218,12 @@ public struct CouchFrontDoor: HTTPResponder {
     static let maxLoginBytes = 64 * 1024
 
     static func roles(_ principal: CouchPrincipal?) -> JSON {
+        idleTimeout: TimeAmount? = nil, admit: (@Sendable (any Channel) -> Bool)? = nil,
         principal == .admin ? ["_admin"] : []
     }
 
+        let http1 = HTTP1Channel.Configuration(idleTimeout: idleTimeout)
+        let admit = admit ?? { _ in true }
     /// `GET /_session`'s body for a principal (nil: anonymous).
     static func sessionInfo(_ principal: CouchPrincipal?, via handler: String) -> JSON {
         var info: [String: JSON] = ["authentication_handlers": ["cookie", "default"], "authentication_db": "_users"]
@@ -289,7 +254,9 @@ public struct CouchListenerService: Service {
     let serveRequests: @Sendable () async throws -> Void
     let shutdown: CouchShutdown
 
-    /// A listener on `host:port` (0: a free port, reported to `onBound`).
+    /// A listener on `host:port` (0: a free port, reported to `onBound`). `idleTimeout` closes a
+    /// connection that sends no complete request (nothing, or headers trickled) for that long
+    /// between requests; `admit` sees each accepted connection first and closes those over its caps.
     public init(
         frontDoor: CouchFrontDoor, host: String, port: Int, tls: TLSIdentity? = nil, logger: Logger,
         onBound: @escaping @Sendable (Int) -> Void = { _ in }
@@ -302,9 +269,13 @@ public struct CouchListenerService: Service {
             // Browsers and CouchDB client libraries still met in the field speak TLS 1.2.
             config.minimumTLSVersion = .tlsv12
             config.certificateVerification = .none
-            server = try .tls(.http1(), tlsConfiguration: config)
+            let tlsConfiguration = config
+            server = .init { responder in
+                AdmittedChannel(
+                    inner: try TLSChannel(HTTP1Channel(responder: responder, configuration: http1), tlsConfiguration: tlsConfiguration), admit: admit)
+            }
         } else {
-            server = .init { responder in AuthorityHTTP1Channel(responder: responder) }
+            server = .init { responder in AdmittedChannel(inner: AuthorityHTTP1Channel(responder: responder, configuration: http1), admit: admit) }
         }
         let app = Application(
             responder: frontDoor, server: server,

@@ -3,8 +3,9 @@ import FerryCore
 import Foundation
 
 /// Issues and checks `AuthSession` cookies: `base64url(name:expiry:mac)` where the mac is
-/// HMAC-SHA256 under the node's session secret over the name, the expiry and the user's
-/// credential (its password hash), so a changed password ends its sessions.
+/// HMAC-SHA256 under the node's session secret over the name, the expiry, the user's
+/// credential (its password hash), so a changed password ends its sessions, and the listener
+/// that issued it, so a cookie works only there.
 public struct CouchSessionCookies: Sendable {
     public static let cookieName = "AuthSession"
     /// CouchDB's default session lifetime.
@@ -20,18 +21,21 @@ public struct CouchSessionCookies: Sendable {
         self.lifetime = lifetime
     }
 
-    /// A session for `name`, valid for `lifetime` from `now`; `credential` identifies the
-    /// user's current password (or key).
-    public func issue(name: String, credential: String, now: Date) -> String {
+    /// A session for `name` on `listener`, valid for `lifetime` from `now`; `credential`
+    /// identifies the user's current password (or key).
+    public func issue(name: String, credential: String, listener: CouchFrontDoor.Listener, now: Date) -> String {
         let expiry = String(Int64(now.timeIntervalSince1970 + lifetime), radix: 16)
         let payload = "\(name):\(expiry)"
-        let token = payload + ":" + Self.base64url(mac(payload, credential: credential))
+        let token = payload + ":" + Self.base64url(mac(payload, credential: credential, listener: listener))
         return Self.base64url(Array(token.utf8))
     }
 
-    /// A valid cookie's user name and expiry; nil when it is malformed, forged, expired, or
-    /// its credential changed. `credential` answers a name's current credential (nil: no such user).
-    public func verify(_ cookie: String, credential: (String) -> String?, now: Date) -> (name: String, expires: Date)? {
+    /// A valid cookie's user name and expiry; nil when it is malformed, forged, expired,
+    /// issued by another listener, or its credential changed. `credential` answers a name's
+    /// current credential (nil: no such user).
+    public func verify(
+        _ cookie: String, listener: CouchFrontDoor.Listener, credential: (String) -> String?, now: Date
+    ) -> (name: String, expires: Date)? {
         guard let bytes = Self.base64urlDecode(cookie), let token = String(bytes: bytes, encoding: .utf8) else { return nil }
         let parts = token.split(separator: ":", omittingEmptySubsequences: false)
         guard parts.count == 3, let expiry = Int64(parts[1], radix: 16), let presented = Self.base64urlDecode(String(parts[2])) else {
@@ -39,7 +43,7 @@ public struct CouchSessionCookies: Sendable {
         }
         let name = String(parts[0])
         guard let current = credential(name) else { return nil }
-        let expected = mac("\(name):\(parts[1])", credential: current)
+        let expected = mac("\(name):\(parts[1])", credential: current, listener: listener)
         guard presented.count == expected.count else { return nil }
         var difference: UInt8 = 0
         for (a, b) in zip(presented, expected) { difference |= a ^ b }
@@ -77,10 +81,18 @@ public struct CouchSessionCookies: Sendable {
         return nil
     }
 
-    private func mac(_ payload: String, credential: String) -> [UInt8] {
+    private func mac(_ payload: String, credential: String, listener: CouchFrontDoor.Listener) -> [UInt8] {
         var h = HMAC<SHA256>(key: secret)
-        h.update(data: Array(payload.utf8) + [0] + Array(credential.utf8))
+        h.update(data: Array(payload.utf8) + [0] + Array(credential.utf8) + [0] + Array(Self.tag(listener).utf8))
         return Array(h.finalize())
+    }
+
+    /// The listener's name inside the mac.
+    static func tag(_ listener: CouchFrontDoor.Listener) -> String {
+        switch listener {
+        case .loopback: return "listener=loopback"
+        case .lan: return "listener=lan"
+        }
     }
 
     static func base64url(_ bytes: [UInt8]) -> String {

@@ -133,6 +133,26 @@ public final class CouchUserTable: Sendable {
 
     public func user(named name: String) -> CouchUser? { users[name] }
 
+    /// The user whose name and password these are when the same pair was verified within
+    /// `rememberFor` (no PBKDF2); nil otherwise, which says nothing about the password.
+    public func remembered(name: String, password: String, now: Date) -> CouchUser? {
+        guard let user = users[name] else { return nil }
+        let digest = rememberedDigest(user: user, password: password)
+        let known = verified.withLock { cache -> Bool in
+            guard let until = cache[digest] else { return false }
+            if until > now { return true }
+            cache[digest] = nil
+            return false
+        }
+        return known ? user : nil
+    }
+
+    private func rememberedDigest(user: CouchUser, password: String) -> Data {
+        var mac = HMAC<SHA256>(key: cacheKey)
+        mac.update(data: Array(user.name.utf8) + [0] + Array(password.utf8) + [0] + Array(user.password.description.utf8))
+        return Data(mac.finalize())
+    }
+
     /// The user whose name and password these are, or nil. Runs PBKDF2 (tens to hundreds of
     /// milliseconds) unless the same pair was verified within `rememberFor`.
     public func authenticate(name: String, password: String, now: Date) -> CouchUser? {
@@ -141,16 +161,8 @@ public final class CouchUserTable: Sendable {
             _ = unknownUser.verify(password)
             return nil
         }
-        var mac = HMAC<SHA256>(key: cacheKey)
-        mac.update(data: Array(name.utf8) + [0] + Array(password.utf8) + [0] + Array(user.password.description.utf8))
-        let digest = Data(mac.finalize())
-        let remembered = verified.withLock { cache -> Bool in
-            guard let until = cache[digest] else { return false }
-            if until > now { return true }
-            cache[digest] = nil
-            return false
-        }
-        if remembered { return user }
+        if let user = remembered(name: name, password: password, now: now) { return user }
+        let digest = rememberedDigest(user: user, password: password)
         guard user.password.verify(password) else { return nil }
         verified.withLock { cache in
             if cache.count >= Self.maxRemembered { cache = cache.filter { $0.value > now } }

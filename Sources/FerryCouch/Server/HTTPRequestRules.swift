@@ -124,7 +124,9 @@ public struct AuthorityHTTP1Channel: HTTPChannelHandler {
     let inner: HTTP1Channel
     public var responder: Responder { inner.responder }
 
-    public init(responder: @escaping Responder) { inner = HTTP1Channel(responder: responder) }
+    public init(responder: @escaping Responder, configuration: HTTP1Channel.Configuration = .init()) {
+        inner = HTTP1Channel(responder: responder, configuration: configuration)
+    }
 
     public func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         inner.setup(channel: channel, logger: logger).flatMapThrowing { value in

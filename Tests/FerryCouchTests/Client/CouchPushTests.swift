@@ -46,7 +46,7 @@ import Testing
         let access = CouchAccess(
             users: users, sessions: CouchSessionCookies(secret: Array(repeating: 2, count: 32)), cors: CouchCORSPolicy(origins: []),
             adminKey: { $0 == CouchTestServer.adminPassword }, adminKeyFingerprint: "fp",
-            throttle: CouchLoginThrottle(maxFailures: 50, logger: logger), now: { Date() })
+            throttle: .couch(logger: logger), now: { Date() })
         let door = CouchFrontDoor(database: database, access: access, listener: .loopback)
         let (bound, announce) = AsyncStream.makeStream(of: Int.self)
         let service = try CouchListenerService(frontDoor: door, host: "127.0.0.1", port: 0, logger: logger, onBound: { announce.yield($0) })
