@@ -14,14 +14,68 @@ public struct RevisionTree: Sendable, Equatable {
         public internal(set) var isLeaf: Bool
     }
 
-    public internal(set) var revisions: [Revision] = []
+    /// Every revision, parents before their children.
+    public internal(set) var revisions: [Revision] {
+        get { storage }
+        set {
+            storage = newValue
+            reindex()
+        }
+    }
+    /// The revisions themselves; edited in place by this type's mutations, which keep
+    /// `positions` and `leafCount` up to date as they go.
+    private var storage: [Revision] = []
+    /// Position of each revision by ID, kept only for wide trees: a tree of many leaves
+    /// (replicated conflicts) would otherwise cost a scan per lookup, so per insert.
+    private var positions: [RevisionID: Int]?
+    /// Number of leaves (live or deleted), kept with every change.
+    public private(set) var leafCount = 0
+
+    /// Trees up to this size are searched by a scan, cheaper than building a dictionary on
+    /// every decode (a document's linear history stays below it at the default depth).
+    static let indexThreshold = 128
 
     public init() {}
+
+    public static func == (a: RevisionTree, b: RevisionTree) -> Bool { a.storage == b.storage }
 
     public var isEmpty: Bool { revisions.isEmpty }
 
     public func index(of id: RevisionID) -> Int? {
-        revisions.firstIndex(where: { $0.id == id })
+        if let positions { return positions[id] }
+        return storage.firstIndex(where: { $0.id == id })
+    }
+
+    /// Rebuilds the derived lookups after `revisions` was replaced or edited in place.
+    private mutating func reindex() {
+        leafCount = storage.reduce(0) { $0 + ($1.isLeaf ? 1 : 0) }
+        guard storage.count > Self.indexThreshold else {
+            positions = nil
+            return
+        }
+        var map = [RevisionID: Int](minimumCapacity: storage.count)
+        for (i, r) in storage.enumerated() { map[r.id] = i }
+        positions = map
+    }
+
+    /// Appends a revision as a new leaf, under `parent` (which stops being one); returns its index.
+    private mutating func appendLeaf(_ revision: Revision) -> Int {
+        if let p = revision.parent, storage[p].isLeaf {
+            storage[p].isLeaf = false
+            leafCount -= 1
+        }
+        return append(revision)
+    }
+
+    private mutating func append(_ revision: Revision) -> Int {
+        storage.append(revision)
+        if revision.isLeaf { leafCount += 1 }
+        if positions != nil {
+            positions![revision.id] = storage.count - 1
+        } else if storage.count > Self.indexThreshold {
+            reindex()
+        }
+        return storage.count - 1
     }
 
     public func revision(_ id: RevisionID) -> Revision? {
@@ -95,9 +149,7 @@ public struct RevisionTree: Sendable, Equatable {
             throw .inconsistentHistory(id)
         }
         if contains(id) { throw .duplicate(id) }
-        if let p = parentIndex { revisions[p].isLeaf = false }
-        revisions.append(Revision(id: id, parent: parentIndex, deleted: deleted, body: body, hlc: hlc, isLeaf: true))
-        return revisions.count - 1
+        return appendLeaf(Revision(id: id, parent: parentIndex, deleted: deleted, body: body, hlc: hlc, isLeaf: true))
     }
 
     /// Inserts an existing revision with its ancestry (`history`, newest first, starting
@@ -113,8 +165,8 @@ public struct RevisionTree: Sendable, Equatable {
         }
         if let existing = index(of: id) {
             // Fill in a body we had lost, so deltas and merges can use it again.
-            if revisions[existing].body == nil, let body, !revisions[existing].isLeaf {
-                revisions[existing].body = body
+            if storage[existing].body == nil, let body, !storage[existing].isLeaf {
+                storage[existing].body = body
             }
             return false
         }
@@ -129,13 +181,24 @@ public struct RevisionTree: Sendable, Equatable {
             }
         }
         var parent = known
-        if let p = parent { revisions[p].isLeaf = false }
-        for ancestor in history[..<missing].reversed() {
-            revisions.append(
-                Revision(id: ancestor, parent: parent, deleted: false, body: nil, hlc: .zero, isLeaf: false))
-            parent = revisions.count - 1
+        if let p = parent, storage[p].isLeaf {
+            storage[p].isLeaf = false
+            leafCount -= 1
         }
-        revisions.append(Revision(id: id, parent: parent, deleted: deleted, body: body, hlc: hlc, isLeaf: true))
+        for ancestor in history[..<missing].reversed() {
+            parent = append(
+                Revision(id: ancestor, parent: parent, deleted: false, body: nil, hlc: .zero, isLeaf: false))
+        }
+        _ = appendLeaf(Revision(id: id, parent: parent, deleted: deleted, body: body, hlc: hlc, isLeaf: true))
+        return true
+    }
+
+    /// Whether inserting a revision with `history` (newest first) would add a leaf, rather
+    /// than extend one: its nearest held ancestor is not a leaf, or it holds none.
+    public func addsLeaf(history: [RevisionID]) -> Bool {
+        for ancestor in history {
+            if let k = index(of: ancestor) { return !storage[k].isLeaf }
+        }
         return true
     }
 
@@ -193,12 +256,12 @@ public struct RevisionTree: Sendable, Equatable {
     /// above their nearest leaf; nearer ancestors keep theirs for deltas and merges.
     public mutating func dropBodies(retainingAncestors retainedAncestors: Int) {
         let dist = distancesToLeaves()
-        for i in revisions.indices where !revisions[i].isLeaf && dist[i] > retainedAncestors {
-            revisions[i].body = nil
+        for i in storage.indices where !storage[i].isLeaf && dist[i] > retainedAncestors {
+            storage[i].body = nil
         }
     }
 
-    mutating func setBody(_ body: [UInt8]?, at index: Int) { revisions[index].body = body }
+    mutating func setBody(_ body: [UInt8]?, at index: Int) { storage[index].body = body }
 }
 
 /// Why a revision cannot be added to a tree.

@@ -8,7 +8,16 @@ import Crypto
 public final class BlobStore: Sendable {
     /// The blob directory, or nil for an in-memory store.
     public let directory: String?
-    private let memory = Mutex<[BlobDigest: [UInt8]]>([:])
+    private let memory = Mutex<[BlobDigest: MemoryBlob]>([:])
+    /// Held while a blob is confirmed present (put, has) and while collection removes one,
+    /// so a blob someone has just relied on is never removed under them.
+    private let sweepLock = Mutex<Void>(())
+
+    /// A blob kept in memory, with when it was last stored or asked for.
+    private struct MemoryBlob {
+        var content: [UInt8]
+        var touched: Date
+    }
 
     /// An in-memory blob store.
     public init() { directory = nil }
@@ -42,10 +51,11 @@ public final class BlobStore: Sendable {
         let digest = BlobDigest.of(content)
         let ref = BlobReference(digest: digest, length: Int64(content.count), contentType: contentType)
         guard let directory, let final = path(for: digest) else {
-            memory.withLock { $0[digest] = content }
+            memory.withLock { $0[digest] = MemoryBlob(content: content, touched: Date()) }
             return ref
         }
-        if FileManager.default.fileExists(atPath: final) { return ref }
+        // Storing it again counts as new: its revision may follow, so collection waits again.
+        if touchIfPresent(digest) { return ref }
         let temp = "\(directory)/tmp/\(UUID().uuidString)"
         try writeDurably(content, to: temp)
         try moveIntoPlace(temp, final)
@@ -81,7 +91,7 @@ public final class BlobStore: Sendable {
         }
         let digest = BlobDigest(uncheckedHex: Hex.encode(hasher.finalize()))
         let final = path(for: digest)!
-        if FileManager.default.fileExists(atPath: final) {
+        if touchIfPresent(digest) {
             try? FileManager.default.removeItem(atPath: temp)
         } else {
             try moveIntoPlace(temp, final)
@@ -96,14 +106,34 @@ public final class BlobStore: Sendable {
             guard let data = FileManager.default.contents(atPath: path) else { return nil }
             content = Array(data)
         } else {
-            guard let c = memory.withLock({ $0[digest] }) else { return nil }
+            guard let c = memory.withLock({ $0[digest]?.content }) else { return nil }
             content = c
         }
         guard BlobDigest.of(content) == digest else { throw .blobCorrupt(digest) }
         return content
     }
 
-    public func has(_ digest: BlobDigest) -> Bool { length(digest) != nil }
+    /// Whether the blob is stored. A yes counts as a use, like storing it again: a caller
+    /// that skips fetching it because it is here is not then left without it by collection.
+    public func has(_ digest: BlobDigest) -> Bool { touchIfPresent(digest) }
+
+    /// Marks a stored blob as just used (its file's modification time, or the in-memory
+    /// record's); false when it is absent.
+    private func touchIfPresent(_ digest: BlobDigest) -> Bool {
+        sweepLock.withLock { _ in
+            guard let path = path(for: digest) else {
+                return memory.withLock { m in
+                    guard m[digest] != nil else { return false }
+                    m[digest]!.touched = Date()
+                    return true
+                }
+            }
+            guard access(path, F_OK) == 0 else { return false }
+            // A read-only store cannot touch; the blob is there all the same.
+            _ = utimensat(AT_FDCWD, path, nil, 0)
+            return true
+        }
+    }
 
     /// The length of a stored blob, or nil if absent.
     public func length(_ digest: BlobDigest) -> Int64? {
@@ -113,13 +143,13 @@ public final class BlobStore: Sendable {
             else { return nil }
             return size.int64Value
         }
-        return memory.withLock { $0[digest].map { Int64($0.count) } }
+        return memory.withLock { $0[digest].map { Int64($0.content.count) } }
     }
 
     /// Every stored digest with its size and modification date.
     func inventory() -> [(digest: BlobDigest, size: Int64, modified: Date)] {
         guard let directory else {
-            return memory.withLock { m in m.map { ($0.key, Int64($0.value.count), Date.distantPast) } }
+            return memory.withLock { m in m.map { ($0.key, Int64($0.value.content.count), $0.value.touched) } }
         }
         var out: [(BlobDigest, Int64, Date)] = []
         let fm = FileManager.default
@@ -138,23 +168,42 @@ public final class BlobStore: Sendable {
 
     func totalSize() -> Int64 { inventory().reduce(0) { $0 + $1.size } }
 
-    /// Removes blobs not in `keep` whose files are older than `minimumAge` seconds.
-    func removeAll(except keep: Set<BlobDigest>, olderThan minimumAge: TimeInterval) throws(StoreError)
-        -> (count: Int, bytes: Int64)
-    {
-        let cutoff = Date().addingTimeInterval(-minimumAge)
+    /// Removes the blob if it was last stored or used before `cutoff`; returns its size, or
+    /// nil when it is absent or was used since.
+    func remove(_ digest: BlobDigest, ifUnusedSince cutoff: Date) throws(StoreError) -> Int64? {
+        try sweepLock.withLock { _ throws(StoreError) -> Int64? in
+            guard let path = path(for: digest) else {
+                return memory.withLock { m -> Int64? in
+                    guard let blob = m[digest], blob.touched <= cutoff else { return nil }
+                    m[digest] = nil
+                    return Int64(blob.content.count)
+                }
+            }
+            guard let attrs = try? FileManager.default.attributesOfItem(atPath: path),
+                let modified = attrs[.modificationDate] as? Date, modified <= cutoff
+            else { return nil }
+            do { try FileManager.default.removeItem(atPath: path) } catch {
+                throw .io("cannot remove blob \(digest): \(error.localizedDescription)")
+            }
+            return (attrs[.size] as? NSNumber)?.int64Value ?? 0
+        }
+    }
+
+    /// Removes files left in `tmp/` by writes that never finished (a crash mid-copy) and
+    /// last written before `cutoff`; returns their count and bytes.
+    func removeAbandonedTemporaries(before cutoff: Date) -> (count: Int, bytes: Int64) {
+        guard let directory else { return (0, 0) }
+        let tmp = "\(directory)/tmp"
         var count = 0
         var bytes: Int64 = 0
-        for item in inventory() where !keep.contains(item.digest) && item.modified <= cutoff {
-            if let path = path(for: item.digest) {
-                do { try FileManager.default.removeItem(atPath: path) } catch {
-                    throw .io("cannot remove blob \(item.digest): \(error.localizedDescription)")
-                }
-            } else {
-                memory.withLock { _ = $0.removeValue(forKey: item.digest) }
-            }
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: tmp)) ?? [] {
+            let path = "\(tmp)/\(name)"
+            guard let attrs = try? FileManager.default.attributesOfItem(atPath: path),
+                let modified = attrs[.modificationDate] as? Date, modified <= cutoff,
+                (try? FileManager.default.removeItem(atPath: path)) != nil
+            else { continue }
             count += 1
-            bytes += item.size
+            bytes += (attrs[.size] as? NSNumber)?.int64Value ?? 0
         }
         return (count, bytes)
     }

@@ -57,25 +57,78 @@ extension DocumentStore {
         return rewritten
     }
 
-    /// Deletes blobs that no retained revision refers to and that are older than
-    /// `minimumAge` (so a blob stored just before its document is not lost).
+    /// Deletes blobs that no stored revision body refers to (the winner, conflicts and other
+    /// leaves, and ancestors whose bodies are kept for deltas and merges) and that were last
+    /// stored or used (`BlobStore.has`) more than `minimumAge` seconds before `now`: a blob
+    /// is stored before the revision that refers to it, so a young one is kept.
+    ///
+    /// The references are gathered from a read snapshot without blocking writers; the
+    /// removal then holds the writer, first reading what was written since the snapshot, so a
+    /// revision stored meanwhile keeps its blobs, and no revision can be stored while a blob
+    /// it needs is being removed. Returns the blobs removed and their bytes (abandoned
+    /// temporary files of unfinished writes, a day old, are removed too and counted).
     @discardableResult
-    public func collectBlobs(minimumAge: TimeInterval = 3600) throws(StoreError) -> (count: Int, bytes: Int64) {
-        let referenced = try read { db -> Set<BlobDigest> in
+    public func collectBlobs(minimumAge: TimeInterval = 3600, now: Date = Date()) throws(StoreError) -> (count: Int, bytes: Int64) {
+        try collectBlobs(minimumAge: minimumAge, now: now, afterScan: {})
+    }
+
+    /// `collectBlobs`, running `afterScan` between the snapshot's scan and the removal (tests
+    /// write there what a peer might store meanwhile).
+    func collectBlobs(minimumAge: TimeInterval, now: Date, afterScan: () throws -> Void) throws(StoreError) -> (count: Int, bytes: Int64) {
+        let cutoff = now.addingTimeInterval(-max(0, minimumAge))
+        let (referenced, snapshot) = try read { db -> (Set<BlobDigest>, Int64) in
+            let sequence = try Int64.fetchOne(db, sql: "SELECT last_sequence FROM store_state WHERE singleton = 1") ?? 0
             var found = Set<BlobDigest>()
-            let cursor = try Row.fetchCursor(db, sql: "SELECT body, tree FROM documents")
-            while let row = try cursor.next() {
-                let body: Data = row["body"]
-                let tree = try RevisionTree(encoded: row["tree"] as Data)
-                var bodies = [Array(body)]
-                bodies += tree.revisions.compactMap(\.body)
-                for b in bodies where b.count > 20 && Self.mayContainBlob(b) {
-                    for ref in try StoredDocument.decodeBody(b).blobReferences() { found.insert(ref.digest) }
+            try Self.collectReferences(db, sql: "SELECT id, body, tree FROM documents", arguments: [], into: &found)
+            return (found, sequence)
+        }
+        do { try afterScan() } catch { throw StoreError.wrap(error) }
+        let temporaries = blobs.removeAbandonedTemporaries(before: min(cutoff, now.addingTimeInterval(-86_400)))
+        let candidates = blobs.inventory().filter { !referenced.contains($0.digest) && $0.modified <= cutoff }
+        guard !candidates.isEmpty else { return temporaries }
+        let removed = try write { txn -> (count: Int, bytes: Int64) in
+            var late = Set<BlobDigest>()
+            try Self.collectReferences(
+                txn.db, sql: "SELECT id, body, tree FROM documents WHERE sequence > ?", arguments: [snapshot], into: &late)
+            var count = 0
+            var bytes: Int64 = 0
+            for candidate in candidates where !late.contains(candidate.digest) {
+                if let size = try blobs.remove(candidate.digest, ifUnusedSince: cutoff) {
+                    count += 1
+                    bytes += size
                 }
             }
-            return found
+            return (count, bytes)
         }
-        return try blobs.removeAll(except: referenced, olderThan: minimumAge)
+        if removed.count > 0 {
+            options.logger.info("collected \(removed.count) unreferenced blobs (\(removed.bytes) bytes)")
+        }
+        return (removed.count + temporaries.count, removed.bytes + temporaries.bytes)
+    }
+
+    /// Adds the blobs referred to by every revision body of the selected document rows (the
+    /// winner's column and each body kept in the tree). A body that cannot be read stops the
+    /// collection rather than risk removing what it refers to.
+    private static func collectReferences(
+        _ db: Database, sql: String, arguments: StatementArguments, into found: inout Set<BlobDigest>
+    ) throws {
+        let cursor = try Row.fetchCursor(db, sql: sql, arguments: arguments)
+        while let row = try cursor.next() {
+            let id: String = row["id"]
+            let tree: RevisionTree
+            do { tree = try RevisionTree(encoded: row["tree"] as Data) } catch {
+                throw StoreError.corrupt("revision tree of \"\(id)\": \(error)")
+            }
+            var bodies = [Array(row["body"] as Data)]
+            bodies += tree.revisions.lazy.compactMap(\.body)
+            for body in bodies where Self.mayContainBlob(body) {
+                let refs: [BlobReference]
+                do { refs = try StoredDocument.decodeBody(body).blobReferences() } catch {
+                    throw StoreError.corrupt("document \"\(id)\" has a body whose blob references cannot be read: \(error)")
+                }
+                for ref in refs { found.insert(ref.digest) }
+            }
+        }
     }
 
     static let blobMarker = Array("\"@type\":\"blob\"".utf8)

@@ -411,11 +411,20 @@ public final class DocumentStore: Sendable {
 
     /// For each document, which of the given revisions are missing, and which held
     /// revisions (with bodies) are older than them and so may serve as delta bases.
-    public func revsDiff(_ request: [DocumentID: [RevisionID]]) throws(StoreError) -> [DocumentID: RevsDiffEntry] {
+    ///
+    /// `mayLearn`, when given, is asked about each held document with its tree (the winner's
+    /// body restored); a document it refuses is answered as if it did not exist (every
+    /// revision missing, no bases), so the asker learns nothing of its revisions.
+    public func revsDiff(
+        _ request: [DocumentID: [RevisionID]], mayLearn: ((DocumentID, RevisionTree) -> Bool)? = nil
+    ) throws(StoreError) -> [DocumentID: RevsDiffEntry] {
         try read { db in
             var answer: [DocumentID: RevsDiffEntry] = [:]
+            let stmt = try FastStatement(db, sql: mayLearn == nil ? StoredDocument.selectSQLNoBody : StoredDocument.selectSQL)
             for (id, revs) in request {
-                guard let stored = try StoredDocument.fetch(db, id: id, withWinnerBody: false) else {
+                guard let stored = try StoredDocument.fetch(stmt, id: id, withWinnerBody: mayLearn != nil),
+                    mayLearn?(id, stored.tree) ?? true
+                else {
                     if !revs.isEmpty { answer[id] = RevsDiffEntry(missing: revs, possibleAncestors: []) }
                     continue
                 }

@@ -246,6 +246,7 @@ extension StoreTransaction {
     /// the index when none is left), or adds the entries of up to `maxDocuments` document rows
     /// to one building index, marking it ready when its walk passes the last row.
     func buildMangoIndexStep(maxDocuments: Int) throws(StoreError) -> MangoIndexBuildStep {
+        try flushPending()
         let budget = Swift.max(1, maxDocuments)
         var work = 0
         try wrapDatabase {

@@ -11,6 +11,8 @@ public enum StoreError: FerryError, Equatable {
     case invalidDocumentID(DocumentIDError)
     case invalidBody(String)
     case tooLarge(bytes: Int, limit: Int)
+    /// A replicated revision would give the document more leaves than the store allows.
+    case tooManyLeaves(DocumentID, limit: Int)
     case digestMismatch(DocumentID, RevisionID)
     case invalidHistory(DocumentID, String)
     case rejected(DocumentID, reason: String)
@@ -37,6 +39,7 @@ public enum StoreError: FerryError, Equatable {
         case .invalidDocumentID: return "invalid_document_id"
         case .invalidBody: return "invalid_body"
         case .tooLarge: return "too_large"
+        case .tooManyLeaves: return "too_many_leaves"
         case .digestMismatch: return "digest_mismatch"
         case .invalidHistory: return "invalid_history"
         case .rejected: return "rejected"
@@ -79,6 +82,8 @@ public enum StoreError: FerryError, Equatable {
         case .invalidDocumentID(let e): return e.description
         case .invalidBody(let why): return "invalid document body: \(why)"
         case .tooLarge(let bytes, let limit): return "document too large: \(bytes) bytes, the limit is \(limit)"
+        case .tooManyLeaves(let id, let limit):
+            return "document \"\(id)\" already has \(limit) leaves (conflicting branches), the most allowed: resolve its conflicts first"
         case .digestMismatch(let id, let rev):
             return "revision \(rev) of \"\(id)\" does not match its body (digest mismatch)"
         case .invalidHistory(let id, let why): return "invalid revision history for \"\(id)\": \(why)"

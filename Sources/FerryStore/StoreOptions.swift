@@ -11,6 +11,11 @@ public struct StoreOptions: Sendable {
     public var retainedAncestorBodies: Int = 2
     /// The largest canonical body accepted, in bytes. Default 8 MiB.
     public var maxBodyBytes: Int = 8 << 20
+    /// The most leaves (conflicting branches, live or deleted) a document may hold; a
+    /// replicated revision that would add one more is rejected (`tooManyLeaves`). Every write
+    /// to a document rewrites its whole tree, so this bounds what one write costs and how
+    /// large one row grows. Default 20,000.
+    public var maxLeavesPerDocument: Int = 20_000
     /// `.full` fsyncs every commit (survives power loss); `.normal` survives process
     /// crashes only. Default `.full`.
     public var durability: Durability = .full

@@ -15,6 +15,11 @@ public final class StoreTransaction {
     /// The Mango index definitions this transaction maintains (MangoIndexMaintenance.swift).
     var mango = MangoTransactionState()
     private var latestHLC: HLCTimestamp
+    /// Documents read or changed by replicated inserts in this transaction, with their trees:
+    /// a batch then decodes a document's tree once and writes its row (re-encoding the whole
+    /// tree) once, however many of its revisions it brings. Written out by `flushPending`,
+    /// before any other operation of the transaction and before commit.
+    private var pending: [DocumentID: PendingRow] = [:]
     /// Hot-path statements, fetched once per transaction rather than looked up by SQL text per row.
     private lazy var selectStatement = Result { try db.cachedStatement(sql: StoredDocument.selectSQL) }
     private lazy var insertStatement = Result {
@@ -47,6 +52,7 @@ public final class StoreTransaction {
     /// Persists the sequence counter and clock; called once before commit. Throws (so the
     /// transaction rolls back) when an index could not be kept exact, even if the caller went on.
     func finish() throws {
+        try flushPending()
         if let failure = mango.failure { throw failure }
         guard lastSequence != startSequence || store.currentClock > latestHLC else { return }
         let stmt = try db.cachedStatement(
@@ -61,6 +67,7 @@ public final class StoreTransaction {
     /// Saves a new document (`parent` nil) or a new revision on the current leaf `parent`.
     @discardableResult
     public func put(_ id: DocumentID, body: JSON, parent: RevisionID? = nil) throws(StoreError) -> RevisionID {
+        try flushPending()
         try checkBody(body)
         return try edit(id, parent: parent, deleted: false, body: body)
     }
@@ -71,6 +78,7 @@ public final class StoreTransaction {
     public func delete(_ id: DocumentID, revision: RevisionID, keepProperties: Bool = false) throws(StoreError)
         -> RevisionID
     {
+        try flushPending()
         var body: JSON = .object([:])
         guard let stored = try fetch(id) else { throw .notFound(id) }
         if keepProperties {
@@ -87,12 +95,14 @@ public final class StoreTransaction {
     @discardableResult
     public func delete(_ id: DocumentID, revision: RevisionID, tombstoneBody: JSON) throws(StoreError) -> RevisionID {
         guard tombstoneBody.objectValue != nil else { throw .invalidBody("a tombstone body must be a JSON object") }
+        try flushPending()
         return try edit(id, parent: revision, deleted: true, body: tombstoneBody)
     }
 
     /// Removes a document and its whole history. Local only: a purge never replicates.
     @discardableResult
     public func purge(_ id: DocumentID) throws(StoreError) -> Bool {
+        try flushPending()
         let docKey = try wrap {
             try Int64.fetchOne(db.cachedStatement(sql: "DELETE FROM documents WHERE id = ? RETURNING doc_key"), arguments: [id.rawValue])
         }
@@ -181,30 +191,64 @@ public final class StoreTransaction {
                 parent: incoming.history.first, deleted: incoming.deleted, canonicalBody: canonical)
             guard expected == incoming.revision else { throw .digestMismatch(id, incoming.revision) }
         }
-        let stored = try fetch(id)
-        if let stored, stored.tree.contains(incoming.revision) { return .alreadyPresent }
+        // Taken out of `pending` while it changes, so the tree is edited in place, not copied.
+        var row: PendingRow
+        if let cached = pending.removeValue(forKey: id) {
+            row = cached
+        } else {
+            let stored = try fetch(id)
+            row = PendingRow(key: stored?.key, previousWinner: stored?.winner, tree: stored?.tree ?? RevisionTree())
+        }
+        defer { pending[id] = row }
+        if row.tree.contains(incoming.revision) { return .alreadyPresent }
         try checkBlobs(incoming.body, canonical: canonical)
         try validate(
             ProposedRevision(
                 id: id, revision: incoming.revision, deleted: incoming.deleted, body: incoming.body,
                 origin: .replicated))
+        let limit = store.options.maxLeavesPerDocument
+        if row.tree.leafCount >= limit && row.tree.addsLeaf(history: incoming.history) {
+            throw .tooManyLeaves(id, limit: limit)
+        }
         store.observe(incoming.hlc)
-        var tree = stored?.tree ?? RevisionTree()
         do {
-            try tree.insert(
+            try row.tree.insert(
                 incoming.revision, history: incoming.history, deleted: incoming.deleted, body: canonical,
                 hlc: incoming.hlc)
         } catch {
             throw .invalidHistory(id, error.description)
         }
-        let seq = try writeRow(id: id, key: stored?.key, previousWinner: stored?.winner, tree: &tree)
-        return .inserted(sequence: seq, branched: tree.revisions.lazy.filter(\.isLeaf).count > 1)
+        lastSequence += 1
+        row.sequence = lastSequence
+        return .inserted(sequence: lastSequence, branched: row.tree.leafCount > 1)
+    }
+
+    /// A document as replicated inserts of this transaction left it, not yet written.
+    struct PendingRow {
+        var key: Int64?
+        /// The winner stored before this transaction (nil: a new document).
+        var previousWinner: RevisionID?
+        var tree: RevisionTree
+        /// The sequence of its last insert; nil while nothing changed it.
+        var sequence: UInt64?
+    }
+
+    /// Writes the rows of documents that replicated inserts changed, in sequence order.
+    func flushPending() throws(StoreError) {
+        guard !pending.isEmpty else { return }
+        let rows = pending.filter { $0.value.sequence != nil }.sorted { $0.value.sequence! < $1.value.sequence! }
+        pending = [:]
+        for (id, row) in rows {
+            var tree = row.tree
+            try writeRow(id: id, key: row.key, previousWinner: row.previousWinner, tree: &tree, sequence: row.sequence)
+        }
     }
 
     // MARK: Maintenance
 
     /// Re-applies pruning and body retention to one document; true if it changed.
     func compact(_ id: DocumentID) throws(StoreError) -> Bool {
+        try flushPending()
         guard let stored = try fetch(id) else { return false }
         var tree = stored.tree
         applyRetention(&tree)
@@ -234,13 +278,21 @@ public final class StoreTransaction {
     /// Writes the document row for `tree` with a new sequence, and, when its winner changed,
     /// the document's Mango index entries in the same transaction; returns the sequence.
     @discardableResult
-    private func writeRow(id: DocumentID, key: Int64?, previousWinner: RevisionID?, tree: inout RevisionTree) throws(StoreError) -> UInt64 {
+    private func writeRow(
+        id: DocumentID, key: Int64?, previousWinner: RevisionID?, tree: inout RevisionTree, sequence: UInt64? = nil
+    ) throws(StoreError) -> UInt64 {
         applyRetention(&tree)
         let w = tree.winnerIndex!
         let winner = tree.revisions[w]
         let encoded = tree.encoded(omittingBodyAt: w)
-        lastSequence += 1
-        let seq = Int64(bitPattern: lastSequence)
+        let assigned: UInt64
+        if let sequence {
+            assigned = sequence
+        } else {
+            lastSequence += 1
+            assigned = lastSequence
+        }
+        let seq = Int64(bitPattern: assigned)
         let body = winner.body ?? Array("{}".utf8)
         try wrap {
             if let key {
@@ -267,7 +319,7 @@ public final class StoreTransaction {
             try documentWinnerChanged(
                 id: id, docKey: docKey, isNew: key == nil, revision: winner.id, deleted: winner.deleted, body: body)
         }
-        return lastSequence
+        return assigned
     }
 
     /// Top-level bodies must be objects without reserved `_` properties.
