@@ -1,4 +1,5 @@
 import FerryCore
+import FerryQuery
 import FerryStore
 import FerrySync
 import Foundation
@@ -46,6 +47,8 @@ public struct CouchDatabase: Sendable {
 
     /// Ferry's version, answered in `GET /` as `vendor.version`.
     public var vendorVersion = "unknown"
+    /// How long one `_find` may work before it is stopped with a 500 `timeout`; nil: no limit.
+    public var queryTimeout: Duration? = QueryLimits.defaultTimeout
     /// Times the heartbeats and timeouts of `_changes` feeds; tests set a manual clock.
     public var clock: any Clock<Duration> = ContinuousClock()
 }
@@ -79,11 +82,14 @@ public struct CouchRequestContext: RequestContext {
     public var principal: CouchPrincipal?
     /// The client's IP address (failed logins are counted per address); nil when unknown.
     public var remoteAddress: String?
+    /// The request's connection, watched by long queries for the client going away.
+    public var channel: (any Channel)?
 
     public init(source: Source) {
         coreContext = .init(source: source)
         principal = nil
         remoteAddress = source.channel.remoteAddress?.ipAddress
+        channel = source.channel
     }
 
     /// The principal, or 401 for a request that reached a protected endpoint without one.

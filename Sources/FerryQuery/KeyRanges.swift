@@ -31,7 +31,11 @@ struct ByteIntervals: Sendable, Hashable {
     /// Sorted by lower bound, disjoint.
     private(set) var intervals: [Interval]
 
+    /// Sorts `intervals` once (n·log n) and merges the overlapping or touching ones.
     init(_ intervals: [Interval]) { self.intervals = Self.normalised(intervals) }
+
+    /// Wraps intervals already sorted by lower bound and disjoint.
+    private init(sortedDisjoint intervals: [Interval]) { self.intervals = intervals }
 
     static let all = ByteIntervals([Interval(lower: nil, upper: nil)])
     static let none = ByteIntervals([])
@@ -69,17 +73,54 @@ struct ByteIntervals: Sendable, Hashable {
         return out
     }
 
-    func union(_ other: ByteIntervals) -> ByteIntervals { ByteIntervals(intervals + other.intervals) }
+    /// Each of `keys` as a single-key interval: one sort, whatever the number of keys.
+    static func points(_ keys: [[UInt8]]) -> ByteIntervals {
+        ByteIntervals(keys.map { Interval(lower: Bound(bytes: $0, inclusive: true), upper: Bound(bytes: $0, inclusive: true)) })
+    }
 
-    func intersection(_ other: ByteIntervals) -> ByteIntervals {
-        var out: [Interval] = []
-        for a in intervals {
-            for b in other.intervals {
-                let i = Interval(lower: Self.maxLower(a.lower, b.lower), upper: Self.minUpper(a.upper, b.upper))
-                if !i.isEmpty { out.append(i) }
+    /// Linear in both sizes: the two sorted lists are merged, not re-sorted.
+    func union(_ other: ByteIntervals) -> ByteIntervals {
+        if other.intervals.isEmpty { return self }
+        if intervals.isEmpty { return other }
+        var merged: [Interval] = []
+        merged.reserveCapacity(intervals.count + other.intervals.count)
+        var i = 0
+        var j = 0
+        while i < intervals.count || j < other.intervals.count {
+            if j == other.intervals.count
+                || (i < intervals.count && !Self.lowerPrecedes(other.intervals[j].lower, intervals[i].lower))
+            {
+                merged.append(intervals[i])
+                i += 1
+            } else {
+                merged.append(other.intervals[j])
+                j += 1
             }
         }
-        return ByteIntervals(out)
+        return ByteIntervals(sortedDisjoint: Self.coalesced(merged))
+    }
+
+    /// The union of many sets with one sort over all their intervals (a chain of pairwise
+    /// unions would cost the sum of every partial result).
+    static func union(_ sets: [ByteIntervals]) -> ByteIntervals {
+        if sets.count == 1 { return sets[0] }
+        return ByteIntervals(sets.flatMap(\.intervals))
+    }
+
+    /// Linear in both sizes: a sweep over the two sorted lists, advancing the interval that
+    /// ends first. Pieces of disjoint, non-touching intervals are themselves disjoint and in order.
+    func intersection(_ other: ByteIntervals) -> ByteIntervals {
+        var out: [Interval] = []
+        var i = 0
+        var j = 0
+        while i < intervals.count && j < other.intervals.count {
+            let a = intervals[i]
+            let b = other.intervals[j]
+            let piece = Interval(lower: Self.maxLower(a.lower, b.lower), upper: Self.minUpper(a.upper, b.upper))
+            if !piece.isEmpty { out.append(piece) }
+            if Self.upperPrecedes(a.upper, b.upper) { i += 1 } else { j += 1 }
+        }
+        return ByteIntervals(sortedDisjoint: Self.coalesced(out))
     }
 
     /// The smallest byte string greater than every string that starts with `bytes`; nil when
@@ -126,9 +167,15 @@ struct ByteIntervals: Sendable, Hashable {
     }
 
     private static func normalised(_ intervals: [Interval]) -> [Interval] {
-        let sorted = intervals.filter { !$0.isEmpty }.sorted { lowerPrecedes($0.lower, $1.lower) }
+        coalesced(intervals.sorted { lowerPrecedes($0.lower, $1.lower) })
+    }
+
+    /// Merges, in one pass, the overlapping or touching neighbours of intervals sorted by
+    /// lower bound, dropping empty ones.
+    private static func coalesced(_ sorted: [Interval]) -> [Interval] {
         var out: [Interval] = []
-        for interval in sorted {
+        out.reserveCapacity(sorted.count)
+        for interval in sorted where !interval.isEmpty {
             if var last = out.last, reaches(last.upper, interval.lower) {
                 if upperPrecedes(last.upper, interval.upper) { last.upper = interval.upper }
                 out[out.count - 1] = last
@@ -171,9 +218,7 @@ enum FieldKeySpace: Sendable {
         case .or(let clauses):
             // `$or: []` matches everything.
             if clauses.isEmpty { return .all }
-            var out = ByteIntervals.none
-            for clause in clauses { out = out.union(allowed(by: clause, at: path)) }
-            return out
+            return ByteIntervals.union(clauses.map { allowed(by: $0, at: path) })
         case .field(let p, let condition):
             return p == path ? allowed(by: condition) : .all
         }
@@ -212,9 +257,7 @@ enum FieldKeySpace: Sendable {
         case .in(let values):
             if values.isEmpty { return .none }
             // An array value matches when one of its elements is listed: its key is the array's.
-            var out = Self.typeKeys(.array)
-            for v in values { out = out.union(.point(key(v))) }
-            return out
+            return Self.typeKeys(.array).union(.points(values.map(key)))
         case .exists(let flag): return flag ? .all : .none
         case .type(let type): return Self.typeKeys(type)
         case .size, .all, .elemMatch, .allMatch: return Self.typeKeys(.array)
@@ -284,9 +327,10 @@ enum FieldKeySpace: Sendable {
         case .lt(let v): return bound(v, { .below($0, inclusive: false) }, ifIDsAbove: .none, otherwise: .all)
         case .lte(let v): return bound(v, { .below($0, inclusive: true) }, ifIDsAbove: .none, otherwise: .all)
         case .in(let values):
-            var out = ByteIntervals.none
-            for case .string(let s) in values { out = out.union(.point(idKey(s))) }
-            return out
+            return .points(values.compactMap { v in
+                if case .string(let s) = v { return idKey(s) }
+                return nil
+            })
         case .beginsWith(let prefix): return idKeys(startingWith: prefix)
         case .exists(let flag): return flag ? .all : .none
         case .type(let type): return type == .string ? .all : .none

@@ -16,8 +16,13 @@ public struct MangoSelector: Sendable, Hashable {
     /// The selector `{}`, which every document matches.
     public static let matchAll = MangoSelector(root: .matchAll)
 
-    /// Whether `document` (its CouchDB JSON, with `_id`, `_rev`, …) matches.
+    /// Whether `document` (its CouchDB JSON, with `_id`, `_rev`, …) matches; false when a
+    /// `$regex` test exceeds its budget.
     public func matches(_ document: JSON) -> Bool { root.matches(document) }
+
+    /// Whether `document` matches; throws `regexTooCostly` when a `$regex` test exceeds
+    /// `QueryLimits.maximumRegexTicks`, so a query can say why it stopped.
+    public func evaluate(_ document: JSON) throws(MangoError) -> Bool { try root.evaluate(document) }
 }
 
 /// A selector or query CouchDB would refuse, with the error name and reason it gives (all 400).
@@ -38,6 +43,10 @@ public enum MangoError: FerryError, Equatable {
     case tooDeep(limit: Int)
     /// A `_find` request field with a bad value; `error` is CouchDB's error name for it.
     case invalidQuery(error: String, reason: String)
+    /// `bad_request`: the selector exceeds one of `QueryLimits`, named in the reason.
+    case limitExceeded(String)
+    /// `bad_request`: a `$regex` test took more than `QueryLimits.maximumRegexTicks`.
+    case regexTooCostly(pattern: String)
 
     public var domain: String { "query" }
     public var isTransient: Bool { false }
@@ -53,6 +62,7 @@ public enum MangoError: FerryError, Equatable {
         case .unsupportedOperator: return "not_supported"
         case .invalidFieldName: return "invalid_field_name"
         case .invalidQuery(let error, _): return error
+        case .limitExceeded, .regexTooCostly: return "bad_request"
         }
     }
 
@@ -67,6 +77,11 @@ public enum MangoError: FerryError, Equatable {
         case .invalidFieldName(let name): return "Invalid field name: \(name)"
         case .tooDeep(let limit): return "Selector is nested more than \(limit) levels deep."
         case .invalidQuery(_, let reason): return reason
+        case .limitExceeded(let reason): return reason
+        case .regexTooCostly(let pattern):
+            return "$regex \(JSON.string(pattern).canonicalString) needed more than \(QueryLimits.maximumRegexTicks * 10_000) "
+                + "matching steps on one value (limit maximumRegexTicks); nested repetition such as (a+)+ backtracks "
+                + "exponentially: write the pattern without it."
         }
     }
 }

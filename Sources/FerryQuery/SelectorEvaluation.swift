@@ -2,14 +2,25 @@ import FerryCore
 
 extension SelectorNode {
     /// Whether `value` (a document, or an element inside an element sub-selector) matches,
-    /// operator by operator as CouchDB's Mango evaluates it.
-    public func matches(_ value: JSON) -> Bool {
+    /// operator by operator as CouchDB's Mango evaluates it. A value on which a `$regex` test
+    /// exceeds its budget matches no selector (not even one that negates the `$regex`).
+    public func matches(_ value: JSON) -> Bool { (try? evaluate(value)) ?? false }
+
+    /// Whether `value` matches; throws `regexTooCostly` when a `$regex` test exceeds its budget.
+    public func evaluate(_ value: JSON) throws(MangoError) -> Bool {
         switch self {
         case .matchAll: return true
-        case .and(let clauses): return clauses.allSatisfy { $0.matches(value) }
-        case .or(let clauses): return clauses.isEmpty || clauses.contains { $0.matches(value) }
-        case .not(let inner): return !inner.matches(value)
-        case .nor(let clauses): return !clauses.contains { $0.matches(value) }
+        case .and(let clauses):
+            for clause in clauses where !(try clause.evaluate(value)) { return false }
+            return true
+        case .or(let clauses):
+            if clauses.isEmpty { return true }
+            for clause in clauses where try clause.evaluate(value) { return true }
+            return false
+        case .not(let inner): return !(try inner.evaluate(value))
+        case .nor(let clauses):
+            for clause in clauses where try clause.evaluate(value) { return false }
+            return true
         case .field(let path, let condition):
             switch path.lookup(in: value) {
             case .missing: return condition == .exists(false)
@@ -17,7 +28,7 @@ extension SelectorNode {
             case .found(let found):
                 // CouchDB compares `_id` by raw bytes, as `_all_docs` orders it.
                 let raw = path.components.count == 1 && path.components[0] == "_id"
-                return condition.matches(found, compare: raw ? CouchCollation.compareRaw : CouchCollation.compare)
+                return try condition.evaluate(found, compare: raw ? CouchCollation.compareRaw : CouchCollation.compare)
             }
         }
     }
@@ -25,7 +36,7 @@ extension SelectorNode {
 
 extension FieldCondition {
     /// Whether a value that exists meets the condition, comparing with `compare`.
-    func matches(_ value: JSON, compare: (JSON, JSON) -> CollationOrder) -> Bool {
+    func evaluate(_ value: JSON, compare: (JSON, JSON) -> CollationOrder) throws(MangoError) -> Bool {
         switch self {
         case .eq(let arg): return compare(value, arg) == .same
         case .ne(let arg): return compare(value, arg) != .same
@@ -53,7 +64,7 @@ extension FieldCondition {
             // Int64.min % -1 traps; every integer is divisible by -1.
             return (divisor == -1 ? 0 : i % divisor) == remainder
         case .regex(let regex):
-            if case .string(let s) = value { return regex.matches(s) }
+            if case .string(let s) = value { return try regex.test(s) }
             return false
         case .beginsWith(let prefix):
             if case .string(let s) = value { return s.utf8.starts(with: prefix.utf8) }
@@ -64,15 +75,18 @@ extension FieldCondition {
             if args.allSatisfy({ items.contains($0) }) { return true }
             return args.count == 1 && args[0] == value
         case .elemMatch(let sub):
-            if case .array(let items) = value { return items.contains { sub.matches($0) } }
+            guard case .array(let items) = value else { return false }
+            for item in items where try sub.evaluate(item) { return true }
             return false
         case .allMatch(let sub):
-            if case .array(let items) = value, !items.isEmpty { return items.allSatisfy { sub.matches($0) } }
-            return false
+            guard case .array(let items) = value, !items.isEmpty else { return false }
+            for item in items where !(try sub.evaluate(item)) { return false }
+            return true
         case .keyMapMatch(let sub):
-            if case .object(let fields) = value { return fields.keys.contains { sub.matches(.string($0)) } }
+            guard case .object(let fields) = value else { return false }
+            for key in fields.keys where try sub.evaluate(.string(key)) { return true }
             return false
-        case .not(let inner): return !inner.matches(value, compare: compare)
+        case .not(let inner): return !(try inner.evaluate(value, compare: compare))
         }
     }
 }

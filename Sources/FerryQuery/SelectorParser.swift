@@ -11,8 +11,29 @@ enum SelectorParser {
             throw .invalid("Selector must be a JSON object, not: \(value.canonicalString)")
         }
         if fields.isEmpty { return .matchAll }
-        let written = try parse(value, at: FieldPath(components: []), depth: 0, inElement: false)
+        var cost = 0
+        let written = try parse(value, at: FieldPath(components: []), depth: 0, inElement: false, cost: &cost)
         return normaliseNegations(written)
+    }
+
+    // MARK: - Limits
+
+    /// Refuses an operator with more operands than `QueryLimits.maximumOperands`.
+    private static func checkOperands(_ count: Int, of op: String, _ noun: String) throws(MangoError) {
+        let limit = QueryLimits.maximumOperands
+        guard count <= limit else {
+            throw .limitExceeded("\(op) has \(count) \(noun); at most \(limit) are allowed (query limit maximumOperands).")
+        }
+    }
+
+    /// Adds `amount` to the selector's cost, refusing it past `QueryLimits.maximumSelectorCost`.
+    private static func charge(_ amount: Int, _ cost: inout Int) throws(MangoError) {
+        cost += amount
+        let limit = QueryLimits.maximumSelectorCost
+        guard cost <= limit else {
+            throw .limitExceeded(
+                "The selector has more than \(limit) operators, clauses and listed values (query limit maximumSelectorCost).")
+        }
     }
 
     // MARK: - Parsing
@@ -20,46 +41,52 @@ enum SelectorParser {
     /// Parses `value` standing where a selector may stand, for the value at `path`.
     /// `inElement` is true inside `$elemMatch` and friends, where an empty path is the element.
     private static func parse(
-        _ value: JSON, at path: FieldPath, depth: Int, inElement: Bool
+        _ value: JSON, at path: FieldPath, depth: Int, inElement: Bool, cost: inout Int
     ) throws(MangoError) -> SelectorNode {
         guard depth <= maximumDepth else { throw .tooDeep(limit: maximumDepth) }
+        try charge(1, &cost)
         guard case .object(let fields) = value, !fields.isEmpty else {
             // A bare value (or `{}` below the top) means equality.
             return try terminal(.eq(value), at: path, inElement: inElement)
         }
         if fields.count > 1 {
+            try checkOperands(fields.count, of: "An object", "fields")
             // Several keys are an implicit $and; sorted so the tree does not depend on hashing.
             var clauses: [SelectorNode] = []
             for key in fields.keys.sorted(by: CouchCollation.utf8Precedes) {
-                clauses.append(try parse(.object([key: fields[key]!]), at: path, depth: depth + 1, inElement: inElement))
+                clauses.append(
+                    try parse(.object([key: fields[key]!]), at: path, depth: depth + 1, inElement: inElement, cost: &cost))
             }
             return .and(clauses)
         }
         let (key, argument) = fields.first!
         if key.hasPrefix("$") {
-            return try parseOperator(key, argument, at: path, depth: depth, inElement: inElement)
+            return try parseOperator(key, argument, at: path, depth: depth, inElement: inElement, cost: &cost)
         }
         let subpath = try FieldPath(parsing: key)
-        return try parse(argument, at: path.appending(subpath), depth: depth + 1, inElement: inElement)
+        return try parse(argument, at: path.appending(subpath), depth: depth + 1, inElement: inElement, cost: &cost)
     }
 
     private static func parseOperator(
-        _ op: String, _ argument: JSON, at path: FieldPath, depth: Int, inElement: Bool
+        _ op: String, _ argument: JSON, at path: FieldPath, depth: Int, inElement: Bool, cost: inout Int
     ) throws(MangoError) -> SelectorNode {
         func clauses() throws(MangoError) -> [SelectorNode] {
             guard case .array(let items) = argument else { throw .badArgument(operator: op, argument: argument) }
+            try checkOperands(items.count, of: op, "clauses")
             var out: [SelectorNode] = []
             for item in items {
-                out.append(try parse(item, at: path, depth: depth + 1, inElement: inElement))
+                out.append(try parse(item, at: path, depth: depth + 1, inElement: inElement, cost: &cost))
             }
             return out
         }
         func subselector() throws(MangoError) -> SelectorNode {
             guard case .object = argument else { throw .badArgument(operator: op, argument: argument) }
-            return try parse(argument, at: FieldPath(components: []), depth: depth + 1, inElement: true)
+            return try parse(argument, at: FieldPath(components: []), depth: depth + 1, inElement: true, cost: &cost)
         }
         func list() throws(MangoError) -> [JSON] {
             guard case .array(let items) = argument else { throw .badArgument(operator: op, argument: argument) }
+            try checkOperands(items.count, of: op, "values")
+            try charge(items.count, &cost)
             return items
         }
         func condition(_ c: FieldCondition) throws(MangoError) -> SelectorNode {
@@ -73,7 +100,7 @@ enum SelectorParser {
         case "$nor": return .nor(try clauses())
         case "$not":
             guard case .object = argument else { throw bad() }
-            return .not(try parse(argument, at: path, depth: depth + 1, inElement: inElement))
+            return .not(try parse(argument, at: path, depth: depth + 1, inElement: inElement, cost: &cost))
         case "$elemMatch": return try condition(.elemMatch(try subselector()))
         case "$allMatch": return try condition(.allMatch(try subselector()))
         case "$keyMapMatch": return try condition(.keyMapMatch(try subselector()))

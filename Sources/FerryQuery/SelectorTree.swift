@@ -79,7 +79,9 @@ public enum JSONType: String, Sendable, Hashable, CaseIterable {
 /// A `$regex` pattern, compiled once; equal when the pattern text is equal.
 ///
 /// Patterns use ICU's regular expressions (NSRegularExpression), close to the PCRE that CouchDB
-/// uses; a match anywhere in the string counts, as with PCRE's unanchored search.
+/// uses; a match anywhere in the string counts, as with PCRE's unanchored search. ICU
+/// backtracks, so each test runs with ICU's progress callback and gives up after
+/// `QueryLimits.maximumRegexTicks` ticks (`MangoError.regexTooCostly`).
 public struct MangoRegex: Hashable, @unchecked Sendable {
     public let pattern: String
     // NSRegularExpression is immutable and documented as safe to share between threads.
@@ -92,10 +94,30 @@ public struct MangoRegex: Hashable, @unchecked Sendable {
         self.compiled = compiled
     }
 
-    /// Whether the pattern matches somewhere in `string`.
-    public func matches(_ string: String) -> Bool {
+    /// Whether the pattern matches somewhere in `string`; false when the test exceeds its budget.
+    public func matches(_ string: String) -> Bool { (try? test(string)) ?? false }
+
+    /// Whether the pattern matches somewhere in `string`, within `ticks` of ICU's backtracking
+    /// ticks (about 10,000 steps each; one per 100 UTF-16 units for a longer string);
+    /// `regexTooCostly` beyond them.
+    public func test(_ string: String, ticks: Int = QueryLimits.maximumRegexTicks) throws(MangoError) -> Bool {
         let range = NSRange(string.startIndex..<string.endIndex, in: string)
-        return compiled.firstMatch(in: string, options: [], range: range) != nil
+        // The progress callback also runs once per start position tried, at most once per
+        // UTF-16 unit and once at the end: those calls are the scan, not backtracking.
+        let allowed = range.length + 1 + max(ticks, range.length / 100)
+        var found = false
+        var spent = 0
+        compiled.enumerateMatches(in: string, options: [.reportProgress], range: range) { match, flags, stop in
+            if match != nil {
+                found = true
+                stop.pointee = true
+            } else if flags.contains(.progress) {
+                spent += 1
+                if spent > allowed { stop.pointee = true }
+            }
+        }
+        if !found && spent > allowed { throw .regexTooCostly(pattern: pattern) }
+        return found
     }
 
     public static func == (a: MangoRegex, b: MangoRegex) -> Bool { a.pattern == b.pattern }

@@ -121,7 +121,7 @@ extension CouchDatabase {
         case "revs_limit":
             return try await revsLimit(request, principal: principal)
         case "find":
-            return try await findEndpoint(request, principal: principal)
+            return try await findEndpoint(request, principal: principal, channel: context.channel)
         case "explain":
             return try await explainEndpoint(request, principal: principal)
         case "index":

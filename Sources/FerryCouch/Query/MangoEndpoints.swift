@@ -2,14 +2,28 @@ import FerryCore
 import FerryQuery
 import Foundation
 import Hummingbird
+import NIOCore
 
 // The HTTP side of Mango: `POST /{db}/_find`, `POST /{db}/_explain`, `GET|POST /{db}/_index`,
 // `DELETE /{db}/_index/{ddoc}/json/{name}` and `GET /_active_tasks`.
 extension CouchDatabase {
-    /// `POST /{db}/_find`.
-    func findEndpoint(_ request: Request, principal: CouchPrincipal) async throws -> Response {
+    /// `POST /{db}/_find`. The query runs on `QueryWorkers`, not on Swift's cooperative pool
+    /// (which has a thread per core, and every other request needs it), within `queryTimeout`;
+    /// it stops at the next document once the handling task is cancelled or, with `channel`,
+    /// once the client closes its side of the connection (Hummingbird does not cancel a
+    /// handler whose client went away).
+    func findEndpoint(_ request: Request, principal: CouchPrincipal, channel: (any Channel)? = nil) async throws -> Response {
         try allowOnly(request, .post)
-        let answer = try find(body: try await mangoBody(request), principal: principal)
+        let body = try await mangoBody(request)
+        let budget = QueryBudget(timeout: queryTimeout)
+        let watch = channel.map { ClientDisconnectWatch.install(on: $0, cancelling: budget) }
+        defer { watch?.remove() }
+        let database = self
+        let answer = try await withTaskCancellationHandler {
+            try await QueryWorkers.run { try database.find(body: body, principal: principal, budget: budget) }
+        } onCancel: {
+            budget.cancel()
+        }
         var bytes = answer.encodedResponse
         bytes.append(0x0A)
         return Response(
@@ -22,7 +36,7 @@ extension CouchDatabase {
         try allowOnly(request, .post)
         let body = try await mangoBody(request)
         let query = try Self.mango { try MangoQuery(parsing: body) }
-        return CouchResponse.json(try Self.mango { try explain(query, body: body) })
+        return CouchResponse.json(try Self.mango { try explain(query, body: body, principal: principal) })
     }
 
     /// `GET /{db}/_index` (with CouchDB's `limit` and `skip`) and `POST /{db}/_index`.
@@ -71,9 +85,11 @@ extension CouchDatabase {
     }
 
     /// Answers a `_find` request body as `POST /{db}/_find` does: a refused query throws
-    /// CouchDB's 400 `CouchError`.
-    public func find(body: JSON, principal: CouchPrincipal) throws -> MangoFindResult {
-        try Self.mango { try find(try MangoQuery(parsing: body), principal: principal) }
+    /// CouchDB's 400 `CouchError`; see `find(_:principal:budget:)` for the budget.
+    public func find(body: JSON, principal: CouchPrincipal, budget: QueryBudget = QueryBudget(timeout: nil)) throws
+        -> MangoFindResult
+    {
+        try Self.mango { try find(try MangoQuery(parsing: body), principal: principal, budget: budget) }
     }
 
     // MARK: - Helpers

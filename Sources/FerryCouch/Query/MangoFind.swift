@@ -70,14 +70,21 @@ extension CouchDatabase {
     static let findPageSize = 200
 
     /// Answers a parsed `_find` for `principal`: documents it may not read are never
-    /// returned. Throws `MangoError` for a query CouchDB refuses (400), `CouchError` otherwise.
+    /// returned, counted in `execution_stats` or used to plan (indexes of design documents it
+    /// may not read are not considered). Throws `MangoError` for a query CouchDB refuses (400),
+    /// `CancellationError` once `budget` is cancelled (or the calling task is), CouchDB's 500
+    /// `timeout` past its deadline, `CouchError` otherwise.
     ///
     /// The plan's index only narrows: every document read is matched against the whole
     /// selector in the form clients see. Results come in the index's key order, ties in
     /// document ID order; design documents and Ferry's own `_ferry/…` documents are never returned.
-    public func find(_ query: MangoQuery, principal: CouchPrincipal) throws -> MangoFindResult {
+    public func find(
+        _ query: MangoQuery, principal: CouchPrincipal, budget: QueryBudget = QueryBudget(timeout: nil)
+    ) throws -> MangoFindResult {
         let started = ContinuousClock.now
-        let bound = try bindPlan(query)
+        try Self.check(budget)
+        let bound = try bindPlan(query, principal: principal)
+        try Self.check(budget)
         var after: ScanPosition?
         if let text = query.bookmark, text != MangoBookmark.none {
             after = try MangoBookmark(decoding: text, fingerprint: bound.fingerprint).position
@@ -92,6 +99,9 @@ extension CouchDatabase {
         var skipped = 0
         var lastMatch: ScanPosition?
         let rule = principal.policy.read
+        // The statistics count only documents the principal may read: counting the others
+        // would let an indexed equality probe tell whether a hidden document holds a value.
+        let countsEverything = rule.admitsEverything
         if query.limit > 0 {
             // The first page reads no more rows than the answer can need when each one matches
             // (an index whose range decides the selector); later pages read full pages.
@@ -108,11 +118,15 @@ extension CouchDatabase {
                     let full = page.count == pageSize
                     pageSize = Self.findPageSize
                     for found in page {
+                        try Self.check(budget)
                         position = found.position
-                        keysExamined += 1
-                        if found.id.rawValue.hasPrefix("_design/") || Self.isNodeInternal(found.id) { continue }
-                        docsExamined += 1
+                        if found.id.rawValue.hasPrefix("_design/") || Self.isNodeInternal(found.id) {
+                            if countsEverything { keysExamined += 1 }
+                            continue
+                        }
                         if let partial, !Self.mayHoldAttachments(found.body) {
+                            keysExamined += 1
+                            docsExamined += 1
                             var fields: [String: JSON] = Dictionary(minimumCapacity: partial.count + 2)
                             fields["_id"] = .string(found.id.rawValue)
                             fields["_rev"] = .string(found.revisionText)
@@ -120,7 +134,7 @@ extension CouchDatabase {
                                 throw CouchError(.internalServerError, "corrupt", "Stored body of \(found.id) is not JSON.")
                             }
                             let doc = JSON.object(fields)
-                            guard query.selector.matches(doc) else { continue }
+                            guard try query.selector.evaluate(doc) else { continue }
                             lastMatch = found.position
                             if skipped < query.skip {
                                 skipped += 1
@@ -135,10 +149,12 @@ extension CouchDatabase {
                             throw CouchError(.internalServerError, "corrupt", "Stored body of \(found.id) is not JSON.")
                         }
                         guard rule.admits(id: found.id, body: body) else { continue }
+                        keysExamined += 1
+                        docsExamined += 1
                         let view = RevisionView(
                             id: found.id, revision: found.revision, deleted: false, body: body, tree: nil, sequence: nil)
                         var doc = try render(view, options: CouchRenderOptions(), multipart: false).json
-                        guard query.selector.matches(doc) else { continue }
+                        guard try query.selector.evaluate(doc) else { continue }
                         lastMatch = found.position
                         if skipped < query.skip {
                             skipped += 1
@@ -172,10 +188,15 @@ extension CouchDatabase {
     }
 
     /// Plans `query` over the store's ready indexes (those still building are only named in
-    /// warnings) and finds the chosen index's store number.
-    func bindPlan(_ query: MangoQuery, explaining: Bool = false) throws -> BoundPlan {
-        let stored: [StoredMangoIndex]
+    /// warnings) and finds the chosen index's store number. Only the indexes of design
+    /// documents `principal` may read take part, so neither the plan, its warnings, the
+    /// bookmark nor `_explain` name the others.
+    func bindPlan(_ query: MangoQuery, principal: CouchPrincipal, explaining: Bool = false) throws -> BoundPlan {
+        var stored: [StoredMangoIndex]
         do { stored = try store.mangoIndexes() } catch { throw couchError(error) }
+        if !principal.policy.read.admitsEverything {
+            stored = try stored.filter { try mayRead(designDocument: $0.index.designDocument, principal: principal) }
+        }
         let ready = stored.filter { $0.state == .ready }
         let building = stored.filter { $0.state != .ready }.map(\.index)
         let plan = try QueryPlanner.plan(query, ready: ready.map(\.index), unavailable: building, explaining: explaining)
@@ -268,6 +289,23 @@ extension CouchDatabase {
         guard !conflicts.isEmpty, var fields = doc.objectValue else { return doc }
         fields["_conflicts"] = .array(conflicts.map { .string($0.description) })
         return .object(fields)
+    }
+}
+
+extension CouchDatabase {
+    /// `budget.check()` as the CouchDB API answers it: `CancellationError` when the client
+    /// went away, CouchDB's 500 `timeout` past the deadline.
+    static func check(_ budget: QueryBudget) throws {
+        do { try budget.check() } catch {
+            switch error {
+            case .cancelled: throw CancellationError()
+            case .deadlineExceeded(let timeout):
+                throw CouchError(
+                    .internalServerError, "timeout",
+                    "The query did not finish within its \(timeout.components.seconds) s deadline (couch.queryTimeoutSeconds); "
+                        + "narrow the selector or create an index for it.")
+            }
+        }
     }
 }
 

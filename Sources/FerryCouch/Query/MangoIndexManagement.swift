@@ -75,8 +75,9 @@ extension CouchDatabase {
     }
 
     /// `POST /{db}/_explain`: how `query` would be answered, in CouchDB's shape.
-    public func explain(_ query: MangoQuery, body: JSON) throws -> JSON {
-        let bound = try bindPlan(query, explaining: true)
+    /// Only the indexes of design documents `principal` may read are candidates or named.
+    public func explain(_ query: MangoQuery, body: JSON, principal: CouchPrincipal) throws -> JSON {
+        let bound = try bindPlan(query, principal: principal, explaining: true)
         var out = bound.plan.explanation
         out["dbname"] = .string(name)
         switch bound.plan.source {
@@ -166,7 +167,7 @@ extension CouchDatabase {
 
     /// Whether the principal's read rule admits a design document (by its ID; its body is
     /// read only for a rule that needs it).
-    private func mayRead(designDocument: String, principal: CouchPrincipal) throws -> Bool {
+    func mayRead(designDocument: String, principal: CouchPrincipal) throws -> Bool {
         let rule = principal.policy.read
         if rule.admitsEverything { return true }
         let id = DocumentID(unchecked: designDocument)
