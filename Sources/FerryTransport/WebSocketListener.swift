@@ -395,7 +395,9 @@ public final class WebSocketListener: Service, Sendable {
             } else if record?.tlsError != nil {
                 level = refusals.isNews("\(record?.remote ?? "?") \(reason)") ? .warning : .debug
             } else {
-                level = .info
+                // Once a window per address: a flood of silent connections closed at the
+                // handshake deadline is not a line each.
+                level = refusals.isNews("\(record?.remote ?? "?") \(reason)") ? .info : .debug
             }
             logger.log(
                 level: level, "connection refused during handshake",
