@@ -157,7 +157,7 @@ class Prober:
                 except requests.RequestException as e:
                     self.failures.append("%s: %s" % (url, e))
                 self.worst = max(self.worst, time.time() - started)
-            time.sleep(0.1)
+            time.sleep(0.25)
 
     def __enter__(self):
         self.thread.start()
@@ -211,20 +211,25 @@ def test_an_abandoned_query_stops_working(node):
     parsed = urlparse(node.couch)
     body = json.dumps(slow_query()).encode()
     auth = node.admin.headers["Authorization"]
-    with Prober(node) as prober:
-        sock = socket.create_connection((parsed.hostname, parsed.port))
-        sock.sendall(
-            ("POST %s/_find HTTP/1.1\r\nHost: %s\r\nAuthorization: %s\r\nContent-Type: application/json\r\n"
-             "Content-Length: %d\r\n\r\n" % (urlparse(node.db).path, parsed.netloc, auth, len(body))).encode() + body)
-        time.sleep(0.5)
-        sock.close()
-        time.sleep(0.5)
-        before = node.cpu_seconds()
-        time.sleep(min(duration, 5))
-        used = node.cpu_seconds() - before
-    print("after the client went away: %.2f s of CPU in the next %.1f s" % (used, min(duration, 5)))
-    assert used < 0.3 * min(duration, 5), "the abandoned query kept working"
-    assert not prober.failures, prober.failures
+    sock = socket.create_connection((parsed.hostname, parsed.port))
+    sock.sendall(
+        ("POST %s/_find HTTP/1.1\r\nHost: %s\r\nAuthorization: %s\r\nContent-Type: application/json\r\n"
+         "Content-Length: %d\r\n\r\n" % (urlparse(node.db).path, parsed.netloc, auth, len(body))).encode() + body)
+    time.sleep(1)
+    working = node.cpu_seconds()
+    time.sleep(1)
+    working = node.cpu_seconds() - working
+    sock.close()
+    time.sleep(0.5)
+    # Nothing else runs meanwhile (the probes of the other APIs cost CPU of their own).
+    window = min(duration - 2, 5)
+    before = node.cpu_seconds()
+    time.sleep(window)
+    used = node.cpu_seconds() - before
+    print("while the client waited: %.2f s of CPU in 1 s; after it went away: %.2f s of CPU in the next %.1f s" % (
+        working, used, window))
+    assert working > 0.5, "the query was not running"
+    assert used < 0.2 * window, "the abandoned query kept working"
 
 
 def test_a_catastrophic_regex_is_refused_at_once(node):

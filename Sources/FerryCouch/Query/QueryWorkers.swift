@@ -22,8 +22,7 @@ enum QueryWorkers {
 /// Cancels a query's budget when its client closes the connection, or closes its sending side:
 /// an HTTP/1.1 client that waits for an answer keeps that side open, and Hummingbird lets a
 /// handler run on after its client went away. Sits first in the channel's pipeline, where the
-/// channel's own events arrive before the HTTP handlers (which hold back a half-close while a
-/// response is pending).
+/// channel's own events arrive before the HTTP handlers.
 final class ClientDisconnectWatch: ChannelInboundHandler, RemovableChannelHandler, Sendable {
     typealias InboundIn = Any
 
@@ -45,6 +44,13 @@ final class ClientDisconnectWatch: ChannelInboundHandler, RemovableChannelHandle
 
     /// Stops watching (the query is over).
     func remove() { channel.pipeline.removeHandler(self, promise: nil) }
+
+    /// NIO's HTTP/1 pipeline handler holds back reads while a response is pending, so the
+    /// socket would not report the client's close: one read from here (below it) does. Data a
+    /// pipelining client sends meanwhile goes up to the HTTP handlers, which buffer it as usual.
+    func handlerAdded(context: ChannelHandlerContext) {
+        context.read()
+    }
 
     func channelInactive(context: ChannelHandlerContext) {
         budget.cancel()
