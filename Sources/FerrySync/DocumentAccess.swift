@@ -25,7 +25,7 @@ public struct DocumentAccess: Sendable {
     public var writesEverything: Bool { policy.write.admitsEverything && policy.mayDelete }
 
     /// Whether a rule's verdict can depend on bodies (it names types).
-    static func needsBodies(_ rule: AccessRule) -> Bool { !rule.admitsEverything && !rule.types.isEmpty }
+    public static func needsBodies(_ rule: AccessRule) -> Bool { !rule.admitsEverything && !rule.types.isEmpty }
 
     // MARK: Reading
 

@@ -54,6 +54,9 @@ import Testing
             #expect(!listed.text.contains("patients/2"))
             let bulk = try await c.send(.post, "/ferry/_bulk_get", json: ["docs": [["id": "patients/2"]]])
             #expect(!bulk.text.contains("4711"))
+            let found = try await c.send(.post, "/ferry/_find", json: ["selector": ["type": "note"], "conflicts": true])
+            #expect(found.status == .ok)
+            #expect(!found.text.contains("patients/2"), "\(found.text)")
         }
     }
 

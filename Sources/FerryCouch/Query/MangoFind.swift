@@ -1,6 +1,7 @@
 import FerryCore
 import FerryQuery
 import FerryStore
+import FerrySync
 import Foundation
 
 /// The answer to one `_find`: the documents of the page (as the JSON text sent to the
@@ -149,6 +150,12 @@ extension CouchDatabase {
                             throw CouchError(.internalServerError, "corrupt", "Stored body of \(found.id) is not JSON.")
                         }
                         guard rule.admits(id: found.id, body: body) else { continue }
+                        // A conflicted document is readable only when every live leaf is (DocumentAccess).
+                        if found.conflicted && DocumentAccess.needsBodies(rule) {
+                            let tree: RevisionTree?
+                            do { tree = try store.revisionTree(found.id) } catch { throw couchError(error) }
+                            guard let tree, DocumentAccess(principal.policy).mayRead(found.id, tree: tree) else { continue }
+                        }
                         keysExamined += 1
                         docsExamined += 1
                         let view = RevisionView(
