@@ -69,6 +69,7 @@ struct ConfigReader {
         let top = try object(json, "", allowed: [
             "name", "group", "data", "listen", "admin", "discovery", "peers", "trust", "conflicts", "pullFilter",
             "validation", "logLevel", "limits", "readOnly", "replications", "couch",
+            "blobCollection",
         ])
         if let v = top["name"] { c.name = try name(v, "name") }
         if let v = top["group"] {
@@ -163,6 +164,11 @@ struct ConfigReader {
             if c.limits.maxOpenConnections < c.limits.maxConnectionsPerAddress {
                 throw fail("limits.maxOpenConnections", "must be at least limits.maxConnectionsPerAddress (\(c.limits.maxConnectionsPerAddress))")
             }
+        if let v = top["blobCollection"] {
+            let o = try object(v, "blobCollection", allowed: ["intervalSeconds", "graceSeconds"])
+            if let x = o["intervalSeconds"] { c.blobCollection.intervalSeconds = try int(x, "blobCollection.intervalSeconds", 0...31_536_000) }
+            if let x = o["graceSeconds"] { c.blobCollection.graceSeconds = try int(x, "blobCollection.graceSeconds", 0...31_536_000) }
+        }
         if let v = top["readOnly"] { c.readOnly = try bool(v, "readOnly") }
         if let v = top["replications"] {
             guard case .array(let items) = v else { throw fail("replications", "must be an array") }

@@ -227,6 +227,7 @@ public final class FerryNode: Sendable {
         services.append(manager)
         services.append(MembershipFollower(membership: membership, store: store))
         services.append(makeIndexBuilder())
+        if let collector = makeBlobCollector() { services.append(collector) }
         services.append(
             StartupGuard(role: .admin(configuration.adminInterface, configuration.adminPort), service: admin.application()))
         services.append(contentsOf: try makeCouchServices(readiness: readiness))

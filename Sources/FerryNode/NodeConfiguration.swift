@@ -58,6 +58,16 @@ public struct NodeConfiguration: Sendable {
         public init() {}
     }
 
+    /// How the running node deletes blobs that no stored revision refers to.
+    public struct BlobCollection: Sendable, Equatable {
+        /// Seconds between two collections, the first one interval after start; 0 turns it off. Default 3600.
+        public var intervalSeconds = 3600
+        /// An unreferenced blob is kept this long after it was last stored or used: a blob
+        /// arrives before the revision that refers to it. Default 3600.
+        public var graceSeconds = 3600
+        public init() {}
+    }
+
     /// The CouchDB HTTP API: its loopback listener, users, web origins and the opt-in LAN listener.
     public struct Couch: Sendable, Equatable {
         /// The opt-in LAN listener: HTTPS with the node's certificate, configured users only.
@@ -123,6 +133,7 @@ public struct NodeConfiguration: Sendable {
     public var validation: DocumentRule?
     public var logLevel: Logger.Level = .info
     public var limits = Limits()
+    public var blobCollection = BlobCollection()
     public var readOnly = false
     /// Replications declared in the file (resumed on every start).
     public var replications: [ReplicationSpec] = []

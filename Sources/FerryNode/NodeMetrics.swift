@@ -31,6 +31,8 @@ public final class NodeMetrics: Sendable {
         "ferry_store_size_bytes": "Database files and blobs on disk",
         "ferry_documents": "Live documents",
         "ferry_last_sequence": "The store's last sequence",
+        "ferry_blobs_collected_total": "Unreferenced blobs the node deleted",
+        "ferry_blobs_collected_bytes_total": "Bytes of unreferenced blobs the node deleted",
     ]
 
     /// The label sets each labelled counter is exported with from the start.

@@ -1,0 +1,79 @@
+import CoreMetrics
+import FerryStore
+import Logging
+import ServiceLifecycle
+
+/// Deletes, every `interval` of its clock, the blobs no stored revision refers to that
+/// have not been stored or used for `grace` (DocumentStore.collectBlobs), counting what it
+/// frees; a failed pass is logged and the next one runs on schedule.
+public struct BlobCollector<C: Clock>: Service where C.Duration == Duration {
+    let store: DocumentStore
+    let clock: C
+    let interval: Duration
+    let grace: Duration
+    let collected: Counter?
+    let collectedBytes: Counter?
+    let logger: Logger
+
+    public init(
+        store: DocumentStore, clock: C, interval: Duration, grace: Duration, collected: Counter? = nil,
+        collectedBytes: Counter? = nil, logger: Logger = Logger(label: "ferry.blobs")
+    ) {
+        self.store = store
+        self.clock = clock
+        self.interval = interval
+        self.grace = grace
+        self.collected = collected
+        self.collectedBytes = collectedBytes
+        self.logger = logger
+    }
+
+    public func run() async throws {
+        await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                do { try await clock.sleep(for: interval) } catch { return }
+                await collectOnce()
+            }
+        }
+    }
+
+    /// One collection pass, off the cooperative pool (it scans every document and may take a while).
+    func collectOnce() async {
+        let store = self.store
+        let minimumAge = Double(grace.components.seconds) + Double(grace.components.attoseconds) / 1e18
+        let result = await Task.detached(priority: .background) { () -> Result<(count: Int, bytes: Int64), StoreError> in
+            do throws(StoreError) { return .success(try store.collectBlobs(minimumAge: minimumAge)) } catch { return .failure(error) }
+        }.value
+        switch result {
+        case .success(let removed):
+            collected?.increment(by: removed.count)
+            collectedBytes?.increment(by: Int(clamping: removed.bytes))
+            logger.debug("blob collection done", metadata: ["removed": "\(removed.count)", "bytes": "\(removed.bytes)"])
+        case .failure(let error):
+            logger.error("blob collection failed", metadata: ["error": "\(error)", "transient": "\(error.isTransient)"])
+        }
+    }
+}
+
+extension FerryNode {
+    /// The node's blob collector, or nil when the configuration turns collection off.
+    func makeBlobCollector() -> (any Service)? {
+        let settings = configuration.blobCollection
+        guard settings.intervalSeconds > 0 else { return nil }
+        var blobLogger = logger
+        blobLogger[metadataKey: "component"] = "blobs"
+        let collector: any Service = Self.blobCollector(
+            store: store, clock: clock, settings: settings, metrics: metrics, logger: blobLogger)
+        return collector
+    }
+
+    private static func blobCollector(
+        store: DocumentStore, clock: some Clock<Duration>, settings: NodeConfiguration.BlobCollection, metrics: NodeMetrics,
+        logger: Logger
+    ) -> any Service {
+        BlobCollector(
+            store: store, clock: clock, interval: .seconds(settings.intervalSeconds), grace: .seconds(settings.graceSeconds),
+            collected: Counter(label: "ferry_blobs_collected_total", factory: metrics.factory),
+            collectedBytes: Counter(label: "ferry_blobs_collected_bytes_total", factory: metrics.factory), logger: logger)
+    }
+}
