@@ -329,6 +329,7 @@ extension ConfigReader {
     func couch(_ v: JSON, _ key: String) throws(ConfigError) -> NodeConfiguration.Couch {
         let o = try object(v, key, allowed: [
             "port", "maxRequestBytes", "sessionSeconds", "users", "cors", "lan", "maxConnections", "maxConnectionsPerAddress", "idleTimeoutSeconds",
+            "queryTimeoutSeconds",
         ])
         var c = NodeConfiguration.Couch()
         if let x = o["port"] { c.port = try int(x, "\(key).port", 0...65535) }
@@ -343,6 +344,7 @@ extension ConfigReader {
         if let x = o["maxConnections"] { c.maxConnections = try int(x, "\(key).maxConnections", 1...1_000_000) }
         if let x = o["maxConnectionsPerAddress"] { c.maxConnectionsPerAddress = try int(x, "\(key).maxConnectionsPerAddress", 1...1_000_000) }
         if let x = o["idleTimeoutSeconds"] { c.idleTimeoutSeconds = try int(x, "\(key).idleTimeoutSeconds", 1...86_400) }
+        if let x = o["queryTimeoutSeconds"] { c.queryTimeoutSeconds = try int(x, "\(key).queryTimeoutSeconds", 1...3600) }
         if c.maxConnections < c.maxConnectionsPerAddress {
             throw fail("\(key).maxConnections", "must be at least \(key).maxConnectionsPerAddress (\(c.maxConnectionsPerAddress))")
         }

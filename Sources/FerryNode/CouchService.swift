@@ -21,6 +21,7 @@ extension FerryNode {
             serverUUID: String(identity.nodeID.prefix(32)), logger: Logger(label: "ferry.couch"), shutdown: shutdown,
             metrics: metrics.sync)
         database.vendorVersion = FerryVersion.current
+        database.queryTimeout = .seconds(configuration.couch.queryTimeoutSeconds)
         return database
     }
 

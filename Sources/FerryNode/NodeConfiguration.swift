@@ -105,6 +105,8 @@ public struct NodeConfiguration: Sendable {
         public var maxConnectionsPerAddress = 64
         /// Seconds a connection may go without a complete request before it is closed. Default 30.
         public var idleTimeoutSeconds = 30
+        /// Seconds one `_find` may work before it is stopped (500 `timeout`). Default 30.
+        public var queryTimeoutSeconds = 30
     public var group = "ferry"
     public var dataDirectory: String?
     public var interface = "0.0.0.0"
