@@ -241,11 +241,13 @@ public final class DocumentStore: Sendable {
     }
 
     /// Revision trees of many documents in one read transaction; absent documents are omitted.
+    /// An ID given many times (a batch of one document's revisions) is read once.
     public func revisionTrees(_ ids: some Sequence<DocumentID>) throws(StoreError) -> [DocumentID: RevisionTree] {
         try read { db in
             let stmt = try FastStatement(db, sql: StoredDocument.selectSQL)
             var out: [DocumentID: RevisionTree] = [:]
-            for id in ids {
+            var seen = Set<DocumentID>()
+            for id in ids where seen.insert(id).inserted {
                 if let stored = try StoredDocument.fetch(stmt, id: id) { out[id] = stored.tree }
             }
             return out
