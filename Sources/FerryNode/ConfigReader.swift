@@ -155,7 +155,6 @@ struct ConfigReader {
             if let x = o["maxMessageBytes"] { c.limits.maxMessageBytes = try int(x, "limits.maxMessageBytes", 1024...(1 << 30)) }
             if let x = o["maxDocumentBytes"] { c.limits.maxDocumentBytes = try int(x, "limits.maxDocumentBytes", 64...(1 << 30)) }
             if let x = o["idleTimeoutSeconds"] { c.limits.idleTimeoutSeconds = try int(x, "limits.idleTimeoutSeconds", 5...86_400) }
-        }
             if let x = o["maxOpenConnections"] { c.limits.maxOpenConnections = try int(x, "limits.maxOpenConnections", 1...1_000_000) }
             if let x = o["maxConnectionsPerAddress"] {
                 c.limits.maxConnectionsPerAddress = try int(x, "limits.maxConnectionsPerAddress", 1...1_000_000)
@@ -164,6 +163,7 @@ struct ConfigReader {
             if c.limits.maxOpenConnections < c.limits.maxConnectionsPerAddress {
                 throw fail("limits.maxOpenConnections", "must be at least limits.maxConnectionsPerAddress (\(c.limits.maxConnectionsPerAddress))")
             }
+        }
         if let v = top["blobCollection"] {
             let o = try object(v, "blobCollection", allowed: ["intervalSeconds", "graceSeconds"])
             if let x = o["intervalSeconds"] { c.blobCollection.intervalSeconds = try int(x, "blobCollection.intervalSeconds", 0...31_536_000) }
@@ -335,12 +335,6 @@ extension ConfigReader {
         if let x = o["port"] { c.port = try int(x, "\(key).port", 0...65535) }
         if let x = o["maxRequestBytes"] { c.maxRequestBytes = try int(x, "\(key).maxRequestBytes", 1024...(1 << 32)) }
         if let x = o["sessionSeconds"] { c.sessionSeconds = try int(x, "\(key).sessionSeconds", 60...(30 * 86_400)) }
-        if let x = o["users"] {
-            guard case .array(let items) = x else { throw fail("\(key).users", "must be an array") }
-            for (i, item) in items.enumerated() {
-                let user = try couchUser(item, "\(key).users[\(i)]")
-                if c.users.contains(where: { $0.name == user.name }) {
-                    throw fail("\(key).users[\(i)].name", "duplicate user \(LogText.escape(user.name))")
         if let x = o["maxConnections"] { c.maxConnections = try int(x, "\(key).maxConnections", 1...1_000_000) }
         if let x = o["maxConnectionsPerAddress"] { c.maxConnectionsPerAddress = try int(x, "\(key).maxConnectionsPerAddress", 1...1_000_000) }
         if let x = o["idleTimeoutSeconds"] { c.idleTimeoutSeconds = try int(x, "\(key).idleTimeoutSeconds", 1...86_400) }
@@ -348,6 +342,12 @@ extension ConfigReader {
         if c.maxConnections < c.maxConnectionsPerAddress {
             throw fail("\(key).maxConnections", "must be at least \(key).maxConnectionsPerAddress (\(c.maxConnectionsPerAddress))")
         }
+        if let x = o["users"] {
+            guard case .array(let items) = x else { throw fail("\(key).users", "must be an array") }
+            for (i, item) in items.enumerated() {
+                let user = try couchUser(item, "\(key).users[\(i)]")
+                if c.users.contains(where: { $0.name == user.name }) {
+                    throw fail("\(key).users[\(i)].name", "duplicate user \(LogText.escape(user.name))")
                 }
                 c.users.append(user)
             }

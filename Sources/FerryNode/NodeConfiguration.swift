@@ -89,6 +89,14 @@ public struct NodeConfiguration: Sendable {
         public var sessionSeconds = 600
         /// nil: no LAN listener (the default).
         public var lan: LAN?
+        /// Connections open at once on each CouchDB listener, counted from accept. Default 256.
+        public var maxConnections = 256
+        /// Connections from one address on each CouchDB listener. Default 64.
+        public var maxConnectionsPerAddress = 64
+        /// Seconds a connection may go without a complete request before it is closed. Default 30.
+        public var idleTimeoutSeconds = 30
+        /// Seconds one `_find` may work before it is stopped (500 `timeout`). Default 30.
+        public var queryTimeoutSeconds = 30
         public init() {}
 
         /// The body limit in force with `limits`.
@@ -99,14 +107,6 @@ public struct NodeConfiguration: Sendable {
 
     public var name = ProcessInfo.processInfo.hostName
     /// The group: the database name in the URL path and in the DNS-SD TXT record.
-        /// Connections open at once on each CouchDB listener, counted from accept. Default 256.
-        public var maxConnections = 256
-        /// Connections from one address on each CouchDB listener. Default 64.
-        public var maxConnectionsPerAddress = 64
-        /// Seconds a connection may go without a complete request before it is closed. Default 30.
-        public var idleTimeoutSeconds = 30
-        /// Seconds one `_find` may work before it is stopped (500 `timeout`). Default 30.
-        public var queryTimeoutSeconds = 30
     public var group = "ferry"
     public var dataDirectory: String?
     public var interface = "0.0.0.0"

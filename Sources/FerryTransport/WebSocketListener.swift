@@ -89,9 +89,9 @@ public final class WebSocketListener: Service, Sendable {
     let logger: Logger
     /// Refusals already warned about: a client that keeps failing the handshake is one warning a minute.
     let refusals = RepeatedRefusals()
-    private let state = Mutex(State())
     /// Counts every accepted connection against the caps, from accept to close.
     public let gate: ListenerGate
+    private let state = Mutex(State())
     private let boundWaiters = Mutex<(next: Int, waiting: [Int: CheckedContinuation<Int, any Error>])>((0, [:]))
 
     /// Bound port, live connections and lifecycle, behind the mutex.
@@ -127,10 +127,10 @@ public final class WebSocketListener: Service, Sendable {
         self.configuration = configuration
         self.serveConnection = serveConnection
         self.logger = logger
-        // A peer whose trust is revoked loses its live connections at once, not only its
         gate = ListenerGate(
             name: "replication", limits: .init(total: configuration.maxOpenConnections, perAddress: configuration.maxConnectionsPerAddress),
             logger: logger)
+        // A peer whose trust is revoked loses its live connections at once, not only its
         // next handshake.
         if case .mutualTLS(.dynamic(let trusted)) = configuration.authentication {
             trusted.onRevocation { [weak self] revoked in self?.disconnect(peers: revoked) }
@@ -218,8 +218,8 @@ public final class WebSocketListener: Service, Sendable {
         let config = configuration
         let logger = self.logger
         let refusals = self.refusals
-        let serverChannel: NIOAsyncChannel<EventLoopFuture<Upgrade>, Never>
         let gate = self.gate
+        let serverChannel: NIOAsyncChannel<EventLoopFuture<Upgrade>, Never>
         do {
             serverChannel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
                 .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)

@@ -218,12 +218,9 @@ public struct CouchFrontDoor: HTTPResponder {
     static let maxLoginBytes = 64 * 1024
 
     static func roles(_ principal: CouchPrincipal?) -> JSON {
-        idleTimeout: TimeAmount? = nil, admit: (@Sendable (any Channel) -> Bool)? = nil,
         principal == .admin ? ["_admin"] : []
     }
 
-        let http1 = HTTP1Channel.Configuration(idleTimeout: idleTimeout)
-        let admit = admit ?? { _ in true }
     /// `GET /_session`'s body for a principal (nil: anonymous).
     static func sessionInfo(_ principal: CouchPrincipal?, via handler: String) -> JSON {
         var info: [String: JSON] = ["authentication_handlers": ["cookie", "default"], "authentication_db": "_users"]
@@ -259,9 +256,12 @@ public struct CouchListenerService: Service {
     /// between requests; `admit` sees each accepted connection first and closes those over its caps.
     public init(
         frontDoor: CouchFrontDoor, host: String, port: Int, tls: TLSIdentity? = nil, logger: Logger,
+        idleTimeout: TimeAmount? = nil, admit: (@Sendable (any Channel) -> Bool)? = nil,
         onBound: @escaping @Sendable (Int) -> Void = { _ in }
     ) throws {
         let server: HTTPServerBuilder
+        let http1 = HTTP1Channel.Configuration(idleTimeout: idleTimeout)
+        let admit = admit ?? { _ in true }
         if let tls {
             let cert = try NIOSSLCertificate(bytes: tls.certificateDER, format: .der)
             let key = try NIOSSLPrivateKey(bytes: tls.privateKeyDER, format: .der)
