@@ -60,6 +60,7 @@ extension CouchDatabase {
         case .tooLarge: return CouchError(.contentTooLarge, "too_large", "Document too large")
         case .digestMismatch, .invalidHistory, .blobLengthMismatch: return .badRequest(e.description)
         case .rejected(_, let reason): return .forbidden(reason)
+        case .tooManyLeaves: return .forbidden(e.description)
         case .missingBlob: return CouchError(.preconditionFailed, "missing_stub", e.description)
         case .busy, .io: return CouchError(.serviceUnavailable, "unavailable", e.description)
         default: return CouchError(.internalServerError, "internal_server_error", e.description)
