@@ -37,11 +37,15 @@ run: build
 # own first: beside the seeded simulations they were starved past their limits.
 TIMED = HeartbeatTests|PushCatchUpTests|InlineReplicationTests|MeshLinkTests|TLSReplicationTests|TrustRetryTests
 HEAVY = LiveJoinSimulationTests|AntiEntropyTests
+# The attack suite (Integration/Scenarios/Attack*Scenarios.swift, Integration/attacks/):
+# floods of connections and minutes of refused work against real nodes, one suite at a time.
+ATTACKS = Attack[A-Za-z]*Scenarios
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build --filter '$(TIMED)'
-	$(SWIFT) test --skip-build --skip 'LabScenarios|$(HEAVY)|$(TIMED)'
+	$(SWIFT) test --skip-build --skip 'LabScenarios|$(HEAVY)|$(TIMED)|$(ATTACKS)'
 	$(SWIFT) test --skip-build --filter '$(HEAVY)'
+	$(SWIFT) test --skip-build --no-parallel --filter '$(ATTACKS)'
 	$(SWIFT) test --skip-build --filter LabScenarios
 
 integration: deps
