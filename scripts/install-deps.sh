@@ -78,6 +78,10 @@ if [ -f "$requirements" ]; then
             fi
         fi
         echo "Installing the CouchDB API suite's Python packages into .venv-couch" >&2
+        # A venv left half-made (an install interrupted before pip was in) is made again.
+        if [ -x "$venv/bin/python" ] && ! "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
+            rm -rf "$venv"
+        fi
         [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
         "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$requirements"
         echo "$want" > "$stamp"
