@@ -35,11 +35,12 @@ run: build
 # connections, the seeded simulations' time limits) would starve beside them.
 # The suites that wait on heartbeats and hand-driven connections in real time run on their
 # own first: beside the seeded simulations they were starved past their limits.
-TIMED = HeartbeatTests|PushCatchUpTests|InlineReplicationTests|MeshLinkTests|TLSReplicationTests|TrustRetryTests
+TIMED = HeartbeatTests|PushCatchUpTests|InlineReplicationTests|MeshLinkTests|TLSReplicationTests|TrustRetryTests|RelaySuppressionTests
 HEAVY = LiveJoinSimulationTests|AntiEntropyTests
-# The attack suite (Integration/Scenarios/Attack*Scenarios.swift, Integration/attacks/):
-# floods of connections and minutes of refused work against real nodes, one suite at a time.
-ATTACKS = Attack[A-Za-z]*Scenarios
+# The attack suite (Integration/Scenarios/Attack*Scenarios.swift, Integration/attacks/) and
+# the listeners' flood tests: floods of connections and minutes of refused work, one suite
+# at a time (beside other suites they starve the ones that wait on real-time heartbeats).
+ATTACKS = Attack[A-Za-z]*Scenarios|ListenerLimitsTests|CouchListenerLimitsTests
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build --filter '$(TIMED)'
