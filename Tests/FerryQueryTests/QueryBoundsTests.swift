@@ -51,31 +51,6 @@ import Testing
         #expect(union.count == Set(evens + threes).count)
     }
 
-    /// Figures, not assertions: building the ranges of an indexed `$in` by one sort and merge,
-    /// against the repeated union and re-sort it replaced, in this build. Minutes in a debug
-    /// build, so it runs only with FERRY_QUERY_FIGURES=1.
-    @Test(.enabled(if: ProcessInfo.processInfo.environment["FERRY_QUERY_FIGURES"] != nil))
-    func keyRangeConstructionFigures() {
-        func seconds(_ body: () -> Void) -> Double {
-            let clock = ContinuousClock()
-            let elapsed = clock.measure(body)
-            return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        }
-        for count in [2_000, 4_000, 200_000] {
-            let values = (0..<count).map { JSON.int(Int64($0)) }
-            let merged = seconds { _ = FieldKeySpace.collated.allowed(by: .in(values)) }
-            var line = "$in of \(count) values: key ranges by sort and merge \(merged) s"
-            if count <= 4_000 {
-                let repeated = seconds {
-                    var out = ByteIntervals.none
-                    for v in values { out = ByteIntervals(out.intervals + ByteIntervals.point(CouchCollation.sortKey(v)).intervals) }
-                }
-                line += ", by repeated union and re-sort \(repeated) s"
-            }
-            print(line)
-        }
-    }
-
     /// Union and intersection by merging agree with the definition (a key is in the result
     /// when it is in one set, or in both) on random small sets over a tiny alphabet.
     @Test func mergedUnionAndIntersectionAgreeWithMembership() {
