@@ -12,6 +12,10 @@ public final class BlobStore: Sendable {
     /// Held while a blob is confirmed present (put, has) and while collection removes one,
     /// so a blob someone has just relied on is never removed under them.
     private let sweepLock = Mutex<Void>(())
+    /// Digests an `IncomingBlob` of this process is receiving now.
+    let receiving = Mutex<Set<BlobDigest>>([])
+    /// Partly received blobs of an in-memory store.
+    let memoryPartials = Mutex<[BlobDigest: (total: Int64, bytes: [UInt8])]>([:])
 
     /// A blob kept in memory, with when it was last stored or asked for.
     private struct MemoryBlob {
@@ -111,6 +115,10 @@ public final class BlobStore: Sendable {
         }
         guard BlobDigest.of(content) == digest else { throw .blobCorrupt(digest) }
         return content
+    }
+
+    func memoryContent(_ digest: BlobDigest) -> [UInt8]? {
+        memory.withLock { $0[digest]?.content }
     }
 
     /// Whether the blob is stored. A yes counts as a use, like storing it again: a caller
@@ -228,7 +236,7 @@ public final class BlobStore: Sendable {
         }
     }
 
-    private func moveIntoPlace(_ temp: String, _ final: String) throws(StoreError) {
+    func moveIntoPlace(_ temp: String, _ final: String) throws(StoreError) {
         let dir = (final as NSString).deletingLastPathComponent
         do {
             try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])

@@ -22,6 +22,8 @@ struct FerryRemote: RemoteDatabase {
             coverage: reply.coverage)
         var opened = identity
         opened.reportsSkips = reply.features.contains(SyncProtocol.skipReportsFeature)
+        opened.blobChunks =
+            features.contains(SyncProtocol.blobChunksFeature) && reply.features.contains(SyncProtocol.blobChunksFeature)
         return FerryRemote(connection: connection, identity: opened)
     }
 
@@ -86,6 +88,34 @@ struct FerryRemote: RemoteDatabase {
 
     func putBlob(_ digest: BlobDigest, content: [UInt8]) async throws {
         _ = try await connection.request(SyncProtocol.Profile.putBlob, properties: [(BlobProperty.name, digest.description)], body: content)
+    }
+
+    var chunkedBlobs: Bool { identity.blobChunks }
+
+    func missingBlobOffsets(_ digests: [BlobDigest]) async throws -> [BlobDigest: Int64] {
+        let reply = try HasBlobsReply(try await ask(HasBlobsRequest(digests: digests)))
+        return Dictionary(uniqueKeysWithValues: reply.missing.map { ($0, reply.partial[$0] ?? 0) })
+    }
+
+    func blobChunk(_ digest: BlobDigest, offset: Int64, count: Int) async throws -> BlobChunk {
+        let reply = try await connection.request(
+            SyncProtocol.Profile.getBlob,
+            properties: [
+                (BlobProperty.name, digest.description), (BlobProperty.offset, "\(offset)"), (BlobProperty.length, "\(count)"),
+            ])
+        guard let total = try BlobProperty.number(reply, BlobProperty.total) else {
+            throw SyncError.protocolViolation("getBlob reply lacks \(BlobProperty.total)")
+        }
+        return BlobChunk(bytes: reply.body, total: total)
+    }
+
+    func putBlobChunk(_ digest: BlobDigest, offset: Int64, total: Int64, bytes: [UInt8]) async throws -> Int64 {
+        let reply = try await connection.request(
+            SyncProtocol.Profile.putBlob,
+            properties: [
+                (BlobProperty.name, digest.description), (BlobProperty.offset, "\(offset)"), (BlobProperty.total, "\(total)"),
+            ], body: bytes)
+        return PutBlobReply(try reply.json()).have
     }
 
     func localDocument(_ id: String) async throws -> JSON? {

@@ -22,7 +22,7 @@ final class Puller: Sendable {
     init(context: ReplicationContext, remote: any RemoteDatabase) {
         self.context = context
         self.remote = remote
-        blobs = BlobTransfer(store: context.store, remote: remote, progress: context.progress)
+        blobs = BlobTransfer(context: context, remote: remote)
         resolution = ConflictResolutionStep(
             store: context.store, resolvers: context.configuration.resolvers, progress: context.progress, logger: context.logger)
     }

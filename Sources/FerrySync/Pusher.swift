@@ -17,7 +17,7 @@ final class Pusher: Sendable {
     init(context: ReplicationContext, remote: any RemoteDatabase) {
         self.context = context
         self.remote = remote
-        blobs = BlobTransfer(store: context.store, remote: remote, progress: context.progress)
+        blobs = BlobTransfer(context: context, remote: remote)
     }
 
     var configuration: ReplicatorConfiguration { context.configuration }

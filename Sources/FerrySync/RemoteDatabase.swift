@@ -37,6 +37,18 @@ package protocol RemoteDatabase: Sendable {
     func blob(_ digest: BlobDigest) async throws -> [UInt8]
     func putBlob(_ digest: BlobDigest, content: [UInt8]) async throws
 
+    /// Whether blobs move in chunks that resume where they stopped (`blobChunk`,
+    /// `putBlobChunk`, `missingBlobOffsets`) rather than whole. (Default: false.)
+    var chunkedBlobs: Bool { get }
+    /// Of these blobs, those the other side lacks, each with how many leading bytes of it the
+    /// other side already holds. (Default: `missingBlobs`, holding none.)
+    func missingBlobOffsets(_ digests: [BlobDigest]) async throws -> [BlobDigest: Int64]
+    /// Up to `count` bytes of a blob from `offset`, with the blob's whole length.
+    func blobChunk(_ digest: BlobDigest, offset: Int64, count: Int) async throws -> BlobChunk
+    /// Sends `bytes` of a blob `total` bytes long, starting at `offset`; returns how many
+    /// leading bytes the other side now holds (`total` once it stored the verified blob).
+    func putBlobChunk(_ digest: BlobDigest, offset: Int64, total: Int64, bytes: [UInt8]) async throws -> Int64
+
     /// A local (never replicated) document of the other side: where checkpoints live.
     func localDocument(_ id: String) async throws -> JSON?
     func putLocalDocument(_ id: String, value: JSON) async throws
@@ -70,6 +82,34 @@ extension RemoteDatabase {
 }
 
 /// The other side's identity and capabilities.
+/// A range of a blob's content, with the blob's whole length.
+package struct BlobChunk: Sendable {
+    package var bytes: [UInt8]
+    package var total: Int64
+    package init(bytes: [UInt8], total: Int64) {
+        self.bytes = bytes
+        self.total = total
+    }
+}
+
+extension RemoteDatabase {
+    package var chunkedBlobs: Bool { false }
+
+    package func missingBlobOffsets(_ digests: [BlobDigest]) async throws -> [BlobDigest: Int64] {
+        Dictionary(uniqueKeysWithValues: try await missingBlobs(digests).map { ($0, 0) })
+    }
+
+    package func blobChunk(_ digest: BlobDigest, offset: Int64, count: Int) async throws -> BlobChunk {
+        let whole = try await blob(digest)
+        let start = Int(min(Int64(whole.count), offset))
+        return BlobChunk(bytes: Array(whole[start..<min(whole.count, start + count)]), total: Int64(whole.count))
+    }
+
+    package func putBlobChunk(_ digest: BlobDigest, offset: Int64, total: Int64, bytes: [UInt8]) async throws -> Int64 {
+        throw SyncError.protocolViolation("this remote takes blobs whole, not in chunks")
+    }
+}
+
 package struct RemoteIdentity: Sendable, Equatable {
     /// The other database's UUID: part of every checkpoint key.
     package var databaseID: String
@@ -85,6 +125,8 @@ package struct RemoteIdentity: Sendable, Equatable {
     package var reportsSkips = false
     /// The other side's coverage as its hello stated it; nil when it sent none.
     package var coverage: CoverageSnapshot? = nil
+    /// Whether both sides offered `blobChunks` in hello.
+    package var blobChunks = false
 
     package init(
         databaseID: String, peerID: String, allowsPull: Bool, allowsPush: Bool, inline: Bool, heartbeat: Bool = false,

@@ -81,6 +81,7 @@ public final class ReplicationResponder: Sendable {
         session.connection.withLock { $0 = connection }
         await connection.run()
         session.catchUpEnded()
+        session.blobsEnded()
         _ = liveSessions.withLock { $0.removeValue(forKey: id) }
         options.sessionEnded?(live.status, connection.closeReason)
     }
@@ -150,6 +151,8 @@ final class ResponderSession: Sendable {
     let connection = Mutex<Connection?>(nil)
     /// Blobs a restricted peer may fetch or refer to in this session (see `BlobGrants`).
     let blobGrants = Mutex(BlobGrants())
+    /// Blobs this peer is pushing in chunks (see `ResponderBlobs.swift`).
+    let blobAssemblies = Mutex<[BlobDigest: BlobAssembly]>([:])
 
     init(responder: ReplicationResponder, authenticatedPeer: String?) {
         self.responder = responder
@@ -381,49 +384,5 @@ final class ResponderSession: Sendable {
             }
         }
         return reply(request, PutRevsReply(results: results).json)
-    }
-
-    func hasBlobs(_ request: Message) throws -> Message {
-        try requirePush()
-        let asked = try HasBlobsRequest(try request.json())
-        // A restricted peer is told it holds only what it could have read or has sent: it
-        // must send the rest, proving it has the content before a revision may refer to it.
-        let restricted = !policy.read.admitsEverything
-        let grants = blobGrants.withLock { $0 }
-        return reply(
-            request,
-            HasBlobsReply(missing: asked.digests.filter { !store.blobs.has($0) || (restricted && !grants.contains($0)) }).json)
-    }
-
-    func getBlob(_ request: Message) throws -> Message {
-        try requirePull()
-        guard let digest = request[BlobProperty.name].flatMap({ try? BlobDigest($0) }) else {
-            throw SyncError.protocolViolation("getBlob lacks a valid Digest property")
-        }
-        // A restricted peer gets only blobs of revisions it was sent in this session (a
-        // puller fetches a revision's blobs right after the revision): a digest alone opens nothing.
-        let granted = policy.read.admitsEverything || blobGrants.withLock { $0.contains(digest) }
-        guard granted, let content = try store.blobs.get(digest) else {
-            throw SyncError(code: "not_found", message: "no blob \(digest)", isTransient: false)
-        }
-        counts.withLock { $0.blobsSent += 1 }
-        return Message(kind: .response, number: request.number, body: content)
-    }
-
-    func putBlob(_ request: Message) throws -> Message {
-        try requirePush()
-        guard let digest = request[BlobProperty.name].flatMap({ try? BlobDigest($0) }) else {
-            throw SyncError.protocolViolation("putBlob lacks a valid Digest property")
-        }
-        guard BlobDigest.of(request.body) == digest else {
-            throw SyncError.protocolViolation("blob content does not match digest \(digest)")
-        }
-        guard !policy.write.admitsNoApplicationDocument else {
-            throw SyncError.forbidden("this peer may not write documents, so it may not send blobs")
-        }
-        try store.blobs.put(request.body)
-        blobGrants.withLock { $0.proven.insert(digest) }
-        counts.withLock { $0.blobsReceived += 1 }
-        return reply(request, [:])
     }
 }

@@ -164,5 +164,12 @@ public struct ReplicationSummary: Sendable, Equatable {
     public var deltasReceived = 0
     public var blobsSent = 0
     public var blobsReceived = 0
+    /// Blob content bytes sent and received (chunks, or whole blobs), counted as they move.
+    public var blobBytesSent: Int64 = 0
+    public var blobBytesReceived: Int64 = 0
+    /// The bytes of the blobs being sent or received now and those done (a progress bar's
+    /// total): each blob adds its length when its transfer starts.
+    public var blobBytesToSend: Int64 = 0
+    public var blobBytesToReceive: Int64 = 0
     public init() {}
 }

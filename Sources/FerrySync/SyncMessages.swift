@@ -513,20 +513,63 @@ struct HasBlobsRequest: SyncRequestBody {
     }
 }
 
-/// The blobs a hasBlobs request named that the responder lacks.
+/// The blobs a hasBlobs request named that the responder lacks, and (feature `blobChunks`)
+/// how many leading bytes of each it already holds, so a push resumes there.
 struct HasBlobsReply: Sendable {
     var missing: [BlobDigest]
-    var json: JSON { ["missing": .array(missing.map { .string($0.description) })] }
-    init(missing: [BlobDigest]) { self.missing = missing }
+    var partial: [BlobDigest: Int64] = [:]
+    var json: JSON {
+        var o: [String: JSON] = ["missing": .array(missing.map { .string($0.description) })]
+        if !partial.isEmpty {
+            o["partial"] = .object(Dictionary(uniqueKeysWithValues: partial.map { ($0.key.description, JSON.int($0.value)) }))
+        }
+        return .object(o)
+    }
+    init(missing: [BlobDigest], partial: [BlobDigest: Int64] = [:]) {
+        self.missing = missing
+        self.partial = partial
+    }
     init(_ o: JSON) throws(SyncError) {
         guard case .array(let list)? = o["missing"] else { throw .protocolViolation("hasBlobs reply is malformed") }
         missing = list.compactMap { $0.stringValue.flatMap { try? BlobDigest($0) } }
+        // A malformed offset is read as none: the push then starts at byte 0, which is always safe.
+        if case .object(let fields)? = o["partial"] {
+            for (key, value) in fields {
+                if let d = try? BlobDigest(key), let n = value.intValue, n > 0 { partial[d] = n }
+            }
+        }
     }
 }
 
-/// The `Digest` property of getBlob and putBlob.
+/// The properties of getBlob and putBlob (docs/protocol.md, hasBlobs / putBlob / getBlob).
 enum BlobProperty {
+    /// The blob's digest, on both requests.
     static let name = "Digest"
+    /// The first byte a chunk carries (getBlob asks for it, putBlob sends from it); decimal.
+    static let offset = "Offset"
+    /// The most bytes a getBlob asks for; decimal.
+    static let length = "Length"
+    /// The blob's whole length: on a getBlob reply, and on every putBlob chunk.
+    static let total = "Blob-Length"
+
+    /// A non-negative decimal property, or nil when absent; malformed is a protocol error.
+    static func number(_ message: Message, _ name: String) throws(SyncError) -> Int64? {
+        guard let text = message[name] else { return nil }
+        guard let n = Int64(text), n >= 0 else { throw .protocolViolation("\(name) is not a non-negative integer: \(text.prefix(40))") }
+        return n
+    }
+}
+
+/// The reply to a putBlob chunk: how many leading bytes of the blob the responder now holds
+/// (the whole length once the blob is complete and verified).
+struct PutBlobReply: Sendable {
+    var have: Int64
+    var json: JSON { ["have": .int(have)] }
+    init(have: Int64) { self.have = have }
+    init(_ o: JSON) {
+        // An older responder replies `{}` to a whole-blob put: it holds all of it.
+        have = o["have"]?.intValue ?? -1
+    }
 }
 
 extension Rejection {

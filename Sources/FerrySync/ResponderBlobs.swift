@@ -1,0 +1,156 @@
+import FerryCore
+import FerryStore
+import Synchronization
+
+/// A blob a peer is pushing in chunks on one session: its partial file, and the chunks that
+/// arrived ahead of their turn (requests are answered concurrently, so pipelined chunks may
+/// be handled out of order).
+final class BlobAssembly: @unchecked Sendable {
+    let incoming: IncomingBlob
+    var ahead: [Int64: [UInt8]] = [:]
+
+    init(_ incoming: IncomingBlob) { self.incoming = incoming }
+
+    /// Appends `bytes` at `offset` if it continues what is held (keeping only what is new),
+    /// holds it if it is at most `window` chunks ahead, or drops it; then appends what it held.
+    func accept(offset: Int64, _ bytes: [UInt8], window: Int) throws(StoreError) {
+        if offset <= incoming.length {
+            let skip = Int(incoming.length - offset)
+            if skip < bytes.count { try incoming.append(bytes[skip...]) }
+        } else if offset - incoming.length <= Int64(window * BlobAssembly.maxChunk), ahead.count < window {
+            ahead[offset] = bytes
+        }
+        while let key = ahead.keys.first(where: { $0 <= incoming.length }) {
+            let held = ahead.removeValue(forKey: key)!
+            let skip = Int(incoming.length - key)
+            if skip < held.count { try incoming.append(held[skip...]) }
+        }
+    }
+
+    /// The largest chunk a putBlob may carry: other implementations may choose larger chunks
+    /// than this one sends, up to this.
+    static let maxChunk = 1 << 20
+}
+
+extension ResponderSession {
+    func hasBlobs(_ request: Message) throws -> Message {
+        try requirePush()
+        let asked = try HasBlobsRequest(try request.json())
+        // A restricted peer is told it holds only what it could have read or has sent: it
+        // must send the rest, proving it has the content before a revision may refer to it.
+        let restricted = !policy.read.admitsEverything
+        let grants = blobGrants.withLock { $0 }
+        let missing = asked.digests.filter { !store.blobs.has($0) || (restricted && !grants.contains($0)) }
+        var partial: [BlobDigest: Int64] = [:]
+        for digest in missing {
+            let held = blobAssemblies.withLock { $0[digest]?.incoming.length } ?? store.blobs.partialLength(digest)
+            if held > 0 { partial[digest] = held }
+        }
+        return reply(request, HasBlobsReply(missing: missing, partial: partial).json)
+    }
+
+    func getBlob(_ request: Message) throws -> Message {
+        try requirePull()
+        guard let digest = request[BlobProperty.name].flatMap({ try? BlobDigest($0) }) else {
+            throw SyncError.protocolViolation("getBlob lacks a valid Digest property")
+        }
+        // A restricted peer gets only blobs of revisions it was sent in this session (a
+        // puller fetches a revision's blobs right after the revision): a digest alone opens nothing.
+        let granted = policy.read.admitsEverything || blobGrants.withLock { $0.contains(digest) }
+        let notFound = SyncError(code: "not_found", message: "no blob \(digest)", isTransient: false)
+        guard let offset = try BlobProperty.number(request, BlobProperty.offset) else {
+            // A whole blob, for a peer that does not speak `blobChunks`.
+            guard granted, let content = try store.blobs.get(digest) else { throw notFound }
+            counts.withLock {
+                $0.blobsSent += 1
+                $0.blobBytesSent += Int64(content.count)
+            }
+            return Message(kind: .response, number: request.number, body: content)
+        }
+        let asked = try BlobProperty.number(request, BlobProperty.length) ?? Int64(SyncProtocol.blobChunkSize)
+        guard granted, let reader = try store.blobs.reader(digest) else { throw notFound }
+        let bytes = try reader.read(offset: offset, count: Int(min(asked, Int64(BlobAssembly.maxChunk))))
+        counts.withLock {
+            $0.blobBytesSent += Int64(bytes.count)
+            if offset + Int64(bytes.count) == reader.length { $0.blobsSent += 1 }
+        }
+        return Message(
+            kind: .response, number: request.number, properties: [(BlobProperty.total, "\(reader.length)")], body: bytes)
+    }
+
+    func putBlob(_ request: Message) throws -> Message {
+        try requirePush()
+        guard let digest = request[BlobProperty.name].flatMap({ try? BlobDigest($0) }) else {
+            throw SyncError.protocolViolation("putBlob lacks a valid Digest property")
+        }
+        guard !policy.write.admitsNoApplicationDocument else {
+            throw SyncError.forbidden("this peer may not write documents, so it may not send blobs")
+        }
+        guard let offset = try BlobProperty.number(request, BlobProperty.offset) else {
+            // A whole blob, from a peer that does not speak `blobChunks`.
+            guard BlobDigest.of(request.body) == digest else {
+                throw SyncError.protocolViolation("blob content does not match digest \(digest)")
+            }
+            try store.blobs.put(request.body)
+            blobGrants.withLock { $0.proven.insert(digest) }
+            counts.withLock {
+                $0.blobsReceived += 1
+                $0.blobBytesReceived += Int64(request.body.count)
+            }
+            return reply(request, [:])
+        }
+        guard let total = try BlobProperty.number(request, BlobProperty.total) else {
+            throw SyncError.protocolViolation("putBlob chunk lacks \(BlobProperty.total)")
+        }
+        let count = Int64(request.body.count)
+        guard count <= Int64(BlobAssembly.maxChunk), offset <= total, count <= total - offset else {
+            throw SyncError.protocolViolation("putBlob chunk of \(count) bytes at \(offset) does not fit a \(total)-byte blob")
+        }
+        let (have, completed) = try blobAssemblies.withLock { a throws -> (Int64, Bool) in
+            let assembly: BlobAssembly
+            if let open = a[digest] {
+                guard open.incoming.total == total else {
+                    throw SyncError.protocolViolation("putBlob of \(digest) changed its length from \(open.incoming.total) to \(total)")
+                }
+                assembly = open
+            } else {
+                guard let incoming = try store.blobs.receive(digest, total: total) else {
+                    throw SyncError(code: "busy", message: "blob \(digest) is being received from another peer", isTransient: true)
+                }
+                assembly = BlobAssembly(incoming)
+                a[digest] = assembly
+            }
+            let before = assembly.incoming.length
+            do {
+                try assembly.accept(offset: offset, request.body, window: SyncProtocol.blobChunkWindow)
+            } catch {
+                a[digest] = nil
+                assembly.incoming.suspend()
+                throw error
+            }
+            counts.withLock { $0.blobBytesReceived += assembly.incoming.length - before }
+            guard assembly.incoming.length == total else { return (assembly.incoming.length, false) }
+            a[digest] = nil
+            do { try assembly.incoming.complete() } catch StoreError.blobCorrupt {
+                throw SyncError(
+                    code: "blob_corrupt", message: "blob \(digest) arrived with content that does not match its digest",
+                    isTransient: true)
+            }
+            return (total, true)
+        }
+        if completed {
+            blobGrants.withLock { $0.proven.insert(digest) }
+            counts.withLock { $0.blobsReceived += 1 }
+        }
+        return reply(request, PutBlobReply(have: have).json)
+    }
+
+    /// Keeps what this session's unfinished pushes delivered, for the next one to resume.
+    func blobsEnded() {
+        let open = blobAssemblies.withLock { a -> [BlobAssembly] in
+            defer { a.removeAll() }
+            return Array(a.values)
+        }
+        for assembly in open { assembly.incoming.suspend() }
+    }
+}
