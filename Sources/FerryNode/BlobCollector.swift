@@ -11,18 +11,22 @@ public struct BlobCollector<C: Clock>: Service where C.Duration == Duration {
     let clock: C
     let interval: Duration
     let grace: Duration
+    /// Partial blobs not written for this long are removed by each pass.
+    let partialMaxAge: Duration
     let collected: Counter?
     let collectedBytes: Counter?
     let logger: Logger
 
     public init(
-        store: DocumentStore, clock: C, interval: Duration, grace: Duration, collected: Counter? = nil,
+        store: DocumentStore, clock: C, interval: Duration, grace: Duration, partialMaxAge: Duration = .seconds(86400),
+        collected: Counter? = nil,
         collectedBytes: Counter? = nil, logger: Logger = Logger(label: "ferry.blobs")
     ) {
         self.store = store
         self.clock = clock
         self.interval = interval
         self.grace = grace
+        self.partialMaxAge = partialMaxAge
         self.collected = collected
         self.collectedBytes = collectedBytes
         self.logger = logger
@@ -41,8 +45,13 @@ public struct BlobCollector<C: Clock>: Service where C.Duration == Duration {
     func collectOnce() async {
         let store = self.store
         let minimumAge = Double(grace.components.seconds) + Double(grace.components.attoseconds) / 1e18
+        let partialAge = Double(partialMaxAge.components.seconds)
         let result = await Task.detached(priority: .background) { () -> Result<(count: Int, bytes: Int64), StoreError> in
-            do throws(StoreError) { return .success(try store.collectBlobs(minimumAge: minimumAge)) } catch { return .failure(error) }
+            let partials = store.blobs.tidyPartials(unwrittenFor: partialAge)
+            do throws(StoreError) {
+                let removed = try store.collectBlobs(minimumAge: minimumAge)
+                return .success((removed.count + partials.count, removed.bytes + partials.bytes))
+            } catch { return .failure(error) }
         }.value
         switch result {
         case .success(let removed):
@@ -73,6 +82,7 @@ extension FerryNode {
     ) -> any Service {
         BlobCollector(
             store: store, clock: clock, interval: .seconds(settings.intervalSeconds), grace: .seconds(settings.graceSeconds),
+            partialMaxAge: .seconds(settings.partialMaxAgeSeconds),
             collected: Counter(label: "ferry_blobs_collected_total", factory: metrics.factory),
             collectedBytes: Counter(label: "ferry_blobs_collected_bytes_total", factory: metrics.factory), logger: logger)
     }

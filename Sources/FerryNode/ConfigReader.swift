@@ -165,9 +165,12 @@ struct ConfigReader {
             }
         }
         if let v = top["blobCollection"] {
-            let o = try object(v, "blobCollection", allowed: ["intervalSeconds", "graceSeconds"])
+            let o = try object(v, "blobCollection", allowed: ["intervalSeconds", "graceSeconds", "partialMaxAgeSeconds"])
             if let x = o["intervalSeconds"] { c.blobCollection.intervalSeconds = try int(x, "blobCollection.intervalSeconds", 0...31_536_000) }
             if let x = o["graceSeconds"] { c.blobCollection.graceSeconds = try int(x, "blobCollection.graceSeconds", 0...31_536_000) }
+            if let x = o["partialMaxAgeSeconds"] {
+                c.blobCollection.partialMaxAgeSeconds = try int(x, "blobCollection.partialMaxAgeSeconds", 0...31_536_000)
+            }
         }
         if let v = top["readOnly"] { c.readOnly = try bool(v, "readOnly") }
         if let v = top["replications"] {

@@ -110,6 +110,12 @@ public final class FerryNode: Sendable {
             return rule?.violation(id: proposed.id, deleted: proposed.deleted, body: proposed.body, size: proposed.body.canonicalBytes.count)
         }
         store = try DocumentStore.open(directory: dataDirectory, options: storeOptions)
+        // Blobs a crash left complete are finished; partial ones too old to resume are removed.
+        let tidied = store.blobs.tidyPartials(
+            removingUnwrittenSince: Date().addingTimeInterval(-Double(configuration.blobCollection.partialMaxAgeSeconds)))
+        if tidied.count > 0 {
+            logger.info("removed old partial blobs", metadata: ["count": "\(tidied.count)", "bytes": "\(tidied.bytes)"])
+        }
         digests = MeshDigests(store: store, clock: clock)
         identity = try NodeIdentity.loadOrCreate(directory: dataDirectory, name: configuration.name)
         adminKey = try AdminKey.loadOrCreate(dataDirectory: dataDirectory)

@@ -65,6 +65,9 @@ public struct NodeConfiguration: Sendable {
         /// An unreferenced blob is kept this long after it was last stored or used: a blob
         /// arrives before the revision that refers to it. Default 3600.
         public var graceSeconds = 3600
+        /// A partly received blob (kept so a cut transfer resumes) not written for this long
+        /// is removed at start and by each collection. Default 86400.
+        public var partialMaxAgeSeconds = 86400
         public init() {}
     }
 

@@ -16,6 +16,8 @@ public final class BlobStore: Sendable {
     let receiving = Mutex<Set<BlobDigest>>([])
     /// Partly received blobs of an in-memory store.
     let memoryPartials = Mutex<[BlobDigest: (total: Int64, bytes: [UInt8])]>([:])
+    /// Deferred blobs of an in-memory store, with their declared lengths.
+    let memoryDeferred = Mutex<[BlobDigest: Int64]>([:])
 
     /// A blob kept in memory, with when it was last stored or asked for.
     private struct MemoryBlob {
@@ -56,6 +58,7 @@ public final class BlobStore: Sendable {
         let ref = BlobReference(digest: digest, length: Int64(content.count), contentType: contentType)
         guard let directory, let final = path(for: digest) else {
             memory.withLock { $0[digest] = MemoryBlob(content: content, touched: Date()) }
+            clearDeferred(digest)
             return ref
         }
         // Storing it again counts as new: its revision may follow, so collection waits again.
@@ -247,6 +250,7 @@ public final class BlobStore: Sendable {
             unlink(temp)
             throw .io("cannot move blob into place at \(final): errno \(errno)")
         }
+        if let digest = try? BlobDigest((final as NSString).lastPathComponent) { clearDeferred(digest) }
         let dfd = Foundation.open(dir, O_RDONLY)
         if dfd >= 0 {
             fsync(dfd)

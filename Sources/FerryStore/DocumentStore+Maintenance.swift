@@ -84,6 +84,7 @@ extension DocumentStore {
         }
         do { try afterScan() } catch { throw StoreError.wrap(error) }
         let temporaries = blobs.removeAbandonedTemporaries(before: min(cutoff, now.addingTimeInterval(-86_400)))
+        blobs.forgetDeferred(except: referenced, markedBefore: cutoff)
         let candidates = blobs.inventory().filter { !referenced.contains($0.digest) && $0.modified <= cutoff }
         guard !candidates.isEmpty else { return temporaries }
         let removed = try write { txn -> (count: Int, bytes: Int64) in

@@ -299,6 +299,12 @@ extension BlobStore {
         return (count, bytes)
     }
 
+    /// `tidyPartials`, removing partial files not written for `seconds`.
+    @discardableResult
+    public func tidyPartials(unwrittenFor seconds: Double) -> (count: Int, bytes: Int64) {
+        tidyPartials(removingUnwrittenSince: Date().addingTimeInterval(-seconds))
+    }
+
     func releaseIncoming(_ digest: BlobDigest) {
         _ = receiving.withLock { $0.remove(digest) }
     }

@@ -337,7 +337,10 @@ public final class StoreTransaction {
         let refs: [BlobReference]
         do { refs = try body.blobReferences() } catch { throw .invalidBody(error.description) }
         for ref in refs {
-            guard let length = store.blobs.length(ref.digest) else { throw .missingBlob(ref.digest) }
+            // A deferred blob (lazy fetch) may be referred to before its content is here.
+            guard let length = store.blobs.length(ref.digest) ?? store.blobs.deferredLength(ref.digest) else {
+                throw .missingBlob(ref.digest)
+            }
             guard length == ref.length else {
                 throw .blobLengthMismatch(ref.digest, declared: ref.length, actual: length)
             }

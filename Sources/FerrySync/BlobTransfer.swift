@@ -14,6 +14,8 @@ struct BlobTransfer: Sendable {
     let logger: Logger
     var chunkSize = SyncProtocol.blobChunkSize
     var window = SyncProtocol.blobChunkWindow
+    /// Which pulled blobs are fetched before their revisions are stored.
+    var policy: BlobFetchPolicy
 
     init(context: ReplicationContext, remote: any RemoteDatabase) {
         store = context.store
@@ -21,6 +23,25 @@ struct BlobTransfer: Sendable {
         progress = context.progress
         clock = context.clock
         logger = context.logger
+        policy = context.configuration.blobPolicy
+    }
+
+    /// Fetches one blob (a deferred one, on first read) in chunks when the remote speaks them.
+    func fetch(_ ref: BlobReference) async throws {
+        guard !store.blobs.has(ref.digest) else { return }
+        if remote.chunkedBlobs {
+            try await fetchInChunks(ref.digest, declared: ref.length)
+        } else {
+            let content = try await remote.blob(ref.digest)
+            guard BlobDigest.of(content) == ref.digest else {
+                throw SyncError.protocolViolation("blob \(ref.digest) arrived with content that does not match its digest")
+            }
+            try store.blobs.put(content)
+            progress.count {
+                $0.blobsReceived += 1
+                $0.blobBytesReceived += Int64(content.count)
+            }
+        }
     }
 
     /// Fetches the blobs that accepted incoming revisions refer to and this store lacks.
@@ -34,19 +55,14 @@ struct BlobTransfer: Sendable {
             }
         }
         for digest in needed.keys.sorted() {
-            if remote.chunkedBlobs {
-                try await fetchInChunks(digest, declared: needed[digest]!)
-            } else {
-                let content = try await remote.blob(digest)
-                guard BlobDigest.of(content) == digest else {
-                    throw SyncError.protocolViolation("blob \(digest) arrived with content that does not match its digest")
-                }
-                try store.blobs.put(content)
-                progress.count {
-                    $0.blobsReceived += 1
-                    $0.blobBytesReceived += Int64(content.count)
-                }
+            let length = needed[digest]!
+            if !policy.fetchesBeforeStoring(length: length) {
+                // Lazy: the revision is stored now, the content fetched when first read.
+                try store.blobs.markDeferred(BlobReference(digest: digest, length: length))
+                progress.count { $0.blobsDeferred += 1 }
+                continue
             }
+            try await fetch(BlobReference(digest: digest, length: length))
         }
     }
 
@@ -129,17 +145,17 @@ struct BlobTransfer: Sendable {
 
     /// Sends the blobs that outgoing revisions refer to and the other side lacks.
     func sendMissing(for wires: [WireRevision], trees: [DocumentID: RevisionTree]) async throws {
-        var digests = Set<BlobDigest>()
+        var digests: [BlobDigest: Int64] = [:]
         for w in wires {
             guard let id = try? DocumentID(w.id, allowReserved: true), let rev = try? RevisionID(w.rev),
                 let bytes = trees[id]?.revision(rev)?.body, DocumentStore.mayReferenceBlobs(bytes),
                 let body = try? JSON.parse(bytes)
             else { continue }
-            for ref in (try? body.blobReferences()) ?? [] { digests.insert(ref.digest) }
+            for ref in (try? body.blobReferences()) ?? [] { digests[ref.digest] = ref.length }
         }
         guard !digests.isEmpty else { return }
         guard remote.chunkedBlobs else {
-            for digest in try await remote.missingBlobs(digests.sorted()) {
+            for digest in try await remote.missingBlobs(digests.keys.sorted()) {
                 guard let content = try store.blobs.get(digest) else { continue }
                 try await remote.putBlob(digest, content: content)
                 progress.count {
@@ -149,7 +165,8 @@ struct BlobTransfer: Sendable {
             }
             return
         }
-        let missing = try await remote.missingBlobOffsets(digests.sorted())
+        let missing = try await remote.missingBlobOffsets(
+            digests.keys.sorted().map { BlobReference(digest: $0, length: digests[$0]!) })
         for digest in missing.keys.sorted() {
             guard let reader = try store.blobs.reader(digest) else { continue }
             try await sendInChunks(reader, from: missing[digest]!)

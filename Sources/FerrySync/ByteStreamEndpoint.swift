@@ -17,15 +17,18 @@ public final class FramedEndpoint: MessageEndpoint {
     public let incoming: AsyncThrowingStream<[UInt8], any Error>
     let stream: any ByteStream
     private let reader: Mutex<Task<Void, Never>?> = Mutex(nil)
+    public let receiveActivity: ReceiveActivity? = ReceiveActivity()
 
     public init(_ stream: any ByteStream, maximumMessageSize: Int = 64 << 20) {
         self.stream = stream
         let (incoming, continuation) = AsyncThrowingStream.makeStream(of: [UInt8].self, throwing: (any Error).self)
         self.incoming = incoming
+        let activity = receiveActivity
         let task = Task {
             var framer = LengthFramer(maximumMessageSize: maximumMessageSize)
             do {
                 for try await chunk in stream.chunks {
+                    activity?.bytesArrived()
                     for message in try framer.feed(chunk) { continuation.yield(message) }
                 }
                 continuation.finish()

@@ -41,13 +41,21 @@ public final class Connection: Sendable {
 
     /// Starts reading incoming messages. Returns at once.
     public func start() {
+        watchReceiveActivity()
         let task = Task { [self] in await self.readLoop() }
         state.withLock { $0.reader = task }
     }
 
     /// Runs until the endpoint closes, then fails every waiting request.
     public func run() async {
+        watchReceiveActivity()
         await readLoop()
+    }
+
+    /// Counts partial reads as life (only while heartbeats run), so a chunk crossing a slow
+    /// link never looks like silence.
+    private func watchReceiveActivity() {
+        endpoint.receiveActivity?.observe { [weak self] in self?.noteTraffic(sent: false) }
     }
 
     private func readLoop() async {

@@ -92,8 +92,8 @@ struct FerryRemote: RemoteDatabase {
 
     var chunkedBlobs: Bool { identity.blobChunks }
 
-    func missingBlobOffsets(_ digests: [BlobDigest]) async throws -> [BlobDigest: Int64] {
-        let reply = try HasBlobsReply(try await ask(HasBlobsRequest(digests: digests)))
+    func missingBlobOffsets(_ blobs: [BlobReference]) async throws -> [BlobDigest: Int64] {
+        let reply = try HasBlobsReply(try await ask(HasBlobsRequest(digests: blobs.map(\.digest), lengths: blobs.map(\.length))))
         return Dictionary(uniqueKeysWithValues: reply.missing.map { ($0, reply.partial[$0] ?? 0) })
     }
 

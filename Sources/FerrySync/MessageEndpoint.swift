@@ -1,4 +1,5 @@
 import FerryCore
+import Synchronization
 
 /// A bidirectional pipe of whole messages: WebSocket, a framed byte stream, or an
 /// in-memory pair. Replication runs over any implementation.
@@ -14,10 +15,32 @@ public protocol MessageEndpoint: Sendable {
     func close(error: SyncError?) async
     /// The peer's network address, when the transport has one (for listings, not trust).
     var remoteAddress: String? { get }
+    /// Reports bytes as the transport reads them, before they make a whole message; nil
+    /// when the transport cannot (then only whole messages show the peer alive).
+    var receiveActivity: ReceiveActivity? { get }
 }
 
 extension MessageEndpoint {
     public var remoteAddress: String? { nil }
+    public var receiveActivity: ReceiveActivity? { nil }
+}
+
+/// Tells whoever watches a connection's liveness that bytes arrived, so a large message
+/// crossing a slow link counts as life while it is still incomplete.
+public final class ReceiveActivity: Sendable {
+    private let observer = Mutex<(@Sendable () -> Void)?>(nil)
+
+    public init() {}
+
+    /// Called by the transport for every read of bytes from the peer.
+    public func bytesArrived() {
+        observer.withLock { $0 }?()
+    }
+
+    /// Sets the one observer (the connection's watchdog); replaces any earlier one.
+    func observe(_ handler: @escaping @Sendable () -> Void) {
+        observer.withLock { $0 = handler }
+    }
 }
 
 /// The two kinds of transport a message endpoint can sit on.

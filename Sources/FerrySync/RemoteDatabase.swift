@@ -40,9 +40,10 @@ package protocol RemoteDatabase: Sendable {
     /// Whether blobs move in chunks that resume where they stopped (`blobChunk`,
     /// `putBlobChunk`, `missingBlobOffsets`) rather than whole. (Default: false.)
     var chunkedBlobs: Bool { get }
-    /// Of these blobs, those the other side lacks, each with how many leading bytes of it the
-    /// other side already holds. (Default: `missingBlobs`, holding none.)
-    func missingBlobOffsets(_ digests: [BlobDigest]) async throws -> [BlobDigest: Int64]
+    /// Of these blobs, those the other side wants now, each with how many leading bytes of
+    /// it the other side already holds; it may leave large ones to fetch on first read.
+    /// (Default: `missingBlobs`, holding none.)
+    func missingBlobOffsets(_ blobs: [BlobReference]) async throws -> [BlobDigest: Int64]
     /// Up to `count` bytes of a blob from `offset`, with the blob's whole length.
     func blobChunk(_ digest: BlobDigest, offset: Int64, count: Int) async throws -> BlobChunk
     /// Sends `bytes` of a blob `total` bytes long, starting at `offset`; returns how many
@@ -95,8 +96,8 @@ package struct BlobChunk: Sendable {
 extension RemoteDatabase {
     package var chunkedBlobs: Bool { false }
 
-    package func missingBlobOffsets(_ digests: [BlobDigest]) async throws -> [BlobDigest: Int64] {
-        Dictionary(uniqueKeysWithValues: try await missingBlobs(digests).map { ($0, 0) })
+    package func missingBlobOffsets(_ blobs: [BlobReference]) async throws -> [BlobDigest: Int64] {
+        Dictionary(uniqueKeysWithValues: try await missingBlobs(blobs.map(\.digest)).map { ($0, 0) })
     }
 
     package func blobChunk(_ digest: BlobDigest, offset: Int64, count: Int) async throws -> BlobChunk {

@@ -47,6 +47,10 @@ public final class ReplicationResponder: Sendable {
         /// The node's digests (see `ReplicatorConfiguration.digests`): heartbeats carry this
         /// node's, and the peers' are recorded for status and anti-entropy.
         public var digests: MeshDigests?
+        /// When the blobs of revisions peers push here are fetched: with the push (`eager`,
+        /// the default), or later on first read from a peer this node pulls from (`lazy`, or
+        /// by size). Peers that may not read everything always send the content.
+        public var blobPolicy = BlobFetchPolicy.eager
         /// Told when a session ends, with why (nil: a normal close).
         public var sessionEnded: (@Sendable (SessionStatus, SyncError?) -> Void)?
         public init() {}

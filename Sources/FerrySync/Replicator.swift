@@ -42,6 +42,8 @@ public final class Replicator: Sendable {
         var pushedThrough: UInt64 = 0
         /// `retryNow()` was called; the next wait before an attempt ends at once.
         var retryRequested = false
+        /// The remote of the attempt running now, while its workers run.
+        var liveRemote: (any RemoteDatabase)?
     }
 
     public init(
@@ -290,10 +292,31 @@ public final class Replicator: Sendable {
         }
     }
 
+    /// Fetches a deferred blob (left for first read by a lazy policy) from this replicator's
+    /// peer over its open connection; false when no connection is open, this replicator
+    /// does not pull, or the peer does not have the blob (or may not give it).
+    public func fetchDeferredBlob(_ ref: BlobReference) async throws(SyncError) -> Bool {
+        guard configuration.direction.pulls, let remote = state.withLock({ $0.liveRemote }), remote.identity.allowsPull else {
+            return false
+        }
+        do {
+            try await BlobTransfer(context: context, remote: remote).fetch(ref)
+            return context.store.blobs.has(ref.digest)
+        } catch let error as SyncError where error.code == "not_found" {
+            return false
+        } catch {
+            throw SyncError.from(error)
+        }
+    }
+
     /// Runs the workers the direction asks for against an open remote.
     func replicate(with remote: any RemoteDatabase, connection: Connection? = nil) async throws {
         let remoteDB = remote.identity.databaseID
-        state.withLock { $0.remoteDatabase = remoteDB }
+        state.withLock {
+            $0.remoteDatabase = remoteDB
+            $0.liveRemote = remote
+        }
+        defer { state.withLock { $0.liveRemote = nil } }
         let direction = configuration.direction
         if direction.pulls && !remote.identity.allowsPull {
             throw SyncError.forbidden("the peer does not allow pull")

@@ -45,6 +45,9 @@ public struct ReplicatorConfiguration: Sendable {
     public var heartbeat: Duration = .seconds(30)
     /// Send and accept deltas. Default true.
     public var deltas = true
+    /// When the blobs of pulled revisions are fetched: before the revision is stored
+    /// (`eager`, the default), on first read (`lazy`), or by size.
+    public var blobPolicy = BlobFetchPolicy.eager
     /// Start from sequence 0 instead of the saved checkpoints.
     public var resetCheckpoint = false
     /// Changes per batch. Default 1000: each batch costs a durable commit of the local
@@ -171,5 +174,7 @@ public struct ReplicationSummary: Sendable, Equatable {
     /// total): each blob adds its length when its transfer starts.
     public var blobBytesToSend: Int64 = 0
     public var blobBytesToReceive: Int64 = 0
+    /// Blobs of pulled revisions left to be fetched on first read (a lazy policy).
+    public var blobsDeferred = 0
     public init() {}
 }

@@ -40,7 +40,18 @@ extension ResponderSession {
         // must send the rest, proving it has the content before a revision may refer to it.
         let restricted = !policy.read.admitsEverything
         let grants = blobGrants.withLock { $0 }
-        let missing = asked.digests.filter { !store.blobs.has($0) || (restricted && !grants.contains($0)) }
+        var missing = asked.digests.filter { !store.blobs.has($0) || (restricted && !grants.contains($0)) }
+        if let lengths = asked.lengths, !restricted, options.blobPolicy != .eager {
+            // Left to fetch on first read: the revision may refer to it before it is here.
+            let declared = Dictionary(zip(asked.digests, lengths), uniquingKeysWith: { a, _ in a })
+            var deferred = Set<BlobDigest>()
+            for digest in missing {
+                guard let length = declared[digest], !options.blobPolicy.fetchesBeforeStoring(length: length) else { continue }
+                try store.blobs.markDeferred(BlobReference(digest: digest, length: length))
+                deferred.insert(digest)
+            }
+            missing.removeAll { deferred.contains($0) }
+        }
         var partial: [BlobDigest: Int64] = [:]
         for digest in missing {
             let held = blobAssemblies.withLock { $0[digest]?.incoming.length } ?? store.blobs.partialLength(digest)

@@ -496,12 +496,22 @@ struct PutRevsReply: Sendable {
     }
 }
 
-/// Asks which blobs the responder lacks; the reply is `HasBlobsReply`.
+/// Asks which blobs the responder lacks; the reply is `HasBlobsReply`. With `blobChunks`,
+/// `lengths` gives each blob's length (in the order of `digests`), so the responder may
+/// leave a large one to fetch later under a lazy policy.
 struct HasBlobsRequest: SyncRequestBody {
     static let profile = SyncProtocol.Profile.hasBlobs
     var digests: [BlobDigest]
-    var json: JSON { ["digests": .array(digests.map { .string($0.description) })] }
-    init(digests: [BlobDigest]) { self.digests = digests }
+    var lengths: [Int64]?
+    var json: JSON {
+        var o: [String: JSON] = ["digests": .array(digests.map { .string($0.description) })]
+        if let lengths { o["lengths"] = .array(lengths.map { .int($0) }) }
+        return .object(o)
+    }
+    init(digests: [BlobDigest], lengths: [Int64]? = nil) {
+        self.digests = digests
+        self.lengths = lengths
+    }
     init(_ o: JSON) throws(SyncError) {
         guard case .array(let list)? = o["digests"] else { throw .protocolViolation("hasBlobs lacks digests") }
         var digests: [BlobDigest] = []
@@ -510,6 +520,11 @@ struct HasBlobsRequest: SyncRequestBody {
             digests.append(digest)
         }
         self.digests = digests
+        if case .array(let given)? = o["lengths"] {
+            let lengths = given.compactMap { $0.intValue }.filter { $0 >= 0 }
+            guard lengths.count == digests.count else { throw .protocolViolation("hasBlobs lengths do not match its digests") }
+            self.lengths = lengths
+        }
     }
 }
 

@@ -20,6 +20,7 @@ final class WebSocketEndpoint: MessageEndpoint {
     let remoteAddress: String?
     let maximumMessageSize: Int
     let logger: Logger
+    let receiveActivity: ReceiveActivity? = ReceiveActivity()
 
     /// Sends a WebSocket ping this often while connected (nil: never), so idle links stay
     /// alive through the peer's idle timeout and dead ones are noticed.
@@ -36,6 +37,11 @@ final class WebSocketEndpoint: MessageEndpoint {
         self.isClient = isClient
         self.maximumMessageSize = maximumMessageSize
         self.logger = logger
+        // Nearest the socket, so every read counts, including the fragments of a message
+        // the aggregator is still assembling.
+        let counter = ReadActivityHandler(activity: receiveActivity!)
+        let pipeline = channel.pipeline
+        channel.eventLoop.execute { try? pipeline.syncOperations.addHandler(counter, position: .first) }
         Task { await self.pump(asyncChannel) }
         if let pingInterval {
             Task { [weak self] in
@@ -137,5 +143,19 @@ final class WebSocketEndpoint: MessageEndpoint {
         }
         deadline.cancel()
         try? await channel.close()
+    }
+}
+
+/// Reports every inbound read to a `ReceiveActivity`, passing the bytes on untouched.
+final class ReadActivityHandler: ChannelInboundHandler, Sendable {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+    let activity: ReceiveActivity
+
+    init(activity: ReceiveActivity) { self.activity = activity }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        activity.bytesArrived()
+        context.fireChannelRead(data)
     }
 }

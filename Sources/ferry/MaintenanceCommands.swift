@@ -171,18 +171,23 @@ struct Compact: AsyncParsableCommand {
 
     @OptionGroup var global: GlobalOptions
     @Option(help: "Keep unreferenced blobs younger than this many seconds.") var blobMinAge: Double = 3600
+    @Option(help: "Keep partly received blobs written to within this many seconds (a transfer may resume them).")
+    var partialMinAge: Double = 3600
 
     func run() async throws {
         let store = try global.openStore()
         let rewritten = try store.compact()
         let removed = try store.collectBlobs(minimumAge: blobMinAge)
+        let partials = store.blobs.tidyPartials(removingUnwrittenSince: Date().addingTimeInterval(-partialMinAge))
         if global.json {
             Output.json([
                 "documentsRewritten": .int(Int64(rewritten)), "blobsRemoved": .int(Int64(removed.count)),
-                "bytesFreed": .int(removed.bytes),
+                "bytesFreed": .int(removed.bytes + partials.bytes), "partialBlobsRemoved": .int(Int64(partials.count)),
             ])
         } else {
-            Output.line("rewrote \(rewritten) documents; removed \(removed.count) blobs (\(removed.bytes) bytes)")
+            Output.line(
+                "rewrote \(rewritten) documents; removed \(removed.count) blobs (\(removed.bytes) bytes) and \(partials.count) partial blobs (\(partials.bytes) bytes)"
+            )
         }
     }
 }
