@@ -186,23 +186,37 @@ struct Sync: AsyncParsableCommand {
     }
 
     /// Runs `replicator` to its end, then prints the summary or throws the failure.
-    func drive(_ replicator: Replicator, hint: (SyncError) -> String? = { _ in nil }) async throws {
+    func drive(
+        _ replicator: Replicator, hint: (SyncError) -> String? = { _ in nil }, onInterrupt: @escaping @Sendable () -> Void = {}
+    ) async throws {
         let progress = ProgressBar(enabled: isatty(STDERR_FILENO) == 1 && !global.json)
         let statuses = replicator.statusChanges()
         let watcher = Task {
-            for await status in statuses { progress.show(status) }
+            for await status in statuses { progress.show(status, replicator.summary) }
+        }
+        // Blob bytes move between status changes: redraw on a tick too, so a long blob's
+        // bytes and rate stay current.
+        let ticker = Task {
+            guard progress.enabled else { return }
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .milliseconds(250))
+                progress.show(replicator.status, replicator.summary)
+            }
         }
         let interruption = FirstSignal()
         let stop = SignalWatcher.onInterrupt { signal in
             interruption.record(signal)
             replicator.stop()
+            onInterrupt()
         }
         // Started as its own task, so that a stop also ends a wait on a silent peer.
         replicator.start()
         await replicator.waitUntilStopped()
         stop.cancel()
         let interrupted = interruption.signal
+        ticker.cancel()
         await watcher.value
+        await ticker.value
         progress.finish()
 
         let s = replicator.summary
@@ -214,6 +228,7 @@ struct Sync: AsyncParsableCommand {
                 "bytesSent": .int(Int64(s.bytesSent)), "bytesReceived": .int(Int64(s.bytesReceived)),
                 "deltasSent": .int(Int64(s.deltasSent)), "deltasReceived": .int(Int64(s.deltasReceived)),
                 "blobsSent": .int(Int64(s.blobsSent)), "blobsReceived": .int(Int64(s.blobsReceived)),
+                "blobBytesSent": .int(s.blobBytesSent), "blobBytesReceived": .int(s.blobBytesReceived),
                 "ok": .bool(error == nil && interrupted == nil),
             ]
             if let interrupted {
@@ -226,7 +241,8 @@ struct Sync: AsyncParsableCommand {
         } else if error == nil && interrupted == nil {
             Output.line(
                 "pushed \(s.pushed), pulled \(s.pulled), rejected \(s.rejected), conflicts \(s.conflicts) (resolved with \(s.resolved) revisions); "
-                    + "sent \(s.bytesSent) bytes, received \(s.bytesReceived) bytes, deltas \(s.deltasSent) sent / \(s.deltasReceived) received")
+                    + "sent \(s.bytesSent) bytes, received \(s.bytesReceived) bytes, deltas \(s.deltasSent) sent / \(s.deltasReceived) received; "
+                    + "blobs \(s.blobsSent) sent / \(s.blobsReceived) received, blob bytes \(s.blobBytesSent) sent / \(s.blobBytesReceived) received")
         }
         if let interrupted {
             // What was stored is checkpointed: the next sync resumes from there.
@@ -238,19 +254,62 @@ struct Sync: AsyncParsableCommand {
     }
 }
 
-/// A one-line progress bar on stderr, shown only on a terminal.
+/// A one-line progress display on stderr, shown only on a terminal: documents done/total,
+/// blob bytes done/total and their rate, and the replicator's activity.
 final class ProgressBar: Sendable {
     let enabled: Bool
+    /// The blob bytes and time of the last rate sample, and the rate then (bytes/s).
+    private let rate = Mutex<(bytes: Int64, at: ContinuousClock.Instant, perSecond: Double)>((0, .now, 0))
     init(enabled: Bool) { self.enabled = enabled }
 
-    func show(_ status: ReplicatorStatus) {
+    func show(_ status: ReplicatorStatus, _ summary: ReplicationSummary) {
         guard enabled else { return }
-        let width = 30
-        let fraction = status.total == 0 ? 1.0 : Double(status.completed) / Double(status.total)
-        let filled = Int(fraction * Double(width))
-        let bar = String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled)
-        let line = "\r[\(bar)] \(status.completed)/\(status.total) \(status.activity.rawValue)   "
-        FileHandle.standardError.write(Data(line.utf8))
+        FileHandle.standardError.write(Data(("\r" + line(status, summary) + "\u{1B}[K").utf8))
+    }
+
+    /// The progress line without its carriage return.
+    func line(_ status: ReplicatorStatus, _ summary: ReplicationSummary, now: ContinuousClock.Instant = .now) -> String {
+        let blobDone = summary.blobBytesSent + summary.blobBytesReceived
+        let blobTotal = max(summary.blobBytesToSend + summary.blobBytesToReceive, blobDone)
+        let perSecond = rate.withLock { r -> Double in
+            let (whole, atto) = (now - r.at).components
+            let elapsed = Double(whole) + Double(atto) / 1e18
+            // A rate over at least a second, smoothed, so the figure does not flicker.
+            if elapsed >= 1 {
+                let sample = Double(blobDone - r.bytes) / elapsed
+                r.perSecond = r.perSecond == 0 ? sample : 0.5 * r.perSecond + 0.5 * sample
+                r.bytes = blobDone
+                r.at = now
+            }
+            return r.perSecond
+        }
+        let fraction: Double
+        if blobTotal > 0 {
+            fraction = Double(blobDone) / Double(blobTotal)
+        } else {
+            fraction = status.total == 0 ? 1.0 : Double(status.completed) / Double(status.total)
+        }
+        let width = 24
+        let filled = max(0, min(width, Int(fraction * Double(width))))
+        var text = "[" + String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled) + "]"
+        text += " docs \(status.completed)/\(status.total)"
+        if blobTotal > 0 {
+            text += ", blobs \(Self.bytes(blobDone))/\(Self.bytes(blobTotal))"
+            if perSecond > 0 { text += " at \(Self.bytes(Int64(perSecond)))/s" }
+        }
+        return text + " " + status.activity.rawValue
+    }
+
+    /// Bytes in binary units, one decimal above KiB.
+    static func bytes(_ n: Int64) -> String {
+        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
+        var value = Double(n)
+        var unit = 0
+        while value >= 1024 && unit < units.count - 1 {
+            value /= 1024
+            unit += 1
+        }
+        return unit == 0 ? "\(n) B" : String(format: "%.1f %@", value, units[unit])
     }
 
     func finish() {
