@@ -137,7 +137,8 @@ extension CouchDatabase {
             if latest, let leaf = leaves(descendingFrom: revision, in: tree).first { revision = leaf }
             try checkReadable(id, revision: revision, tree: tree, principal: principal)
         } else if winner.deleted {
-            throw CouchError.notFound("deleted")
+            // `?deleted=true` asks for the tombstone itself, as CouchDB 3 answers it.
+            guard try queryBool(q, "deleted") == true else { throw CouchError.notFound("deleted") }
         }
         guard var view = try view(of: id, revision: revision, in: tree) else { throw CouchError.notFound("missing") }
         let localSeq = try queryBool(q, "local_seq") ?? false
