@@ -51,6 +51,10 @@ public struct CouchDatabase: Sendable {
     public var queryTimeout: Duration? = QueryLimits.defaultTimeout
     /// Times the heartbeats and timeouts of `_changes` feeds; tests set a manual clock.
     public var clock: any Clock<Duration> = ContinuousClock()
+    /// Largest attachment a standalone attachment `PUT` or a `multipart/related` part may
+    /// carry. Such content streams to the blob store and is not bounded by `maxRequestBytes`;
+    /// like CouchDB's `max_attachment_size`, the default leaves the disk as the limit.
+    public var maxAttachmentBytes: Int64 = 1 << 40
 }
 
 /// Who a request was authenticated as; its policy bounds what it may read and write.
@@ -256,10 +260,7 @@ extension CouchDatabase {
         } catch is NIOTooManyBytesError {
             throw CouchError.tooLarge("Request body is larger than \(maxRequestBytes) bytes.")
         }
-        let encodings = request.headers[values: .contentEncoding]
-            .flatMap { $0.split(separator: ",") }
-            .map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
-            .filter { !$0.isEmpty && $0 != "identity" }
+        let encodings = Self.contentEncodings(request)
         guard !encodings.isEmpty else { return buffer }
         guard encodings.allSatisfy({ $0 == "gzip" || $0 == "x-gzip" }) else {
             throw CouchError.unsupportedMediaType("Unsupported Content-Encoding: \(encodings.joined(separator: ", "))")
@@ -273,6 +274,14 @@ extension CouchDatabase {
             }
         }
         return ByteBuffer(bytes: bytes)
+    }
+
+    /// The request's content codings other than identity, lowercased, in order.
+    static func contentEncodings(_ request: Request) -> [String] {
+        request.headers[values: .contentEncoding]
+            .flatMap { $0.split(separator: ",") }
+            .map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+            .filter { !$0.isEmpty && $0 != "identity" }
     }
 
     /// Reads the body as JSON, with CouchDB's `bad_request` for malformed JSON.

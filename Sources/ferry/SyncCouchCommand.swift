@@ -28,7 +28,9 @@ extension Sync {
             if !continuous { config.maxAttempts = 3 }
         }
         do {
-            try await drive(replicator, hint: Self.couchHint)
+            // A stop cancels the HTTP requests in flight: a transfer, however slow or
+            // stalled, never holds the exit up (an attachment half fetched resumes next time).
+            try await drive(replicator, hint: Self.couchHint, onInterrupt: { couch.abort() })
         } catch {
             await couch.shutdown()
             throw error

@@ -15,6 +15,12 @@ public final class CouchHTTP: Sendable {
     let logger: Logger
     /// Longest wait for one answer that is not a live feed.
     let requestTimeout: TimeAmount
+    /// How long a streamed transfer (an attachment) may move no byte before it is declared
+    /// stalled; a slow transfer that keeps moving is never cut off.
+    let stallTimeout: Duration
+    let clock: any Clock<Duration>
+    /// Requests in flight, cancelled all at once by `abort()`.
+    let inFlight = InFlightRequests()
 
     /// One answer, whatever its status.
     public struct Response: Sendable {
@@ -27,10 +33,15 @@ public final class CouchHTTP: Sendable {
 
     /// A client for `endpoint`'s server. `tls` is the TLS configuration the endpoint's trust
     /// calls for (`CouchTLS.configuration(for:)`); nil for plain http.
-    public init(endpoint: CouchEndpoint, tls: TLSConfiguration?, requestTimeout: TimeAmount = .seconds(60), logger: Logger) {
+    public init(
+        endpoint: CouchEndpoint, tls: TLSConfiguration?, requestTimeout: TimeAmount = .seconds(60), stallTimeout: Duration = .seconds(30),
+        clock: any Clock<Duration> = ContinuousClock(), logger: Logger
+    ) {
         self.endpoint = endpoint
         self.logger = logger
         self.requestTimeout = requestTimeout
+        self.stallTimeout = stallTimeout
+        self.clock = clock
         var configuration = HTTPClient.Configuration()
         configuration.tlsConfiguration = tls
         configuration.decompression = .enabled(limit: .none)
@@ -44,7 +55,14 @@ public final class CouchHTTP: Sendable {
 
     /// Closes the pool's connections.
     public func shutdown() async {
+        abort()
         try? await client.shutdown()
+    }
+
+    /// Cancels every request in flight and refuses new ones (a permanent `stopped` error):
+    /// what a stop does, so that no transfer outlives it, however slow or stalled.
+    public func abort() {
+        inFlight.abort()
     }
 
     /// The path of `suffix` inside the database (`suffix` already escaped, e.g. `_changes`
@@ -59,18 +77,17 @@ public final class CouchHTTP: Sendable {
         _ method: HTTPMethod, _ path: String, query: [(String, String)] = [], headers: [(String, String)] = [],
         body: [UInt8]? = nil, timeout: TimeAmount? = nil
     ) async throws(CouchClientError) -> Response {
-        var url = endpoint.serverURL + path
-        if !query.isEmpty {
-            url += "?" + query.map { "\(Self.escapeQuery($0.0))=\(Self.escapeQuery($0.1))" }.joined(separator: "&")
+        try await inFlight.run(what: "\(method) \(path)") { () async throws(CouchClientError) -> Response in
+            try await self.exchange(method, path, query: query, headers: headers, body: body, timeout: timeout)
         }
-        var request = HTTPClientRequest(url: url)
-        request.method = method
-        request.headers.add(name: "Accept", value: "application/json")
-        request.headers.add(name: "Accept-Encoding", value: "gzip")
-        if let c = endpoint.credentials {
-            request.headers.add(name: "Authorization", value: "Basic " + Data("\(c.user):\(c.password)".utf8).base64EncodedString())
-        }
-        for (name, value) in headers { request.headers.replaceOrAdd(name: name, value: value) }
+    }
+
+    private func exchange(
+        _ method: HTTPMethod, _ path: String, query: [(String, String)], headers: [(String, String)],
+        body: [UInt8]?, timeout: TimeAmount?
+    ) async throws(CouchClientError) -> Response {
+        var request = makeRequest(method, path, query: query, headers: headers)
+        let url = request.url
         if let body {
             if !headers.contains(where: { $0.0.lowercased() == "content-type" }) {
                 request.headers.add(name: "Content-Type", value: "application/json")
@@ -107,6 +124,24 @@ public final class CouchHTTP: Sendable {
             throw CouchClientError(
                 code: "connect_failed", message: "\(method) \(path) at \(endpoint.serverURL) failed: \(error)", isTransient: true)
         }
+    }
+
+    /// A request to `path` (escaped) with `query` (escaped here), the credentials, JSON and
+    /// gzip accepted, and `headers` over those.
+    func makeRequest(_ method: HTTPMethod, _ path: String, query: [(String, String)], headers: [(String, String)]) -> HTTPClientRequest {
+        var url = endpoint.serverURL + path
+        if !query.isEmpty {
+            url += "?" + query.map { "\(Self.escapeQuery($0.0))=\(Self.escapeQuery($0.1))" }.joined(separator: "&")
+        }
+        var request = HTTPClientRequest(url: url)
+        request.method = method
+        request.headers.add(name: "Accept", value: "application/json")
+        request.headers.add(name: "Accept-Encoding", value: "gzip")
+        if let c = endpoint.credentials {
+            request.headers.add(name: "Authorization", value: "Basic " + Data("\(c.user):\(c.password)".utf8).base64EncodedString())
+        }
+        for (name, value) in headers { request.headers.replaceOrAdd(name: name, value: value) }
+        return request
     }
 
     /// Sends a request with a JSON body (or none) and returns the JSON answer of a 2xx

@@ -34,8 +34,9 @@ struct CouchPullState {
     /// at most two later chunks are in flight), and after which the entry is forgotten.
     static let bytesKeptFetches = 4
     static let entriesKeptFetches = 64
-    /// Most bytes held at once; past it the oldest are let go (and fetched again if asked for).
-    static let maxHeldBytes = 256 << 20
+    /// Most bytes held at once; past it the oldest are let go (and fetched again if asked
+    /// for). Only attachments up to `CouchRemote.heldAttachmentBytes` are held.
+    static let maxHeldBytes = 16 << 20
 
     /// Lets go of old bytes and entries before a new fetch.
     mutating func age() {
@@ -159,14 +160,15 @@ extension CouchRemote {
         pullState.withLock { $0.age() }
         let trees = try store.revisionTrees(Set(requests.map(\.id)))
         var answers = try await fetchDocuments(requests)
+        var fetched = try await fetchAttachments(answers, requests: requests, trees: trees)
         var out: [WireRevision] = []
         var seen = Set<String>()
         var retry: [(index: Int, request: RevisionRequest)] = []
         var resolved: [Int: [WireRevision]] = [:]
         for (index, request) in requests.enumerated() {
             var wires: [WireRevision] = []
-            for item in answers[index] {
-                switch convert(item, request: request, tree: trees[request.id], maxHistory: maxHistory) {
+            for (n, item) in answers[index].enumerated() {
+                switch convert(item, request: request, tree: trees[request.id], maxHistory: maxHistory, fetched: fetched[[index, n]] ?? [:]) {
                 case .revision(let wire): wires.append(wire)
                 case .missingStub where !request.ancestors.isEmpty:
                     // A stub for an ancestor this store no longer keeps: ask again for everything.
@@ -180,9 +182,10 @@ extension CouchRemote {
         }
         if !retry.isEmpty {
             answers = try await fetchDocuments(retry.map(\.request))
+            fetched = try await fetchAttachments(answers, requests: retry.map(\.request), trees: trees)
             for (n, item) in retry.enumerated() {
-                resolved[item.index] = answers[n].map { answer in
-                    switch convert(answer, request: item.request, tree: trees[item.request.id], maxHistory: maxHistory) {
+                resolved[item.index] = answers[n].enumerated().map { (k, answer) in
+                    switch convert(answer, request: item.request, tree: trees[item.request.id], maxHistory: maxHistory, fetched: fetched[[n, k]] ?? [:]) {
                     case .revision(let wire): return wire
                     case .missingStub:
                         return refused(item.request.id.rawValue, item.request.rev.description, "an attachment stub names content this node lacks")
@@ -206,7 +209,9 @@ extension CouchRemote {
     }
 
     /// One `{"ok": doc}` / `{"error": …}` / `{"missing": rev}` item as a wire revision.
-    func convert(_ item: JSON, request: RevisionRequest, tree: RevisionTree?, maxHistory: Int) -> Converted {
+    func convert(
+        _ item: JSON, request: RevisionRequest, tree: RevisionTree?, maxHistory: Int, fetched: [String: FetchedAttachment] = [:]
+    ) -> Converted {
         guard let doc = item["ok"] else {
             let rev = item["error"]?["rev"]?.stringValue ?? item["missing"]?.stringValue ?? request.rev.description
             return .revision(.missing(id: request.id.rawValue, rev: (try? RevisionID(rev)) == nil ? request.rev.description : rev))
@@ -221,17 +226,20 @@ extension CouchRemote {
             let store = self.store
             let resolver = AttachmentResolver(
                 docID: rawID,
-                lookup: { name, digest in CouchDatabase.attachment(named: name, digest: digest, in: tree, blobs: store.blobs) },
+                lookup: { name, digest in
+                    fetched[name]?.attachment ?? CouchDatabase.attachment(named: name, digest: digest, in: tree, blobs: store.blobs)
+                },
                 generation: rev.generation, keepGivenRevpos: true)
             var (body, contents) = try resolver.storedBody(input)
+            let held = fetched.values.compactMap(\.bytes)
             if rev.isFerryDigest,
                 let original = FerryFormBody.matching(
-                    rev, parent: history.first.flatMap { try? RevisionID($0) }, deleted: input.deleted, body: body, contents: contents,
+                    rev, parent: history.first.flatMap { try? RevisionID($0) }, deleted: input.deleted, body: body, contents: contents + held,
                     blobs: store.blobs)
             {
                 body = original
             }
-            if !contents.isEmpty { hold(contents, body: body, docID: rawID, rev: revText) }
+            if !contents.isEmpty || !held.isEmpty { hold(contents + held, body: body, docID: rawID, rev: revText) }
             return .revision(
                 WireRevision(
                     id: rawID, rev: revText, history: Array(history.prefix(maxHistory)), deleted: input.deleted, hlc: 0,
@@ -261,15 +269,12 @@ extension CouchRemote {
 
     /// `_bulk_get`; nil when the server has none.
     private func bulkGet(_ requests: [RevisionRequest]) async throws -> [[JSON]]? {
-        let docs: [JSON] = requests.map { r in
-            var d: [String: JSON] = ["id": .string(r.id.rawValue), "rev": .string(r.rev.description)]
-            if !r.ancestors.isEmpty { d["atts_since"] = .array(r.ancestors.map { .string($0.description) }) }
-            return .object(d)
-        }
+        // Attachments come as stubs and are fetched one by one, streamed (`fetchAttachments`).
+        let docs: [JSON] = requests.map { r in .object(["id": .string(r.id.rawValue), "rev": .string(r.rev.description)]) }
         let path = http.databasePath("_bulk_get")
         let body: JSON = ["docs": .array(docs)]
         let response = try await http.send(
-            .POST, path, query: [("revs", "true"), ("latest", "true"), ("attachments", "true")], body: body.canonicalBytes)
+            .POST, path, query: [("revs", "true"), ("latest", "true"), ("attachments", "false")], body: body.canonicalBytes)
         if [404, 405, 501].contains(response.status) && !Self.databaseMissing(response) {
             pullState.withLock { $0.bulkGet = false }
             logger.info("the server has no _bulk_get: fetching documents one by one", metadata: ["database": "\(http.endpoint.redacted)"])
@@ -295,13 +300,10 @@ extension CouchRemote {
     /// `GET /{db}/{id}?open_revs=["rev"]&revs=true&latest=true&attachments=true&atts_since=[…]`.
     private func openRevs(_ request: RevisionRequest) async throws -> [JSON] {
         let path = http.databasePath(Self.documentSuffix(request.id.rawValue))
-        var query: [(String, String)] = [
+        let query: [(String, String)] = [
             ("open_revs", String(decoding: JSON.array([.string(request.rev.description)]).canonicalBytes, as: UTF8.self)),
-            ("revs", "true"), ("latest", "true"), ("attachments", "true"),
+            ("revs", "true"), ("latest", "true"), ("attachments", "false"),
         ]
-        if !request.ancestors.isEmpty {
-            query.append(("atts_since", String(decoding: JSON.array(request.ancestors.map { .string($0.description) }).canonicalBytes, as: UTF8.self)))
-        }
         let response = try await http.send(.GET, path, query: query)
         if response.status == 404 && !Self.databaseMissing(response) { return [["missing": .string(request.rev.description)]] }
         guard (200..<300).contains(response.status) else { throw CouchClientError.http(response, method: .GET, path: path, endpoint: http.endpoint) }

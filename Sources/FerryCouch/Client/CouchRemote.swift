@@ -21,6 +21,8 @@ final class CouchRemote: RemoteDatabase {
     let capabilities: CouchServerCapabilities
     /// The pull side's state between verbs (CouchRemote+Pull.swift).
     let pullState = Mutex(CouchPullState())
+    /// The attachment downloads' shared state (CouchRemote+Attachments.swift).
+    let downloadState = Mutex(CouchDownloadState())
     /// The push side's state between verbs (CouchRemote+Push.swift).
     let pushState = Mutex(CouchPushState())
     /// What this run's checkpoint documents record (CouchRemote+Checkpoint.swift).

@@ -25,8 +25,20 @@ public final class CouchReplication: Sendable {
         self.logger = logger
     }
 
+    /// Set by `abort()`: no client is made after it.
+    private let aborted = Mutex(false)
+
+    /// Cancels every request in flight and refuses new ones, for a stop that must not wait
+    /// on a transfer (what has been stored stays stored; a half-fetched attachment resumes
+    /// on the next run).
+    public func abort() {
+        aborted.withLock { $0 = true }
+        client.withLock { $0 }?.abort()
+    }
+
     /// The HTTP client, made on first use.
     func http() async throws -> CouchHTTP {
+        if aborted.withLock({ $0 }) { throw CouchClientError.stopped("connecting to \(endpoint.redacted)") }
         if let made = client.withLock({ $0 }) { return made }
         let tls = try await CouchTLS.configuration(for: endpoint, logger: logger)
         let made = CouchHTTP(endpoint: endpoint, tls: tls, logger: logger)
@@ -36,6 +48,7 @@ public final class CouchReplication: Sendable {
             return (made, nil)
         }
         if let loser { await loser.shutdown() }
+        if aborted.withLock({ $0 }) { winner.abort() }
         return winner
     }
 

@@ -59,6 +59,20 @@ struct StoredAttachment: Equatable, Sendable {
         "md5-" + Data(Insecure.MD5.hash(data: bytes)).base64EncodedString()
     }
 
+    /// CouchDB's digest of a stored blob, read a chunk at a time (never whole); nil when
+    /// the blob is absent or unreadable.
+    static func md5Digest(of digest: BlobDigest, in blobs: BlobStore) -> String? {
+        guard let reader = try? blobs.reader(digest) else { return nil }
+        var md5 = Insecure.MD5()
+        var offset: Int64 = 0
+        while offset < reader.length {
+            guard let chunk = try? reader.read(offset: offset, count: 1 << 20), !chunk.isEmpty else { return nil }
+            md5.update(data: chunk)
+            offset += Int64(chunk.count)
+        }
+        return "md5-" + Data(md5.finalize()).base64EncodedString()
+    }
+
     /// The base64 of the MD5, as `Content-MD5` carries it.
     var md5Base64: String { md5.hasPrefix("md5-") ? String(md5.dropFirst(4)) : md5 }
 }
@@ -86,10 +100,10 @@ struct AttachmentSet {
         guard let refs = try? JSON.object(rest).blobReferences(), !refs.isEmpty else { return }
         for ref in refs {
             let name = Self.blobStubName(ref.digest)
-            guard entries[name] == nil, let bytes = try? blobs.get(ref.digest) else { continue }
+            guard entries[name] == nil, let md5 = StoredAttachment.md5Digest(of: ref.digest, in: blobs) else { continue }
             entries[name] = StoredAttachment(
                 blob: ref.digest, length: ref.length, contentType: ref.contentType ?? StoredAttachment.defaultContentType,
-                md5: StoredAttachment.md5Digest(bytes), revpos: generation)
+                md5: md5, revpos: generation)
             blobStubNames.insert(name)
         }
     }

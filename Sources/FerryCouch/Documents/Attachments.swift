@@ -1,3 +1,4 @@
+import Crypto
 import FerryCore
 import FerryStore
 import FerrySync
@@ -35,32 +36,60 @@ extension CouchDatabase {
         guard let view = try view(of: id, revision: revision, in: tree) else { throw CouchError.notFound("missing") }
         let set = AttachmentSet(body: view.body, generation: revision.generation, blobs: store.blobs)
         guard let att = set.entries[name] else { throw CouchError.notFound("Document is missing attachment") }
-        let bytes = try att.content(store.blobs)
+        guard let reader = try store.blobs.reader(att.blob) else {
+            throw CouchError(.internalServerError, "missing_blob", "The content of this attachment is not on this node.")
+        }
+        let total = reader.length
         var headers = HTTPFields()
         headers[.contentType] = att.contentType
         headers[.eTag] = "\"\(att.md5Base64)\""
         headers[.couchContentMD5] = att.md5Base64
-        headers[.contentLength] = String(bytes.count)
         headers[.cacheControl] = "must-revalidate"
         headers[.acceptRanges] = "bytes"
         var status = HTTPResponse.Status.ok
-        var content = bytes[...]
-        if let range = request.headers[.range] {
-            switch Self.byteRange(range, total: bytes.count) {
+        var range: Range<Int64> = 0..<total
+        if let header = request.headers[.range] {
+            switch Self.byteRange(header, total: Int(total)) {
             case .whole: break
             case .part(let r):
                 status = .partialContent
-                content = bytes[r]
-                headers[.contentRange] = "bytes \(r.lowerBound)-\(r.upperBound - 1)/\(bytes.count)"
-                headers[.contentLength] = String(r.count)
+                range = Int64(r.lowerBound)..<Int64(r.upperBound)
+                headers[.contentRange] = "bytes \(r.lowerBound)-\(r.upperBound - 1)/\(total)"
             case .unsatisfiable:
                 var h = HTTPFields()
-                h[.contentRange] = "bytes */\(bytes.count)"
+                h[.contentRange] = "bytes */\(total)"
                 return Response(status: .rangeNotSatisfiable, headers: h, body: .init())
             }
         }
+        headers[.contentLength] = String(range.count)
         if request.method == .head { return Response(status: status, headers: headers, body: .init()) }
-        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: content)))
+        return Response(status: status, headers: headers, body: Self.streamedBody(reader, range: range, verify: range == 0..<total))
+    }
+
+    /// Bytes read from a blob file per write: memory holds about one chunk per response
+    /// (the connection's backpressure makes a slow reader slow the reads).
+    static let attachmentChunkBytes = 256 << 10
+
+    /// A body that reads `range` of the blob a chunk at a time. The whole content is checked
+    /// against its digest as it goes; a mismatch found at the end breaks the connection
+    /// instead of finishing the answer, so the client never takes corrupt bytes for good ones.
+    static func streamedBody(_ reader: BlobReader, range: Range<Int64>, verify: Bool) -> ResponseBody {
+        ResponseBody(contentLength: Int(range.count)) { writer in
+            var hasher = verify ? SHA256() : nil
+            var offset = range.lowerBound
+            while offset < range.upperBound {
+                let want = Int(min(Int64(attachmentChunkBytes), range.upperBound - offset))
+                let chunk = try reader.read(offset: offset, count: want)
+                guard chunk.count == want else { throw StoreError.blobCorrupt(reader.digest) }
+                hasher?.update(data: chunk)
+                try await writer.write(ByteBuffer(bytes: chunk))
+                offset += Int64(want)
+            }
+            if let hasher, BlobDigest(uncheckedHex: Hex.encode(hasher.finalize())) != reader.digest {
+                throw StoreError.blobCorrupt(reader.digest)
+            }
+            try await writer.finish(nil)
+        }
     }
 
     /// What a `Range` header asks of `total` bytes: one `bytes=` range is served (206);
@@ -114,24 +143,12 @@ extension CouchDatabase {
             }
         }
         var attachments = fields[StoredAttachment.bodyKey]?.objectValue ?? [:]
-        var contents: [[UInt8]] = []
         if isDelete {
             guard attachments.removeValue(forKey: name) != nil else {
                 throw CouchError.notFound("Document is missing attachment")
             }
-        } else {
-            let bytes = Array(try await readBody(request).readableBytesView)
-            let contentType = request.headers[.contentType] ?? StoredAttachment.defaultContentType
-            let entry = StoredAttachment(bytes: bytes, contentType: contentType, revpos: generation)
-            if let md5 = request.headers[.couchContentMD5], md5 != entry.md5Base64 {
-                throw CouchError.badRequest("Content-MD5 does not match the attachment's content")
-            }
-            attachments[name] = entry.json
-            contents.append(bytes)
         }
-        if attachments.isEmpty { fields.removeValue(forKey: StoredAttachment.bodyKey) } else {
-            fields[StoredAttachment.bodyKey] = .object(attachments)
-        }
+        // Who may write is judged on the document's own members, before any content is read.
         var user = fields
         user.removeValue(forKey: StoredAttachment.bodyKey)
         if let refusal = DocumentAccess(principal.policy).writeRefusal(
@@ -139,7 +156,25 @@ extension CouchDatabase {
         {
             throw CouchError.forbidden("You may not write document \(id): \(refusal).")
         }
-        try storeContents(contents)
+        if !isDelete {
+            let contentType = request.headers[.contentType] ?? StoredAttachment.defaultContentType
+            let entry: StoredAttachment
+            if Self.contentEncodings(request).isEmpty {
+                // Streamed to the blob store as it arrives: memory stays flat whatever its size.
+                entry = try await spoolAttachment(request.body, contentType: contentType, revpos: generation)
+            } else {
+                let bytes = Array(try await readBody(request).readableBytesView)
+                entry = StoredAttachment(bytes: bytes, contentType: contentType, revpos: generation)
+                try storeContents([bytes])
+            }
+            if let md5 = request.headers[.couchContentMD5], md5 != entry.md5Base64 {
+                throw CouchError.badRequest("Content-MD5 does not match the attachment's content")
+            }
+            attachments[name] = entry.json
+        }
+        if attachments.isEmpty { fields.removeValue(forKey: StoredAttachment.bodyKey) } else {
+            fields[StoredAttachment.bodyKey] = .object(attachments)
+        }
         let edit = PreparedEdit(id: id, parent: parent, deleted: false, body: .object(fields))
         let rev: RevisionID
         do { rev = try store.write { txn throws(StoreError) in try apply(edit, in: txn) } } catch { throw couchError(error) }
