@@ -56,6 +56,7 @@ struct AdminAPI: Sendable {
         router.post("/group/join") { request, _ in try await join(request) }
         router.delete("/group/members/:id") { _, ctx in try removeMember(ctx.parameters.require("id")) }
         router.get("/metrics") { _, _ in metrics() }
+        addBlobRoutes(to: router)
         return router
     }
 
@@ -223,6 +224,10 @@ struct AdminAPI: Sendable {
             "pushed": .int(Int64(summary.pushed)), "pulled": .int(Int64(summary.pulled)), "rejected": .int(Int64(summary.rejected)),
             "conflicts": .int(Int64(summary.conflicts)), "bytesSent": .int(Int64(summary.bytesSent)),
             "bytesReceived": .int(Int64(summary.bytesReceived)),
+            "blobsSent": .int(Int64(summary.blobsSent)), "blobsReceived": .int(Int64(summary.blobsReceived)),
+            "blobBytesSent": .int(summary.blobBytesSent), "blobBytesReceived": .int(summary.blobBytesReceived),
+            "blobBytesToSend": .int(summary.blobBytesToSend), "blobBytesToReceive": .int(summary.blobBytesToReceive),
+            "blobsDeferred": .int(Int64(summary.blobsDeferred)),
         ]
         if let direction { o["direction"] = .string(direction.rawValue) }
         return .object(o)

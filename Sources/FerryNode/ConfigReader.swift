@@ -69,7 +69,7 @@ struct ConfigReader {
         let top = try object(json, "", allowed: [
             "name", "group", "data", "listen", "admin", "discovery", "peers", "trust", "conflicts", "pullFilter",
             "validation", "logLevel", "limits", "readOnly", "replications", "couch",
-            "blobCollection",
+            "blobCollection", "blobs",
         ])
         if let v = top["name"] { c.name = try name(v, "name") }
         if let v = top["group"] {
@@ -173,6 +173,16 @@ struct ConfigReader {
             }
         }
         if let v = top["readOnly"] { c.readOnly = try bool(v, "readOnly") }
+        if let v = top["blobs"] {
+            let o = try object(v, "blobs", allowed: ["fetch", "peers"])
+            if let x = o["fetch"] { c.blobPolicy = try blobPolicy(x, "blobs.fetch") }
+            if let p = o["peers"] {
+                guard case .object(let byPeer) = p else { throw fail("blobs.peers", "must map node IDs to policies") }
+                for (peer, policy) in byPeer {
+                    c.blobPolicyByPeer[try nodeID(.string(peer), "blobs.peers")] = try blobPolicy(policy, "blobs.peers.\(peer)")
+                }
+            }
+        }
         if let v = top["replications"] {
             guard case .array(let items) = v else { throw fail("replications", "must be an array") }
             for (i, item) in items.enumerated() {
@@ -266,11 +276,19 @@ struct ConfigReader {
         return r
     }
 
+    /// A blob policy: `eager`, `lazy`, or a size (a number of bytes, or text such as `5MB`).
+    func blobPolicy(_ value: JSON, _ key: String) throws(ConfigError) -> BlobFetchPolicy {
+        let text: String
+        if let n = value.intValue { text = String(n) } else { text = try string(value, key) }
+        do { return try BlobFetchPolicy(parsing: text) } catch { throw fail(key, error.message) }
+    }
+
     /// One replication entry: with a Ferry peer (`wss://` URL and `peer`) or with a
     /// CouchDB-protocol database (`http(s)://` URL and the CouchDB options).
     func replication(_ item: JSON, _ key: String, defaultID: String) throws(ConfigError) -> ReplicationSpec {
         let k = { (name: String) in key.isEmpty ? name : "\(key).\(name)" }
-        let o = try object(item, key, allowed: Set(["id", "url", "peer", "direction", "continuous", "documentIDs"]).union(CouchReplicationOptions.keys))
+        let o = try object(
+            item, key, allowed: Set(["id", "url", "peer", "direction", "continuous", "documentIDs", "blobs"]).union(CouchReplicationOptions.keys))
         guard let u = o["url"] else { throw fail(k("url"), "is required") }
         let id = try o["id"].map { v throws(ConfigError) in try string(v, k("id")) } ?? defaultID
         guard !id.isEmpty, id.utf8.count <= 100, !id.contains("/") else { throw fail(k("id"), "must be 1–100 characters without /") }
@@ -298,6 +316,10 @@ struct ConfigReader {
             spec.direction = dir
         }
         if let c = o["continuous"] { spec.continuous = try bool(c, k("continuous")) }
+        if let b = o["blobs"] {
+            if spec.isCouch { throw fail(k("blobs"), "a CouchDB replication fetches attachments with their documents; drop blobs") }
+            spec.blobPolicy = try blobPolicy(b, k("blobs"))
+        }
         if let d = o["documentIDs"] {
             let ids = try strings(d, k("documentIDs"))
             for (i, s) in ids.enumerated() where (try? DocumentID(s)) == nil {

@@ -139,6 +139,12 @@ public struct NodeConfiguration: Sendable {
     public var logLevel: Logger.Level = .info
     public var limits = Limits()
     public var blobCollection = BlobCollection()
+    /// When the blobs of incoming revisions are fetched: `eager` (before the revision is
+    /// stored; the default), `lazy` (on first read), or eager up to a size.
+    public var blobPolicy = BlobFetchPolicy.eager
+    /// Per peer node ID, a blob policy that replaces `blobPolicy` for that peer (both for
+    /// what this node pulls from it and for what it pushes here).
+    public var blobPolicyByPeer: [String: BlobFetchPolicy] = [:]
     public var readOnly = false
     /// Replications declared in the file (resumed on every start).
     public var replications: [ReplicationSpec] = []
@@ -238,6 +244,8 @@ public struct ReplicationSpec: Sendable, Equatable {
     public var direction: ReplicatorConfiguration.Direction = .pushAndPull
     public var continuous = true
     public var documentIDs: [String]?
+    /// When the blobs this replication pulls are fetched; nil: the peer's or the node's policy.
+    public var blobPolicy: BlobFetchPolicy?
     /// The CouchDB-only options; nil for a Ferry peer.
     public var couch: CouchReplicationOptions?
 
@@ -268,6 +276,7 @@ public struct ReplicationSpec: Sendable, Equatable {
         ]
         if let peerID { o["peer"] = .string(peerID) }
         if let documentIDs { o["documentIDs"] = .array(documentIDs.map { .string($0) }) }
+        if let blobPolicy { o["blobs"] = .string(blobPolicy.description) }
         if let couch { o.merge(couch.json) { a, _ in a } }
         return .object(o)
     }

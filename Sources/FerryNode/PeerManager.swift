@@ -268,6 +268,8 @@ public final class PeerManager: Service, Sendable {
             rc.continuous = spec?.continuous ?? true
             rc.direction = spec?.direction ?? .pushAndPull
             rc.documentIDs = spec?.documentIDs.map { Set($0.compactMap { try? DocumentID($0) }) }
+            // The replication's own policy, else the peer's, else the node's.
+            if let policy = spec?.blobPolicy ?? self.configuration.blobPolicyByPeer[peerID] { rc.blobPolicy = policy }
             // A dead link must be back within seconds of the network healing; a failed dial
             // every 1.5 s (at most) to a peer that is gone costs nothing measurable.
             rc.maxAttemptWait = Self.maxRedialWait
@@ -313,6 +315,13 @@ public final class PeerManager: Service, Sendable {
         guard let entry = state.withLock({ $0.replications.removeValue(forKey: id) }) else { return false }
         entry.link.stop()
         return true
+    }
+
+    /// Every replicator this node runs now: to peers and persistent replications.
+    var activeReplicators: [Replicator] {
+        state.withLock { s in
+            s.peers.values.compactMap { $0.link?.replicator } + s.replications.values.map { $0.link.replicator }
+        }
     }
 
     public var replications: [(spec: ReplicationSpec, source: PeerSource, status: ReplicatorStatus, summary: ReplicationSummary)] {
@@ -398,6 +407,8 @@ public final class PeerManager: Service, Sendable {
             summary.bytesReceived += s.bytesReceived
             summary.blobsSent += s.blobsSent
             summary.blobsReceived += s.blobsReceived
+            summary.blobBytesSent += s.blobBytesSent
+            summary.blobBytesReceived += s.blobBytesReceived
         }
         let busy = sessions.contains(where: \.busy)
         return InboundLink(

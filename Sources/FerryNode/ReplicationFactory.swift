@@ -26,6 +26,10 @@ public struct ReplicationFactory: Sendable {
     public var digests: MeshDigests?
     /// Heartbeat interval and silence limit for every link.
     public var liveness = Liveness()
+    /// When the blobs of incoming revisions are fetched, for every replicator and the responder.
+    public var blobPolicy = BlobFetchPolicy.eager
+    /// Per peer node ID, the policy that replaces `blobPolicy` for pushes from that peer.
+    public var blobPolicyByPeer: [String: BlobFetchPolicy] = [:]
 
     /// Takes resolvers, pull filter and read-only from `configuration`.
     public init(
@@ -38,6 +42,8 @@ public struct ReplicationFactory: Sendable {
         resolvers = configuration.resolvers
         pullFilter = configuration.pullFilter?.filter(name: "config-pull")
         readOnly = configuration.readOnly
+        blobPolicy = configuration.blobPolicy
+        blobPolicyByPeer = configuration.blobPolicyByPeer
         self.metrics = metrics
         self.clock = clock
         self.logger = logger
@@ -75,6 +81,9 @@ public struct ReplicationFactory: Sendable {
         r.mesh = mesh
         r.digests = digests
         r.liveness = liveness
+        r.blobPolicy = blobPolicy
+        let byPeer = blobPolicyByPeer
+        if !byPeer.isEmpty { r.blobPolicyLookup = { byPeer[$0] } }
         r.sessionEnded = sessionEnded
         r.nodeID = nodeID
         r.readOnly = readOnly
@@ -104,6 +113,7 @@ public struct ReplicationFactory: Sendable {
         rc.mesh = mesh
         rc.digests = digests
         rc.liveness = liveness
+        rc.blobPolicy = blobPolicy
         configure(&rc)
         return Replicator(store: store, connector: connector, configuration: rc, clock: clock, logger: logger ?? self.logger)
     }

@@ -51,9 +51,13 @@ public final class ReplicationResponder: Sendable {
         /// the default), or later on first read from a peer this node pulls from (`lazy`, or
         /// by size). Peers that may not read everything always send the content.
         public var blobPolicy = BlobFetchPolicy.eager
+        /// A per-peer policy that replaces `blobPolicy` for that peer; nil: none.
+        public var blobPolicyLookup: (@Sendable (String) -> BlobFetchPolicy?)?
         /// Told when a session ends, with why (nil: a normal close).
         public var sessionEnded: (@Sendable (SessionStatus, SyncError?) -> Void)?
         public init() {}
+
+        func blobPolicy(for peer: String) -> BlobFetchPolicy { blobPolicyLookup?(peer) ?? blobPolicy }
 
         func policy(for peer: String) -> PeerPolicy { policyLookup?(peer) ?? policies[peer] ?? defaultPolicy }
     }

@@ -41,12 +41,13 @@ extension ResponderSession {
         let restricted = !policy.read.admitsEverything
         let grants = blobGrants.withLock { $0 }
         var missing = asked.digests.filter { !store.blobs.has($0) || (restricted && !grants.contains($0)) }
-        if let lengths = asked.lengths, !restricted, options.blobPolicy != .eager {
+        let blobPolicy = options.blobPolicy(for: peerID ?? "")
+        if let lengths = asked.lengths, !restricted, blobPolicy != .eager {
             // Left to fetch on first read: the revision may refer to it before it is here.
             let declared = Dictionary(zip(asked.digests, lengths), uniquingKeysWith: { a, _ in a })
             var deferred = Set<BlobDigest>()
             for digest in missing {
-                guard let length = declared[digest], !options.blobPolicy.fetchesBeforeStoring(length: length) else { continue }
+                guard let length = declared[digest], !blobPolicy.fetchesBeforeStoring(length: length) else { continue }
                 try store.blobs.markDeferred(BlobReference(digest: digest, length: length))
                 deferred.insert(digest)
             }

@@ -1,3 +1,4 @@
+import Crypto
 import ArgumentParser
 import FerryCore
 import FerryStore
@@ -106,7 +107,7 @@ struct LineReader {
 struct BlobCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "blob", abstract: "Store and read content-addressed blobs.",
-        subcommands: [BlobPut.self, BlobGet.self])
+        subcommands: [BlobPut.self, BlobGet.self, BlobStateCommand.self])
 }
 
 /// `ferry blob put`: stores a file as a blob and prints its reference.
@@ -143,24 +144,91 @@ struct BlobGet: AsyncParsableCommand {
         let d: BlobDigest
         do { d = try BlobDigest(digest) } catch { throw CLIError(message: error.description) }
         let store = try global.openExistingStore()
-        guard let content = try store.blobs.get(d) else {
+        if case .deferred = store.blobs.state(d) {
+            // Left for first read by a lazy policy: the running node fetches it from a peer.
+            guard let node = NodeClient.running(on: global.dataDirectory) else {
+                throw CLIError(message: "unavailable: blob \(d) is not fetched yet and no node runs on this data directory", status: 5)
+            }
+            let reply = try await node.request("POST", "/blobs/\(d)/fetch")
+            if reply.status == 503 {
+                throw CLIError(message: "unavailable: \(reply.body["reason"]?.stringValue ?? "no connected peer has it")", status: 5)
+            }
+            guard (200..<300).contains(reply.status) else {
+                throw CLIError(message: reply.body["reason"]?.stringValue ?? "fetching blob \(d) failed", status: reply.status == 404 ? 3 : 1)
+            }
+        }
+        guard let reader = try store.blobs.reader(d) else {
             throw CLIError(message: "not found: no blob \(d)", status: 3)
         }
-        if let output {
-            guard FileManager.default.createFile(atPath: output, contents: Data(content)) else {
-                throw CLIError(message: "cannot write \(output)")
-            }
-            if global.json {
-                Output.json(["digest": .string(d.description), "length": .int(Int64(content.count)), "file": .string(output)])
-            }
-        } else if global.json {
+        if global.json && output == nil {
+            let content = try reader.read(offset: 0, count: Int(reader.length))
+            guard BlobDigest.of(content) == d else { throw CLIError(message: "blob \(d) is corrupt") }
             Output.json([
                 "digest": .string(d.description), "length": .int(Int64(content.count)),
                 "base64": .string(Data(content).base64EncodedString()),
             ])
-        } else {
-            FileHandle.standardOutput.write(Data(content))
+            return
         }
+        // Streamed a chunk at a time and checked as it goes: memory stays flat for any size.
+        let handle: FileHandle
+        if let output {
+            guard FileManager.default.createFile(atPath: output, contents: nil), let h = FileHandle(forWritingAtPath: output) else {
+                throw CLIError(message: "cannot write \(output)")
+            }
+            handle = h
+        } else {
+            handle = FileHandle.standardOutput
+        }
+        var hasher = SHA256()
+        var offset: Int64 = 0
+        while offset < reader.length {
+            let chunk = try reader.read(offset: offset, count: 1 << 20)
+            guard !chunk.isEmpty else { break }
+            hasher.update(data: chunk)
+            try handle.write(contentsOf: chunk)
+            offset += Int64(chunk.count)
+        }
+        guard BlobDigest(uncheckedHex: Hex.encode(hasher.finalize())) == d else {
+            if let output { try? FileManager.default.removeItem(atPath: output) }
+            throw CLIError(message: "blob \(d) is corrupt: its content does not match its digest")
+        }
+        if let output {
+            try? handle.close()
+            if global.json {
+                Output.json(["digest": .string(d.description), "length": .int(reader.length), "file": .string(output)])
+            }
+        }
+    }
+}
+
+/// `ferry blob state`: whether a blob is here, deferred (lazy policy) or unknown.
+struct BlobStateCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "state", abstract: "Say whether a blob is present, deferred (to be fetched on first read) or absent.")
+
+    @OptionGroup var global: GlobalOptions
+    @Argument(help: "sha256-<hex> digest.") var digest: String
+
+    func run() async throws {
+        let d: BlobDigest
+        do { d = try BlobDigest(digest) } catch { throw CLIError(message: error.description) }
+        let store = try global.openExistingStore()
+        var o: [String: JSON] = ["digest": .string(d.description)]
+        switch store.blobs.state(d) {
+        case .present(let length): o.merge(["state": "present", "length": .int(length), "received": .int(length)]) { $1 }
+        case .deferred(let length, let partial): o.merge(["state": "deferred", "length": .int(length), "received": .int(partial)]) { $1 }
+        case .absent: o["state"] = "absent"
+        }
+        if global.json {
+            Output.json(.object(o))
+        } else {
+            var line = o["state"]!.stringValue!
+            if let length = o["length"]?.intValue, let received = o["received"]?.intValue {
+                line += " \(received)/\(length) bytes"
+            }
+            Output.line(line)
+        }
+        if case .absent = store.blobs.state(d) { throw ExitCode(3) }
     }
 }
 
@@ -234,13 +302,15 @@ struct Watch: AsyncParsableCommand {
         signal(SIGINT, SIG_IGN)
         signal(SIGTERM, SIG_IGN)
         let stop = AsyncStream<Void> { continuation in
-            for sig in [SIGINT, SIGTERM] {
+            let sources = [SIGINT, SIGTERM].map { sig -> any DispatchSourceSignal in
                 let source = DispatchSource.makeSignalSource(signal: sig)
                 source.setEventHandler { continuation.finish() }
                 source.resume()
-                nonisolated(unsafe) let keep = source
-                continuation.onTermination = { _ in keep.cancel() }
+                return source
             }
+            // Both kept until the end (keeping only the last let SIGINT's source go: Ctrl-C did nothing).
+            nonisolated(unsafe) let keep = sources
+            continuation.onTermination = { _ in for source in keep { source.cancel() } }
         }
         try await Race.first(
             {
