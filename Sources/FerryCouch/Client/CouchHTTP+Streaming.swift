@@ -19,6 +19,8 @@ final class InFlightRequests: Sendable {
     private let state = Mutex(State())
 
     var isAborted: Bool { state.withLock { $0.aborted } }
+    /// Requests in flight now.
+    var count: Int { state.withLock { $0.cancels.count } }
 
     /// Cancels what is in flight; every later request fails at once.
     func abort() {

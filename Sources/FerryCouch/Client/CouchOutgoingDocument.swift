@@ -23,6 +23,12 @@ struct CouchOutgoingDocument {
     /// Attachment names sent with their content, and those sent as stubs.
     let inlineAttachments: [String]
     let stubAttachments: [String]
+    /// Attachments whose content follows in MIME parts of a `multipart/related` PUT,
+    /// streamed from the blob store, in the order the JSON names them.
+    let follows: [(name: String, attachment: StoredAttachment)]
+    /// Content longer than this goes as a streamed MIME part instead of inline base64
+    /// (nil: always inline).
+    let streamAbove: Int64?
     /// What it was rendered from, to render it again with every attachment's content.
     private let wire: WireRevision
     private let tree: RevisionTree?
@@ -37,7 +43,9 @@ struct CouchOutgoingDocument {
     /// document the target said it holds; `tree` is the local tree (for the history of blob
     /// references); `stubs` false sends every attachment's content (after a target could not
     /// match a stub).
-    init(_ wire: WireRevision, targetHolds: [RevisionID], tree: RevisionTree?, blobs: BlobStore, stubs: Bool = true) throws(Failure) {
+    init(
+        _ wire: WireRevision, targetHolds: [RevisionID], tree: RevisionTree?, blobs: BlobStore, stubs: Bool = true, streamAbove: Int64? = nil
+    ) throws(Failure) {
         guard !wire.missing, !wire.isDelta else { throw Failure(reason: "only full revisions can be sent to a CouchDB target") }
         let rev: RevisionID
         do { rev = try RevisionID(wire.rev) } catch { throw Failure(reason: "bad revision ID \(wire.rev): \(error)") }
@@ -64,6 +72,7 @@ struct CouchOutgoingDocument {
         let set = AttachmentSet(body: body, generation: rev.generation, blobs: blobs)
         var inline: [String] = []
         var stubbed: [String] = []
+        var following: [(name: String, attachment: StoredAttachment)] = []
         if !set.isEmpty {
             var out: [String: JSON] = [:]
             for (name, found) in set.entries.sorted(by: { $0.key < $1.key }) {
@@ -72,6 +81,19 @@ struct CouchOutgoingDocument {
                     attachment.revpos = Self.firstReference(of: attachment.blob, from: rev, in: tree)
                 }
                 let asStub = heldGeneration > 0 && attachment.revpos <= heldGeneration
+                // A large attachment streams from its blob file, when its MD5 is that of the
+                // bytes stored (content a CouchDB server kept gzip-encoded goes inline, re-encoded).
+                if !asStub, let streamAbove, attachment.length > streamAbove,
+                    blobs.has(attachment.blob), StoredAttachment.md5Digest(of: attachment.blob, in: blobs) == attachment.md5
+                {
+                    out[name] = [
+                        "content_type": .string(attachment.contentType), "digest": .string(attachment.md5),
+                        "length": .int(attachment.length), "revpos": .int(Int64(attachment.revpos)), "follows": true,
+                    ]
+                    following.append((name, attachment))
+                    inline.append(name)
+                    continue
+                }
                 do {
                     out[name] = try attachment.couchJSON(asStub ? .stub : .inline, blobs: blobs)
                 } catch {
@@ -87,13 +109,17 @@ struct CouchOutgoingDocument {
         bytes = json.canonicalBytes
         inlineAttachments = inline
         stubAttachments = stubbed
+        // Canonical JSON orders members by their UTF-8 bytes: the parts follow that order.
+        follows = following.sorted { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
+        self.streamAbove = streamAbove
         self.wire = wire
         self.tree = tree
     }
 
     /// The same revision with every attachment's content inline (itself when it has no stubs).
     func withoutStubs(blobs: BlobStore) throws(Failure) -> CouchOutgoingDocument {
-        stubAttachments.isEmpty ? self : try CouchOutgoingDocument(wire, targetHolds: [], tree: tree, blobs: blobs, stubs: false)
+        stubAttachments.isEmpty
+            ? self : try CouchOutgoingDocument(wire, targetHolds: [], tree: tree, blobs: blobs, stubs: false, streamAbove: streamAbove)
     }
 
     /// The generation from which `rev`'s path refers to `blob` without a break: the `revpos`

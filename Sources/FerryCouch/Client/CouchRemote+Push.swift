@@ -15,7 +15,9 @@ struct CouchPushState {
     /// Attachments sent with their content and as stubs, for logs and tests.
     var attachmentsSent = 0
     var attachmentsStubbed = 0
-    /// `_bulk_docs` and `_ensure_full_commit` requests posted.
+    /// `_bulk_docs` and `_ensure_full_commit` requests posted, and documents sent alone as
+    /// streamed multipart PUTs.
+    var streamedPuts = 0
     var bulkDocsRequests = 0
     var fullCommitRequests = 0
 }
@@ -75,13 +77,19 @@ extension CouchRemote {
             let id = try? DocumentID(wire.id, allowReserved: true)
             do {
                 let document = try CouchOutgoingDocument(
-                    wire, targetHolds: id.flatMap { holds[$0] } ?? [], tree: id.flatMap { trees[$0] }, blobs: store.blobs)
+                    wire, targetHolds: id.flatMap { holds[$0] } ?? [], tree: id.flatMap { trees[$0] }, blobs: store.blobs,
+                    streamAbove: streamsAttachments ? Self.streamedAttachmentBytes : nil)
                 outgoing.append((i, document))
             } catch {
                 results[i] = Self.rejected(.structure, error.reason)
             }
         }
-        var failures = try await post(outgoing)
+        // Documents with large attachments go one by one as streamed multipart PUTs.
+        let streamed = outgoing.filter { !$0.document.follows.isEmpty }
+        var failures = try await post(outgoing.filter { $0.document.follows.isEmpty })
+        for item in streamed {
+            if let failure = try await putStreamed(item.document) { failures[item.index] = failure }
+        }
         // A stub the target could not match (its copy lacks the attachment): sent once more
         // with every attachment's content.
         let unmatched = outgoing.filter { failures[$0.index]?.error == "missing_stub" }
@@ -89,7 +97,10 @@ extension CouchRemote {
             logger.debug(
                 "resending revisions whose attachment stubs the target could not match", metadata: ["count": "\(unmatched.count)"])
             let (again, unrendered) = withoutStubs(unmatched)
-            let stillFailing = try await post(again)
+            var stillFailing = try await post(again.filter { $0.document.follows.isEmpty })
+            for item in again where !item.document.follows.isEmpty {
+                if let failure = try await putStreamed(item.document) { stillFailing[item.index] = failure }
+            }
             for item in unmatched { failures[item.index] = unrendered[item.index] ?? stillFailing[item.index] }
         }
         var stored = 0
@@ -293,5 +304,64 @@ extension CouchServerCapabilities {
     var commitsEveryWrite: Bool {
         guard let major = Int(version.prefix(while: { $0 != "." })) else { return false }
         return major >= 3
+    }
+}
+
+// Pushing large attachments: a document whose attachments are larger than
+// `streamedAttachmentBytes` goes alone as `PUT /{db}/{id}?new_edits=false` with a
+// `multipart/related` body, as CouchDB's replicator sends it, each attachment's bytes read
+// from its blob file a chunk at a time while the connection takes them.
+extension CouchRemote {
+    /// Attachments larger than this stream as MIME parts; smaller ones go inline.
+    static let streamedAttachmentBytes: Int64 = 1 << 20
+
+    /// Whether this server's requests can stream (the pinned-certificate exchange reads and
+    /// writes whole bodies, so there every attachment goes inline).
+    var streamsAttachments: Bool {
+        if http.endpoint.scheme == "https", case .pinned = http.endpoint.trust { return false }
+        return true
+    }
+
+    /// One document as a streamed multipart PUT; the target's refusal, or nil when stored.
+    func putStreamed(_ document: CouchOutgoingDocument) async throws -> BulkDocsFailure? {
+        let boundary = Multipart.newBoundary()
+        var pieces: [StreamedBody.Piece] = [
+            .bytes(Array("--\(boundary)\r\nContent-Type: application/json\r\n\r\n".utf8) + document.bytes + Array("\r\n".utf8))
+        ]
+        var readers: [BlobReader] = []
+        for (name, attachment) in document.follows {
+            guard let reader = try store.blobs.reader(attachment.blob) else {
+                return BulkDocsFailure(error: BulkDocsFailure.unrenderable, reason: "attachment \(name): its content is not in this node's blob store")
+            }
+            readers.append(reader)
+            let quoted = name.replacingOccurrences(of: "\"", with: "%22")
+            let head =
+                "--\(boundary)\r\nContent-Disposition: attachment; filename=\"\(quoted)\"\r\nContent-Type: \(attachment.contentType)\r\n"
+                + "Content-Length: \(attachment.length)\r\n\r\n"
+            pieces.append(.bytes(Array(head.utf8)))
+            pieces.append(.blob(reader, offset: 0, count: attachment.length))
+            pieces.append(.bytes(Array("\r\n".utf8)))
+        }
+        pieces.append(.bytes(Array("--\(boundary)--".utf8)))
+        let path = http.databasePath(Self.documentSuffix(document.id))
+        pushState.withLock {
+            $0.streamedPuts += 1
+            $0.attachmentsSent += document.inlineAttachments.count
+            $0.attachmentsStubbed += document.stubAttachments.count
+        }
+        let response = try await http.upload(
+            .PUT, path, query: [("new_edits", "false")],
+            headers: [("Content-Type", "multipart/related; boundary=\"\(boundary)\"")], body: StreamedBody(pieces: pieces))
+        switch response.status {
+        case 200..<300:
+            return nil
+        case 400, 403, 409, 412, 413, 415:
+            let answer = response.json
+            return BulkDocsFailure(
+                error: answer?["error"]?.stringValue ?? "http_\(response.status)",
+                reason: answer?["reason"]?.stringValue ?? "the target refused the document (HTTP \(response.status))")
+        default:
+            throw CouchClientError.http(response, method: .PUT, path: path, endpoint: http.endpoint)
+        }
     }
 }

@@ -80,6 +80,9 @@ enum IncomingAttachment {
     /// New content, inline (`data`) or in a MIME part (`follows`; `bytes` nil until matched).
     /// `encoding` is nil for identity bytes, `gzip` when the bytes are gzip-encoded.
     case content(bytes: [UInt8]?, contentType: String, length: Int64?, digest: String?, revpos: Int?, encoding: String?)
+    /// New content that a `multipart/related` part streamed into the blob store already
+    /// (identity bytes); `stored` has its digests, `digest` and `length` are what was declared.
+    case spooled(stored: StoredAttachment, length: Int64?, digest: String?, revpos: Int?)
 
     init(name: String, parsing value: JSON) throws(CouchError) {
         try Self.checkName(name)
@@ -173,6 +176,15 @@ struct AttachmentResolver {
                 }
                 if keepGivenRevpos, let revpos { found.revpos = revpos }
                 stored[name] = found.json
+            case .spooled(var entry, let length, let digest, let revpos):
+                if let length, length != entry.length {
+                    throw .badRequest("Attachment \(name): length \(length) does not match its \(entry.length) bytes")
+                }
+                if let digest, digest.hasPrefix("md5-"), digest != entry.md5 {
+                    throw .badRequest("Attachment \(name): content does not match its digest \(digest)")
+                }
+                entry.revpos = keepGivenRevpos ? (revpos ?? generation) : generation
+                stored[name] = entry.json
             case .content(let sent, let contentType, let length, let digest, let revpos, let encoding):
                 guard let sent else { throw .badRequest("Attachment \(name) says follows but no MIME part carries it") }
                 guard let bytes = try decoded(sent, encoding, name: name, length: length) else { continue }

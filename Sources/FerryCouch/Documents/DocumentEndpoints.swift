@@ -309,44 +309,88 @@ extension CouchDatabase {
 
     /// A `multipart/related` document body: the JSON part first, then one part per
     /// `follows` attachment, matched by `Content-Disposition` filename, then by digest,
-    /// then by length.
+    /// then by length. Read as it arrives: the JSON part is bounded by `maxRequestBytes`,
+    /// and a part larger than `MultipartSpool.memoryBytes` streams into the blob store
+    /// (bounded by `maxAttachmentBytes`), so attachments of any size never sit in memory.
     func readMultipartDocument(_ request: Request, contentType: String) async throws -> CouchDocumentInput {
         guard let boundary = Multipart.boundary(of: contentType) else {
             throw CouchError.badRequest("multipart/related needs a boundary")
         }
-        let buffer = try await readBody(request)
-        let parts = try Multipart.parse(Array(buffer.readableBytesView), boundary: boundary)
-        guard let first = parts.first else { throw CouchError.badRequest("multipart body has no document part") }
+        var document: [UInt8]?
+        var spooled: [MultipartSpool.Part] = []
+        if Self.contentEncodings(request).isEmpty {
+            var reader = MultipartStreamReader(boundary: boundary, maxFirstPartBytes: maxRequestBytes)
+            let spool = MultipartSpool(blobs: store.blobs, maxMemoryTotal: maxRequestBytes, maxPartBytes: maxAttachmentBytes)
+            do {
+                for try await chunk in request.body {
+                    try reader.feed(chunk) { event in
+                        switch event {
+                        case .document(let bytes): document = bytes
+                        case .begin(let headers): try spool.begin(headers)
+                        case .bytes(let b): try spool.write(b)
+                        case .end: try spool.end()
+                        }
+                    }
+                }
+                try reader.finish()
+            } catch {
+                spool.discard()
+                throw error
+            }
+            spooled = spool.parts
+        } else {
+            let buffer = try await readBody(request)
+            let parts = try Multipart.parse(Array(buffer.readableBytesView), boundary: boundary)
+            document = parts.first?.body
+            spooled = parts.dropFirst().map { MultipartSpool.Part(headers: $0.headers, content: .bytes($0.body)) }
+        }
+        guard let first = document else { throw CouchError.badRequest("multipart body has no document part") }
         let json: JSON
-        do { json = try JSON.parse(first.body) } catch { throw CouchError.badRequest("invalid UTF-8 JSON") }
+        do { json = try JSON.parse(first) } catch { throw CouchError.badRequest("invalid UTF-8 JSON") }
         var input = try CouchDocumentInput(parsing: json)
         var pending = (input.attachments ?? [:]).filter { $0.value.follows }
-        var unnamed: [[UInt8]] = []
-        for part in parts.dropFirst() {
+        var unnamed: [MultipartSpool.Part] = []
+        for part in spooled {
             if let name = Multipart.filename(part.headers["content-disposition"]), pending[name] != nil {
-                input.attachments![name] = filled(pending.removeValue(forKey: name)!, part.body)
+                input.attachments![name] = try filled(pending.removeValue(forKey: name)!, part)
             } else {
-                unnamed.append(part.body)
+                unnamed.append(part)
             }
         }
-        for bytes in unnamed {
-            let md5 = StoredAttachment.md5Digest(bytes)
+        for part in unnamed {
+            let md5 = part.md5
             var match = pending.first { if case .content(_, _, _, let d, _, _) = $0.value { return d == md5 } else { return false } }?.key
             if match == nil {
                 let sameLength = pending.filter {
-                    if case .content(_, _, let l, _, _, _) = $0.value { return l == Int64(bytes.count) } else { return false }
+                    if case .content(_, _, let l, _, _, _) = $0.value { return l == part.length } else { return false }
                 }
                 if sameLength.count == 1 { match = sameLength.first!.key }
             }
             guard let name = match else { throw CouchError.badRequest("a multipart attachment part matches no attachment") }
-            input.attachments![name] = filled(pending.removeValue(forKey: name)!, bytes)
+            input.attachments![name] = try filled(pending.removeValue(forKey: name)!, part)
         }
         if let name = pending.keys.first { throw CouchError.badRequest("Attachment \(name) says follows but no part carries it") }
         return input
     }
 
-    private func filled(_ att: IncomingAttachment, _ bytes: [UInt8]) -> IncomingAttachment {
+    /// A `follows` attachment with its part's content: bytes in memory, or content already
+    /// streamed to the blob store (gzip-encoded content is read back, bounded, to be decoded).
+    private func filled(_ att: IncomingAttachment, _ part: MultipartSpool.Part) throws -> IncomingAttachment {
         guard case .content(_, let contentType, let length, let digest, let revpos, let encoding) = att else { return att }
-        return .content(bytes: bytes, contentType: contentType, length: length, digest: digest, revpos: revpos, encoding: encoding)
+        switch part.content {
+        case .bytes(let bytes):
+            return .content(bytes: bytes, contentType: contentType, length: length, digest: digest, revpos: revpos, encoding: encoding)
+        case .stored(var entry):
+            if encoding != nil {
+                guard entry.length <= Int64(maxRequestBytes), let reader = try store.blobs.reader(entry.blob) else {
+                    throw CouchError.tooLarge("A gzip-encoded attachment part is larger than \(maxRequestBytes) bytes.")
+                }
+                let bytes = try reader.read(offset: 0, count: Int(entry.length))
+                return .content(bytes: bytes, contentType: contentType, length: length, digest: digest, revpos: revpos, encoding: encoding)
+            }
+            entry.contentType = contentType
+            return .spooled(stored: entry, length: length, digest: digest, revpos: revpos)
+        }
     }
 }
+

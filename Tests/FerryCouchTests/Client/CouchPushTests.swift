@@ -262,15 +262,16 @@ import Testing
 
     @Test func aChunkLargerThanTheRequestBoundGoesInSeveralBulkDocsRequests() async throws {
         try await Self.withTarget { server, local, remote in
-            // Four 3 MiB attachments: 4 MiB each as base64, past the 8 MiB bound together.
-            for i in 0..<4 {
-                let bytes = [UInt8](repeating: UInt8(i), count: 3 << 20)
+            // Twelve 900 KiB attachments (under the streaming threshold, so inline): 1.2 MiB
+            // each as base64, past the 8 MiB bound together.
+            for i in 0..<12 {
+                let bytes = [UInt8](repeating: UInt8(i), count: 900 << 10)
                 try local.put(try DocumentID("big/\(i)"), body: try CouchOutgoingDocumentTests.withAttachment([:], name: "a", bytes: bytes, revpos: 1, store: local))
             }
             let results = try await Self.pushAll(local, remote)
-            #expect(results.count == 4 && results.allSatisfy { $0.status == .stored })
+            #expect(results.count == 12 && results.allSatisfy { $0.status == .stored })
             #expect(remote.pushState.withLock { $0.bulkDocsRequests } >= 2)
-            try Self.expectSameDocuments(local, server.store, (0..<4).map { "big/\($0)" })
+            try Self.expectSameDocuments(local, server.store, (0..<12).map { "big/\($0)" })
         }
     }
 
