@@ -222,7 +222,7 @@ struct BlobBench: AsyncParsableCommand {
         let putSeconds = (ContinuousClock.now - putStart).seconds
         let pulled = try pull(source, into: "\(root)/ferry-receiver")
         let ferrySeconds = putSeconds + pulled.seconds
-        source.remove()
+        try? FileManager.default.removeItem(atPath: source.data)  // the file goes on to Syncthing
 
         // Syncthing: the same file in a shared folder, from the folder's addition (scan and
         // hash included, as Ferry's time includes storing the blob) to the file on B.
