@@ -78,6 +78,7 @@ bench:
 	.build/release/ferry-bench couch-api --report $(REPORT)
 	.build/release/ferry-bench couch --report $(REPORT)
 	.build/release/ferry-bench find --report $(REPORT)
+	.build/release/ferry-bench blob --report $(REPORT)
 	@if [ "$$(id -u)" = 0 ]; then .build/release/ferry-bench lan --report $(REPORT); \
 	else echo "lan: skipped (the LAN lab needs root)"; fi
 	@echo "report: $(REPORT)"
