@@ -36,7 +36,7 @@ struct CouchTestResponder: RouterMiddleware {
 /// One node's CouchDB API over an in-memory store, driven through Hummingbird's router tester.
 struct CouchFixture {
     let store: DocumentStore
-    let database: CouchDatabase
+    var database: CouchDatabase
 
     init(pullFilter: RevisionFilter? = nil, maxRequestBytes: Int = 64 << 20) throws {
         store = try DocumentStore.inMemory()
