@@ -44,6 +44,26 @@ struct BlobTransfer: Sendable {
         }
     }
 
+    /// Splits accepted revisions into those that can be stored now (every blob they refer to
+    /// is here, or left for first read by the policy, which this records) and those whose
+    /// blobs must be fetched first. A document's revisions stay together.
+    func partition(_ revisions: [IncomingRevision]) throws -> (ready: [IncomingRevision], waiting: [IncomingRevision]) {
+        var waitingDocs = Set<DocumentID>()
+        for rev in revisions {
+            if let bytes = rev.canonicalBody, !DocumentStore.mayReferenceBlobs(bytes) { continue }
+            for ref in (try? rev.body.blobReferences()) ?? [] where !store.blobs.has(ref.digest) {
+                if policy.fetchesBeforeStoring(length: ref.length) {
+                    waitingDocs.insert(rev.id)
+                } else if store.blobs.deferredLength(ref.digest) == nil {
+                    try store.blobs.markDeferred(ref)
+                    progress.count { $0.blobsDeferred += 1 }
+                }
+            }
+        }
+        guard !waitingDocs.isEmpty else { return (revisions, []) }
+        return (revisions.filter { !waitingDocs.contains($0.id) }, revisions.filter { waitingDocs.contains($0.id) })
+    }
+
     /// Fetches the blobs that accepted incoming revisions refer to and this store lacks.
     /// Content that does not match its digest is fetched once more, then is a protocol error.
     func fetchMissing(for revisions: [IncomingRevision]) async throws {
@@ -58,8 +78,10 @@ struct BlobTransfer: Sendable {
             let length = needed[digest]!
             if !policy.fetchesBeforeStoring(length: length) {
                 // Lazy: the revision is stored now, the content fetched when first read.
-                try store.blobs.markDeferred(BlobReference(digest: digest, length: length))
-                progress.count { $0.blobsDeferred += 1 }
+                if store.blobs.deferredLength(digest) == nil {
+                    try store.blobs.markDeferred(BlobReference(digest: digest, length: length))
+                    progress.count { $0.blobsDeferred += 1 }
+                }
                 continue
             }
             try await fetch(BlobReference(digest: digest, length: length))

@@ -236,8 +236,25 @@ final class Puller: Sendable {
     private func store(_ checked: CheckedChunk, plan: PullPlan) async throws {
         if checked.deltas > 0 { progress.count { $0.deltasReceived += checked.deltas } }
         for r in checked.rejected { progress.reject(.pull, id: r.id, rev: r.rev, deleted: r.deleted, r.rejection) }
-        let accepted = checked.accepted
-        try await blobs.fetchMissing(for: accepted)
+        // Revisions whose blobs are here (or left for later) are stored first: a document
+        // never waits behind another document's blob.
+        let (ready, waiting) = try blobs.partition(checked.accepted)
+        try await insert(ready)
+        if !waiting.isEmpty {
+            try await blobs.fetchMissing(for: waiting)
+            try await insert(waiting)
+        }
+        if !checked.retryFull.isEmpty {
+            let fresh = try context.store.revisionTrees(checked.retryFull.map(\.id))
+            let full = try await fetch(checked.retryFull, deltas: false).value
+            let retried = PullPlan.check(full, pipeline: plan.pipeline, trees: fresh, deltas: false)
+            try await self.store(retried, plan: plan)
+        }
+    }
+
+    /// Stores accepted revisions, reports each outcome and resolves the conflicts they made.
+    private func insert(_ accepted: [IncomingRevision]) async throws {
+        guard !accepted.isEmpty else { return }
         let store = context.store
         // Who sent them is recorded before the commit a relay reads (the plan fetched only
         // revisions this store lacked).
@@ -270,11 +287,5 @@ final class Puller: Sendable {
             }
         }
         try resolution.run(on: touched)
-        if !checked.retryFull.isEmpty {
-            let fresh = try store.revisionTrees(checked.retryFull.map(\.id))
-            let full = try await fetch(checked.retryFull, deltas: false).value
-            let retried = PullPlan.check(full, pipeline: plan.pipeline, trees: fresh, deltas: false)
-            try await self.store(retried, plan: plan)
-        }
     }
 }

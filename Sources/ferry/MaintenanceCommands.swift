@@ -149,7 +149,7 @@ struct BlobGet: AsyncParsableCommand {
             guard let node = NodeClient.running(on: global.dataDirectory) else {
                 throw CLIError(message: "unavailable: blob \(d) is not fetched yet and no node runs on this data directory", status: 5)
             }
-            let reply = try await node.request("POST", "/blobs/\(d)/fetch")
+            let reply = try await node.request("POST", "/blobs/\(d)/fetch", body: .object([:]))
             if reply.status == 503 {
                 throw CLIError(message: "unavailable: \(reply.body["reason"]?.stringValue ?? "no connected peer has it")", status: 5)
             }

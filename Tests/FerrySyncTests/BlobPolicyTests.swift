@@ -78,3 +78,28 @@ import Testing
         #expect(throws: SyncError.self) { try BlobFetchPolicy(parsing: "-5MB") }
     }
 }
+
+extension BlobPolicyTests {
+    @Test func aDocumentWithoutBlobsIsStoredBeforeAnotherDocumentsBlobArrives() async throws {
+        let (a, _, large) = try Self.source()
+        try a.put(docID("plain"), body: ["n": 1])
+        let b = try DocumentStore.inMemory()
+        var link = Link(to: a)
+        // Watches the receiver's store each time a blob chunk is delivered.
+        let sawPlainDuringBlob = Switch()
+        link.faults = { _ in
+            (.init(), .init(deliver: { m in
+                if m.count > 100_000, (try? b.document(docID("plain"))) != nil {
+                    sawPlainDuringBlob.turn(on: true)
+                }
+                return [m]
+            }))
+        }
+        let r = Replicator(store: b, connector: link.connector, configuration: .init(direction: .pull), clock: ImmediateClock())
+        await r.run()
+        #expect(r.status.error == nil)
+        #expect(sawPlainDuringBlob.isOn)
+        #expect(try b.blobs.get(large.digest) == a.blobs.get(large.digest))
+        #expect(try b.documentCount == 3)
+    }
+}
