@@ -3,7 +3,7 @@ import Foundation
 import IntegrationHarness
 import Testing
 
-/// Scenario 27: blob fetch policies between real `ferry serve` processes on loopback.
+/// Scenario 28: blob fetch policies between real `ferry serve` processes on loopback.
 @Suite(.serialized, .timeLimit(.minutes(10))) struct LazyBlobScenarios {
     /// A node whose policy is eager up to 100 KB gets documents at once, small blobs with
     /// them and large ones on first read (`ferry blob get`), from the peer that has them; a
