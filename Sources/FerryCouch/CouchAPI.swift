@@ -55,6 +55,9 @@ public struct CouchDatabase: Sendable {
     /// carry. Such content streams to the blob store and is not bounded by `maxRequestBytes`;
     /// like CouchDB's `max_attachment_size`, the default leaves the disk as the limit.
     public var maxAttachmentBytes: Int64 = 1 << 40
+    /// Fetches a blob a lazy policy left for first read (true once it is here, false when
+    /// nothing refers to it); throws when no connected peer can send it. Nil: never fetched.
+    public var fetchDeferredBlob: (@Sendable (BlobDigest) async throws -> Bool)?
 }
 
 /// Who a request was authenticated as; its policy bounds what it may read and write.

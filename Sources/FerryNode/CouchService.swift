@@ -22,6 +22,8 @@ extension FerryNode {
             metrics: metrics.sync)
         database.vendorVersion = FerryVersion.current
         database.queryTimeout = .seconds(configuration.couch.queryTimeoutSeconds)
+        let fetcher = DeferredBlobFetcher(store: store, replicators: liveReplicators.list, logger: logger)
+        database.fetchDeferredBlob = { digest in try await fetcher.ensure(digest) }
         return database
     }
 

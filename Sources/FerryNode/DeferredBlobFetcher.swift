@@ -2,6 +2,7 @@ import FerryCore
 import FerryStore
 import FerrySync
 import Logging
+import Synchronization
 
 /// Fetches a deferred blob (left for first read by a lazy policy) from whichever peer this
 /// node replicates with now has it, trying each open connection in turn.
@@ -43,4 +44,15 @@ public struct BlobUnavailable: FerryError {
     public var code: String { "blob_unavailable" }
     public var isTransient: Bool { true }
     public var description: String { "blob \(digest) is not fetched yet and \(reason)" }
+}
+
+/// The replicators a running node has now, known once its peer manager exists (the CouchDB
+/// API is built before it).
+final class LiveReplicators: Sendable {
+    private let source = Mutex<(@Sendable () -> [Replicator])?>(nil)
+
+    func attach(_ list: @escaping @Sendable () -> [Replicator]) { source.withLock { $0 = list } }
+
+    /// Every replicator running now; none before the peer manager is attached.
+    var list: @Sendable () -> [Replicator] { { [self] in self.source.withLock { $0 }?() ?? [] } }
 }

@@ -71,6 +71,8 @@ public final class FerryNode: Sendable {
     let mesh: MeshRelay
     /// This node's content digest and the digests its peers last reported (anti-entropy, status).
     public let digests: MeshDigests
+    /// The replicators of the running node, for reads that fetch deferred blobs.
+    let liveReplicators = LiveReplicators()
     private let stopState = Mutex<StopState>(StopState())
 
     /// Whether `stop` was called, and the running group it stops.
@@ -194,6 +196,7 @@ public final class FerryNode: Sendable {
             manager.trustChanged()
         }
         endings.deliver(to: manager)
+        liveReplicators.attach { manager.activeReplicators }
         return Parts(listener: listener, manager: manager, admin: AdminAPI(node: self, manager: manager, listener: listener, readiness: readiness))
     }
 

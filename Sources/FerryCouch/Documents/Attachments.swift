@@ -14,13 +14,13 @@ extension CouchDatabase {
     func attachment(_ request: Request, context: CouchRequestContext, docID: String, name: String) async throws -> Response {
         let principal = try context.requirePrincipal()
         switch request.method {
-        case .get, .head: return try readAttachment(request, principal: principal, rawID: docID, name: name)
+        case .get, .head: return try await readAttachment(request, principal: principal, rawID: docID, name: name)
         case .put, .delete: return try await writeAttachment(request, principal: principal, rawID: docID, name: name)
         default: throw CouchError.methodNotAllowed("GET,HEAD,PUT,DELETE")
         }
     }
 
-    func readAttachment(_ request: Request, principal: CouchPrincipal, rawID: String, name: String) throws -> Response {
+    func readAttachment(_ request: Request, principal: CouchPrincipal, rawID: String, name: String) async throws -> Response {
         let id = try couchDocumentID(rawID, replicated: true)
         guard let tree = try store.revisionTree(id), let winner = tree.winner else { throw CouchError.notFound("missing") }
         try checkReadable(id, tree: tree, principal: principal)
@@ -36,6 +36,14 @@ extension CouchDatabase {
         guard let view = try view(of: id, revision: revision, in: tree) else { throw CouchError.notFound("missing") }
         let set = AttachmentSet(body: view.body, generation: revision.generation, blobs: store.blobs)
         guard let att = set.entries[name] else { throw CouchError.notFound("Document is missing attachment") }
+        if case .deferred = store.blobs.state(att.blob), let fetch = fetchDeferredBlob {
+            // Left for first read by a lazy policy: fetched now from a connected peer, or 503.
+            do { _ = try await fetch(att.blob) } catch {
+                throw CouchError(
+                    .serviceUnavailable, "blob_unavailable",
+                    "The content of this attachment is not fetched yet and no connected peer can send it; try again later.")
+            }
+        }
         guard let reader = try store.blobs.reader(att.blob) else {
             throw CouchError(.internalServerError, "missing_blob", "The content of this attachment is not on this node.")
         }
