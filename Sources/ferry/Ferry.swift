@@ -6,8 +6,30 @@ import Foundation
 import Logging
 import Synchronization
 
-/// The `ferry` command: a thin CLI over FerryStore (parse, call, print).
+/// The process's entry point: blocks SIGTERM and SIGINT before any thread exists (every
+/// thread inherits the mask), then runs the command while this thread waits for it.
+///
+/// Not the async `main` of ArgumentParser: that ends in `dispatch_main`, whose main thread
+/// waits in `sigsuspend` with an empty mask, so a signal that came before a command's
+/// handler was registered took the default action (exit 130/143 in serve's first
+/// milliseconds). Here the main thread keeps the signals blocked and `ProcessSignals`
+/// reads them; nothing in Ferry runs on the main queue.
 @main
+enum FerryProcess {
+    static func main() {
+        ProcessSignals.blockInThisThread()
+        ProcessSignals.start()
+        let done = DispatchSemaphore(value: 0)
+        Task.detached {
+            await Ferry.main()
+            done.signal()
+        }
+        done.wait()
+        exit(0)
+    }
+}
+
+/// The `ferry` command: a thin CLI over FerryStore (parse, call, print).
 struct Ferry: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ferry",
@@ -45,6 +67,10 @@ struct Ferry: AsyncParsableCommand {
                 do { try NodeName.validate(name) } catch { throw CLIError(message: "--name: \(error.description)", status: 64) }
             }
             if let serve = command as? Serve { serve.warnIfDataIsShared() }
+            // `serve` takes the signals over for a graceful stop (ShutdownSignals); every
+            // other command ends as the signal's default action would, unless it reads them
+            // itself (sync, watch: SIG_IGN plus a DispatchSource).
+            if (command as? Serve)?.stdio ?? true { ProcessSignals.useDefaultAction() }
             if var async = command as? AsyncParsableCommand {
                 try await async.run()
             } else {
@@ -186,4 +212,100 @@ enum LogLevel {
 struct CLIError: Error {
     let message: String
     var status: Int32 = 1
+}
+
+/// Owns SIGTERM and SIGINT for the whole process: blocked in every thread from the first
+/// line of `main`, read by one DispatchSource each (libdispatch reads blocked signals
+/// through a signalfd), and handed on as the command decides.
+///
+/// Until it decides, signals are held. `deliver(to:)` passes them (the held ones first) to
+/// a handler; `useDefaultAction()` ends the process by the signal, as if it had never been
+/// blocked, unless the command has set SIG_IGN to read the signal with a DispatchSource of
+/// its own (that source gets the signal too). So no command is left unkillable by the mask.
+enum ProcessSignals {
+    static let signals: [Int32] = [SIGTERM, SIGINT]
+
+    private enum Route {
+        case holding([Int32])
+        case handler(@Sendable (Int32) -> Void)
+        case defaultAction
+    }
+
+    private static let route = Mutex(Route.holding([]))
+    nonisolated(unsafe) private static var sources: [any DispatchSourceSignal] = []
+
+    /// Blocks SIGTERM and SIGINT in the calling thread and in every thread it starts after.
+    static func blockInThisThread() {
+        var set = sigset_t()
+        sigemptyset(&set)
+        for sig in signals { sigaddset(&set, sig) }
+        pthread_sigmask(SIG_BLOCK, &set, nil)
+    }
+
+    /// Starts reading the signals (once, from `main`, before the command runs).
+    static func start() {
+        sources = signals.map { sig in
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            source.setEventHandler { received(sig) }
+            source.resume()
+            return source
+        }
+    }
+
+    /// From now on each signal goes to `handler`; those received so far go first.
+    static func deliver(to handler: @escaping @Sendable (Int32) -> Void) {
+        let held = route.withLock { route -> [Int32] in
+            defer { route = .handler(handler) }
+            if case .holding(let held) = route { return held }
+            return []
+        }
+        for sig in held { handler(sig) }
+    }
+
+    /// From now on a signal ends the process as its default action would (a held one at once).
+    static func useDefaultAction() {
+        let held = route.withLock { route -> [Int32] in
+            defer { route = .defaultAction }
+            if case .holding(let held) = route { return held }
+            return []
+        }
+        if let first = held.first { terminate(by: first) }
+    }
+
+    private static func received(_ sig: Int32) {
+        let handler = route.withLock { route -> (@Sendable (Int32) -> Void)?? in
+            switch route {
+            case .holding(let held):
+                route = .holding(held + [sig])
+                return nil
+            case .handler(let handler):
+                return .some(handler)
+            case .defaultAction:
+                return .some(nil)
+            }
+        }
+        switch handler {
+        case .none: return
+        case .some(.some(let handler)): handler(sig)
+        case .some(.none): if !isIgnored(sig) { terminate(by: sig) }
+        }
+    }
+
+    /// Whether the command set SIG_IGN for `sig` (to read it with its own DispatchSource).
+    private static func isIgnored(_ sig: Int32) -> Bool {
+        var action = sigaction()
+        sigaction(sig, nil, &action)
+        return unsafeBitCast(action.__sigaction_handler.sa_handler, to: Int.self) == unsafeBitCast(SIG_IGN, to: Int.self)
+    }
+
+    /// Ends the process by `sig`, as the default action does (the parent sees the signal).
+    static func terminate(by sig: Int32) -> Never {
+        signal(sig, SIG_DFL)
+        var set = sigset_t()
+        sigemptyset(&set)
+        sigaddset(&set, sig)
+        pthread_sigmask(SIG_UNBLOCK, &set, nil)
+        raise(sig)
+        _exit(128 + sig)
+    }
 }

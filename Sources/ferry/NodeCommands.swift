@@ -201,9 +201,9 @@ struct Serve: AsyncParsableCommand {
 
 /// Owns SIGTERM and SIGINT for `ferry serve`: the first stops the node (at once, or as soon
 /// as it is attached), a second cancels it, and a process still running `limit` after the
-/// first exits 1.
+/// first exits 1. The signals come from `ProcessSignals`, which holds them blocked from the
+/// process's first line, so one that comes before `install` is not lost.
 struct ShutdownSignals {
-    private let sources: [any DispatchSourceSignal]
     private let state: SignalState
 
     /// Whether a second signal came.
@@ -211,22 +211,17 @@ struct ShutdownSignals {
 
     static func install(limit: Duration) -> ShutdownSignals {
         let state = SignalState(limit: limit)
-        let sources = [SIGTERM, SIGINT].map { sig -> any DispatchSourceSignal in
-            let source = DispatchSource.makeSignalSource(signal: sig)
-            source.setEventHandler { state.received() }
-            source.resume()
-            return source
-        }
-        return ShutdownSignals(sources: sources, state: state)
+        ProcessSignals.deliver { _ in state.received() }
+        return ShutdownSignals(state: state)
     }
 
     /// The node a first signal stops and the action a second one takes; stops the node at
     /// once when a signal already came.
     func attach(node: FerryNode, cancel: @escaping @Sendable () -> Void) { state.attach(node: node, cancel: cancel) }
 
-    func cancel() {
-        for s in sources { s.cancel() }
-    }
+    /// Nothing to undo: a signal that comes while the process exits still reaches the
+    /// handler (which finds the node stopped) instead of killing the process.
+    func cancel() {}
 }
 
 /// The signals `ferry serve` has received and what they act on.
