@@ -77,16 +77,7 @@ public final class BlobWriter: @unchecked Sendable {
     }
 
     private func rehash(_ count: Int64) throws(StoreError) {
-        var buffer = [UInt8](repeating: 0, count: 1 << 20)
-        var done: Int64 = 0
-        while done < count {
-            let want = Int(min(Int64(buffer.count), count - done))
-            let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress!, want, off_t(done)) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { throw .io("reading \(path ?? "") to resume: errno \(errno)") }
-            buffer.withUnsafeBytes { hash(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
-            done += Int64(n)
-        }
+        try readPrefix(of: fd, count: count, what: "\(path ?? "a partial download") to resume") { hash($0) }
     }
 
     private func hash(_ bytes: UnsafeRawBufferPointer) {

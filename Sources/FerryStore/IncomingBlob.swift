@@ -64,16 +64,7 @@ public final class IncomingBlob: @unchecked Sendable {
     }
 
     private func rehash(upTo count: Int64) throws(StoreError) {
-        var buffer = [UInt8](repeating: 0, count: 1 << 20)
-        var done: Int64 = 0
-        while done < count {
-            let want = Int(min(Int64(buffer.count), count - done))
-            let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress!, want, off_t(done)) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { throw .io("partial blob \(digest) is shorter than its recorded length") }
-            hasher.update(data: buffer[0..<n])
-            done += Int64(n)
-        }
+        try readPrefix(of: fd, count: count, what: "partial blob \(digest)") { hasher.update(bufferPointer: $0) }
     }
 
     private func writeRecord() throws(StoreError) {
@@ -349,5 +340,22 @@ extension BlobStore {
             unlink(temp)
             throw .io("cannot record partial blob length at \(path): errno \(errno)")
         }
+    }
+}
+
+/// Reads the first `count` bytes of the file `fd` in 1 MiB pieces, handing each to `body`
+/// (rehashing what a resumed transfer already holds); a shorter file is an I/O error.
+func readPrefix(
+    of fd: Int32, count: Int64, what: String, _ body: (UnsafeRawBufferPointer) -> Void
+) throws(StoreError) {
+    var buffer = [UInt8](repeating: 0, count: 1 << 20)
+    var done: Int64 = 0
+    while done < count {
+        let want = Int(min(Int64(buffer.count), count - done))
+        let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress!, want, off_t(done)) }
+        if n < 0 && errno == EINTR { continue }
+        guard n > 0 else { throw .io("\(what) is shorter than the \(count) bytes expected (errno \(errno))") }
+        buffer.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+        done += Int64(n)
     }
 }

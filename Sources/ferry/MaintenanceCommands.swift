@@ -299,19 +299,8 @@ struct Watch: AsyncParsableCommand {
                 Try in another terminal:  .build/debug/ferry put hello '{"greeting":"hi"}'
                 """)
         }
-        signal(SIGINT, SIG_IGN)
-        signal(SIGTERM, SIG_IGN)
-        let stop = AsyncStream<Void> { continuation in
-            let sources = [SIGINT, SIGTERM].map { sig -> any DispatchSourceSignal in
-                let source = DispatchSource.makeSignalSource(signal: sig)
-                source.setEventHandler { continuation.finish() }
-                source.resume()
-                return source
-            }
-            // Both kept until the end (keeping only the last let SIGINT's source go: Ctrl-C did nothing).
-            nonisolated(unsafe) let keep = sources
-            continuation.onTermination = { _ in for source in keep { source.cancel() } }
-        }
+        // SIGINT and SIGTERM end the watch (ProcessSignals holds them blocked and hands them here).
+        let stop = AsyncStream<Void> { continuation in ProcessSignals.deliver { _ in continuation.finish() } }
         try await Race.first(
             {
                 let poll = LiveChanges.Poll(interval: .milliseconds(250))
