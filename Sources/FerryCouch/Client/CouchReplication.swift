@@ -244,7 +244,14 @@ enum PinnedHTTPS {
         if let body { channel.write(HTTPClientRequestPart.body(.byteBuffer(ByteBuffer(bytes: body))), promise: nil) }
         channel.writeAndFlush(HTTPClientRequestPart.end(nil), promise: nil)
         do {
-            return try await collector.done.get()
+            // A stop (task cancellation) ends the wait at once; the deferred close ends the connection.
+            return try await withTaskCancellationHandler {
+                try await collector.done.get()
+            } onCancel: {
+                collector.finish(.failure(CancellationError()))
+            }
+        } catch is CancellationError {
+            throw CouchClientError.stopped("\(method) \(uri)")
         } catch is PinnedTimeout {
             throw CouchClientError(code: "timeout", message: "\(method) \(uri): no answer from \(endpoint.serverURL) in time", isTransient: true)
         } catch {

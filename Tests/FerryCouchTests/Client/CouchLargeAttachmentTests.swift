@@ -209,6 +209,25 @@ import Testing
         await #expect(throws: CouchClientError.self) { _ = try await http.send(.GET, "/") }
     }
 
+    @Test(.timeLimit(.minutes(1))) func aStopEndsAPinnedHTTPSRequestThatWouldOtherwiseWaitForItsTimeout() async throws {
+        // A server that accepts and never answers: the TLS handshake itself never ends.
+        let silent = try SilentServer()
+        var endpoint = try CouchEndpoint.parse("https://127.0.0.1:\(silent.port)/db")
+        endpoint.trust = .pinned(String(repeating: "ab", count: 32))
+        let http = CouchHTTP(endpoint: endpoint, tls: nil, stallTimeout: .seconds(3600), logger: T.quiet)
+        defer { Task { await http.shutdown() } }
+        let request = Task { () -> CouchClientError? in
+            do throws(CouchClientError) {
+                _ = try await http.send(.GET, "/db/doc/att", timeout: .seconds(3600))
+                return nil
+            } catch { return error }
+        }
+        try await T.waitUntil("the request is in flight") { http.inFlight.count > 0 }
+        http.abort()
+        let error = await request.value
+        #expect(error?.code == "stopped")
+    }
+
     @Test func aTransferThatMovesNoByteForTheStallPeriodErrorsAsStalled() async throws {
         let silent = try SilentServer()
         let endpoint = try CouchEndpoint.parse("http://127.0.0.1:\(silent.port)/db")
