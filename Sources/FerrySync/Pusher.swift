@@ -238,10 +238,27 @@ final class Pusher: Sendable {
         return filter.admits(FilterInput(id: id, revision: revision, deleted: wire.deleted, body: body))
     }
 
-    /// Sends revisions in requests bounded by count and bytes, blobs first.
+    /// Sends revisions in requests bounded by count and bytes: first those of documents that
+    /// refer to no blob, so that none waits behind another document's blob, then the blobs
+    /// the rest refer to, then the rest. A document's revisions stay together.
     private func putInChunks(_ wires: [(WireRevision, Bool)], trees: [DocumentID: RevisionTree]) async throws {
         guard !wires.isEmpty else { return }
-        try await blobs.sendMissing(for: wires.map(\.0), trees: trees)
+        var withBlobs = Set<String>()
+        for (wire, _) in wires where !withBlobs.contains(wire.id) {
+            guard let id = try? DocumentID(wire.id, allowReserved: true), let rev = try? RevisionID(wire.rev),
+                let body = trees[id]?.revision(rev)?.body
+            else { continue }
+            if DocumentStore.mayReferenceBlobs(body) { withBlobs.insert(wire.id) }
+        }
+        guard !withBlobs.isEmpty else { return try await putBounded(wires, trees: trees) }
+        try await putBounded(wires.filter { !withBlobs.contains($0.0.id) }, trees: trees)
+        let rest = wires.filter { withBlobs.contains($0.0.id) }
+        try await blobs.sendMissing(for: rest.map(\.0), trees: trees)
+        try await putBounded(rest, trees: trees)
+    }
+
+    private func putBounded(_ wires: [(WireRevision, Bool)], trees: [DocumentID: RevisionTree]) async throws {
+        guard !wires.isEmpty else { return }
         var bytes = 0
         var chunk: [(WireRevision, Bool)] = []
         for w in wires {

@@ -103,3 +103,25 @@ extension BlobPolicyTests {
         #expect(try b.documentCount == 3)
     }
 }
+
+extension BlobPolicyTests {
+    @Test func aPushedDocumentWithoutBlobsIsStoredBeforeAnotherDocumentsBlobIsSent() async throws {
+        let (a, _, large) = try Self.source()
+        try a.put(docID("plain"), body: ["n": 1])
+        let b = try DocumentStore.inMemory()
+        var link = Link(to: b)
+        let plainFirst = Switch()
+        link.faults = { _ in
+            (.init(deliver: { m in
+                if m.count > 100_000, (try? b.document(docID("plain"))) != nil { plainFirst.turn(on: true) }
+                return [m]
+            }), .init())
+        }
+        let r = Replicator(store: a, connector: link.connector, configuration: .init(direction: .push), clock: ImmediateClock())
+        await r.run()
+        #expect(r.status.error == nil)
+        #expect(plainFirst.isOn)
+        #expect(try b.blobs.get(large.digest) == a.blobs.get(large.digest))
+        #expect(try b.documentCount == 3)
+    }
+}

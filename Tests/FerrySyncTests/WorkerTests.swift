@@ -70,7 +70,9 @@ import Testing
         #expect(context.progress.summary.pushed == 7)
         #expect(context.progress.summary.blobsSent == 1)
         #expect(remote.count("putBlob") == 1)
-        #expect(remote.count("storeRevisions") == 2)
+        // The six documents without blobs in two requests of at most four, then, after its
+        // blob, the one that refers to it.
+        #expect(remote.count("storeRevisions") == 3)
     }
 
     @Test func aRemoteRejectionReachesTheEventWithItsStage() async throws {
