@@ -41,10 +41,15 @@ HEAVY = LiveJoinSimulationTests|AntiEntropyTests
 # the listeners' flood tests: floods of connections and minutes of refused work, one suite
 # at a time (beside other suites they starve the ones that wait on real-time heartbeats).
 ATTACKS = Attack[A-Za-z]*Scenarios|ListenerLimitsTests|CouchListenerLimitsTests
+# Suites that move hundreds of megabytes of blobs, kill avahi-daemon or time signals, and
+# the chunk tests whose links time out in real time: one suite at a time (beside the main
+# phase they took both cores and starved its long-polls and joins past their limits).
+BULK = BlobSyncInterruptCLITests|CouchLargeAttachmentTests|CouchTransferLivenessTests|DocumentsLargeAttachmentTests|LazyBlobScenarios|BlobChunkTests|BlobPolicyTests|DiscoveryFaultScenarios|DNSSDFaultTests|DNSSDDaemonLossTests|SignalCLITests|SyncProgressCLITests
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build --filter '$(TIMED)'
-	$(SWIFT) test --skip-build --skip 'LabScenarios|$(HEAVY)|$(TIMED)|$(ATTACKS)'
+	$(SWIFT) test --skip-build --skip 'LabScenarios|$(HEAVY)|$(TIMED)|$(ATTACKS)|$(BULK)'
+	$(SWIFT) test --skip-build --no-parallel --filter '$(BULK)'
 	$(SWIFT) test --skip-build --filter '$(HEAVY)'
 	$(SWIFT) test --skip-build --no-parallel --filter '$(ATTACKS)'
 	$(SWIFT) test --skip-build --filter LabScenarios

@@ -13,7 +13,7 @@ import Testing
             source.cleanUp()
             receiver.cleanUp()
         }
-        let length = 300_000_000
+        let length = 120_000_000
         let file = source.dataDirectory + ".bin"
         defer { try? FileManager.default.removeItem(atPath: file) }
         let made = try await Shell.bash("head -c \(length) /dev/urandom > '\(file)'")
