@@ -14,6 +14,8 @@ public final class BlobStore: Sendable {
     private let sweepLock = Mutex<Void>(())
     /// Digests an `IncomingBlob` of this process is receiving now.
     let receiving = Mutex<Set<BlobDigest>>([])
+    /// Tasks waiting for a digest's receiver to finish (see `waitWhileReceiving`).
+    let receivingWaiters = Mutex<[BlobDigest: [CheckedContinuation<Void, Never>]]>([:])
     /// Partly received blobs of an in-memory store.
     let memoryPartials = Mutex<[BlobDigest: (total: Int64, bytes: [UInt8])]>([:])
     /// Deferred blobs of an in-memory store, with their declared lengths.

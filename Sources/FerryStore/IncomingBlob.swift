@@ -297,7 +297,28 @@ extension BlobStore {
     }
 
     func releaseIncoming(_ digest: BlobDigest) {
-        _ = receiving.withLock { $0.remove(digest) }
+        // The waiters are taken under the same lock that registers them: none is missed.
+        let waiters = receiving.withLock { r -> [CheckedContinuation<Void, Never>] in
+            r.remove(digest)
+            return receivingWaiters.withLock { $0.removeValue(forKey: digest) } ?? []
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Whether a transfer of this process receives `digest` now.
+    public func isReceiving(_ digest: BlobDigest) -> Bool { receiving.withLock { $0.contains(digest) } }
+
+    /// Returns once no transfer of this process receives `digest` (at once when none does):
+    /// a second receiver waits for the first instead of polling.
+    public func waitWhileReceiving(_ digest: BlobDigest) async {
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            let now = receiving.withLock { r -> Bool in
+                guard r.contains(digest) else { return true }
+                receivingWaiters.withLock { $0[digest, default: []].append(c) }
+                return false
+            }
+            if now { c.resume() }
+        }
     }
 
     func adoptPartial(_ partial: String, as digest: BlobDigest) throws(StoreError) {

@@ -93,8 +93,9 @@ struct BlobTransfer: Sendable {
         var corruptions = 0
         while true {
             guard let incoming = try store.blobs.receive(digest, total: declared) else {
-                // Another transfer of this process is receiving it: wait for that one.
-                try await clock.sleep(for: .milliseconds(50))
+                // Another transfer of this process is receiving it: wait for that one to end.
+                await store.blobs.waitWhileReceiving(digest)
+                try Task.checkCancellation()
                 if store.blobs.has(digest) { return }
                 continue
             }

@@ -206,7 +206,7 @@ final class ResponderSession: Sendable {
             case SyncProtocol.Profile.putRevs: reply = try putRevs(request)
             case SyncProtocol.Profile.hasBlobs: reply = try hasBlobs(request)
             case SyncProtocol.Profile.getBlob: reply = try getBlob(request)
-            case SyncProtocol.Profile.putBlob: reply = try putBlob(request)
+            case SyncProtocol.Profile.putBlob: reply = try await putBlob(request)
             default: throw SyncError(code: "unknown_request", message: "unknown request \"\(profile)\"", isTransient: false)
             }
             return reply

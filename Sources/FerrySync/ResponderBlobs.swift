@@ -90,8 +90,9 @@ extension ResponderSession {
             kind: .response, number: request.number, properties: [(BlobProperty.total, "\(reader.length)")], body: bytes)
     }
 
-    func putBlob(_ request: Message) throws -> Message {
+    func putBlob(_ request: Message) async throws -> Message {
         try requirePush()
+        let restrictedReader = !policy.read.admitsEverything
         guard let digest = request[BlobProperty.name].flatMap({ try? BlobDigest($0) }) else {
             throw SyncError.protocolViolation("putBlob lacks a valid Digest property")
         }
@@ -117,6 +118,15 @@ extension ResponderSession {
         let count = Int64(request.body.count)
         guard count <= Int64(BlobAssembly.maxChunk), offset <= total, count <= total - offset else {
             throw SyncError.protocolViolation("putBlob chunk of \(count) bytes at \(offset) does not fit a \(total)-byte blob")
+        }
+        // Another peer is sending this blob here now: wait for that transfer to end rather
+        // than refuse (a refused pusher would retry at once, again and again).
+        while blobAssemblies.withLock({ $0[digest] == nil }), store.blobs.isReceiving(digest) {
+            await store.blobs.waitWhileReceiving(digest)
+            try Task.checkCancellation()
+        }
+        if !restrictedReader, store.blobs.has(digest), blobAssemblies.withLock({ $0[digest] == nil }) {
+            return reply(request, PutBlobReply(have: total).json)
         }
         let (have, completed) = try blobAssemblies.withLock { a throws -> (Int64, Bool) in
             let assembly: BlobAssembly
