@@ -226,14 +226,8 @@ struct BlobBench: AsyncParsableCommand {
 
         // Syncthing: the same file in a shared folder, from the folder's addition (scan and
         // hash included, as Ferry's time includes storing the blob) to the file on B.
-        let a = try Syncthing(home: "\(root)/st-a", gui: 18484, listen: 22101)
-        let b = try Syncthing(home: "\(root)/st-b", gui: 18485, listen: 22102)
+        let (a, b) = try await Syncthing.connectedPair(root: root, gui: 18484, listen: 22101)
         defer { a.stop(); b.stop() }
-        try await a.start()
-        try await b.start()
-        try await a.pair(with: b)
-        try await b.pair(with: a)
-        try await a.awaitConnected(to: b)
         let folderA = "\(a.home)/blob", folderB = "\(b.home)/blob"
         try FileManager.default.createDirectory(atPath: folderA, withIntermediateDirectories: true)
         try FileManager.default.moveItem(atPath: file, toPath: "\(folderA)/blob.bin")

@@ -44,14 +44,8 @@ struct SyncthingBench: AsyncParsableCommand {
         print("syncthing: \(files) files/documents of ~\(size) bytes (\(runs) runs); single changes on a near-empty folder and on \(largeFolder) files; \(try Self.syncthingVersion())")
 
         // Syncthing: two paired instances.
-        let a = try Syncthing(home: "\(root)/st-a", gui: 18384, listen: 22001)
-        let b = try Syncthing(home: "\(root)/st-b", gui: 18385, listen: 22002)
+        let (a, b) = try await Syncthing.connectedPair(root: root, gui: 18384, listen: 22001)
         defer { a.stop(); b.stop() }
-        try await a.start()
-        try await b.start()
-        try await a.pair(with: b)
-        try await b.pair(with: a)
-        try await a.awaitConnected(to: b)
 
         // Bulk.
         var stBulk: [Double] = []
@@ -344,6 +338,25 @@ final class Syncthing: @unchecked Sendable {
     }
 
     /// Adds the other instance with its explicit loopback address (no discovery).
+    /// Two instances under `root` (`st-a`, `st-b`), started, paired both ways and connected;
+    /// the caller stops them.
+    static func connectedPair(root: String, gui: Int, listen: Int) async throws -> (Syncthing, Syncthing) {
+        let a = try Syncthing(home: "\(root)/st-a", gui: gui, listen: listen)
+        let b = try Syncthing(home: "\(root)/st-b", gui: gui + 1, listen: listen + 1)
+        do {
+            try await a.start()
+            try await b.start()
+            try await a.pair(with: b)
+            try await b.pair(with: a)
+            try await a.awaitConnected(to: b)
+        } catch {
+            a.stop()
+            b.stop()
+            throw error
+        }
+        return (a, b)
+    }
+
     func pair(with other: Syncthing) async throws {
         try await rest("POST", "/rest/config/devices", body: ["deviceID": .string(other.deviceID), "addresses": [.string("tcp://127.0.0.1:\(other.listen)")]])
     }
