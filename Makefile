@@ -33,9 +33,10 @@ run: build
 # and then the LAN-lab scenarios (six to twelve nodes replicating thousands of documents)
 # each take both cores, and the timing-sensitive tests (heartbeats, hand-driven
 # connections, the seeded simulations' time limits) would starve beside them.
-# The suites that wait on heartbeats and hand-driven connections in real time run on their
+# The suites that wait on heartbeats and hand-driven connections in real time, and the
+# mesh traffic count (relays race writes under load), run on their
 # own first: beside the seeded simulations they were starved past their limits.
-TIMED = HeartbeatTests|PushCatchUpTests|InlineReplicationTests|MeshLinkTests|TLSReplicationTests|TrustRetryTests|RelaySuppressionTests
+TIMED = messagesPerWriteGrowLinearly|HeartbeatTests|PushCatchUpTests|InlineReplicationTests|MeshLinkTests|TLSReplicationTests|TrustRetryTests|RelaySuppressionTests
 HEAVY = LiveJoinSimulationTests|AntiEntropyTests
 # The attack suite (Integration/Scenarios/Attack*Scenarios.swift, Integration/attacks/) and
 # the listeners' flood tests: floods of connections and minutes of refused work, one suite

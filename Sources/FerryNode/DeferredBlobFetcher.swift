@@ -49,10 +49,10 @@ public struct BlobUnavailable: FerryError {
 /// The replicators a running node has now, known once its peer manager exists (the CouchDB
 /// API is built before it).
 final class LiveReplicators: Sendable {
-    private let source = Mutex<(@Sendable () -> [Replicator])?>(nil)
+    private let source = CallbackSlot<Void, [Replicator]>()
 
-    func attach(_ list: @escaping @Sendable () -> [Replicator]) { source.withLock { $0 = list } }
+    func attach(_ list: @escaping @Sendable () -> [Replicator]) { source.set(list) }
 
     /// Every replicator running now; none before the peer manager is attached.
-    var list: @Sendable () -> [Replicator] { { [self] in self.source.withLock { $0 }?() ?? [] } }
+    var list: @Sendable () -> [Replicator] { { [self] in self.source() ?? [] } }
 }

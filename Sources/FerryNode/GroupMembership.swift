@@ -58,7 +58,7 @@ public final class GroupMembership: Sendable {
     let refusals = RepeatedRefusals()
     let state: Mutex<State>
     let context = Mutex<Context?>(nil)
-    let onChange = Mutex<(@Sendable ([String: String]) -> Void)?>(nil)
+    let onChange = CallbackSlot<[String: String], Void>()
     private let applying = Mutex(())
 
     /// Reads DATA/group.json (absent: no group yet).
@@ -89,7 +89,7 @@ public final class GroupMembership: Sendable {
     func setListenAddresses(_ addresses: @escaping @Sendable () -> [String]) { context.withLock { $0?.listenAddresses = addresses } }
 
     /// Called with the dial URLs of the active members after every change of the members.
-    func setOnChange(_ handler: @escaping @Sendable ([String: String]) -> Void) { onChange.withLock { $0 = handler } }
+    func setOnChange(_ handler: @escaping @Sendable ([String: String]) -> Void) { onChange.set(handler) }
 
     func requireContext() throws(MembershipError) -> Context {
         guard let c = context.withLock({ $0 }) else { throw .storage("the node is not started") }
@@ -201,7 +201,7 @@ public final class GroupMembership: Sendable {
                     "removed": "\(before.subtracting(after).sorted().map { $0.prefix(12) })",
                 ])
         }
-        onChange.withLock { $0 }?(urls)
+        onChange(urls)
     }
 
     // MARK: writing entries

@@ -28,18 +28,18 @@ extension MessageEndpoint {
 /// Tells whoever watches a connection's liveness that bytes arrived, so a large message
 /// crossing a slow link counts as life while it is still incomplete.
 public final class ReceiveActivity: Sendable {
-    private let observer = Mutex<(@Sendable () -> Void)?>(nil)
+    private let observer = CallbackSlot<Void, Void>()
 
     public init() {}
 
     /// Called by the transport for every read of bytes from the peer.
     public func bytesArrived() {
-        observer.withLock { $0 }?()
+        observer()
     }
 
     /// Sets the one observer (the connection's watchdog); replaces any earlier one.
     func observe(_ handler: @escaping @Sendable () -> Void) {
-        observer.withLock { $0 = handler }
+        observer.set(handler)
     }
 }
 
