@@ -2,7 +2,7 @@
 SWIFT ?= swift
 DATA ?= ferry-data
 
-.PHONY: all deps build run test integration soak bench clean help
+.PHONY: all deps build run test integration soak sanitize fuzz bench clean help
 
 all: build
 
@@ -11,6 +11,8 @@ help:
 	@echo "make test   run every test (the integration scenarios included)"
 	@echo "make integration   run only the integration scenarios (Integration/)"
 	@echo "make soak   the seeded simulations with many more seeds (not part of make test)"
+	@echo "make sanitize   the unit, in-process and simulation suites under ThreadSanitizer and AddressSanitizer"
+	@echo "make fuzz   each decoder under libFuzzer for FUZZ_SECONDS (default 60) seconds"
 	@echo "make bench  release-build and run the benchmarks"
 
 deps:
@@ -67,6 +69,23 @@ soak: deps
 	FERRY_SIM_SEEDS=$(SOAK_SEEDS) FERRY_JOIN_SIM_SEEDS=$(SOAK_SEEDS) $(SWIFT) test --skip-build \
 		--filter 'MeshSimulationTests.seededPartialMeshes|LiveJoinSimulationTests'
 	FERRY_SIM_SEEDS=200 $(SWIFT) test --skip-build --filter JoinSimulationTests
+
+# The unit, in-process and simulation suites (no spawned processes) under ThreadSanitizer and
+# then AddressSanitizer, each in its own build directory (a sanitized build is a full rebuild:
+# about 15 minutes each on 2 cores). Not part of `make test`: see docs/testing.md.
+SANITIZED = FerryCoreTests|FerryQueryTests|FerryStoreTests|FerrySyncTests|FerryTransportTests
+sanitize: deps
+	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan
+	$(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan --filter '$(SANITIZED)'
+	$(SWIFT) build --build-tests --sanitize=address --scratch-path .build-asan
+	$(SWIFT) test --skip-build --sanitize=address --scratch-path .build-asan --filter '$(SANITIZED)'
+
+# Each libFuzzer target of ferry-fuzz (Fuzz/README.md) for FUZZ_SECONDS seconds, from the
+# committed corpora; `make test` replays those corpora without libFuzzer.
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	$(SWIFT) build --scratch-path .build-fuzz --product ferry-fuzz -Xswiftc -sanitize=fuzzer,address -Xswiftc -DFUZZING
+	scripts/fuzz.sh $(FUZZ_SECONDS)
 
 # Prints each figure and writes Benchmarks/results/latest.json (git-ignored).
 REPORT ?= Benchmarks/results/latest.json

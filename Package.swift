@@ -10,6 +10,7 @@ let package = Package(
     products: [
         .executable(name: "ferry", targets: ["ferry"]),
         .executable(name: "ferry-bench", targets: ["ferry-bench"]),
+        .executable(name: "ferry-fuzz", targets: ["ferry-fuzz"]),
         .library(name: "FerryCore", targets: ["FerryCore"]),
         .library(name: "FerryStore", targets: ["FerryStore"]),
         .library(name: "FerrySync", targets: ["FerrySync"]),
@@ -132,6 +133,12 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
+        ),
+        // Drives each decoder of bytes from another machine: with libFuzzer (`make fuzz`, built
+        // with -sanitize=fuzzer -DFUZZING), or replaying the committed corpora (Fuzz/README.md).
+        .executableTarget(
+            name: "ferry-fuzz",
+            dependencies: ["FerryCore", "FerryQuery", "FerrySync", "FerryTransport", "FerryCouch", "FerryNode"]
         ),
         .executableTarget(
             name: "ferry-bench",

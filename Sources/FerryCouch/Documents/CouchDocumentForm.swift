@@ -4,7 +4,7 @@ import Foundation
 
 /// A document as a CouchDB client sends it, with the reserved `_` members taken out and
 /// checked; `fields` holds only the user's members.
-struct CouchDocumentInput {
+package struct CouchDocumentInput {
     var id: String?
     var rev: String?
     var deleted = false
@@ -17,7 +17,7 @@ struct CouchDocumentInput {
     /// Members CouchDB accepts on input and ignores.
     static let ignoredMembers: Set<String> = ["_conflicts", "_deleted_conflicts", "_revs_info", "_local_seq"]
 
-    init(parsing value: JSON) throws(CouchError) {
+    package init(parsing value: JSON) throws(CouchError) {
         guard let object = value.objectValue else {
             throw .badRequest("Document must be a JSON object")
         }

@@ -7,9 +7,9 @@ import Foundation
 /// Hand-rolled: none of the project's libraries parses MIME, and CouchDB uses only a small
 /// part of it (a boundary, a few headers per part, no nesting on input). Sizes are capped
 /// and anything malformed is refused with 400.
-enum Multipart {
+package enum Multipart {
     /// One part: its headers (names lowercased) and its bytes.
-    struct Part {
+    package struct Part {
         var headers: [String: String]
         var body: [UInt8]
     }
@@ -37,7 +37,7 @@ enum Multipart {
     }
 
     /// Splits `bytes` into its parts.
-    static func parse(_ bytes: [UInt8], boundary: String) throws(CouchError) -> [Part] {
+    package static func parse(_ bytes: [UInt8], boundary: String) throws(CouchError) -> [Part] {
         let delimiter = Array(("--" + boundary).utf8)
         guard var cursor = find(delimiter, in: bytes, from: 0) else {
             throw .badRequest("multipart body has no boundary \(boundary)")
