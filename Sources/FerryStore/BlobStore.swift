@@ -223,7 +223,7 @@ public final class BlobStore: Sendable {
 
     private func writeDurably(_ content: [UInt8], to path: String) throws(StoreError) {
         let fd = Foundation.open(path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
-        guard fd >= 0 else { throw .io("cannot create \(path): errno \(errno)") }
+        guard fd >= 0 else { throw .io("cannot create \(path): \(StoreError.describe(errno: errno))") }
         defer { close(fd) }
         var written = 0
         while written < content.count {
@@ -231,13 +231,13 @@ public final class BlobStore: Sendable {
             if n < 0 {
                 if errno == EINTR { continue }
                 unlink(path)
-                throw .io("writing \(path): errno \(errno)")
+                throw .io("writing \(path): \(StoreError.describe(errno: errno))")
             }
             written += n
         }
         guard fsync(fd) == 0 else {
             unlink(path)
-            throw .io("fsync \(path): errno \(errno)")
+            throw .io("fsync \(path): \(StoreError.describe(errno: errno))")
         }
     }
 
@@ -250,7 +250,7 @@ public final class BlobStore: Sendable {
         }
         guard rename(temp, final) == 0 else {
             unlink(temp)
-            throw .io("cannot move blob into place at \(final): errno \(errno)")
+            throw .io("cannot move blob into place at \(final): \(StoreError.describe(errno: errno))")
         }
         if let digest = try? BlobDigest((final as NSString).lastPathComponent) { clearDeferred(digest) }
         let dfd = Foundation.open(dir, O_RDONLY)

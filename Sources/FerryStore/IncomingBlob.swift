@@ -43,17 +43,17 @@ public final class IncomingBlob: @unchecked Sendable {
         }
         let recorded = BlobStore.readPartialRecord(path + ".len")
         fd = Foundation.open(path, O_RDWR | O_CREAT, 0o600)
-        guard fd >= 0 else { throw .io("cannot open partial blob \(path): errno \(errno)") }
+        guard fd >= 0 else { throw .io("cannot open partial blob \(path): \(StoreError.describe(errno: errno))") }
         if let recorded, recorded.total == total, recorded.verified <= total {
             // Bytes past the recorded length were written but never made durable: cut them off.
-            guard ftruncate(fd, off_t(recorded.verified)) == 0 else { throw closing(.io("cannot truncate \(path): errno \(errno)")) }
+            guard ftruncate(fd, off_t(recorded.verified)) == 0 else { throw closing(.io("cannot truncate \(path): \(StoreError.describe(errno: errno))")) }
             do { try rehash(upTo: recorded.verified) } catch { throw closing(error) }
             length = recorded.verified
         } else {
-            guard ftruncate(fd, 0) == 0 else { throw closing(.io("cannot truncate \(path): errno \(errno)")) }
+            guard ftruncate(fd, 0) == 0 else { throw closing(.io("cannot truncate \(path): \(StoreError.describe(errno: errno))")) }
             try writeRecord()
         }
-        guard lseek(fd, off_t(length), SEEK_SET) >= 0 else { throw closing(.io("cannot seek \(path): errno \(errno)")) }
+        guard lseek(fd, off_t(length), SEEK_SET) >= 0 else { throw closing(.io("cannot seek \(path): \(StoreError.describe(errno: errno))")) }
     }
 
     private func closing(_ error: StoreError) -> StoreError {
@@ -88,7 +88,7 @@ public final class IncomingBlob: @unchecked Sendable {
                 let n = array.withUnsafeBytes { Foundation.write(fd, $0.baseAddress! + written, array.count - written) }
                 if n < 0 {
                     if errno == EINTR { continue }
-                    throw .io("writing partial blob \(digest): errno \(errno)")
+                    throw .io("writing partial blob \(digest): \(StoreError.describe(errno: errno))")
                 }
                 written += n
             }
@@ -102,7 +102,7 @@ public final class IncomingBlob: @unchecked Sendable {
     public func checkpoint() throws(StoreError) {
         sinceCheckpoint = 0
         guard fd >= 0 else { return }
-        guard fsync(fd) == 0 else { throw .io("fsync of partial blob \(digest): errno \(errno)") }
+        guard fsync(fd) == 0 else { throw .io("fsync of partial blob \(digest): \(StoreError.describe(errno: errno))") }
         try writeRecord()
     }
 
@@ -123,7 +123,7 @@ public final class IncomingBlob: @unchecked Sendable {
             memory = []
             return BlobReference(digest: digest, length: total)
         }
-        guard fsync(fd) == 0 else { throw .io("fsync of partial blob \(digest): errno \(errno)") }
+        guard fsync(fd) == 0 else { throw .io("fsync of partial blob \(digest): \(StoreError.describe(errno: errno))") }
         Foundation.close(fd)
         fd = -1
         unlink(path + ".len")
@@ -197,7 +197,7 @@ public final class BlobReader: @unchecked Sendable {
         while done < want {
             let n = out.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, want - done, off_t(offset) + off_t(done)) }
             if n < 0 && errno == EINTR { continue }
-            if n < 0 { throw .io("reading blob \(digest): errno \(errno)") }
+            if n < 0 { throw .io("reading blob \(digest): \(StoreError.describe(errno: errno))") }
             if n == 0 { throw .io("blob \(digest) is shorter than its length") }
             done += n
         }
@@ -251,12 +251,12 @@ extension BlobStore {
         let fd = Foundation.open(path, O_RDONLY)
         guard fd >= 0 else {
             if errno == ENOENT { return nil }
-            throw .io("cannot open blob \(digest): errno \(errno)")
+            throw .io("cannot open blob \(digest): \(StoreError.describe(errno: errno))")
         }
         var st = stat()
         guard fstat(fd, &st) == 0 else {
             Foundation.close(fd)
-            throw .io("cannot stat blob \(digest): errno \(errno)")
+            throw .io("cannot stat blob \(digest): \(StoreError.describe(errno: errno))")
         }
         return BlobReader(digest: digest, fd: fd, length: Int64(st.st_size))
     }
@@ -353,13 +353,13 @@ extension BlobStore {
         let temp = path + ".tmp"
         let bytes = Array("\(total) \(verified)\n".utf8)
         let fd = Foundation.open(temp, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-        guard fd >= 0 else { throw .io("cannot write \(temp): errno \(errno)") }
+        guard fd >= 0 else { throw .io("cannot write \(temp): \(StoreError.describe(errno: errno))") }
         let n = bytes.withUnsafeBytes { Foundation.write(fd, $0.baseAddress!, bytes.count) }
         let synced = fsync(fd) == 0
         Foundation.close(fd)
         guard n == bytes.count, synced, rename(temp, path) == 0 else {
             unlink(temp)
-            throw .io("cannot record partial blob length at \(path): errno \(errno)")
+            throw .io("cannot record partial blob length at \(path): \(StoreError.describe(errno: errno))")
         }
     }
 }
@@ -375,7 +375,7 @@ func readPrefix(
         let want = Int(min(Int64(buffer.count), count - done))
         let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress!, want, off_t(done)) }
         if n < 0 && errno == EINTR { continue }
-        guard n > 0 else { throw .io("\(what) is shorter than the \(count) bytes expected (errno \(errno))") }
+        guard n > 0 else { throw .io("\(what) is shorter than the \(count) bytes expected (\(StoreError.describe(errno: errno)))") }
         buffer.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
         done += Int64(n)
     }

@@ -1,4 +1,5 @@
 import FerryCore
+import Foundation
 import GRDB
 
 /// Everything that can go wrong in the document store; each case says whether a retry may help.
@@ -101,6 +102,12 @@ public enum StoreError: FerryError, Equatable {
         }
     }
 
+    /// A system error number in words; a full disk also says what to do about it.
+    static func describe(errno code: Int32) -> String {
+        let text = String(cString: strerror(code))
+        return code == ENOSPC ? "\(text): the disk holding the data directory is full; free space, then retry" : text
+    }
+
     /// Maps any error thrown inside the store to a StoreError.
     static func wrap(_ error: any Error) -> StoreError {
         if let e = error as? StoreError { return e }
@@ -108,7 +115,9 @@ public enum StoreError: FerryError, Equatable {
             switch e.resultCode {
             case .SQLITE_BUSY, .SQLITE_LOCKED: return .busy(e.message ?? "\(e)")
             case .SQLITE_CORRUPT, .SQLITE_NOTADB: return .corrupt(e.message ?? "\(e)")
-            case .SQLITE_FULL, .SQLITE_IOERR: return .io(e.message ?? "\(e)")
+            case .SQLITE_FULL:
+                return .io("the disk holding the data directory is full (\(e.message ?? "\(e)")): free space, then retry; nothing already stored was changed")
+            case .SQLITE_IOERR: return .io(e.message ?? "\(e)")
             default: return .database(e.message ?? "\(e)")
             }
         }

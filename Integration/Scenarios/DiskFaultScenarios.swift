@@ -1,0 +1,141 @@
+import FerryCore
+import Foundation
+import IntegrationHarness
+import Testing
+
+/// A real `ferry serve` node whose data directory is a small tmpfs that fills up: during
+/// local writes, and during a pull of a document with a blob. Every refused write says the
+/// disk is full, the node stays up, `ferry check` finds nothing corrupted, and once the disk
+/// grows the same writes and the same pull succeed without losing anything stored before.
+@Suite(.serialized, .timeLimit(.minutes(5)), .enabled(if: mustRunEverything, "needs root to mount a small tmpfs"))
+struct DiskFaultScenarios {
+    /// A tmpfs mounted on `path` (an empty directory) of `megabytes`; grown or unmounted later.
+    struct SmallDisk {
+        let path: String
+
+        init(on path: String, megabytes: Int) async throws {
+            self.path = path
+            try await Self.mount(["-t", "tmpfs", "-o", "size=\(megabytes)m,mode=700", "tmpfs", path])
+        }
+
+        func grow(to megabytes: Int) async throws { try await Self.mount(["-o", "remount,size=\(megabytes)m", path]) }
+
+        func release() async { _ = try? await Shell.run(["-l", path], executable: "/bin/umount") }
+
+        static func mount(_ arguments: [String]) async throws {
+            let r = try await Shell.run(arguments, executable: "/bin/mount")
+            guard r.status == 0 else { throw ScenarioFailure("mount \(arguments.joined(separator: " ")): \(r.stderr)") }
+        }
+    }
+
+    struct ScenarioFailure: Error, CustomStringConvertible {
+        let description: String
+        init(_ d: String) { description = d }
+    }
+
+    static let fullDisk = "the disk holding the data directory is full"
+
+    func ferry(_ node: Node, _ arguments: [String]) async throws -> Ferry.Result {
+        try await Ferry.run(["--data", node.dataDirectory] + arguments)
+    }
+
+    /// SIGTERMs the node (it must exit 0), checks its log, then unmounts the disk and removes the rest.
+    func end(_ cluster: Cluster, _ disk: SmallDisk, sourceLocation: SourceLocation = #_sourceLocation) async {
+        let failures = await cluster.shutDown(allowedLogLines: ["admin API request failed", Self.fullDisk])
+        for f in failures { Issue.record(Comment(rawValue: f), sourceLocation: sourceLocation) }
+        await disk.release()
+        cluster.cleanUp()
+    }
+
+    /// Runs `body` with node `a` of a new cluster on a tmpfs of `megabytes`, unmounted however it ends.
+    func withNodeOnSmallDisk(_ label: String, megabytes: Int, _ body: (Cluster, Node, SmallDisk) async throws -> Void) async throws {
+        let cluster = Cluster(label)
+        let node = cluster.add("a")
+        let disk = try await SmallDisk(on: node.dataDirectory, megabytes: megabytes)
+        do {
+            try await node.start(["--no-discovery"])
+            try await body(cluster, node, disk)
+        } catch {
+            _ = await cluster.shutDown()
+            await disk.release()
+            cluster.cleanUp()
+            throw error
+        }
+        await end(cluster, disk)
+    }
+
+    @Test func localWritesOnAFullDiskAreRefusedClearlyAndSucceedOnceSpaceReturns() async throws {
+        try await withNodeOnSmallDisk("disk-writes", megabytes: 8) { cluster, node, disk in
+            let fill = String(repeating: "x", count: 200_000)
+            var stored: [String: String] = [:]
+            var refused: AdminClient.Reply?
+            for i in 0..<200 {
+                let reply = try await node.admin.call("PUT", "/docs/doc-\(i)", body: #"{"pad":"\#(fill)"}"#)
+                if reply.status >= 300 {
+                    refused = reply
+                    break
+                }
+                stored["doc-\(i)"] = reply.json["rev"]?.stringValue
+            }
+            let refusal = try #require(refused, "8 MB never filled up")
+            #expect(refusal.text.contains(Self.fullDisk), "\(refusal.status) \(refusal.text)")
+            #expect(stored.count > 10)
+            // The CLI says the same, and the node still answers.
+            let bodyFile = cluster.root + "/one-more.json"
+            #expect(FileManager.default.createFile(atPath: bodyFile, contents: Data(#"{"pad":"\#(fill)"}"#.utf8)))
+            let cli = try await ferry(node, ["put", "one-more", "@" + bodyFile])
+            #expect(cli.status != 0)
+            #expect(cli.stderr.contains(Self.fullDisk), "\(cli.stderr)")
+            #expect(try await node.admin.get("/")["id"] != nil)
+            #expect(node.isRunning)
+
+            try await disk.grow(to: 64)
+            let after = try await node.admin.call("PUT", "/docs/one-more", body: #"{"pad":"\#(fill)"}"#)
+            #expect(after.status == 201, "\(after.text)")
+            // Everything stored before the disk filled is intact.
+            let revisions = try await node.admin.revisions()
+            for (id, rev) in stored { #expect(revisions[id] == rev, "\(id)") }
+            let check = try await ferry(node, ["check"])
+            #expect(check.status == 0, "\(check.stdout) \(check.stderr)")
+        }
+    }
+
+    @Test func aPullOfABlobOntoAFullDiskFailsClearlyAndResumesOnceSpaceReturns() async throws {
+        try await withNodeOnSmallDisk("disk-pull", megabytes: 6) { cluster, node, disk in
+            // The source: a data directory on the ordinary disk with 20 documents and a 12 MB blob.
+            let source = cluster.root + "/source"
+            let blobFile = cluster.root + "/scan.bin"
+            var bytes = [UInt8](repeating: 0, count: 12 << 20)
+            for i in stride(from: 0, to: bytes.count, by: 4096) { bytes[i] = UInt8(truncatingIfNeeded: i >> 12) }
+            #expect(FileManager.default.createFile(atPath: blobFile, contents: Data(bytes)))
+            let put = try await Ferry.run(["--data", source, "blob", "put", blobFile])
+            #expect(put.status == 0, "\(put.stderr)")
+            let blob = try JSON.parse(put.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+            let digest = try #require(blob["digest"]?.stringValue)
+            for i in 0..<20 {
+                #expect(try await Ferry.run(["--data", source, "put", "note-\(i)", #"{"n":\#(i)}"#]).status == 0)
+            }
+            let scan = #"{"scan":{"@type":"blob","digest":"\#(digest)","length":\#(bytes.count)}}"#
+            #expect(try await Ferry.run(["--data", source, "put", "scan", scan]).status == 0)
+
+            let first = try await ferry(node, ["sync", source, "--pull"])
+            #expect(first.status != 0)
+            #expect(first.stderr.contains(Self.fullDisk), "\(first.stderr)")
+            #expect(node.isRunning)
+            #expect(try await node.admin.get("/")["id"] != nil)
+            let check = try await ferry(node, ["check"])
+            #expect(check.status == 0, "\(check.stdout) \(check.stderr)")
+
+            try await disk.grow(to: 64)
+            let second = try await ferry(node, ["sync", source, "--pull", "--json"])
+            #expect(second.status == 0, "\(second.stderr)")
+            let here = try await node.admin.revisions()
+            #expect(here.count == 21)
+            let copy = cluster.root + "/scan.copy"
+            let got = try await ferry(node, ["blob", "get", digest, "-o", copy])
+            #expect(got.status == 0, "\(got.stderr)")
+            #expect(FileManager.default.contents(atPath: copy) == Data(bytes))
+            #expect(try await ferry(node, ["check"]).status == 0)
+        }
+    }
+}
