@@ -117,6 +117,8 @@ public enum StoreError: FerryError, Equatable {
             case .SQLITE_CORRUPT, .SQLITE_NOTADB: return .corrupt(e.message ?? "\(e)")
             case .SQLITE_FULL:
                 return .io("the disk holding the data directory is full (\(e.message ?? "\(e)")): free space, then retry; nothing already stored was changed")
+            case .SQLITE_READONLY:
+                return .io("the data directory cannot be written (\(e.message ?? "\(e)")): a read-only disk or mount; make it writable, then retry")
             case .SQLITE_IOERR: return .io(e.message ?? "\(e)")
             default: return .database(e.message ?? "\(e)")
             }

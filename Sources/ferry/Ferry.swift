@@ -68,8 +68,8 @@ struct Ferry: AsyncParsableCommand {
             }
             if let serve = command as? Serve { serve.warnIfDataIsShared() }
             // `serve` takes the signals over for a graceful stop (ShutdownSignals); every
-            // other command ends as the signal's default action would, unless it reads them
-            // itself (sync, watch: SIG_IGN plus a DispatchSource).
+            // other command ends as the signal's default action would, unless it takes them
+            // from ProcessSignals itself (sync, watch).
             if (command as? Serve)?.stdio ?? true { ProcessSignals.useDefaultAction() }
             if var async = command as? AsyncParsableCommand {
                 try await async.run()

@@ -336,26 +336,19 @@ final class FirstSignal: Sendable {
     var second: Bool { state.withLock { $0.second } }
 }
 
-/// Runs an action, given the signal, on SIGINT or SIGTERM until cancelled.
+/// Runs an action, given the signal, on SIGINT or SIGTERM until cancelled. The signals come
+/// from `ProcessSignals` (blocked in every thread, read from a signalfd): no SIG_IGN, which
+/// every child would inherit (a `sync --exec` command could not then be stopped by SIGTERM).
 struct SignalWatcher {
-    let sources: [any DispatchSourceSignal]
-
     static func onInterrupt(_ action: @escaping @Sendable (Int32) -> Void) -> SignalWatcher {
-        let sources = [SIGINT, SIGTERM].map { sig -> any DispatchSourceSignal in
-            signal(sig, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: sig)
-            source.setEventHandler { action(sig) }
-            source.resume()
-            return source
-        }
-        return SignalWatcher(sources: sources)
+        ProcessSignals.deliver(to: action)
+        return SignalWatcher()
     }
 
     static func name(_ signal: Int32) -> String {
         signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "signal \(signal)"
     }
 
-    func cancel() {
-        for s in sources { s.cancel() }
-    }
+    /// From now on a signal ends the process as its default action would.
+    func cancel() { ProcessSignals.useDefaultAction() }
 }

@@ -69,6 +69,24 @@ import Testing
         }
     }
 
+    @Test func aSyncExecCommandStartsWithSIGTERMAndSIGINTNeitherIgnoredNorBlocked() async throws {
+        // The child prints its own signal masks; `ferry sync` used SIG_IGN, which children inherit.
+        let cli = FerryCLI()
+        defer { cli.cleanUp() }
+        let r = try await cli.run(["sync", "--exec", "grep -E '^Sig(Ign|Blk)' /proc/self/status >&2"], timeout: 30)
+        var fields: [String: UInt64] = [:]
+        for line in r.stderr.split(separator: "\n") where line.hasPrefix("Sig") {
+            let parts = line.split(separator: ":").map { $0.trimmingCharacters(in: .whitespaces) }
+            if parts.count == 2, let value = UInt64(parts[1], radix: 16) { fields[parts[0], default: 0] |= value }
+        }
+        let ignored = try #require(fields["SigIgn"], "\(r.stderr)")
+        let blocked = try #require(fields["SigBlk"], "\(r.stderr)")
+        for sig in [SIGTERM, SIGINT] {
+            #expect(ignored & mask(sig) == 0, "signal \(sig) ignored in the child: SigIgn \(String(ignored, radix: 16))")
+            #expect(blocked & mask(sig) == 0, "signal \(sig) blocked in the child: SigBlk \(String(blocked, radix: 16))")
+        }
+    }
+
     @Test func watchEndsCleanlyOnSIGTERMAndSIGINT() async throws {
         for sig in [SIGTERM, SIGINT] {
             let cli = FerryCLI()
