@@ -39,7 +39,9 @@ run: build
 # mesh traffic count (relays race writes under load), run on their
 # own first: beside the seeded simulations they were starved past their limits.
 TIMED = messagesPerWriteGrowLinearly|HeartbeatTests|PushCatchUpTests|InlineReplicationTests|MeshLinkTests|TLSReplicationTests|TrustRetryTests|RelaySuppressionTests
-HEAVY = LiveJoinSimulationTests|AntiEntropyTests
+# The seeded simulations (every *SimulationTests suite) and anti-entropy: CPU-bound on the
+# cooperative pool, so beside the main phase they starved its tests past their limits.
+HEAVY = SimulationTests|AntiEntropyTests
 # The attack suite (Integration/Scenarios/Attack*Scenarios.swift, Integration/attacks/) and
 # the listeners' flood tests: floods of connections and minutes of refused work, one suite
 # at a time (beside other suites they starve the ones that wait on real-time heartbeats).
@@ -53,7 +55,7 @@ test: deps
 	$(SWIFT) test --skip-build --filter '$(TIMED)'
 	$(SWIFT) test --skip-build --skip 'LabScenarios|$(HEAVY)|$(TIMED)|$(ATTACKS)|$(BULK)'
 	$(SWIFT) test --skip-build --no-parallel --filter '$(BULK)'
-	$(SWIFT) test --skip-build --filter '$(HEAVY)'
+	$(SWIFT) test --skip-build --filter '$(HEAVY)' --skip '$(TIMED)'
 	$(SWIFT) test --skip-build --no-parallel --filter '$(ATTACKS)'
 	$(SWIFT) test --skip-build --filter LabScenarios
 
@@ -61,14 +63,17 @@ integration: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --filter IntegrationTests
 
-# The seeded simulations at soak size: 1,000 seeds of the mesh simulation and of the live
-# join simulation, and 200 of the join simulation (`make test` runs 200, 30 and 20).
+# The seeded simulations at soak size: 10,000 seeds of the pairwise simulation (about four
+# hours), 1,000 of the mesh simulation and of the live join simulation, and 200 of the join
+# simulation (`make test` runs 100, 200, 30 and 20).
 SOAK_SEEDS ?= 1000
+SOAK_SIM_SEEDS ?= 10000
 soak: deps
 	$(SWIFT) build --build-tests
 	FERRY_SIM_SEEDS=$(SOAK_SEEDS) FERRY_JOIN_SIM_SEEDS=$(SOAK_SEEDS) $(SWIFT) test --skip-build \
 		--filter 'MeshSimulationTests.seededPartialMeshes|LiveJoinSimulationTests'
 	FERRY_SIM_SEEDS=200 $(SWIFT) test --skip-build --filter JoinSimulationTests
+	FERRY_SIM_SEEDS=$(SOAK_SIM_SEEDS) $(SWIFT) test --skip-build --filter seededSimulationsConvergeAfterHealing
 
 # The unit, in-process and simulation suites (no spawned processes) under ThreadSanitizer and
 # then AddressSanitizer, each in its own build directory (a sanitized build is a full rebuild:

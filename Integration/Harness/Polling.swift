@@ -24,12 +24,21 @@ public func waitUntil(
     }
 }
 
-/// Yields until `condition` holds, for tests whose time is a manual clock: nothing waits on
-/// wall time, and a condition that never holds fails after `maxYields` turns.
-public func yieldUntil(_ what: String, maxYields: Int = 2_000_000, _ condition: () -> Bool) async throws {
-    for _ in 0..<maxYields {
+/// Yields until `condition` holds, for tests whose time is a manual clock: the first turns
+/// only yield (what the manual clock's waiters need to move), then it checks every
+/// millisecond, so a slow condition does not keep a thread of the cooperative pool spinning
+/// (with two cores, two spinning tests stalled every other test of the process). A condition
+/// that never holds fails after `timeout` seconds.
+public func yieldUntil(_ what: String, timeout: Double = 120, _ condition: () -> Bool) async throws {
+    for _ in 0..<1_000 {
         if condition() { return }
         await Task.yield()
     }
+    let deadline = ContinuousClock.now + .milliseconds(Int(timeout * 1000))
+    while ContinuousClock.now < deadline {
+        if condition() { return }
+        try await Task.sleep(for: .milliseconds(1))
+    }
+    if condition() { return }
     throw HarnessError("never happened: \(what)")
 }
