@@ -336,7 +336,11 @@ enum MembershipFixture {
         try remote.put(try DocumentID("notes/1"), body: ["text": "hi"])
         try remote.put(try DocumentID("other"), body: [:])
         try a.trust.add(.init(nodeID: stranger.nodeID, name: nil, policy: PeerPolicy(write: .init(idPrefixes: ["notes/"])), source: .api))
-        let responder = ReplicationResponder(store: remote, options: .init(), logger: .init(label: "t"))
+        // No heartbeats: this is about validation, and a wall-time watchdog starved under load
+        // closed the link before the pull (the one attempt then failed).
+        var options = ReplicationResponder.Options()
+        options.liveness.enabled = false
+        let responder = ReplicationResponder(store: remote, options: options, logger: .init(label: "t"))
         let replicator = a.replicators.replicator(peerID: stranger.nodeID, connector: {
             let (client, server) = InMemoryEndpoint.pair()
             Task { await responder.serve(server) }
