@@ -57,7 +57,8 @@ test: deps
 	$(SWIFT) test --skip-build --no-parallel --filter '$(BULK)'
 	$(SWIFT) test --skip-build --filter '$(HEAVY)' --skip '$(TIMED)'
 	$(SWIFT) test --skip-build --no-parallel --filter '$(ATTACKS)'
-	$(SWIFT) test --skip-build --filter LabScenarios
+	# One test at a time: every *LabScenarios suite brings up the same lab network (ferrylab-br).
+	$(SWIFT) test --skip-build --no-parallel --filter LabScenarios
 
 integration: deps
 	$(SWIFT) build --build-tests
