@@ -49,7 +49,7 @@ ATTACKS = Attack[A-Za-z]*Scenarios|ListenerLimitsTests|CouchListenerLimitsTests
 # Suites that move hundreds of megabytes of blobs, kill avahi-daemon or time signals, and
 # the chunk tests whose links time out in real time: one suite at a time (beside the main
 # phase they took both cores and starved its long-polls and joins past their limits).
-BULK = BlobSyncInterruptCLITests|CouchLargeAttachmentTests|CouchTransferLivenessTests|DocumentsLargeAttachmentTests|LazyBlobScenarios|BlobChunkTests|BlobPolicyTests|DiscoveryFaultScenarios|DNSSDFaultTests|DNSSDDaemonLossTests|SignalCLITests|SyncProgressCLITests
+BULK = KillFaultScenarios|BlobSyncInterruptCLITests|CouchLargeAttachmentTests|CouchTransferLivenessTests|DocumentsLargeAttachmentTests|LazyBlobScenarios|BlobChunkTests|BlobPolicyTests|DiscoveryFaultScenarios|DNSSDFaultTests|DNSSDDaemonLossTests|SignalCLITests|SyncProgressCLITests
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build --filter '$(TIMED)'
@@ -66,7 +66,8 @@ integration: deps
 
 # The seeded simulations at soak size: 10,000 seeds of the pairwise simulation (about four
 # hours), 1,000 of the mesh simulation and of the live join simulation, and 200 of the join
-# simulation (`make test` runs 100, 200, 30 and 20).
+# simulation (`make test` runs 100, 200, 30 and 20); then a 100,000-document pull and a blob
+# transfer each killed at 100 random points (`make test`: 20,000 documents, 12 kills).
 SOAK_SEEDS ?= 1000
 SOAK_SIM_SEEDS ?= 10000
 soak: deps
@@ -75,6 +76,7 @@ soak: deps
 		--filter 'MeshSimulationTests.seededPartialMeshes|LiveJoinSimulationTests'
 	FERRY_SIM_SEEDS=200 $(SWIFT) test --skip-build --filter JoinSimulationTests
 	FERRY_SIM_SEEDS=$(SOAK_SIM_SEEDS) $(SWIFT) test --skip-build --filter seededSimulationsConvergeAfterHealing
+	FERRY_IT_KILLS=100 FERRY_IT_KILL_DOCS=100000 $(SWIFT) test --skip-build --filter KillFaultScenarios
 
 # The unit, in-process and simulation suites (no spawned processes) under ThreadSanitizer and
 # then AddressSanitizer, each in its own build directory (a sanitized build is a full rebuild:

@@ -149,6 +149,8 @@ struct BlobTransfer: Sendable {
         var inFlight: [(offset: Int64, task: Task<BlobChunk, any Error>)] = []
         defer { for f in inFlight { f.task.cancel() } }
         while incoming.length < total {
+            // A local remote answers without suspending, so a stop is seen only here.
+            try Task.checkCancellation()
             while inFlight.count < window, next < total {
                 let (offset, count) = (next, Int(min(size, total - next)))
                 inFlight.append((offset, Task { try await remote.blobChunk(digest, offset: offset, count: count) }))
@@ -210,6 +212,7 @@ struct BlobTransfer: Sendable {
         var inFlight: [(offset: Int64, task: Task<Int64, any Error>)] = []
         defer { for f in inFlight { f.task.cancel() } }
         while true {
+            try Task.checkCancellation()
             // An empty blob still takes one (empty) chunk, which completes it.
             while inFlight.count < window, next < total || (total == 0 && !sentEmpty) {
                 sentEmpty = true
