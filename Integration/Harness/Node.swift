@@ -15,6 +15,7 @@ public final class Node: @unchecked Sendable {
     private var process: ChildProcess?
     private var arguments: [String] = []
     private var environment: [String: String] = [:]
+    private var launcher: [String] = []
     private var readinessTimeout: Double = 60
 
     public init(name: String, root: String, host: LabHost? = nil) {
@@ -48,9 +49,12 @@ public final class Node: @unchecked Sendable {
 
     /// Starts `ferry serve` with ephemeral ports and waits for readiness: node.json naming
     /// this process, and the admin API answering.
-    public func start(_ extra: [String] = [], environment: [String: String] = [:], timeout: Double = 60) async throws {
+    /// Starts the node. `launcher` is a program (and its arguments) that execs `ferry` with
+    /// the rest of the command line, such as `/usr/bin/env` (on this machine only).
+    public func start(_ extra: [String] = [], environment: [String: String] = [:], launcher: [String] = [], timeout: Double = 60) async throws {
         arguments = extra
         self.environment = environment
+        self.launcher = launcher
         readinessTimeout = timeout
         try await launch()
     }
@@ -66,8 +70,8 @@ public final class Node: @unchecked Sendable {
         var args = ["--data", dataDirectory, "serve", "--port", "0", "--admin-port", "0", "--couch-port", "0", "--name", name] + arguments
         if !args.contains("--discovery") && !args.contains("--config") { args.append("--no-discovery") }
         if host == nil && !args.contains("--interface") { args += ["--interface", "127.0.0.1"] }
-        let executable = host == nil ? Ferry.binary : "/usr/bin/nsenter"
-        let argv = host.map { $0.nsenterArguments + [Ferry.binary] + args } ?? args
+        let executable = host == nil ? launcher.first ?? Ferry.binary : "/usr/bin/nsenter"
+        let argv = host.map { $0.nsenterArguments + [Ferry.binary] + args } ?? (launcher.isEmpty ? args : launcher.dropFirst() + [Ferry.binary] + args)
         var env = host == nil ? ProcessInfo.processInfo.environment.filter { $0.key != "FERRY_DATA" } : LabHost.environment
         env["FERRY_LOG_LEVEL"] = env["FERRY_LOG_LEVEL"] ?? "info"
         for (k, v) in environment { env[k] = v }

@@ -70,7 +70,7 @@ public final class GroupMembership: Sendable {
         self.logger = logger
         self.clock = clock
         invitations = InvitationBook(file: "\(dataDirectory)/invitations.json", now: now)
-        attempts = JoinAttempts(now: now)
+        attempts = JoinAttempts(clock: clock)
         var group: String?
         if let data = FileManager.default.contents(atPath: file) {
             guard let json = try? JSON.parse(Array(data)), let g = json["group"]?.stringValue, let id = NodeIDFormat.normalized(g) else {

@@ -78,8 +78,39 @@ enum Base64URL {
     }
 }
 
+/// A moment of this machine's boot: its boot ID and the real time since it booted
+/// (`CLOCK_BOOTTIME`, which counts suspend and never moves with the wall clock), so a
+/// deadline kept on disk survives a restart of the node and cannot be stretched by setting
+/// the clock back.
+public struct BootInstant: Sendable, Equatable {
+    public var boot: String
+    public var seconds: Double
+
+    public init(boot: String, seconds: Double) {
+        self.boot = boot
+        self.seconds = seconds
+    }
+
+    /// Read once: a boot's ID never changes while a process lives.
+    private static let bootID: String? = (try? String(contentsOfFile: "/proc/sys/kernel/random/boot_id", encoding: .utf8))?
+        .trimmingCharacters(in: .whitespacesAndNewlines)
+
+    /// Now, or nil where the boot ID cannot be read (the wall clock alone then decides).
+    public static func now() -> BootInstant? {
+        guard let boot = bootID, !boot.isEmpty else { return nil }
+        var ts = timespec()
+        guard clock_gettime(CLOCK_BOOTTIME, &ts) == 0 else { return nil }
+        return BootInstant(boot: boot, seconds: Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9)
+    }
+}
+
 /// The invitations this node issued, persisted in DATA/invitations.json (0600): only the
 /// SHA-256 of each secret, its expiry, its admin flag and whether it was used.
+///
+/// An invitation ends at its wall-clock expiry or once its lifetime of real time has passed
+/// in the boot that issued it, whichever comes first: a clock set back cannot make a code
+/// live longer than it was issued for, and a clock set forward ends it early (refusing is
+/// the safe side).
 public final class InvitationBook: Sendable {
     /// One issued invitation.
     struct Record: Sendable, Equatable {
@@ -87,16 +118,26 @@ public final class InvitationBook: Sendable {
         var expires: Date
         var admin: Bool
         var used: Bool
+        /// The same expiry on the issuing boot's clock (nil: issued where it could not be read).
+        var bootDeadline: BootInstant? = nil
+
+        func hasExpired(at wall: Date, _ up: BootInstant?) -> Bool {
+            if expires <= wall { return true }
+            guard let deadline = bootDeadline, let up, up.boot == deadline.boot else { return false }
+            return up.seconds >= deadline.seconds
+        }
     }
 
     let file: String?
     let now: @Sendable () -> Date
+    let uptime: @Sendable () -> BootInstant?
     private let records: Mutex<[Record]>
 
     /// Loads the book from `file` (nil keeps it in memory only); an unreadable file starts empty.
-    init(file: String?, now: @escaping @Sendable () -> Date = { Date() }) {
+    init(file: String?, now: @escaping @Sendable () -> Date = { Date() }, uptime: @escaping @Sendable () -> BootInstant? = BootInstant.now) {
         self.file = file
         self.now = now
+        self.uptime = uptime
         var loaded: [Record] = []
         if let file, let data = FileManager.default.contents(atPath: file), let json = try? JSON.parse(Array(data)),
             case .array(let list)? = json["invitations"]
@@ -105,7 +146,11 @@ public final class InvitationBook: Sendable {
                 guard let hash = item["secretSHA256"]?.stringValue.flatMap(Hex.decode), hash.count == 32,
                     let expires = item["expires"]?.intValue, let admin = item["admin"]?.boolValue, let used = item["used"]?.boolValue
                 else { continue }
-                loaded.append(Record(secretHash: hash, expires: Date(timeIntervalSince1970: Double(expires) / 1000), admin: admin, used: used))
+                var record = Record(secretHash: hash, expires: Date(timeIntervalSince1970: Double(expires) / 1000), admin: admin, used: used)
+                if let boot = item["boot"]?.stringValue, let ms = item["bootDeadline"]?.intValue {
+                    record.bootDeadline = BootInstant(boot: boot, seconds: Double(ms) / 1000)
+                }
+                loaded.append(record)
             }
         }
         records = Mutex(loaded)
@@ -113,8 +158,8 @@ public final class InvitationBook: Sendable {
 
     /// Whether an unused, unexpired invitation exists (the listener then admits unknown certificates to join).
     public var isOpen: Bool {
-        let t = now()
-        return records.withLock { $0.contains { !$0.used && $0.expires > t } }
+        let (t, up) = (now(), uptime())
+        return records.withLock { $0.contains { !$0.used && !$0.hasExpired(at: t, up) } }
     }
 
     /// Issues an invitation; returns its secret and expiry.
@@ -122,7 +167,9 @@ public final class InvitationBook: Sendable {
         var rng = SystemRandomNumberGenerator()
         let secret = (0..<16).map { _ in UInt8.random(in: 0...255, using: &rng) }
         let expires = now().addingTimeInterval(lifetime)
-        records.withLock { $0.append(Record(secretHash: Array(SHA256.hash(data: secret)), expires: expires, admin: admin, used: false)) }
+        var record = Record(secretHash: Array(SHA256.hash(data: secret)), expires: expires, admin: admin, used: false)
+        record.bootDeadline = uptime().map { BootInstant(boot: $0.boot, seconds: $0.seconds + lifetime) }
+        records.withLock { $0.append(record) }
         try save()
         return (secret, expires)
     }
@@ -131,13 +178,13 @@ public final class InvitationBook: Sendable {
     /// Compares every stored hash in constant time, so timing tells nothing about the secret.
     func redeem(_ secret: [UInt8]) throws(MembershipError) -> Record {
         let hash = Array(SHA256.hash(data: secret))
-        let t = now()
+        let (t, up) = (now(), uptime())
         let outcome = records.withLock { list -> Result<Record, MembershipError> in
             var match: Int?
             for (i, r) in list.enumerated() where Self.constantTimeEqual(r.secretHash, hash) { match = i }
             guard let i = match else { return .failure(.invitationUnknown) }
             if list[i].used { return .failure(.invitationUsed) }
-            if list[i].expires <= t { return .failure(.invitationExpired) }
+            if list[i].hasExpired(at: t, up) { return .failure(.invitationExpired) }
             list[i].used = true
             return .success(list[i])
         }
@@ -163,10 +210,15 @@ public final class InvitationBook: Sendable {
         }
         let json = JSON.object([
             "invitations": .array(list.map { r in
-                [
+                var item: [String: JSON] = [
                     "secretSHA256": .string(Hex.encode(r.secretHash)), "expires": .int(Int64(r.expires.timeIntervalSince1970 * 1000)),
                     "admin": .bool(r.admin), "used": .bool(r.used),
                 ]
+                if let d = r.bootDeadline {
+                    item["boot"] = .string(d.boot)
+                    item["bootDeadline"] = .int(Int64(d.seconds * 1000))
+                }
+                return .object(item)
             })
         ])
         do { try writeAtomically(json, to: file) } catch { throw .storage("cannot save \(file): \(error)") }
@@ -177,26 +229,32 @@ public final class InvitationBook: Sendable {
 /// further attempts are refused until the minute has passed.
 final class JoinAttempts: Sendable {
     let limit: Int
-    let window: TimeInterval
-    let now: @Sendable () -> Date
-    private let failures = Mutex<[String: [Date]]>([:])
+    let window: Duration
+    /// Time on a monotonic clock (a wall clock set back a day would hold failures for a day).
+    let elapsed: @Sendable () -> Duration
+    private let failures = Mutex<[String: [Duration]]>([:])
 
-    init(limit: Int = 5, window: TimeInterval = 60, now: @escaping @Sendable () -> Date = { Date() }) {
+    init(limit: Int = 5, window: Duration = .seconds(60), clock: any Clock<Duration> = ContinuousClock()) {
         self.limit = limit
         self.window = window
-        self.now = now
+        self.elapsed = Self.stopwatch(clock)
+    }
+
+    private static func stopwatch<C: Clock<Duration>>(_ clock: C) -> @Sendable () -> Duration {
+        let start = clock.now
+        return { start.duration(to: clock.now) }
     }
 
     func isLimited(_ keys: [String]) -> Bool {
-        let t = now()
-        return failures.withLock { f in keys.contains { (f[$0] ?? []).filter { t.timeIntervalSince($0) < window }.count >= limit } }
+        let t = elapsed()
+        return failures.withLock { f in keys.contains { (f[$0] ?? []).filter { t - $0 < window }.count >= limit } }
     }
 
     func failed(_ keys: [String]) {
-        let t = now()
+        let t = elapsed()
         failures.withLock { f in
-            if f.count > 1024 { f = f.filter { $0.value.contains { t.timeIntervalSince($0) < window } } }
-            for k in keys { f[k] = (f[k] ?? []).filter { t.timeIntervalSince($0) < window } + [t] }
+            if f.count > 1024 { f = f.filter { $0.value.contains { t - $0 < window } } }
+            for k in keys { f[k] = (f[k] ?? []).filter { t - $0 < window } + [t] }
         }
     }
 }

@@ -3,6 +3,7 @@ import FerryStore
 import FerrySync
 import FerryTransport
 import Foundation
+import IntegrationHarness
 import Synchronization
 import Testing
 
@@ -213,12 +214,44 @@ enum MembershipFixture {
     }
 
     @Test func repeatedFailuresAreRateLimitedForAMinute() {
-        let clock = Mutex(Date(timeIntervalSince1970: 0))
-        let attempts = JoinAttempts(limit: 3, window: 60, now: { clock.withLock { $0 } })
+        let clock = ManualClock()
+        let attempts = JoinAttempts(limit: 3, window: .seconds(60), clock: clock)
         for _ in 0..<3 { attempts.failed(["peer", "10.0.0.9"]) }
         #expect(attempts.isLimited(["other", "10.0.0.9"]))
-        clock.withLock { $0 = $0.addingTimeInterval(61) }
+        clock.advance(by: .seconds(61))
         #expect(!attempts.isLimited(["peer", "10.0.0.9"]))
+    }
+
+    /// The wall clock set back a day after a code was issued: the code still ends when its
+    /// lifetime of real time has passed (the boot clock), here and in a restarted node.
+    @Test func anInvitationEndsAfterItsLifetimeEvenWhenTheClockIsSetBack() throws {
+        let dir = MembershipFixture.tempDir()
+        let wall = Mutex(Date(timeIntervalSince1970: 1_000_000))
+        let up = Mutex(BootInstant(boot: "boot-1", seconds: 500))
+        let open = { InvitationBook(file: dir + "/invitations.json", now: { wall.withLock { $0 } }, uptime: { up.withLock { $0 } }) }
+        let book = open()
+        let (secret, _) = try book.issue(admin: false, lifetime: 600)
+        let (other, _) = try book.issue(admin: false, lifetime: 600)
+        wall.withLock { $0 = $0.addingTimeInterval(-86_400) }
+        up.withLock { $0.seconds += 599 }
+        #expect(book.isOpen)
+        up.withLock { $0.seconds += 2 }
+        #expect(!book.isOpen, "a clock set back a day must not keep the code open")
+        #expect(throws: MembershipError.invitationExpired) { try book.redeem(secret) }
+        #expect(throws: MembershipError.invitationExpired) { try open().redeem(other) }
+        // After a reboot only the wall clock can tell: the code lives to its wall expiry.
+        up.withLock { $0 = BootInstant(boot: "boot-2", seconds: 30) }
+        #expect(open().isOpen)
+    }
+
+    /// The wall clock set forward a day: the code has expired (refusing is the safe side).
+    @Test func anInvitationEndsWhenTheClockIsSetForwardPastItsExpiry() throws {
+        let wall = Mutex(Date(timeIntervalSince1970: 1_000_000))
+        let book = InvitationBook(file: nil, now: { wall.withLock { $0 } }, uptime: { BootInstant(boot: "b", seconds: 1) })
+        let (secret, _) = try book.issue(admin: false, lifetime: 600)
+        wall.withLock { $0 = $0.addingTimeInterval(86_400) }
+        #expect(!book.isOpen)
+        #expect(throws: MembershipError.invitationExpired) { try book.redeem(secret) }
     }
 }
 
