@@ -10,7 +10,7 @@ help:
 	@echo "make run    build and start Ferry on ./$(DATA)"
 	@echo "make test   run every test (the integration scenarios included)"
 	@echo "make integration   run only the integration scenarios (Integration/)"
-	@echo "make soak   the seeded simulations with many more seeds (not part of make test)"
+	@echo "make soak   the seeded simulations with many more seeds, 100 SIGKILLs of a pull and of a blob, an hour of a faulty 5-node mesh (not part of make test)"
 	@echo "make sanitize   the unit, in-process and simulation suites under ThreadSanitizer and AddressSanitizer"
 	@echo "make fuzz   each decoder under libFuzzer for FUZZ_SECONDS (default 60) seconds"
 	@echo "make bench  release-build and run the benchmarks"
@@ -49,7 +49,7 @@ ATTACKS = Attack[A-Za-z]*Scenarios|ListenerLimitsTests|CouchListenerLimitsTests
 # Suites that move hundreds of megabytes of blobs, kill avahi-daemon or time signals, and
 # the chunk tests whose links time out in real time: one suite at a time (beside the main
 # phase they took both cores and starved its long-polls and joins past their limits).
-BULK = KillFaultScenarios|ClockJumpScenarios|BlobSyncInterruptCLITests|CouchLargeAttachmentTests|CouchTransferLivenessTests|DocumentsLargeAttachmentTests|LazyBlobScenarios|BlobChunkTests|BlobPolicyTests|DiscoveryFaultScenarios|DNSSDFaultTests|DNSSDDaemonLossTests|SignalCLITests|SyncProgressCLITests
+BULK = MeshSoakScenarios|KillFaultScenarios|ClockJumpScenarios|BlobSyncInterruptCLITests|CouchLargeAttachmentTests|CouchTransferLivenessTests|DocumentsLargeAttachmentTests|LazyBlobScenarios|BlobChunkTests|BlobPolicyTests|DiscoveryFaultScenarios|DNSSDFaultTests|DNSSDDaemonLossTests|SignalCLITests|SyncProgressCLITests
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build --filter '$(TIMED)'
@@ -67,9 +67,11 @@ integration: deps
 # The seeded simulations at soak size: 10,000 seeds of the pairwise simulation (about four
 # hours), 1,000 of the mesh simulation and of the live join simulation, and 200 of the join
 # simulation (`make test` runs 100, 200, 30 and 20); then a 100,000-document pull and a blob
-# transfer each killed at 100 random points (`make test`: 20,000 documents, 12 kills).
+# transfer each killed at 100 random points (`make test`: 20,000 documents, 12 kills); then an
+# hour of a five-node mesh under writes, SIGKILLs, SIGSTOPs and avahi restarts (`make test`: a minute).
 SOAK_SEEDS ?= 1000
 SOAK_SIM_SEEDS ?= 10000
+SOAK_MESH_SECONDS ?= 3600
 soak: deps
 	$(SWIFT) build --build-tests
 	FERRY_SIM_SEEDS=$(SOAK_SEEDS) FERRY_JOIN_SIM_SEEDS=$(SOAK_SEEDS) $(SWIFT) test --skip-build \
@@ -77,6 +79,7 @@ soak: deps
 	FERRY_SIM_SEEDS=200 $(SWIFT) test --skip-build --filter JoinSimulationTests
 	FERRY_SIM_SEEDS=$(SOAK_SIM_SEEDS) $(SWIFT) test --skip-build --filter seededSimulationsConvergeAfterHealing
 	FERRY_IT_KILLS=100 FERRY_IT_KILL_DOCS=100000 $(SWIFT) test --skip-build --filter KillFaultScenarios
+	FERRY_IT_SOAK_SECONDS=$(SOAK_MESH_SECONDS) $(SWIFT) test --skip-build --filter MeshSoakScenarios
 
 # The unit, in-process and simulation suites (no spawned processes) under ThreadSanitizer and
 # then AddressSanitizer, each in its own build directory (a sanitized build is a full rebuild:

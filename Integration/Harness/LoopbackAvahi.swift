@@ -54,6 +54,20 @@ public enum LoopbackAvahi {
     /// Starts avahi-daemon again and waits until it runs; nil when it does, else why not.
     public static func startDaemon() async -> String? { await control(["start-avahi"]) }
 
+    /// The pid recorded for `name` (`avahi`, `dbus`) by scripts/avahi-loopback.sh.
+    public static func recordedPID(_ name: String) -> pid_t? {
+        (try? String(contentsOfFile: "\(state)/\(name).pid", encoding: .utf8))
+            .flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+    }
+
+    /// Whether `pid` has exited (gone, or a zombie nobody has reaped yet).
+    public static func hasExited(_ pid: pid_t) -> Bool {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")") else {
+            return true
+        }
+        return stat[close...].hasPrefix(") Z")
+    }
+
     static func control(_ arguments: [String]) async -> String? {
         do {
             var env = ProcessInfo.processInfo.environment

@@ -40,34 +40,20 @@ struct DiscoveryFaultScenarios {
     static let rounds = 12
     static let nodesPerRound = 3
 
-    /// The pid recorded for `name` (avahi, dbus) by scripts/avahi-loopback.sh.
-    func recordedPID(_ name: String) -> pid_t? {
-        (try? String(contentsOfFile: "\(LoopbackAvahi.state)/\(name).pid", encoding: .utf8))
-            .flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
-    }
-
-    /// Whether `pid` has exited (gone, or a zombie nobody has reaped yet).
-    func hasExited(_ pid: pid_t) -> Bool {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")") else {
-            return true
-        }
-        return stat[close...].hasPrefix(") Z")
-    }
-
     func inject(_ fault: Fault) async {
         switch fault {
         case .killDaemon, .terminateDaemon:
-            guard let avahi = recordedPID("avahi") else { return }
+            guard let avahi = LoopbackAvahi.recordedPID("avahi") else { return }
             kill(avahi, fault == .killDaemon ? SIGKILL : SIGTERM)
         case .killDaemonAndBus:
             // What a machine's shutdown does: both go at once.
-            for name in ["avahi", "dbus"] { if let pid = recordedPID(name) { kill(pid, SIGKILL) } }
+            for name in ["avahi", "dbus"] { if let pid = LoopbackAvahi.recordedPID(name) { kill(pid, SIGKILL) } }
         }
     }
 
     /// Brings the daemon (and its bus) back after `fault`; nil when it runs again.
     func recover(from fault: Fault) async -> String? {
-        if let avahi = recordedPID("avahi") { _ = await eventually(10, every: .milliseconds(20)) { hasExited(avahi) } }
+        if let avahi = LoopbackAvahi.recordedPID("avahi") { _ = await eventually(10, every: .milliseconds(20)) { LoopbackAvahi.hasExited(avahi) } }
         switch fault {
         case .killDaemon, .terminateDaemon:
             return await LoopbackAvahi.startDaemon()
