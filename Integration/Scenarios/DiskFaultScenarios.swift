@@ -7,7 +7,9 @@ import Testing
 /// local writes, and during a pull of a document with a blob. Every refused write says the
 /// disk is full, the node stays up, `ferry check` finds nothing corrupted, and once the disk
 /// grows the same writes and the same pull succeed without losing anything stored before.
-@Suite(.serialized, .timeLimit(.minutes(5)), .enabled(if: mustRunEverything, "needs root to mount a small tmpfs"))
+/// And one whose data disk turns read-only under it (an ext4 error): writes are refused as
+/// such, reads go on, and after a repair every document is there.
+@Suite(.serialized, .timeLimit(.minutes(5)), .enabled(if: mustRunEverything, "needs root to mount a small tmpfs and a loop device"))
 struct DiskFaultScenarios {
     /// A tmpfs mounted on `path` (an empty directory) of `megabytes`; grown or unmounted later.
     struct SmallDisk {
@@ -137,5 +139,90 @@ struct DiskFaultScenarios {
             #expect(FileManager.default.contents(atPath: copy) == Data(bytes))
             #expect(try await ferry(node, ["check"]).status == 0)
         }
+    }
+
+    static let readOnly = "read-only"
+
+    /// An ext4 file system in an image on a loop device, mounted on `path` with
+    /// `errors=remount-ro`: what a data disk does after an I/O error.
+    struct LoopDisk {
+        let path: String
+        let image: String
+
+        init(on path: String, image: String) async throws {
+            self.path = path
+            self.image = image
+            for (tool, arguments) in [("/usr/bin/truncate", ["-s", "64M", image]), ("/usr/sbin/mkfs.ext4", ["-q", "-F", image])] {
+                let r = try await Shell.run(arguments, executable: tool)
+                guard r.status == 0 else { throw ScenarioFailure("\(tool): \(r.stderr)") }
+            }
+            try await mount()
+        }
+
+        func mount() async throws { try await SmallDisk.mount(["-o", "loop,errors=remount-ro", image, path]) }
+
+        /// The kernel's own error path (ext4's trigger_fs_error): the file system turns
+        /// read-only at once, for every open file too.
+        func failWithAnError() async throws {
+            let device = try await Shell.run(["-n", "-o", "SOURCE", path], executable: "/usr/bin/findmnt").stdout
+                .trimmingCharacters(in: .whitespacesAndNewlines)
+            let trigger = "/sys/fs/ext4/\((device as NSString).lastPathComponent)/trigger_fs_error"
+            guard FileManager.default.fileExists(atPath: trigger) else { throw ScenarioFailure("no \(trigger) (device \(device))") }
+            try "a disk fault injected by DiskFaultScenarios".write(toFile: trigger, atomically: false, encoding: .utf8)
+        }
+
+        /// Unmounts, repairs with e2fsck, and mounts read-write again, as an operator would.
+        func repair() async throws {
+            _ = try await Shell.run([path], executable: "/bin/umount")
+            let fsck = try await Shell.run(["-f", "-y", image], executable: "/usr/sbin/e2fsck")
+            guard fsck.status < 4 else { throw ScenarioFailure("e2fsck: \(fsck.status) \(fsck.stdout) \(fsck.stderr)") }
+            try await mount()
+        }
+
+        func release() async {
+            _ = try? await Shell.run(["-l", path], executable: "/bin/umount")
+            try? FileManager.default.removeItem(atPath: image)
+        }
+    }
+
+    @Test func aDataDirectoryWhoseFileSystemTurnsReadOnlyRefusesWritesClearlyAndLosesNothing() async throws {
+        let cluster = Cluster("disk-ro")
+        let node = cluster.add("a")
+        let disk = try await LoopDisk(on: node.dataDirectory, image: cluster.root + "/disk.img")
+        do {
+            try await node.start(["--no-discovery"])
+            var stored: [String: String] = [:]
+            for i in 0..<20 { stored["doc-\(i)"] = try await node.admin.put("doc-\(i)", #"{"n":\#(i)}"#) }
+            try await disk.failWithAnError()
+
+            let refused = try await node.admin.call("PUT", "/docs/after", body: #"{"n":-1}"#)
+            #expect(refused.status >= 400)
+            #expect(refused.text.contains(Self.readOnly), "\(refused.status) \(refused.text)")
+            let cli = try await ferry(node, ["put", "after-cli", #"{"n":-2}"#])
+            #expect(cli.status != 0)
+            #expect(cli.stderr.contains(Self.readOnly), "\(cli.stderr)")
+            // Reads go on, and the node stays up until it is stopped.
+            #expect(try await node.admin.get("/docs/doc-7")["n"] == 7)
+            #expect(node.isRunning)
+            let stopped = await node.stop()
+            #expect(stopped == 0, "\(node.logTail(30))")
+
+            try await disk.repair()
+            try await node.restart()
+            let revisions = try await node.admin.revisions()
+            for (id, rev) in stored { #expect(revisions[id] == rev, "\(id)") }
+            #expect(try await node.admin.call("PUT", "/docs/after", body: #"{"n":-1}"#).status == 201)
+            let check = try await ferry(node, ["check"])
+            #expect(check.status == 0, "\(check.stdout) \(check.stderr)")
+        } catch {
+            _ = await cluster.shutDown()
+            await disk.release()
+            cluster.cleanUp()
+            throw error
+        }
+        let failures = await cluster.shutDown(allowedLogLines: ["admin API request failed", Self.readOnly])
+        for f in failures { Issue.record(Comment(rawValue: f)) }
+        await disk.release()
+        cluster.cleanUp()
     }
 }

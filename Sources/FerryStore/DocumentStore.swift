@@ -2,7 +2,6 @@ import FerryCore
 import Foundation
 import GRDB
 import Logging
-import Synchronization
 
 /// A durable JSON document database with revision trees, a changes feed, local
 /// documents and content-addressed blobs, on SQLite through GRDB.
@@ -16,7 +15,7 @@ public final class DocumentStore: Sendable {
     /// Where the database lives, or nil in memory.
     public let path: String?
     public let blobs: BlobStore
-    let clock: Mutex<HybridLogicalClock>
+    let clock: Locked<HybridLogicalClock>
     let notifier = ChangeNotifier()
     let poller = ForeignCommitPoller()
     /// Parsed Mango index definitions, shared by transactions and scans.
@@ -100,7 +99,7 @@ public final class DocumentStore: Sendable {
             guard let state else { throw StoreError.corrupt("store_state row is missing") }
             self.writer = writer
             self.uuid = state["uuid"]
-            self.clock = Mutex(HybridLogicalClock(last: HLCTimestamp(rawValue: UInt64(bitPattern: state["last_hlc"]))))
+            self.clock = Locked(HybridLogicalClock(last: HLCTimestamp(rawValue: UInt64(bitPattern: state["last_hlc"]))))
         } catch {
             let wrapped = StoreError.wrap(error)
             if case .database(let msg) = wrapped, let path {
@@ -133,7 +132,7 @@ public final class DocumentStore: Sendable {
         do {
             result = try writer.writeWithoutTransaction { db in try transact(db, durability: durability, body) }
         } catch {
-            throw StoreError.wrap(error)
+            throw StoreError.explainingWrite(StoreError.wrap(error), path: writer.path)
         }
         notifier.advance(to: result.1, local: result.2)
         return result.0
@@ -148,7 +147,7 @@ public final class DocumentStore: Sendable {
         do {
             result = try await writer.writeWithoutTransaction { db in try self.transact(db, durability: durability, body) }
         } catch {
-            throw StoreError.wrap(error)
+            throw StoreError.explainingWrite(StoreError.wrap(error), path: writer.path)
         }
         notifier.advance(to: result.1, local: result.2)
         return result.0

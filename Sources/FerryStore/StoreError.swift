@@ -102,10 +102,37 @@ public enum StoreError: FerryError, Equatable {
         }
     }
 
-    /// A system error number in words; a full disk also says what to do about it.
+    /// A system error number in words; a full disk or a read-only file system also says
+    /// what to do about it.
     static func describe(errno code: Int32) -> String {
         let text = String(cString: strerror(code))
-        return code == ENOSPC ? "\(text): the disk holding the data directory is full; free space, then retry" : text
+        switch code {
+        case ENOSPC: return "\(text): \(fullDisk)"
+        case EROFS: return "\(text): \(readOnlyFileSystem)"
+        default: return text
+        }
+    }
+
+    static let fullDisk = "the disk holding the data directory is full; free space, then retry"
+
+    static let readOnlyFileSystem =
+        "the file system holding the data directory is read-only (mounted read-only, or turned read-only by the kernel "
+        + "after a disk error: see dmesg); repair it and make it writable, then restart the node; nothing already stored was changed"
+
+    /// `error`, explained when it is an I/O error of a write to the database at `path` and
+    /// that directory's file system refuses writes as read-only (SQLite reports only "disk
+    /// I/O error" then). Probed by creating a file: a file system the kernel turned
+    /// read-only after an error may still be mounted `rw`, so the mount flags cannot tell.
+    static func explainingWrite(_ error: StoreError, path: String) -> StoreError {
+        guard case .io = error else { return error }
+        let probe = (path as NSString).deletingLastPathComponent + "/.write-probe-\(getpid())"
+        let fd = open(probe, O_CREAT | O_EXCL | O_WRONLY, 0o600)
+        if fd >= 0 {
+            close(fd)
+            unlink(probe)
+            return error
+        }
+        return errno == EROFS ? .io(readOnlyFileSystem) : error
     }
 
     /// Maps any error thrown inside the store to a StoreError.
@@ -116,10 +143,11 @@ public enum StoreError: FerryError, Equatable {
             case .SQLITE_BUSY, .SQLITE_LOCKED: return .busy(e.message ?? "\(e)")
             case .SQLITE_CORRUPT, .SQLITE_NOTADB: return .corrupt(e.message ?? "\(e)")
             case .SQLITE_FULL:
-                return .io("the disk holding the data directory is full (\(e.message ?? "\(e)")): free space, then retry; nothing already stored was changed")
+                return .io("\(fullDisk) (\(e.message ?? "\(e)")); nothing already stored was changed")
             case .SQLITE_READONLY:
                 return .io("the data directory cannot be written (\(e.message ?? "\(e)")): a read-only disk or mount; make it writable, then retry")
-            case .SQLITE_IOERR: return .io(e.message ?? "\(e)")
+            case .SQLITE_IOERR:
+                return .io("\(e.message ?? "\(e)") (the disk holding the data directory failed a read or write: see dmesg)")
             default: return .database(e.message ?? "\(e)")
             }
         }
