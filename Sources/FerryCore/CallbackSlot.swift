@@ -1,9 +1,7 @@
-import Synchronization
-
 /// One replaceable callback, set and called from any thread; calling an empty slot does nothing.
 ///
-/// Why not `Mutex<(@Sendable (A) -> R)?>`: reading a closure out of `Mutex.withLock { $0 }`
-/// writes it back through a reabstraction thunk, so every call wrapped the stored closure in
+/// Why not `Locked<(@Sendable (A) -> R)?>` (or a `Mutex`): reading a closure out of
+/// `withLock { $0 }` writes it back through a reabstraction thunk, so every call wrapped the stored closure in
 /// two more thunks. A callback called per socket read grew a chain of hundreds of thousands
 /// of thunks: each call slower than the last, then a stack overflow. Here the closure sits in
 /// an immutable box, and only the box's reference passes through the lock.
@@ -13,7 +11,7 @@ public final class CallbackSlot<Argument, Output>: Sendable {
         init(_ call: @escaping @Sendable (Argument) -> Output) { self.call = call }
     }
 
-    private let box = Mutex<Box?>(nil)
+    private let box = Locked<Box?>(nil)
 
     public init() {}
 

@@ -1,5 +1,3 @@
-import Synchronization
-
 /// A value set once that any number of tasks await: every waiter, and every later one,
 /// gets it; a cancelled waiter stops waiting with `CancellationError`.
 public final class Latch<Value: Sendable>: Sendable {
@@ -8,7 +6,7 @@ public final class Latch<Value: Sendable>: Sendable {
         var nextID = 0
         var waiters: [Int: CheckedContinuation<Value, any Error>] = [:]
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     public init() {}
 

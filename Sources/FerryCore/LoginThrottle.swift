@@ -1,5 +1,4 @@
 import Crypto
-import Synchronization
 
 /// Limits password guessing at every door that checks a password: an attempt must be
 /// reserved before its password is evaluated and finished afterwards, and a reservation is
@@ -89,7 +88,7 @@ public final class LoginThrottle: Sendable {
     public let policy: Policy
     private let elapsed: @Sendable () -> Duration
     private let onSummary: @Sendable (Summary) -> Void
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     /// A throttle reading time from `clock` (inject a manual clock in tests); `onSummary`
     /// hears of failures at most once per `policy.summaryInterval` (never a password).

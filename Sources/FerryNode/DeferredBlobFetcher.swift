@@ -2,7 +2,6 @@ import FerryCore
 import FerryStore
 import FerrySync
 import Logging
-import Synchronization
 
 /// Fetches a deferred blob (left for first read by a lazy policy) from whichever peer this
 /// node replicates with now has it, trying each open connection in turn.

@@ -6,7 +6,6 @@ import FerryDiscovery
 import Foundation
 import Logging
 import ServiceLifecycle
-import Synchronization
 
 /// The headless peer: a ServiceGroup of the TLS WebSocket listener, DNS-SD discovery,
 /// the peer manager (one replication per trusted peer, plus persistent replications),
@@ -73,7 +72,7 @@ public final class FerryNode: Sendable {
     public let digests: MeshDigests
     /// The replicators of the running node, for reads that fetch deferred blobs.
     let liveReplicators = LiveReplicators()
-    private let stopState = Mutex<StopState>(StopState())
+    private let stopState = Locked<StopState>(StopState())
 
     /// Whether `stop` was called, and the running group it stops.
     struct StopState {

@@ -5,7 +5,6 @@ import FerryTransport
 import Foundation
 import Logging
 import ServiceLifecycle
-import Synchronization
 
 /// This node's group: which group it belongs to (DATA/group.json), the signed member
 /// entries it holds, the store validator that keeps unsigned or foreign entries out, the
@@ -56,10 +55,10 @@ public final class GroupMembership: Sendable {
     public let invitations: InvitationBook
     let attempts: JoinAttempts
     let refusals = RepeatedRefusals()
-    let state: Mutex<State>
-    let context = Mutex<Context?>(nil)
+    let state: Locked<State>
+    let context = Locked<Context?>(nil)
     let onChange = CallbackSlot<[String: String], Void>()
-    private let applying = Mutex(())
+    private let applying = Locked(())
 
     /// Reads DATA/group.json (absent: no group yet).
     public init(
@@ -78,7 +77,7 @@ public final class GroupMembership: Sendable {
             }
             group = id
         }
-        state = Mutex(State(group: group))
+        state = Locked(State(group: group))
     }
 
     public var group: String? { state.withLock { $0.group } }

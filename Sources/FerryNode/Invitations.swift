@@ -1,7 +1,6 @@
 import Crypto
 import FerryCore
 import Foundation
-import Synchronization
 
 /// A single-use invitation as the new node receives it: the inviter's node ID (pinned when
 /// dialling), where it listens, and a random 128-bit secret.
@@ -131,7 +130,7 @@ public final class InvitationBook: Sendable {
     let file: String?
     let now: @Sendable () -> Date
     let uptime: @Sendable () -> BootInstant?
-    private let records: Mutex<[Record]>
+    private let records: Locked<[Record]>
 
     /// Loads the book from `file` (nil keeps it in memory only); an unreadable file starts empty.
     init(file: String?, now: @escaping @Sendable () -> Date = { Date() }, uptime: @escaping @Sendable () -> BootInstant? = BootInstant.now) {
@@ -153,7 +152,7 @@ public final class InvitationBook: Sendable {
                 loaded.append(record)
             }
         }
-        records = Mutex(loaded)
+        records = Locked(loaded)
     }
 
     /// Whether an unused, unexpired invitation exists (the listener then admits unknown certificates to join).
@@ -232,7 +231,7 @@ final class JoinAttempts: Sendable {
     let window: Duration
     /// Time on a monotonic clock (a wall clock set back a day would hold failures for a day).
     let elapsed: @Sendable () -> Duration
-    private let failures = Mutex<[String: [Duration]]>([:])
+    private let failures = Locked<[String: [Duration]]>([:])
 
     init(limit: Int = 5, window: Duration = .seconds(60), clock: any Clock<Duration> = ContinuousClock()) {
         self.limit = limit

@@ -7,7 +7,6 @@ import Foundation
 import Logging
 import NIOCore
 import ServiceLifecycle
-import Synchronization
 
 /// Keeps one continuous push-and-pull replication alive to every trusted peer it knows,
 /// discovered or static, and runs the node's persistent replications.
@@ -103,7 +102,7 @@ public final class PeerManager: Service, Sendable {
     let inboundSessions: @Sendable () -> [ReplicationResponder.SessionStatus]
     let discovery: (any PeerDiscovery)?
     let clock: any Clock<Duration>
-    let state = Mutex(State())
+    let state = Locked(State())
     let logger: Logger
 
     init(
@@ -467,7 +466,7 @@ extension PeerManager {
 
 /// Hands the responder's ended sessions to the peer manager, which is made after the responder.
 final class InboundEndings: Sendable {
-    private let manager = Mutex<PeerManager?>(nil)
+    private let manager = Locked<PeerManager?>(nil)
 
     func deliver(to manager: PeerManager) { self.manager.withLock { $0 = manager } }
 

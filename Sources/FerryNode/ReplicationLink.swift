@@ -6,7 +6,6 @@ import FerryTransport
 import Foundation
 import Logging
 import ServiceLifecycle
-import Synchronization
 
 /// One replicator kept running: restarted after it stops on a permanent error (the peer
 /// may be reconfigured), until `stop()`. The replicator itself retries transient failures,
@@ -24,16 +23,16 @@ final class ReplicationLink: Sendable {
     let peerID: String
     /// The peer's policy in the trust store when the link was made (nil: not in it).
     let policy: PeerPolicy?
-    private let current: Mutex<Run>
+    private let current: Locked<Run>
     /// Makes the replicator anew for each restart (a CouchDB replication re-reads its
     /// credentials file or variable, which may have been fixed); nil: the same one runs again.
     private let rebuild: (@Sendable () -> Run)?
     let clock: any Clock<Duration>
     let logger: Logger
-    private let task = Mutex<Task<Void, Never>?>(nil)
-    private let stopped = Mutex(false)
+    private let task = Locked<Task<Void, Never>?>(nil)
+    private let stopped = Locked(false)
     /// Ends a restart wait early; set when `redial()` comes while none is under way.
-    private let wake = Mutex<(pending: Bool, waiter: CheckedContinuation<Void, Never>?)>((false, nil))
+    private let wake = Locked<(pending: Bool, waiter: CheckedContinuation<Void, Never>?)>((false, nil))
 
     /// Wait after a replicator stops on a permanent error before starting it again.
     static let restartWait: Duration = .seconds(30)
@@ -42,7 +41,7 @@ final class ReplicationLink: Sendable {
         self.url = url
         self.peerID = peerID
         self.policy = policy
-        current = Mutex(Run(replicator: replicator))
+        current = Locked(Run(replicator: replicator))
         rebuild = nil
         self.clock = clock
         self.logger = logger
@@ -53,7 +52,7 @@ final class ReplicationLink: Sendable {
         self.url = url
         self.peerID = peerID
         self.policy = policy
-        current = Mutex(make())
+        current = Locked(make())
         rebuild = make
         self.clock = clock
         self.logger = logger

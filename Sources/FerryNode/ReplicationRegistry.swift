@@ -1,12 +1,11 @@
 import FerryCore
 import Foundation
-import Synchronization
 
 /// Replications added through the admin API, persisted in DATA/replications.json so they
 /// resume after a restart (CouchDB's `_replicator` database, as a file).
 final class ReplicationRegistry: Sendable {
     let file: String
-    private let state: Mutex<[ReplicationSpec]>
+    private let state: Locked<[ReplicationSpec]>
 
     init(dataDirectory: String) throws(ConfigError) {
         file = "\(dataDirectory)/replications.json"
@@ -22,7 +21,7 @@ final class ReplicationRegistry: Sendable {
                 }
             }
         }
-        state = Mutex(specs)
+        state = Locked(specs)
     }
 
     var specs: [ReplicationSpec] { state.withLock { $0 } }

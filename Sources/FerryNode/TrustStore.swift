@@ -2,7 +2,6 @@ import FerryCore
 import FerrySync
 import FerryTransport
 import Foundation
-import Synchronization
 
 /// The node's trusted peers and their policies: the config file's entries and static
 /// peers (read-only), entries added at run time (persisted in DATA/trust.json), and the
@@ -50,9 +49,9 @@ public final class TrustStore: Sendable {
 
     let file: String
     let fixed: [String: Entry]
-    let added: Mutex<[String: Entry]>
+    let added: Locked<[String: Entry]>
     /// Active members of this node's group (this node excluded), by ID, with their names.
-    let groupMembers = Mutex<[String: String?]>([:])
+    let groupMembers = Locked<[String: String?]>([:])
     /// The IDs the TLS listener admits.
     public let ids = TrustedIDs()
 
@@ -80,7 +79,7 @@ public final class TrustStore: Sendable {
                 }
             }
         }
-        self.added = Mutex(added)
+        self.added = Locked(added)
         refreshIDs()
     }
 

@@ -1,6 +1,5 @@
 import FerryCore
 import Foundation
-import Synchronization
 import Crypto
 
 /// Content-addressed blob storage: files named by their SHA-256 under a directory,
@@ -8,18 +7,18 @@ import Crypto
 public final class BlobStore: Sendable {
     /// The blob directory, or nil for an in-memory store.
     public let directory: String?
-    private let memory = Mutex<[BlobDigest: MemoryBlob]>([:])
+    private let memory = Locked<[BlobDigest: MemoryBlob]>([:])
     /// Held while a blob is confirmed present (put, has) and while collection removes one,
     /// so a blob someone has just relied on is never removed under them.
-    private let sweepLock = Mutex<Void>(())
+    private let sweepLock = Locked<Void>(())
     /// Digests an `IncomingBlob` of this process is receiving now.
-    let receiving = Mutex<Set<BlobDigest>>([])
+    let receiving = Locked<Set<BlobDigest>>([])
     /// Tasks waiting for a digest's receiver to finish (see `waitWhileReceiving`).
-    let receivingWaiters = Mutex<[BlobDigest: [CheckedContinuation<Void, Never>]]>([:])
+    let receivingWaiters = Locked<[BlobDigest: [CheckedContinuation<Void, Never>]]>([:])
     /// Partly received blobs of an in-memory store.
-    let memoryPartials = Mutex<[BlobDigest: (total: Int64, bytes: [UInt8])]>([:])
+    let memoryPartials = Locked<[BlobDigest: (total: Int64, bytes: [UInt8])]>([:])
     /// Deferred blobs of an in-memory store, with their declared lengths.
-    let memoryDeferred = Mutex<[BlobDigest: Int64]>([:])
+    let memoryDeferred = Locked<[BlobDigest: Int64]>([:])
 
     /// A blob kept in memory, with when it was last stored or asked for.
     private struct MemoryBlob {

@@ -2,7 +2,6 @@ import FerryCore
 import Foundation
 import GRDB
 import Logging
-import Synchronization
 
 /// Local documents (never replicated) and maintenance: compaction, blob collection, integrity.
 extension DocumentStore {

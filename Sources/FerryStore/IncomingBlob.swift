@@ -1,7 +1,6 @@
 import Crypto
 import FerryCore
 import Foundation
-import Synchronization
 
 /// A blob being received in pieces: bytes are appended in order to a partial file beside
 /// the blob store (`partial/<hex>`), hashed as they arrive, and made durable every

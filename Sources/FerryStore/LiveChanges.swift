@@ -1,5 +1,4 @@
 import FerryCore
-import Synchronization
 
 /// Wakes waiting change streams when a commit advances the sequence.
 final class ChangeNotifier: Sendable {
@@ -11,7 +10,7 @@ final class ChangeNotifier: Sendable {
         var waiters: [Int: CheckedContinuation<Void, Never>] = [:]
         var nextToken = 0
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     /// The last announced sequence.
     var current: UInt64 { state.withLock { $0.sequence } }
@@ -69,7 +68,7 @@ final class ForeignCommitPoller: Sendable {
         /// that asked but is not registered with the notifier yet.
         var asked = false
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     /// Starts the loop unless it runs; a shorter interval applies from its next round.
     func keepPolling(_ store: DocumentStore, _ poll: LiveChanges.Poll) {

@@ -2,7 +2,6 @@ import FerryCore
 import FerryQuery
 import Foundation
 import GRDB
-import Synchronization
 
 /// The layout of index keys this version of the store computes; an index whose entries were
 /// computed with another is rebuilt.
@@ -44,7 +43,7 @@ final class MangoDefinitionCache: Sendable {
         let id: Int64
         let definition: [UInt8]
     }
-    private let parsed = Mutex<[Key: MangoIndex]>([:])
+    private let parsed = Locked<[Key: MangoIndex]>([:])
     /// More distinct definitions than any store holds at once; past it the cache starts over.
     private static let capacity = 4096
 

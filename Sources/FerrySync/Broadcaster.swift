@@ -1,9 +1,9 @@
-import Synchronization
+import FerryCore
 
 /// Fans values out to any number of AsyncStream subscribers.
 final class Broadcaster<T: Sendable>: Sendable {
-    private let subscribers = Mutex<[Int: AsyncStream<T>.Continuation]>([:])
-    private let nextID = Mutex(0)
+    private let subscribers = Locked<[Int: AsyncStream<T>.Continuation]>([:])
+    private let nextID = Locked(0)
 
     func subscribe() -> AsyncStream<T> {
         let id = nextID.withLock { n -> Int in
@@ -34,3 +34,4 @@ final class Broadcaster<T: Sendable>: Sendable {
         for c in targets { c.finish() }
     }
 }
+

@@ -1,5 +1,4 @@
 import FerryCore
-import Synchronization
 
 /// A raw, ordered byte pipe in both directions (stdio, a Unix socket, a serial line):
 /// what a transport provides for a byte-stream message endpoint.
@@ -16,7 +15,7 @@ public final class FramedEndpoint: MessageEndpoint {
     public let transport: EndpointTransport = .byteStream
     public let incoming: AsyncThrowingStream<[UInt8], any Error>
     let stream: any ByteStream
-    private let reader: Mutex<Task<Void, Never>?> = Mutex(nil)
+    private let reader: Locked<Task<Void, Never>?> = Locked(nil)
     public let receiveActivity: ReceiveActivity? = ReceiveActivity()
 
     public init(_ stream: any ByteStream, maximumMessageSize: Int = 64 << 20) {
@@ -82,7 +81,7 @@ public final class FramedEndpoint: MessageEndpoint {
 public final class InMemoryByteStream: ByteStream {
     public let chunks: AsyncThrowingStream<[UInt8], any Error>
     private let continuation: AsyncThrowingStream<[UInt8], any Error>.Continuation
-    private let peer = Mutex<InMemoryByteStream?>(nil)
+    private let peer = Locked<InMemoryByteStream?>(nil)
     private let maxChunk: Int
 
     init(maxChunk: Int) {

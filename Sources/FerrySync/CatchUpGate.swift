@@ -1,6 +1,5 @@
 import FerryCore
 import Logging
-import Synchronization
 
 /// A node-wide exclusive lease on catching up: one link at a time does its first bulk pull
 /// after connecting, and the others wait their turn, so that a joining node fetches each
@@ -18,7 +17,7 @@ public final class CatchUpGate: Sendable {
         var queue: [(ticket: CatchUpTicket, waiter: CheckedContinuation<Void, any Error>)] = []
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
     let logger: Logger
 
     public init(logger: Logger = Logger(label: "ferry.sync.catchup")) { self.logger = logger }
@@ -92,7 +91,7 @@ final class CatchUpTicket: Sendable {
     enum Phase { case new, waiting, holding, done }
 
     let label: String
-    private let phaseState = Mutex(Phase.new)
+    private let phaseState = Locked(Phase.new)
 
     init(label: String) { self.label = label }
 

@@ -1,5 +1,4 @@
 import FerryCore
-import Synchronization
 
 /// Multiplexes requests and replies over one message endpoint: numbers outgoing
 /// requests, matches replies to waiting callers, and hands incoming requests to a handler.
@@ -8,10 +7,10 @@ public final class Connection: Sendable {
     public typealias RequestHandler = @Sendable (Message) async -> Message?
 
     let endpoint: any MessageEndpoint
-    let state = Mutex(State())
+    let state = Locked(State())
     private let handler: RequestHandler?
     /// Bytes sent and received, for summaries.
-    public let counters = Mutex(Counters())
+    public let counters = Locked(Counters())
 
     /// Traffic totals of one connection.
     public struct Counters: Sendable {

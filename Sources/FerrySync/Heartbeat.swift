@@ -1,6 +1,5 @@
 import FerryCore
 import Logging
-import Synchronization
 
 /// How a connection notices a silent peer: it sends a heartbeat whenever it sent nothing
 /// for `interval`, and closes when it received nothing at all for `deadAfter`.

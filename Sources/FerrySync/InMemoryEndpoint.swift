@@ -1,5 +1,4 @@
 import FerryCore
-import Synchronization
 
 /// Two connected in-memory message endpoints, for tests and simulations, with optional
 /// fault injection: a failure after N messages, dropped connections, and a delivery hook
@@ -8,7 +7,7 @@ public final class InMemoryEndpoint: MessageEndpoint {
     public let transport: EndpointTransport = .messageStream
     public let incoming: AsyncThrowingStream<[UInt8], any Error>
     private let continuation: AsyncThrowingStream<[UInt8], any Error>.Continuation
-    private let state: Mutex<State>
+    private let state: Locked<State>
     let faults: Faults
 
     /// The link to the peer and send count, behind the mutex.
@@ -33,7 +32,7 @@ public final class InMemoryEndpoint: MessageEndpoint {
 
     init(faults: Faults) {
         (incoming, continuation) = AsyncThrowingStream.makeStream(of: [UInt8].self, throwing: (any Error).self)
-        state = Mutex(State())
+        state = Locked(State())
         self.faults = faults
     }
 

@@ -1,7 +1,6 @@
 import Dispatch
 import FerryCore
 import FerryStore
-import Synchronization
 
 /// A node's content digest kept fresh off the hot path, and the digest each peer last
 /// reported in a heartbeat: what anti-entropy compares, and what status shows per peer.
@@ -27,7 +26,7 @@ public final class MeshDigests: Sendable {
     let store: DocumentStore
     let minInterval: Duration
     private let elapsed: @Sendable () -> Duration
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     public init(store: DocumentStore, clock: any Clock<Duration> = ContinuousClock(), minInterval: Duration = .seconds(1)) {
         self.store = store

@@ -1,5 +1,4 @@
 import FerryCore
-import Synchronization
 
 /// A node's picture of the mesh around it: which of its peers it is linked to now, and, for
 /// each peer, the live links that peer last reported in a heartbeat.
@@ -20,7 +19,7 @@ public final class MeshView: Sendable {
         var nextToken = 0
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
     /// Told which peer's report dropped which links (the relay ledger re-offers what it skipped).
     let linksLost: @Sendable (_ peer: String, _ lost: Set<String>) -> Void
 

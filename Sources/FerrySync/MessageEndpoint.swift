@@ -1,5 +1,4 @@
 import FerryCore
-import Synchronization
 
 /// A bidirectional pipe of whole messages: WebSocket, a framed byte stream, or an
 /// in-memory pair. Replication runs over any implementation.

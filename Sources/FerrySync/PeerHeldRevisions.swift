@@ -1,5 +1,4 @@
 import FerryCore
-import Synchronization
 
 /// Remembers, for one connection, the revision each document last received from or sent
 /// by the peer, so that a revision is not offered back to the peer that already holds it.
@@ -9,7 +8,7 @@ import Synchronization
 final class PeerHeldRevisions: Sendable {
     /// Bounded: when full it starts over, which only lets some echoes through.
     static let capacity = 10_000
-    private let held = Mutex<[DocumentID: RevisionID]>([:])
+    private let held = Locked<[DocumentID: RevisionID]>([:])
 
     func record(_ id: DocumentID, _ revision: RevisionID) {
         held.withLock {

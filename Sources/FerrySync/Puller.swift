@@ -1,6 +1,5 @@
 import FerryCore
 import FerryStore
-import Synchronization
 
 /// The pull worker: reads the other side's changes after the pull checkpoint, fetches
 /// what this store lacks, judges it at the trust boundary, stores it, resolves conflicts
@@ -16,7 +15,7 @@ final class Puller: Sendable {
     let blobs: BlobTransfer
     let resolution: ConflictResolutionStep
     /// The pull has caught up with the other side's feed at least once (it went live).
-    private let wentLive = Mutex(false)
+    private let wentLive = Locked(false)
     var hasGoneLive: Bool { wentLive.withLock { $0 } }
 
     init(context: ReplicationContext, remote: any RemoteDatabase) {

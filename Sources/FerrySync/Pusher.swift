@@ -1,6 +1,5 @@
 import FerryCore
 import FerryStore
-import Synchronization
 
 /// The push worker: reads the local changes feed after the push checkpoint, asks the other
 /// side which leaf revisions it lacks, sends them (as deltas against what it holds, when
@@ -11,7 +10,7 @@ final class Pusher: Sendable {
     let remote: any RemoteDatabase
     let blobs: BlobTransfer
     /// The push has caught up with the local feed at least once (it went live).
-    private let wentLive = Mutex(false)
+    private let wentLive = Locked(false)
     var hasGoneLive: Bool { wentLive.withLock { $0 } }
 
     init(context: ReplicationContext, remote: any RemoteDatabase) {

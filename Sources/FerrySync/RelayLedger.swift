@@ -1,5 +1,4 @@
 import FerryCore
-import Synchronization
 
 /// Remembers which peer each recently stored revision came from, and which revisions this
 /// node chose not to relay to which peer, so that those can be offered again when the
@@ -51,10 +50,10 @@ public final class RelayLedger: Sendable {
     }
 
     public let limits: Limits
-    private let state = Mutex(State())
+    private let state = Locked(State())
     private let elapsed: @Sendable () -> Duration
     /// Per target peer: announces documents to be offered to it again.
-    private let signals = Mutex<[String: Broadcaster<Void>]>([:])
+    private let signals = Locked<[String: Broadcaster<Void>]>([:])
 
     init(limits: Limits, clock: any Clock<Duration>) {
         self.limits = limits

@@ -2,7 +2,6 @@ import FerryCore
 import FerryStore
 import Foundation
 import Logging
-import Synchronization
 
 /// What the workers of one replicator share: the local store, the configuration, the
 /// clock, the stop signal, the revisions the peer holds, and the one place that reports
@@ -15,7 +14,7 @@ final class ReplicationContext: Sendable {
     let progress: ReplicationProgress
     /// Revisions pulled from or pushed to the current connection's peer: not pushed back.
     let peerHeld = PeerHeldRevisions()
-    private let stopState = Mutex(false)
+    private let stopState = Locked(false)
     private let stopSignal = Broadcaster<Void>()
 
     init(store: DocumentStore, configuration: ReplicatorConfiguration, clock: any Clock<Duration>, logger: Logger) {
@@ -73,11 +72,11 @@ final class ReplicationContext: Sendable {
 /// The single owner of a replicator's status, summary and document events: every change
 /// goes through it, and each status is published in the order it was set.
 final class ReplicationProgress: Sendable {
-    private let statusState = Mutex(ReplicatorStatus.initial)
+    private let statusState = Locked(ReplicatorStatus.initial)
     let statusBroadcaster = Broadcaster<ReplicatorStatus>()
     let eventBroadcaster = Broadcaster<DocumentEvent>()
     /// Totals of finished connections, and the connection up now (its traffic counts live).
-    private let summaryState = Mutex(SummaryState())
+    private let summaryState = Locked(SummaryState())
     let metrics: SyncMetrics?
     let logger: Logger
     let continuous: Bool

@@ -2,7 +2,6 @@ import FerryCore
 import FerryStore
 import Foundation
 import Logging
-import Synchronization
 
 /// The passive side of replication: answers a peer's requests on any endpoint,
 /// applying that peer's read and write policy.
@@ -117,7 +116,7 @@ public final class ReplicationResponder: Sendable {
         liveSessions.withLock { Array($0.values) }.sorted { $0.session.sessionID < $1.session.sessionID }.map { $0.status }
     }
 
-    private let liveSessions = Mutex<[Int: LiveSession]>([:])
+    private let liveSessions = Locked<[Int: LiveSession]>([:])
 }
 
 /// A session being served, with its connection (for live traffic counts).
@@ -139,28 +138,28 @@ struct LiveSession: Sendable {
 }
 
 /// Numbers responder sessions across the process.
-private let sessionNumbers = Mutex(0)
+private let sessionNumbers = Locked(0)
 
 /// One peer's session with a responder: remembers the peer's identity after hello.
 final class ResponderSession: Sendable {
     let responder: ReplicationResponder
-    private let peer = Mutex<String?>(nil)
+    private let peer = Locked<String?>(nil)
     let authenticatedPeer: String?
     /// Revisions this peer pushed in this session: not announced back to it.
     let peerHeld = PeerHeldRevisions()
     let sessionID: Int
     /// Documents moved in this session (bytes come from the connection).
-    let counts = Mutex(ReplicationSummary())
+    let counts = Locked(ReplicationSummary())
     /// Requests that move documents or blobs being answered now.
-    let working = Mutex(0)
+    let working = Locked(0)
     /// The pushing peer's stated coverage and this session's place with the catch-up gate.
     let catchUp = ResponderCatchUp()
     /// The session's connection, for heartbeats (set before any request is read).
-    let connection = Mutex<Connection?>(nil)
+    let connection = Locked<Connection?>(nil)
     /// Blobs a restricted peer may fetch or refer to in this session (see `BlobGrants`).
-    let blobGrants = Mutex(BlobGrants())
+    let blobGrants = Locked(BlobGrants())
     /// Blobs this peer is pushing in chunks (see `ResponderBlobs.swift`).
-    let blobAssemblies = Mutex<[BlobDigest: BlobAssembly]>([:])
+    let blobAssemblies = Locked<[BlobDigest: BlobAssembly]>([:])
 
     init(responder: ReplicationResponder, authenticatedPeer: String?) {
         self.responder = responder

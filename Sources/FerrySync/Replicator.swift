@@ -3,7 +3,6 @@ import FerryStore
 import Foundation
 import Logging
 import ServiceLifecycle
-import Synchronization
 
 /// The active side of replication and the owner of its lifecycle: connects to a peer
 /// through a connector, opens the remote database there, runs the pull and push workers
@@ -31,7 +30,7 @@ public final class Replicator: Sendable {
     let clock: any Clock<Duration>
     let logger: Logger
     let context: ReplicationContext
-    private let state = Mutex(RunState())
+    private let state = Locked(RunState())
     private let retrySignal = Broadcaster<Void>()
 
     /// The lifecycle's own state, behind the mutex (status lives in `ReplicationProgress`).

@@ -1,6 +1,5 @@
 import FerryCore
 import FerryStore
-import Synchronization
 
 /// A blob a peer is pushing in chunks on one session: its partial file, and the chunks that
 /// arrived ahead of their turn (requests are answered concurrently, so pipelined chunks may

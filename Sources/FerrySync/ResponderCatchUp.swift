@@ -1,7 +1,6 @@
 import FerryCore
 import FerryStore
 import Logging
-import Synchronization
 
 /// One responder session's part in catch-up coordination: the pushing peer's coverage as
 /// its hello stated it, and the session's place with the node's `CatchUpGate`.
@@ -26,7 +25,7 @@ final class ResponderCatchUp: Sendable {
         var ended = false
     }
 
-    let state = Mutex(State())
+    let state = Locked(State())
 }
 
 extension ResponderSession {

@@ -1,7 +1,6 @@
 import FerryCore
 import Logging
 import NIOCore
-import Synchronization
 
 /// Admits a listener's TCP connections from the moment they are accepted (before TLS or any
 /// HTTP), at most `total` at once and at most `perAddress` from one remote address; a
@@ -50,7 +49,7 @@ public final class ListenerGate: Sendable {
     public let limits: Limits
     let logger: Logger
     let logWindow: Duration
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     public init(name: String, limits: Limits, logger: Logger, logWindow: Duration = .seconds(60)) {
         self.name = name

@@ -3,16 +3,15 @@ import FerrySync
 import Foundation
 import NIOCore
 import NIOPosix
-import Synchronization
 
 /// A byte stream over a NIO channel of bytes (a Unix socket, or a pair of pipes such as
 /// stdin/stdout), for framed message endpoints.
 final class NIOByteStream: ByteStream {
     let chunks: AsyncThrowingStream<[UInt8], any Error>
     private let continuation: AsyncThrowingStream<[UInt8], any Error>.Continuation
-    private let outbound = Mutex<NIOAsyncChannelOutboundWriter<ByteBuffer>?>(nil)
-    private let started = Mutex<[CheckedContinuation<Void, Never>]>([])
-    private let finished = Mutex(false)
+    private let outbound = Locked<NIOAsyncChannelOutboundWriter<ByteBuffer>?>(nil)
+    private let started = Locked<[CheckedContinuation<Void, Never>]>([])
+    private let finished = Locked(false)
     private let channel: any Channel
 
     init(_ asyncChannel: NIOAsyncChannel<ByteBuffer, ByteBuffer>) {

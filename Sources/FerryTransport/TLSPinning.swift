@@ -3,7 +3,6 @@ import FerryCore
 import Logging
 import NIOCore
 import NIOSSL
-import Synchronization
 import X509
 
 /// Which peers a TLS endpoint accepts, decided inside the handshake by the SHA-256
@@ -43,9 +42,9 @@ extension PeerTrust {
 /// A set of trusted node IDs shared by the listener and the node's trust store; a change
 /// applies to the next handshake.
 public final class TrustedIDs: Sendable, Equatable {
-    private let ids: Mutex<Set<String>>
-    private let revocationHandlers = Mutex<[@Sendable (Set<String>) -> Void]>([])
-    public init(_ ids: Set<String> = []) { self.ids = Mutex(ids) }
+    private let ids: Locked<Set<String>>
+    private let revocationHandlers = Locked<[@Sendable (Set<String>) -> Void]>([])
+    public init(_ ids: Set<String> = []) { self.ids = Locked(ids) }
     public func contains(_ id: String) -> Bool { ids.withLock { $0.contains(id) } }
 
     /// Replaces the set; the IDs that left it are handed to every revocation handler.
@@ -73,8 +72,8 @@ final class HandshakeRecord: Sendable {
     /// The client's IP address, for logs.
     let remote: String?
     init(remote: String? = nil) { self.remote = remote }
-    private let state = Mutex<(peer: String?, refused: String?, tlsError: String?)>((nil, nil, nil))
-    private let enrolling = Mutex(false)
+    private let state = Locked<(peer: String?, refused: String?, tlsError: String?)>((nil, nil, nil))
+    private let enrolling = Locked(false)
     var peerID: String? { state.withLock { $0.peer } }
     /// Whether the peer is not trusted and was let through only to join (an open invitation).
     var isEnrollmentOnly: Bool { enrolling.withLock { $0 } }
@@ -108,7 +107,7 @@ final class TLSErrorRecorder: ChannelInboundHandler, Sendable {
 /// says as much as one per attempt.
 public final class RepeatedRefusals: Sendable {
     let window: Duration
-    private let lastWarned = Mutex<[String: ContinuousClock.Instant]>([:])
+    private let lastWarned = Locked<[String: ContinuousClock.Instant]>([:])
 
     public init(window: Duration = .seconds(60)) { self.window = window }
 

@@ -7,7 +7,6 @@ import NIOHTTP1
 import NIOPosix
 import NIOSSL
 import NIOWebSocket
-import Synchronization
 
 /// Dials a peer's listener at `wss://host:port/<db>/sync` (or `ws://` when insecure),
 /// pinning the server's certificate inside the TLS handshake, and returns a message endpoint.

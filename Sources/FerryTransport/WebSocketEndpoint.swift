@@ -3,7 +3,6 @@ import FerrySync
 import Logging
 import NIOCore
 import NIOWebSocket
-import Synchronization
 
 /// A replication message endpoint over an upgraded WebSocket channel: each protocol
 /// message is one binary WebSocket message. The channel's `WebSocketMessageHandler`
@@ -13,8 +12,8 @@ final class WebSocketEndpoint: MessageEndpoint {
     let transport: EndpointTransport = .messageStream
     let incoming: AsyncThrowingStream<[UInt8], any Error>
     private let continuation: AsyncThrowingStream<[UInt8], any Error>.Continuation
-    private let outbound = Mutex<NIOAsyncChannelOutboundWriter<WebSocketFrame>?>(nil)
-    private let ready = Mutex<[CheckedContinuation<Void, Never>]>([])
+    private let outbound = Locked<NIOAsyncChannelOutboundWriter<WebSocketFrame>?>(nil)
+    private let ready = Locked<[CheckedContinuation<Void, Never>]>([])
     private let channel: any Channel
     let isClient: Bool
     let remoteAddress: String?
@@ -100,7 +99,7 @@ final class WebSocketEndpoint: MessageEndpoint {
         closed.withLock { $0 = true }
     }
 
-    private let closed = Mutex(false)
+    private let closed = Locked(false)
 
     private var mask: WebSocketMaskingKey? { isClient ? .random() : nil }
 

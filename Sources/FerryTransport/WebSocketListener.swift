@@ -8,7 +8,6 @@ import NIOPosix
 import NIOSSL
 import NIOWebSocket
 import ServiceLifecycle
-import Synchronization
 
 /// The passive side on the network: a TLS 1.3 WebSocket listener that authenticates each
 /// peer inside the handshake (or by password), then serves replication on `/<db>/sync`.
@@ -91,8 +90,8 @@ public final class WebSocketListener: Service, Sendable {
     let refusals = RepeatedRefusals()
     /// Counts every accepted connection against the caps, from accept to close.
     public let gate: ListenerGate
-    private let state = Mutex(State())
-    private let boundWaiters = Mutex<(next: Int, waiting: [Int: CheckedContinuation<Int, any Error>])>((0, [:]))
+    private let state = Locked(State())
+    private let boundWaiters = Locked<(next: Int, waiting: [Int: CheckedContinuation<Int, any Error>])>((0, [:]))
 
     /// Bound port, live connections and lifecycle, behind the mutex.
     struct State {
@@ -463,7 +462,7 @@ extension WebSocketListener {
 
 /// The status chosen for a refused upgrade request (set when the request head is seen).
 final class RefusalBox: Sendable {
-    private let state = Mutex<(HTTPResponseStatus?, String)>((nil, ""))
+    private let state = Locked<(HTTPResponseStatus?, String)>((nil, ""))
     func set(_ status: HTTPResponseStatus?, uri: String) { state.withLock { $0 = (status, uri) } }
     var value: (HTTPResponseStatus?, String) { state.withLock { $0 } }
 }

@@ -3,7 +3,6 @@ import Foundation
 import NIOCore
 import NIOHTTP1
 import NIOPosix
-import Synchronization
 
 /// A minimal keep-alive HTTP/1.1 client for the benchmarks' calls to admin and REST APIs
 /// on loopback: this machine's, or a LAN-lab host's (its network namespace).
@@ -24,7 +23,7 @@ final class BenchHTTPClient: Sendable {
 
     private let group = MultiThreadedEventLoopGroup.singleton
     /// Idle keep-alive connections by "host:port".
-    private let idle = Mutex<[String: [Channel]]>([:])
+    private let idle = Locked<[String: [Channel]]>([:])
 
     func request(
         _ method: String, _ url: String, headers: [(String, String)] = [], body: [UInt8]? = nil, timeout: Duration = .seconds(60),

@@ -4,7 +4,6 @@ import FerryStore
 import FerrySync
 import Foundation
 import Logging
-import Synchronization
 
 /// P3: bytes on the wire when one field of an 8 KiB document changes, with deltas vs with
 /// the full document (the same replication with deltas off), both measured in the same run.
@@ -171,5 +170,5 @@ final class CountingEndpoint: MessageEndpoint {
 
 /// A running byte total shared between tasks.
 final class ByteCounter: Sendable {
-    let total = Mutex(0)
+    let total = Locked(0)
 }

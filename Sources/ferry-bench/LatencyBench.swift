@@ -3,7 +3,6 @@ import FerryCore
 import FerryTransport
 import Foundation
 import Logging
-import Synchronization
 
 
 /// P2: propagation latency. Five `ferry serve` nodes in continuous sync (one link per pair);
@@ -202,7 +201,7 @@ func request(_ method: String, _ url: String, body: String?) async throws -> JSO
 /// carries its node's `Authorization: Bearer KEY`.
 final class AdminKeys: Sendable {
     static let shared = AdminKeys()
-    private let keys = Mutex<[String: String]>([:])
+    private let keys = Locked<[String: String]>([:])
 
     /// Reads the key file a node.json names.
     func register(_ nodeFile: JSON) {

@@ -4,7 +4,6 @@ import FerryNode
 import FerryStore
 import Foundation
 import Logging
-import Synchronization
 
 /// The process's entry point: blocks SIGTERM and SIGINT before any thread exists (every
 /// thread inherits the mask), then runs the command while this thread waits for it.
@@ -201,7 +200,7 @@ extension Serve: NamesNode {
 /// config's (for serve), else warning.
 enum LogLevel {
     static let environment = ProcessInfo.processInfo.environment["FERRY_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:))
-    private static let box = Mutex<Logger.Level>(environment ?? .warning)
+    private static let box = Locked<Logger.Level>(environment ?? .warning)
     static var current: Logger.Level { box.withLock { $0 } }
     static func set(_ level: Logger.Level) {
         if environment == nil { box.withLock { $0 = level } }
@@ -231,7 +230,7 @@ enum ProcessSignals {
         case defaultAction
     }
 
-    private static let route = Mutex(Route.holding([]))
+    private static let route = Locked(Route.holding([]))
     nonisolated(unsafe) private static var sources: [any DispatchSourceSignal] = []
 
     /// Blocks SIGTERM and SIGINT in the calling thread and in every thread it starts after.

@@ -7,7 +7,6 @@ import FerrySync
 import FerryTransport
 import Foundation
 import Logging
-import Synchronization
 
 /// `ferry id`: prints (creating if needed) or imports this node's identity.
 struct ID: AsyncParsableCommand {
@@ -232,7 +231,7 @@ private final class SignalState: Sendable {
         var cancel: (@Sendable () -> Void)?
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
     private let limit: Duration
 
     init(limit: Duration) { self.limit = limit }

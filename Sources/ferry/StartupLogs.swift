@@ -1,5 +1,5 @@
+import FerryCore
 import Logging
-import Synchronization
 
 /// Holds back log records below warning while `serve` starts, so a start-up that fails
 /// prints only its one `ferry:` line; a node that becomes ready prints them then.
@@ -9,7 +9,7 @@ enum StartupLogs {
         var held: [@Sendable () -> Void] = []
     }
 
-    private static let state = Mutex(State())
+    private static let state = Locked(State())
 
     /// From now on, records below warning wait for `release`.
     static func hold() { state.withLock { $0.holding = true } }

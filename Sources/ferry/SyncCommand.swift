@@ -7,7 +7,6 @@ import FerrySync
 import FerryTransport
 import Foundation
 import Logging
-import Synchronization
 
 /// `ferry sync`: one replication with a directory, URL, Unix socket, command or CouchDB database.
 struct Sync: AsyncParsableCommand {
@@ -259,7 +258,7 @@ struct Sync: AsyncParsableCommand {
 final class ProgressBar: Sendable {
     let enabled: Bool
     /// The blob bytes and time of the last rate sample, and the rate then (bytes/s).
-    private let rate = Mutex<(bytes: Int64, at: ContinuousClock.Instant, perSecond: Double)>((0, .now, 0))
+    private let rate = Locked<(bytes: Int64, at: ContinuousClock.Instant, perSecond: Double)>((0, .now, 0))
     init(enabled: Bool) { self.enabled = enabled }
 
     func show(_ status: ReplicatorStatus, _ summary: ReplicationSummary) {
@@ -319,7 +318,7 @@ final class ProgressBar: Sendable {
 
 /// The first interrupting signal received, if any, and whether another followed.
 final class FirstSignal: Sendable {
-    private let state = Mutex<(first: Int32?, second: Bool)>((nil, false))
+    private let state = Locked<(first: Int32?, second: Bool)>((nil, false))
     /// Records `signal`; returns whether it was the first.
     @discardableResult
     func record(_ signal: Int32) -> Bool {

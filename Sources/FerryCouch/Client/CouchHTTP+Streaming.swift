@@ -16,7 +16,7 @@ final class InFlightRequests: Sendable {
         var next = 0
         var cancels: [Int: @Sendable () -> Void] = [:]
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     var isAborted: Bool { state.withLock { $0.aborted } }
     /// Requests in flight now.

@@ -3,7 +3,6 @@ import FerryStore
 import FerrySync
 import Foundation
 import NIOCore
-import Synchronization
 
 /// One attachment a pulled revision names by stub, fetched on its own: its stored entry,
 /// and its bytes while they are held in memory (small ones, stored only once the revision
@@ -28,7 +27,7 @@ struct CouchDownloadState {
 
 /// Collects a small download's bytes, refusing more than `limit`.
 private final class Collector: @unchecked Sendable {
-    let lock = Mutex<[UInt8]>([])
+    let lock = Locked<[UInt8]>([])
     let limit: Int64
     init(limit: Int64) { self.limit = limit }
     func add(_ buffer: ByteBuffer) throws {

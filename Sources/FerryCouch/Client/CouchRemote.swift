@@ -3,7 +3,6 @@ import FerryStore
 import FerrySync
 import Foundation
 import Logging
-import Synchronization
 
 /// A `RemoteDatabase` reached over the CouchDB replication protocol (HTTP/1.1 to Apache
 /// CouchDB, Cloudant, PouchDB Server or a Ferry node's CouchDB API): each verb becomes the
@@ -20,13 +19,13 @@ final class CouchRemote: RemoteDatabase {
     /// What the server offers, learnt when opened.
     let capabilities: CouchServerCapabilities
     /// The pull side's state between verbs (CouchRemote+Pull.swift).
-    let pullState = Mutex(CouchPullState())
+    let pullState = Locked(CouchPullState())
     /// The attachment downloads' shared state (CouchRemote+Attachments.swift).
-    let downloadState = Mutex(CouchDownloadState())
+    let downloadState = Locked(CouchDownloadState())
     /// The push side's state between verbs (CouchRemote+Push.swift).
-    let pushState = Mutex(CouchPushState())
+    let pushState = Locked(CouchPushState())
     /// What this run's checkpoint documents record (CouchRemote+Checkpoint.swift).
-    let checkpointState = Mutex(CouchCheckpointState())
+    let checkpointState = Locked(CouchCheckpointState())
     /// Wall-clock time for the checkpoint history's `start_time`/`end_time` (labels only:
     /// nothing waits on it).
     let wallClock: @Sendable () -> Date = { Date() }

@@ -8,7 +8,6 @@ import NIOHTTP1
 import NIOPosix
 import NIOSSL
 import Crypto
-import Synchronization
 
 /// Builds replicators whose other side is one CouchDB-protocol database: the entry point
 /// for `ferry sync http(s)://…` and persistent replications with a CouchDB URL.
@@ -17,7 +16,7 @@ public final class CouchReplication: Sendable {
     let logger: Logger
     /// The HTTP client, made at the first connection attempt (a pinned certificate is
     /// fetched and checked then, so a server that is down now is retried like any other).
-    private let client = Mutex<CouchHTTP?>(nil)
+    private let client = Locked<CouchHTTP?>(nil)
 
     /// A client for `endpoint`; nothing is contacted until a replicator made by it runs.
     public init(endpoint: CouchEndpoint, logger: Logger) {
@@ -26,7 +25,7 @@ public final class CouchReplication: Sendable {
     }
 
     /// Set by `abort()`: no client is made after it.
-    private let aborted = Mutex(false)
+    private let aborted = Locked(false)
 
     /// Cancels every request in flight and refuses new ones, for a stop that must not wait
     /// on a transfer (what has been stored stays stored; a half-fetched attachment resumes
@@ -108,7 +107,7 @@ enum CouchTLS {
         var tls = TLSConfiguration.makeClientConfiguration()
         tls.certificateVerification = .noHostnameVerification
         let context = try NIOSSLContext(configuration: tls)
-        let seen = Mutex<(fingerprint: String, leaf: NIOSSLCertificate)?>(nil)
+        let seen = Locked<(fingerprint: String, leaf: NIOSSLCertificate)?>(nil)
         let handshake = HandshakeWaiter()
         let sni = serverName(endpoint.host)
         let bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -160,7 +159,7 @@ enum CouchTLS {
 /// Completes a future once the pinned-certificate check has seen the server's certificate,
 /// or the connection failed first.
 final class HandshakeWaiter: Sendable {
-    private let state = Mutex<(promise: EventLoopPromise<Void>?, finished: Bool)>((nil, false))
+    private let state = Locked<(promise: EventLoopPromise<Void>?, finished: Bool)>((nil, false))
 
     var done: EventLoopFuture<Void> { state.withLock { $0.promise!.futureResult } }
 
@@ -210,7 +209,7 @@ enum PinnedHTTPS {
         var tls = TLSConfiguration.makeClientConfiguration()
         tls.certificateVerification = .noHostnameVerification
         let context = try NIOSSLContext(configuration: tls)
-        let seen = Mutex<String?>(nil)
+        let seen = Locked<String?>(nil)
         let sni = CouchTLS.serverName(endpoint.host)
         let collector = ResponseCollector(maxBytes: maxBytes)
         let bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -275,7 +274,7 @@ enum PinnedHTTPS {
     /// Gathers one response and completes once, whatever ends it first.
     final class ResponseCollector: Sendable {
         let maxBytes: Int
-        private let state = Mutex<(promise: EventLoopPromise<CouchHTTP.Response>?, finished: Bool)>((nil, false))
+        private let state = Locked<(promise: EventLoopPromise<CouchHTTP.Response>?, finished: Bool)>((nil, false))
         init(maxBytes: Int) { self.maxBytes = maxBytes }
 
         var done: EventLoopFuture<CouchHTTP.Response> { state.withLock { $0.promise!.futureResult } }

@@ -3,7 +3,6 @@ import CryptoExtras
 import FerryCore
 import FerrySync
 import Foundation
-import Synchronization
 
 /// A salted PBKDF2-SHA256 password hash in the config's text form
 /// `pbkdf2-sha256$<iterations>$<salt base64>$<hash base64>`; it verifies a password in
@@ -118,7 +117,7 @@ public final class CouchUserTable: Sendable {
     /// Checked for unknown names, as costly as the costliest configured hash.
     private let unknownUser: CouchPasswordHash
     private let cacheKey = SymmetricKey(size: .bits256)
-    private let verified = Mutex<[Data: Date]>([:])
+    private let verified = Locked<[Data: Date]>([:])
     /// How long a verified password skips PBKDF2.
     let rememberFor: TimeInterval
     static let maxRemembered = 4096
