@@ -244,6 +244,8 @@ public final class FerryNode: Sendable {
                 StartupGuard(role: .unixSocket(path), service: UnixSocketService(path: path, responder: makeResponder(authenticated: false), readiness: readiness)))
         }
         services.append(ReadinessService(node: self, listener: listener, readiness: readiness, discovery: discovery, onReady: onReady))
+        // Every fixed port at once, before anything starts: one message names every clash.
+        try PortPreflight.check(services.compactMap { ($0 as? any BindingService)?.tcpAddress })
         // A service that fails (one that cannot bind, say) stops the others gracefully: they
         // end cleanly and quickly, and `run` throws that service's error.
         var groupConfiguration = ServiceGroupConfiguration(
@@ -397,7 +399,7 @@ struct ReadinessService: Service {
 
 /// Runs a service of the node and turns its failure to start into a NodeError that says
 /// what failed and how to fix it (a port in use, a missing permission, a bad address).
-struct StartupGuard<Wrapped: Service>: Service {
+struct StartupGuard<Wrapped: Service>: Service, BindingService {
     /// What the wrapped service binds.
     enum Role: Sendable {
         case listener(String, Int)
@@ -439,7 +441,7 @@ struct StartupGuard<Wrapped: Service>: Service {
         case "address_in_use":
             fix = flag == "--unix" ? "another ferry serve? pass another --unix path"
                 : flag == "couch.lan.port" ? "another ferry serve or a CouchDB? set another couch.lan.port in the config"
-                : "another ferry serve? pass \(flag) 0"
+                : "another ferry serve? pass --ports auto for free ports, or \(flag) 0"
             return NodeError.startFailed("\(place) is in use (\(fix))")
         case "permission_denied":
             fix = flag == "--unix" ? "pass a --unix path in a directory you may write"

@@ -63,6 +63,8 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Interface address to listen on. Default 0.0.0.0.") var interface: String?
     @Option(help: "Admin API port on 127.0.0.1; 0 picks a free one. Default 4986.") var adminPort: Int?
     @Option(help: "CouchDB API port on 127.0.0.1; 0 picks a free one. Default 4987.") var couchPort: Int?
+    @Option(help: "auto: a free port for every listener (--port, --admin-port, --couch-port), as a second node on one machine needs. Explicit port flags win.")
+    var ports: String?
     @Option(help: "Node name (DNS-SD instance, certificate CN). Default: the host name.") var name: String?
     @Option(name: [.customLong("group"), .customLong("database")], help: "Group: the database name in /NAME/sync and in DNS-SD. Default ferry.")
     var group: String?
@@ -84,6 +86,7 @@ struct Serve: AsyncParsableCommand {
         if let port, !(0...65535).contains(port) { throw ValidationError("--port must be 0...65535") }
         if let adminPort, !(0...65535).contains(adminPort) { throw ValidationError("--admin-port must be 0...65535") }
         if let couchPort, !(0...65535).contains(couchPort) { throw ValidationError("--couch-port must be 0...65535") }
+        if let ports, ports != "auto" { throw ValidationError("--ports takes auto (a free port for every listener); got \(ports)") }
         if password != nil { throw ValidationError(ListenerPassword.argvRefusal) }
         for id in trust where NodeIDFormat.normalized(id) == nil {
             throw ValidationError("--trust \(id): \(NodeIDFormat.requirement)")
@@ -93,6 +96,11 @@ struct Serve: AsyncParsableCommand {
     /// The config file (if any) with the flags applied over it.
     func nodeConfiguration() throws -> NodeConfiguration {
         var c = try config.map { try NodeConfiguration.load(file: $0) } ?? NodeConfiguration()
+        if ports == "auto" {
+            c.port = 0
+            c.adminPort = 0
+            c.couch.port = 0
+        }
         if let port { c.port = port }
         if let interface { c.interface = interface }
         if let adminPort { c.adminPort = adminPort }

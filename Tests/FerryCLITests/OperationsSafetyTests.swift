@@ -25,7 +25,7 @@ private func stderrLines(_ r: FerryCLI.Result) -> [String] {
         let r = try await second.run(
             ["serve", "--port", "0", "--admin-port", String(adminPort), "--couch-port", "0", "--interface", "127.0.0.1", "--no-discovery"], timeout: 10)
         #expect(r.status == 1, "\(r.stderr)")
-        #expect(stderrLines(r) == ["ferry: admin port \(adminPort) is in use (another ferry serve? pass --admin-port 0)"], "\(r.stderr)")
+        #expect(stderrLines(r) == ["ferry: admin port \(adminPort) is in use (another ferry serve? pass --ports auto for free ports, or --admin-port 0)"], "\(r.stderr)")
         #expect(!r.stderr.contains("errno"), "\(r.stderr)")
         #expect(!FileManager.default.fileExists(atPath: second.dataDirectory + "/node.json"))
         #expect(await holder.stop() == 0)
@@ -40,8 +40,39 @@ private func stderrLines(_ r: FerryCLI.Result) -> [String] {
         let r = try await second.run(
             ["serve", "--port", String(port), "--admin-port", "0", "--couch-port", "0", "--interface", "127.0.0.1", "--no-discovery"], timeout: 10)
         #expect(r.status == 1, "\(r.stderr)")
-        #expect(stderrLines(r) == ["ferry: port \(port) is in use (another ferry serve? pass --port 0)"], "\(r.stderr)")
+        #expect(stderrLines(r) == ["ferry: port \(port) is in use (another ferry serve? pass --ports auto for free ports, or --port 0)"], "\(r.stderr)")
         #expect(!FileManager.default.fileExists(atPath: second.dataDirectory + "/node.json"))
+        #expect(await holder.stop() == 0)
+    }
+
+    /// A second node started like the first (every port fixed and taken): one line names
+    /// every clash and the one flag that avoids them, and `--ports auto` then starts it.
+    @Test func everyTakenPortIsNamedInOneLineAndPortsAutoStartsASecondNode() async throws {
+        let holder = ServeProcess()
+        let info = try await holder.start()
+        let (port, adminPort, couchPort) = (
+            try #require(info["port"]?.intValue), try #require(info["adminPort"]?.intValue), try #require(info["couchPort"]?.intValue)
+        )
+        let second = FerryCLI()
+        defer { second.cleanUp() }
+        let fixed = ["--port", String(port), "--admin-port", String(adminPort), "--couch-port", String(couchPort)]
+        let r = try await second.run(["serve"] + fixed + ["--interface", "127.0.0.1", "--no-discovery"], timeout: 10)
+        #expect(r.status == 1, "\(r.stderr)")
+        #expect(
+            stderrLines(r) == [
+                "ferry: port \(port), admin port \(adminPort), CouchDB API port \(couchPort) are in use "
+                    + "(another ferry serve? pass --ports auto for free ports, or --port 0 --admin-port 0 --couch-port 0)"
+            ], "\(r.stderr)")
+        let auto = ServeProcess(cli: second)
+        let started = try await auto.start(["--ports", "auto"], portFlags: false)
+        for key in ["port", "adminPort", "couchPort"] {
+            let chosen = started[key]?.intValue ?? 0
+            #expect(chosen > 0 && ![4985, 4986, 4987, port, adminPort, couchPort].contains(chosen), "\(key): \(chosen)")
+        }
+        #expect(await auto.stop() == 0)
+        let wrong = try await second.run(["serve", "--ports", "any"], timeout: 10)
+        #expect(wrong.status == 64, "\(wrong.stderr)")
+        #expect(wrong.stderr.contains("--ports takes auto"), "\(wrong.stderr)")
         #expect(await holder.stop() == 0)
     }
 

@@ -21,11 +21,12 @@ final class ServeProcess: @unchecked Sendable {
     var pid: Int32? { process?.pid }
 
     /// Starts `ferry serve --port 0 …` and waits until node.json names it (not a fixed sleep).
-    func start(_ extra: [String] = [], environment: [String: String] = [:]) async throws -> JSON {
+    func start(_ extra: [String] = [], environment: [String: String] = [:], portFlags: Bool = true) async throws -> JSON {
         try? FileManager.default.removeItem(atPath: cli.dataDirectory + "/node.json")
-        // Ephemeral ports, and no DNS-SD unless a test asks for it (--discovery).
+        // Ephemeral ports (unless the test passes its own), and no DNS-SD unless a test asks for it (--discovery).
         let discovery = extra.contains("--discovery") ? [] : ["--no-discovery"]
-        let args = ["serve", "--port", "0", "--admin-port", "0", "--couch-port", "0", "--interface", "127.0.0.1", "--data", cli.dataDirectory] + discovery + extra
+        let ports = portFlags ? ["--port", "0", "--admin-port", "0", "--couch-port", "0"] : []
+        let args = ["serve"] + ports + ["--interface", "127.0.0.1", "--data", cli.dataDirectory] + discovery + extra
         let env = ProcessInfo.processInfo.environment.filter { $0.key != "FERRY_DATA" }.merging(environment) { _, new in new }
         let p = try ChildProcess.spawn(FerryCLI.binary, args, environment: env, stdoutPath: log, stderrPath: log)
         process = p

@@ -208,7 +208,7 @@ import Testing
         let dir = NSTemporaryDirectory() + "ferry-couch-\(UUID().uuidString)"
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let node = try FerryNode(configuration: c, dataDirectory: dir)
-        await #expect(throws: NodeError.startFailed("CouchDB API port \(port) is in use (another ferry serve? pass --couch-port 0)")) {
+        await #expect(throws: NodeError.startFailed("CouchDB API port \(port) is in use (another ferry serve? pass --ports auto for free ports, or --couch-port 0)")) {
             try await node.run(handlesSignals: false)
         }
         #expect(!FileManager.default.fileExists(atPath: dir + "/node.json"))

@@ -28,7 +28,7 @@ import Testing
         let (node, dir) = try makeNode { $0.adminPort = holder.ready.adminPort }
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let port = holder.ready.adminPort
-        await #expect(throws: NodeError.startFailed("admin port \(port) is in use (another ferry serve? pass --admin-port 0)")) {
+        await #expect(throws: NodeError.startFailed("admin port \(port) is in use (another ferry serve? pass --ports auto for free ports, or --admin-port 0)")) {
             try await node.run()
         }
         #expect(!FileManager.default.fileExists(atPath: dir + "/node.json"))
@@ -39,7 +39,7 @@ import Testing
         defer { Task { await holder.stop() } }
         let (node, dir) = try makeNode { $0.port = holder.ready.port }
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        await #expect(throws: NodeError.startFailed("port \(holder.ready.port) is in use (another ferry serve? pass --port 0)")) {
+        await #expect(throws: NodeError.startFailed("port \(holder.ready.port) is in use (another ferry serve? pass --ports auto for free ports, or --port 0)")) {
             try await node.run()
         }
     }
