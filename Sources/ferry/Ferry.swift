@@ -60,7 +60,15 @@ struct Ferry: AsyncParsableCommand {
             return StartupGatedLogHandler(inner: handler)
         }
         do {
-            var command = try parseAsRoot(Self.movingGlobalOptions(Array(CommandLine.arguments.dropFirst())))
+            let arguments = Self.movingGlobalOptions(Array(CommandLine.arguments.dropFirst()))
+            // Named here: with the global options moved behind it, ArgumentParser would
+            // report `--data` as the unknown part.
+            if let first = arguments.first, !first.hasPrefix("-"), first != "help",
+                !configuration.subcommands.contains(where: { $0._commandName == first })
+            {
+                throw CLIError(message: "unknown command '\(first)' (ferry --help lists the commands)", status: 64)
+            }
+            var command = try parseAsRoot(arguments)
             if let reader = command as? any ReadsData { try reader.global.requireData() }
             if let named = command as? any NamesNode, let name = named.nodeName {
                 do { try NodeName.validate(name) } catch { throw CLIError(message: "--name: \(error.description)", status: 64) }
@@ -80,7 +88,14 @@ struct Ferry: AsyncParsableCommand {
         } catch let error as CLIError {
             Output.fail(error.message, status: error.status)
         } catch {
-            exit(withError: error)
+            let code = exitCode(for: error)
+            // Help and --version print and exit 0 as ArgumentParser does.
+            if code == .success { exit(withError: error) }
+            // Every error starts `ferry:`, ArgumentParser's own (`Error: …`) too; its usage lines follow.
+            var text = fullMessage(for: error)
+            if text.hasPrefix("Error: ") { text = "ferry: " + text.dropFirst("Error: ".count) } else { text = "ferry: " + text }
+            FileHandle.standardError.write(Data((text + "\n").utf8))
+            Foundation.exit(code.rawValue)
         }
     }
 

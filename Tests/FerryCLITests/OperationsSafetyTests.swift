@@ -72,7 +72,11 @@ private func stderrLines(_ r: FerryCLI.Result) -> [String] {
         #expect(await auto.stop() == 0)
         let wrong = try await second.run(["serve", "--ports", "any"], timeout: 10)
         #expect(wrong.status == 64, "\(wrong.stderr)")
-        #expect(wrong.stderr.contains("--ports takes auto"), "\(wrong.stderr)")
+        // A usage error starts `ferry:` like every other error, with the usage after it.
+        #expect(wrong.stderr.hasPrefix("ferry: --ports takes auto"), "\(wrong.stderr)")
+        #expect(wrong.stderr.contains("Usage: ferry serve"), "\(wrong.stderr)")
+        let unknown = try await second.run(["bogus"], timeout: 10)
+        #expect(unknown.status == 64 && unknown.stderr.hasPrefix("ferry: unknown command 'bogus'"), "\(unknown.stderr)")
         #expect(await holder.stop() == 0)
     }
 
