@@ -57,6 +57,18 @@ public enum LogText {
 /// without the control and format characters that could forge lines or disguise text
 /// wherever a name is shown (terminals, logs, certificates, DNS-SD).
 public enum NodeName {
+    /// The name a node gets when none is given: the host's name, followed by its data
+    /// directory's name unless that is the usual one (`ferry-data`, `ferry`), so that two
+    /// nodes on one machine are told apart in every listing (`vm`, `vm-node-b`).
+    public static func defaultName(host: String, dataDirectory: String) -> String {
+        var path = Substring(dataDirectory)
+        while path.count > 1, path.hasSuffix("/") { path = path.dropLast() }
+        let base = path.split(separator: "/").last.map(String.init) ?? ""
+        guard !["", ".", "..", "ferry-data", "ferry"].contains(base) else { return host }
+        let cleaned = String(String.UnicodeScalarView(base.unicodeScalars.map { LogText.isControl($0) || $0 == " " ? "-" : $0 }))
+        return "\(host)-\(cleaned)"
+    }
+
     /// Throws unless `name` is free of control and format characters (`LogText.isControl`).
     public static func validate(_ name: String) throws(NodeNameError) {
         if let bad = name.unicodeScalars.first(where: LogText.isControl) {

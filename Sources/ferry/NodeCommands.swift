@@ -28,7 +28,7 @@ struct ID: AsyncParsableCommand {
         if importFiles.count == 2 {
             identity = try NodeIdentity.importPEM(certificatePath: importFiles[0], keyPath: importFiles[1], into: global.dataDirectory)
         } else {
-            identity = try NodeIdentity.loadOrCreate(directory: global.dataDirectory, name: name ?? ProcessInfo.processInfo.hostName)
+            identity = try NodeIdentity.loadOrCreate(directory: global.dataDirectory, name: name ?? NodeName.defaultName(host: ProcessInfo.processInfo.hostName, dataDirectory: global.dataDirectory))
         }
         let expires = ISO8601DateFormatter().string(from: identity.expires)
         if global.json {
@@ -105,7 +105,11 @@ struct Serve: AsyncParsableCommand {
         if let interface { c.interface = interface }
         if let adminPort { c.adminPort = adminPort }
         if let couchPort { c.couch.port = couchPort }
-        if let name { c.name = name }
+        if let name {
+            c.name = name
+        } else if c.name == ProcessInfo.processInfo.hostName {
+            c.name = NodeName.defaultName(host: c.name, dataDirectory: global.dataDirectory)
+        }
         if let group { c.group = group }
         if let discovery { c.discovery = discovery }
         if tofu { c.trustMode = .tofu }

@@ -34,4 +34,12 @@ import Testing
         struct Reason: CustomStringConvertible { var description: String { "refused\nforged" } }
         #expect(LogText.escape(describing: Reason()) == #"refused\nforged"#)
     }
+
+    @Test func aDefaultNodeNameCarriesTheDataDirectoryUnlessItIsTheUsualOne() {
+        #expect(NodeName.defaultName(host: "vm", dataDirectory: "ferry-data") == "vm")
+        #expect(NodeName.defaultName(host: "vm", dataDirectory: "/var/lib/ferry/") == "vm")
+        #expect(NodeName.defaultName(host: "vm", dataDirectory: "/tmp/node-b") == "vm-node-b")
+        #expect(NodeName.defaultName(host: "vm", dataDirectory: "/srv/ward a/") == "vm-ward-a")
+        #expect(NodeName.defaultName(host: "vm", dataDirectory: "./") == "vm")
+    }
 }
