@@ -65,7 +65,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "CouchDB API port on 127.0.0.1; 0 picks a free one. Default 4987.") var couchPort: Int?
     @Option(help: "auto: a free port for every listener (--port, --admin-port, --couch-port), as a second node on one machine needs. Explicit port flags win.")
     var ports: String?
-    @Option(help: "Node name (DNS-SD instance, certificate CN). Default: the host name.") var name: String?
+    @Option(help: "Node name (DNS-SD instance, certificate CN). Default: the host name, then - and the data directory's name unless it is ferry-data.") var name: String?
     @Option(name: [.customLong("group"), .customLong("database")], help: "Group: the database name in /NAME/sync and in DNS-SD. Default ferry.")
     var group: String?
     @Option(help: "A peer to replicate with: wss://HOST:PORT/ferry/sync#NODEID (repeatable).") var peer: [String] = []
