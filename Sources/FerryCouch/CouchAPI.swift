@@ -222,11 +222,24 @@ extension CouchDatabase {
             return try await document(request, context: context, id: id)
         case .attachment(let db, let docID, let name):
             try checkDatabase(db, request: request)
+            if let handler = Self.designHandler(docID: docID, name: name) {
+                throw CouchError(
+                    .notImplemented, "not_implemented",
+                    "\(handler) is not supported: Ferry runs no JavaScript (views, shows, lists, updates and rewrites); query with _find and a Mango index")
+            }
             return try await attachment(request, context: context, docID: docID, name: name)
         case .index(let db, let path):
             try checkDatabase(db, request: request)
             return try await indexItemEndpoint(request, principal: try context.requirePrincipal(), path: path)
         }
+    }
+
+    /// The design document function a path under `_design/x/` names (`_view`, `_show`, …),
+    /// which CouchDB runs in JavaScript; nil for an attachment of the design document.
+    static func designHandler(docID: String, name: String) -> String? {
+        guard docID.hasPrefix("_design/"), let first = name.split(separator: "/").first else { return nil }
+        let handlers: Set<Substring> = ["_view", "_show", "_list", "_update", "_rewrite", "_search", "_nouveau", "_info"]
+        return handlers.contains(first) ? String(first) : nil
     }
 
     /// The path (and query) with the escaped slash of `/{db}/_design%2F…` unescaped; nil

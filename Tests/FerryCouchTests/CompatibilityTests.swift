@@ -27,6 +27,23 @@ import Testing
         return h
     }
 
+    /// Views and the other JavaScript handlers answer that they are not supported, not
+    /// that an attachment is missing; a design document's real attachment still reads.
+    @Test func aViewOrOtherJavaScriptHandlerIsNotImplemented() async throws {
+        let f = try CouchFixture()
+        try await f.run { c in
+            let design: JSON = ["views": ["by": ["map": "function(d){emit(d._id)}"]]]
+            #expect(try await c.send(.put, "/ferry/_design/app", json: design).status == .created)
+            for path in ["/ferry/_design/app/_view/by", "/ferry/_design/app/_show/s/doc", "/ferry/_design/app/_list/l/by"] {
+                let r = try await c.get(path)
+                #expect(r.status == .notImplemented, "\(path): \(r.status) \(r.text)")
+                #expect(r.json["error"] == "not_implemented")
+                #expect(r.json["reason"]?.stringValue?.contains("_find") == true, "\(r.text)")
+            }
+            #expect(try await c.get("/ferry/_design/app/logo.png").status == .notFound)
+        }
+    }
+
     @Test func aGzipEncodedRequestBodyIsDecoded() async throws {
         let f = try CouchFixture()
         try await f.run { c in
