@@ -108,6 +108,7 @@ struct List: AsyncParsableCommand {
     @OptionGroup var global: GlobalOptions
     @Option(help: "At most this many.") var limit: Int?
     @Flag(help: "Include deleted documents.") var deleted = false
+    @Flag(help: "Include Ferry's own documents (_ferry/…: group membership), hidden like in _all_docs.") var `internal` = false
 
     func validate() throws {
         if let limit, limit < 0 { throw ValidationError("--limit must not be negative") }
@@ -115,7 +116,22 @@ struct List: AsyncParsableCommand {
 
     func run() async throws {
         let store = try global.openExistingStore()
-        let docs = try store.allDocuments(limit: limit ?? .max, includeDeleted: deleted)
+        let wanted = limit ?? .max
+        var docs = try store.allDocuments(limit: wanted, includeDeleted: deleted)
+        if !`internal` {
+            // Ask for more until `wanted` remain without the hidden ones, or none are left.
+            var asked = wanted
+            while true {
+                let full = docs.count == asked
+                let shown = docs.filter { !$0.id.rawValue.hasPrefix("_ferry/") }
+                if shown.count >= wanted || !full {
+                    docs = Array(shown.prefix(wanted))
+                    break
+                }
+                asked = asked > Int.max / 2 ? .max : asked * 2
+                docs = try store.allDocuments(limit: asked, includeDeleted: deleted)
+            }
+        }
         if global.json {
             Output.json(.array(docs.map { d in
                 var o: [String: JSON] = ["id": .string(d.id.rawValue), "rev": .string(d.revision.description)]

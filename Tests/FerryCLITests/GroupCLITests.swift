@@ -21,4 +21,20 @@ import Testing
             #expect(r.status == 64 && r.stderr.contains("--expires"), "\(bad): \(r.stderr)")
         }
     }
+
+    /// A founder's member entry is a `_ferry/` document: `ls` hides it as `_all_docs` does,
+    /// and shows it with `--internal`; `--limit` counts only what is shown.
+    @Test func lsHidesTheGroupsOwnDocumentsUnlessAskedForThem() async throws {
+        let node = ServeProcess()
+        _ = try await node.start()
+        for id in ["a", "b", "zz"] { #expect(try await node.cli.run(["put", id, "{}"]).status == 0) }
+        #expect(try await node.cli.run(["invite"]).status == 0)
+        #expect(await node.stop() == 0)
+        let ids = { (r: FerryCLI.Result) in r.stdout.split(separator: "\n").map { String($0.split(separator: "\t")[0]) } }
+        let plain = try await node.cli.run(["ls"])
+        #expect(ids(plain) == ["a", "b", "zz"], "\(plain.stdout)")
+        let all = try await node.cli.run(["ls", "--internal"])
+        #expect(ids(all).contains { $0.hasPrefix("_ferry/members/") } && ids(all).count == 4, "\(all.stdout)")
+        #expect(ids(try await node.cli.run(["ls", "--limit", "3"])) == ["a", "b", "zz"])
+    }
 }
