@@ -131,6 +131,7 @@ struct TrustAdd: AsyncParsableCommand {
     @Flag(help: "Read only: it may pull, but none of its writes are accepted.") var readOnly = false
 
     func validate() throws {
+        if NodeIDFormat.normalized(id) == nil { throw ValidationError("\(id): \(NodeIDFormat.requirement)") }
         if let name { try TrustList.validateName(name) }
     }
 

@@ -37,4 +37,13 @@ import Testing
         #expect(ids(all).contains { $0.hasPrefix("_ferry/members/") } && ids(all).count == 4, "\(all.stdout)")
         #expect(ids(try await node.cli.run(["ls", "--limit", "3"])) == ["a", "b", "zz"])
     }
+
+    /// A short or mistyped ID is a usage error naming it, before any node is asked.
+    @Test func trustAddOfSomethingThatIsNoNodeIDSaysWhatAnIDIs() async throws {
+        let cli = FerryCLI()
+        defer { cli.cleanUp() }
+        let r = try await cli.run(["trust", "add", "abcd"])
+        #expect(r.status == 64, "\(r.stderr)")
+        #expect(r.stderr.hasPrefix("ferry: abcd: a node ID is 64 hex digits (see `ferry id`)"), "\(r.stderr)")
+    }
 }
