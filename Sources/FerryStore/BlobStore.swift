@@ -37,7 +37,7 @@ public final class BlobStore: Sendable {
                 atPath: (directory as NSString).appendingPathComponent("tmp"), withIntermediateDirectories: true,
                 attributes: [.posixPermissions: 0o700])
         } catch {
-            throw .io("cannot create blob directory \(directory): \(error.localizedDescription)")
+            throw .io("cannot create blob directory \(directory): \(StoreError.describe(error))")
         }
     }
 

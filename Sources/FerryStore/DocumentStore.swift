@@ -33,7 +33,11 @@ public final class DocumentStore: Sendable {
             try FileManager.default.createDirectory(
                 atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         } catch {
-            throw .io("cannot create data directory \(directory): \(error.localizedDescription)")
+            throw .io("cannot create data directory \(directory): \(StoreError.describe(error)) (pass a --data directory this user may write)")
+        }
+        // Said up front: otherwise the first file this user may not create names the fault.
+        if access(directory, R_OK | W_OK | X_OK) != 0 {
+            throw .io(StoreError.notOurs(directory))
         }
         let dbPath = (directory as NSString).appendingPathComponent(databaseFileName)
         // A new database starts owner-only; SQLite gives its -wal and -shm files the same mode.
@@ -50,6 +54,10 @@ public final class DocumentStore: Sendable {
         -> DocumentStore
     {
         let dbPath = (directory as NSString).appendingPathComponent(databaseFileName)
+        // A directory this user may not even look into would otherwise read as holding no data.
+        if FileManager.default.fileExists(atPath: directory), access(directory, R_OK | X_OK) != 0 {
+            throw .io(StoreError.notOurs(directory))
+        }
         guard FileManager.default.fileExists(atPath: dbPath) else { throw .noDatabase(directory: directory) }
         let blobDirectory = (directory as NSString).appendingPathComponent("blobs")
         if access(directory, W_OK) == 0 && access(dbPath, W_OK) == 0 {

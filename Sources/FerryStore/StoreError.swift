@@ -113,6 +113,34 @@ public enum StoreError: FerryError, Equatable {
         }
     }
 
+    /// A Foundation file error in words: its system error when it has one (Foundation's own
+    /// text is "The operation could not be completed").
+    static func describe(_ error: any Error) -> String {
+        let ns = error as NSError
+        if let posix = ns.userInfo[NSUnderlyingErrorKey] as? NSError, posix.domain == NSPOSIXErrorDomain {
+            return describe(errno: Int32(posix.code))
+        }
+        if ns.domain == NSPOSIXErrorDomain { return describe(errno: Int32(ns.code)) }
+        if ns.domain == NSCocoaErrorDomain, ns.code == NSFileWriteNoPermissionError || ns.code == NSFileReadNoPermissionError {
+            return describe(errno: EACCES)
+        }
+        return ns.localizedDescription
+    }
+
+    /// Why this user cannot use `directory`, and what to do.
+    static func notOurs(_ directory: String) -> String {
+        var info = stat()
+        let owner = stat(directory, &info) == 0 ? userName(info.st_uid) : nil
+        let me = userName(getuid()) ?? "uid \(getuid())"
+        let fix = owner.map { "run ferry as \($0) (sudo -u \($0) ferry …)" } ?? "run ferry as the user that owns it"
+        return "user \(me) may not read and write the data directory \(directory)\(owner.map { ", which belongs to \($0)" } ?? ""): \(fix), or pass another --data"
+    }
+
+    private static func userName(_ uid: uid_t) -> String? {
+        guard let entry = getpwuid(uid), let name = entry.pointee.pw_name else { return nil }
+        return String(cString: name)
+    }
+
     static let fullDisk = "the disk holding the data directory is full; free space, then retry"
 
     static let readOnlyFileSystem =

@@ -305,6 +305,22 @@ private func stderrLines(_ r: FerryCLI.Result) -> [String] {
         #expect(try r.json()["v"] == 1)
     }
 
+    /// Another user's data directory: a write names the owner and what to do, instead of
+    /// Foundation's "The operation could not be completed".
+    @Test(.enabled(if: getuid() == 0, "needs root to run ferry as another user"))
+    func aWriteIntoAnotherUsersDataDirectorySaysWhoseItIs() async throws {
+        let cli = FerryCLI()
+        defer { cli.cleanUp() }
+        try await cli.run(["put", "doc", "{}"])
+        _ = chmod(cli.dataDirectory, 0o700)
+        let shell = try await Shell.run(
+            ["--reuid=65534", "--regid=65534", "--clear-groups", FerryCLI.binary, "put", "other", "{}", "--data", cli.dataDirectory],
+            executable: "/usr/bin/setpriv", timeout: 60)
+        #expect(shell.status == 1, "\(shell.stderr)")
+        #expect(shell.stderr.contains("may not read and write the data directory \(cli.dataDirectory), which belongs to root"), "\(shell.stderr)")
+        #expect(!shell.stderr.contains("could not be completed"), "\(shell.stderr)")
+    }
+
     func isDirectory(_ path: String) -> Bool {
         var d: ObjCBool = false
         return FileManager.default.fileExists(atPath: path, isDirectory: &d) && d.boolValue
