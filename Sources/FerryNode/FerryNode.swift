@@ -233,6 +233,10 @@ public final class FerryNode: Sendable {
         var services: [any Service] = [StartupGuard(role: .listener(configuration.interface, configuration.port), service: listener)]
         if let discovery { services.append(DeferredAdvertisement(discovery: discovery, listener: listener, node: self)) }
         services.append(manager)
+        services.append(
+            DataDirectoryWatch(
+                directory: dataDirectory, database: (dataDirectory as NSString).appendingPathComponent(DocumentStore.databaseFileName),
+                clock: clock, logger: logger))
         services.append(MembershipFollower(membership: membership, store: store))
         services.append(makeIndexBuilder())
         if let collector = makeBlobCollector() { services.append(collector) }
@@ -488,6 +492,8 @@ public enum NodeError: FerryError, Equatable {
     case conflict(String)
     /// A service could not start (a port in use, a socket it may not bind): what and how to fix it.
     case startFailed(String)
+    /// The data directory was deleted or replaced while the node ran.
+    case dataDirectoryGone(String)
 
     public var domain: String { "node" }
     public var code: String {
@@ -496,6 +502,7 @@ public enum NodeError: FerryError, Equatable {
         case .locked: return "locked"
         case .conflict: return "conflict"
         case .startFailed: return "start_failed"
+        case .dataDirectoryGone: return "data_directory_gone"
         }
     }
     public var isTransient: Bool { false }
@@ -505,6 +512,7 @@ public enum NodeError: FerryError, Equatable {
         case .locked(let why): return why
         case .conflict(let why): return why
         case .startFailed(let why): return why
+        case .dataDirectoryGone(let why): return why
         }
     }
 }

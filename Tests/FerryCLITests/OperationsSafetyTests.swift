@@ -305,6 +305,21 @@ private func stderrLines(_ r: FerryCLI.Result) -> [String] {
         #expect(try r.json()["v"] == 1)
     }
 
+    /// `rm -rf` of a running node's data directory (or of its database): the node notices
+    /// within seconds, says so and exits 1 instead of serving a database that is gone.
+    @Test(arguments: ["directory", "database"])
+    func aNodeWhoseDataIsDeletedUnderItStopsAndSaysWhy(_ what: String) async throws {
+        let node = ServeProcess()
+        _ = try await node.start()
+        let target = what == "directory" ? node.cli.dataDirectory : node.cli.dataDirectory + "/ferry.sqlite"
+        try FileManager.default.removeItem(atPath: target)
+        let process = try #require(node.process)
+        let status = await process.wait(timeout: 30)
+        #expect(status == 1, "\(node.logText)")
+        #expect(node.logText.contains("the data directory \(node.cli.dataDirectory) was "), "\(node.logText)")
+        #expect(node.logText.contains("start it again on the data you mean to serve"), "\(node.logText)")
+    }
+
     /// Another user's data directory: a write names the owner and what to do, instead of
     /// Foundation's "The operation could not be completed".
     @Test(.enabled(if: getuid() == 0, "needs root to run ferry as another user"))
