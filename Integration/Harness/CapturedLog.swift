@@ -1,5 +1,5 @@
+import FerryCore
 import Logging
-import Synchronization
 
 /// Collects what a logger is given, so a test can read what a component said.
 public final class CapturedLog: Sendable {
@@ -10,7 +10,7 @@ public final class CapturedLog: Sendable {
         public let metadata: Logger.Metadata
     }
 
-    private let records = Mutex<[Record]>([])
+    private let records = Locked<[Record]>([])
 
     public init() {}
 

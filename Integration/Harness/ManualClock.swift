@@ -1,4 +1,4 @@
-import Synchronization
+import FerryCore
 
 /// A clock that moves only when a test advances it, so that a test can hold a timed wait
 /// open, see it pending, and then let it end.
@@ -17,7 +17,7 @@ public final class ManualClock: Clock, Sendable {
         var nextToken = 0
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     public init() {}
 

@@ -1,5 +1,4 @@
 import FerryCore
-import Synchronization
 import Testing
 
 /// A callback slot's calls reach the callback set last, and stay as cheap on the
@@ -19,7 +18,7 @@ struct CallbackSlotTests {
     @Test func aCallbackCalledHundredsOfThousandsOfTimesDoesNotGrowTheStack() {
         // 300,000 calls: with the closure in a Mutex, a debug build overflowed its stack
         // after about 131,000 (each call had added two thunks to the chain).
-        let count = Mutex(0)
+        let count = Locked(0)
         let slot = CallbackSlot<Void, Void>()
         slot.set { count.withLock { $0 += 1 } }
         for _ in 0..<300_000 { slot() }

@@ -1,5 +1,4 @@
 import FerryCore
-import Synchronization
 import Testing
 
 /// The login throttle every password door shares: reservations before evaluation, per
@@ -13,7 +12,7 @@ import Testing
             func duration(to other: Instant) -> Duration { other.offset - offset }
             static func < (a: Instant, b: Instant) -> Bool { a.offset < b.offset }
         }
-        private let current = Mutex(Instant(offset: .zero))
+        private let current = Locked(Instant(offset: .zero))
         var now: Instant { current.withLock { $0 } }
         var minimumResolution: Duration { .nanoseconds(1) }
         func advance(_ d: Duration) { current.withLock { $0 = $0.advanced(by: d) } }
@@ -105,7 +104,7 @@ import Testing
 
     @Test func failuresAreSummarisedAtMostOncePerInterval() {
         let clock = StepClock()
-        let summaries = Mutex<[LoginThrottle.Summary]>([])
+        let summaries = Locked<[LoginThrottle.Summary]>([])
         let throttle = LoginThrottle(policy: Self.policy(address: 100, account: 100), clock: clock) { s in summaries.withLock { $0.append(s) } }
         for i in 0..<5 { throttle.finish(try! throttle.reserve(account: "u", address: "a\(i)").get(), succeeded: false) }
         #expect(summaries.withLock { $0.count } == 1)

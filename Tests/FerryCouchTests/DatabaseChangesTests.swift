@@ -3,7 +3,6 @@ import FerryCouch
 import FerryStore
 import FerrySync
 import IntegrationHarness
-import Synchronization
 import Testing
 
 @Suite struct DatabaseChangesTests {
@@ -327,7 +326,7 @@ import Testing
         let f = try DatabaseFixture()
         try f.put("a", ["n": 1])
         try f.put("b", ["n": 1])
-        let served = Mutex<JSON?>(nil)
+        let served = Locked<JSON?>(nil)
         try await f.test { c async throws in
             let last = try await c.get("/ferry/_changes")["last_seq"]
             served.withLock { $0 = last }

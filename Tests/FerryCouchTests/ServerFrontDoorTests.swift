@@ -6,7 +6,6 @@ import Hummingbird
 import HummingbirdTesting
 import IntegrationHarness
 import NIOCore
-import Synchronization
 import Testing
 
 @testable import FerryCouch
@@ -18,7 +17,7 @@ import Testing
 
     /// A settable wall clock for cookies, and the throttle's clock moved with it.
     final class WallClock: Sendable {
-        let date = Mutex(Date(timeIntervalSince1970: 1_800_000_000))
+        let date = Locked(Date(timeIntervalSince1970: 1_800_000_000))
         let throttleClock = ManualClock()
         func advance(_ seconds: TimeInterval) {
             date.withLock { $0.addTimeInterval(seconds) }

@@ -4,7 +4,6 @@ import Foundation
 import IntegrationHarness
 import Logging
 import ServiceLifecycle
-import Synchronization
 import Testing
 
 @testable import FerryDiscovery
@@ -13,7 +12,7 @@ import Testing
 final class EventLog: Sendable {
     /// The events, shared with the collecting task.
     private final class Store: Sendable {
-        let events = Mutex<[DiscoveryEvent]>([])
+        let events = Locked<[DiscoveryEvent]>([])
     }
 
     private let store = Store()

@@ -4,7 +4,6 @@ import FerrySync
 import FerryTransport
 import Foundation
 import IntegrationHarness
-import Synchronization
 import Testing
 
 @testable import FerryNode
@@ -194,7 +193,7 @@ enum MembershipFixture {
 
     @Test func expiredReusedAndWrongSecretsAreRefused() throws {
         let dir = MembershipFixture.tempDir()
-        let clock = Mutex(Date(timeIntervalSince1970: 1_000_000))
+        let clock = Locked(Date(timeIntervalSince1970: 1_000_000))
         let book = InvitationBook(file: dir + "/invitations.json", now: { clock.withLock { $0 } })
         #expect(!book.isOpen)
         let (secret, _) = try book.issue(admin: false, lifetime: 60)
@@ -226,8 +225,8 @@ enum MembershipFixture {
     /// lifetime of real time has passed (the boot clock), here and in a restarted node.
     @Test func anInvitationEndsAfterItsLifetimeEvenWhenTheClockIsSetBack() throws {
         let dir = MembershipFixture.tempDir()
-        let wall = Mutex(Date(timeIntervalSince1970: 1_000_000))
-        let up = Mutex(BootInstant(boot: "boot-1", seconds: 500))
+        let wall = Locked(Date(timeIntervalSince1970: 1_000_000))
+        let up = Locked(BootInstant(boot: "boot-1", seconds: 500))
         let open = { InvitationBook(file: dir + "/invitations.json", now: { wall.withLock { $0 } }, uptime: { up.withLock { $0 } }) }
         let book = open()
         let (secret, _) = try book.issue(admin: false, lifetime: 600)
@@ -246,7 +245,7 @@ enum MembershipFixture {
 
     /// The wall clock set forward a day: the code has expired (refusing is the safe side).
     @Test func anInvitationEndsWhenTheClockIsSetForwardPastItsExpiry() throws {
-        let wall = Mutex(Date(timeIntervalSince1970: 1_000_000))
+        let wall = Locked(Date(timeIntervalSince1970: 1_000_000))
         let book = InvitationBook(file: nil, now: { wall.withLock { $0 } }, uptime: { BootInstant(boot: "b", seconds: 1) })
         let (secret, _) = try book.issue(admin: false, lifetime: 600)
         wall.withLock { $0 = $0.addingTimeInterval(86_400) }

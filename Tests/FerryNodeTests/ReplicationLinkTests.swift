@@ -4,15 +4,14 @@ import FerryStore
 import FerrySync
 import IntegrationHarness
 import Logging
-import Synchronization
 import Testing
 
 @testable import FerryNode
 
 /// A replicator whose connector fails with `failure` until `open` is set, then serves from `remote`.
 final class Switchboard: Sendable {
-    let open = Mutex(false)
-    let attempts = Mutex(0)
+    let open = Locked(false)
+    let attempts = Locked(0)
     let failure: SyncError
     let responder: ReplicationResponder
     init(_ failure: SyncError, remote: DocumentStore) {
@@ -86,7 +85,7 @@ final class Switchboard: Sendable {
         try await yieldUntil("the replication is up") { link.replicator.status.activity == .idle }
         // What graceful shutdown does to the replicator (the link itself is not stopped).
         link.replicator.stop()
-        let finished = Mutex(false)
+        let finished = Locked(false)
         Task {
             await link.wait()
             finished.withLock { $0 = true }

@@ -1,6 +1,5 @@
 import FerryCore
 import Foundation
-import Synchronization
 import Testing
 
 @testable import FerryStore
@@ -11,7 +10,7 @@ import Testing
     @Test func timestampsKeepRisingWhenTheClockIsSetBackADayEvenAcrossAReopen() throws {
         let dir = TemporaryDirectory()
         let day: UInt64 = 86_400_000
-        let wall = Mutex<UInt64>(1_800_000_000_000)
+        let wall = Locked<UInt64>(1_800_000_000_000)
         var options = StoreOptions()
         options.wallClock = { wall.withLock { $0 } }
         func stamp(_ store: DocumentStore, _ id: String) throws -> HLCTimestamp {

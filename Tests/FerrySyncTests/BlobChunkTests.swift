@@ -2,7 +2,6 @@ import FerryCore
 import FerryStore
 import Foundation
 import IntegrationHarness
-import Synchronization
 import Testing
 @testable import FerrySync
 
@@ -24,7 +23,7 @@ import Testing
 
     /// The largest message one side sent, and whether it decoded as a getBlob or putBlob.
     final class Largest: Sendable {
-        let bytes = Mutex(0)
+        let bytes = Locked(0)
         func record(_ m: [UInt8]) -> [[UInt8]] {
             bytes.withLock { $0 = max($0, m.count) }
             return [m]
@@ -84,7 +83,7 @@ import Testing
         let b = try DocumentStore.inMemory()
         // The first connection breaks once half the blob's chunks went out.
         let chunksSent = Counter()
-        let cut = Mutex(false)
+        let cut = Locked(false)
         var options = ReplicationResponder.Options()
         options.liveness.deadAfter = .milliseconds(300)
         options.liveness.interval = .milliseconds(100)
@@ -118,7 +117,7 @@ import Testing
         let (a, ref, content) = try Self.storeWithBlob(5 * SyncProtocol.blobChunkSize)
         let b = try DocumentStore.inMemory()
         var link = Link(to: a)
-        let flipped = Mutex(false)
+        let flipped = Locked(false)
         link.faults = { _ in
             (.init(), .init(deliver: { m in
                 guard m.count > SyncProtocol.blobChunkSize, !flipped.withLock({ $0 }) else { return [m] }

@@ -3,7 +3,6 @@ import FerryStore
 import Foundation
 import IntegrationHarness
 import Logging
-import Synchronization
 import Testing
 @testable import FerrySync
 
@@ -57,7 +56,7 @@ final class HeartbeatPair: Sendable {
 
 /// A flag tests flip while tasks read it.
 final class Switch: Sendable {
-    private let value = Mutex(false)
+    private let value = Locked(false)
     var isOn: Bool { value.withLock { $0 } }
     func turn(on: Bool) { value.withLock { $0 = on } }
 }

@@ -2,7 +2,6 @@ import FerryCore
 import FerryStore
 import Foundation
 import IntegrationHarness
-import Synchronization
 import Testing
 @testable import FerrySync
 
@@ -112,7 +111,7 @@ struct RecordedReplication {
         #expect(results.first?["status"] == "ok")
         // The peer's live request: the push is all there is, and it is the peer's own, so
         // the request goes on waiting rather than answering with nothing.
-        let answered = Mutex(false)
+        let answered = Locked(false)
         let waiting = Task {
             defer { answered.withLock { $0 = true } }
             return try await ask(3, SyncProtocol.Profile.changes, ["since": 0, "live": true, "timeoutMs": 60_000])

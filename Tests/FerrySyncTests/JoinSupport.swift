@@ -4,12 +4,11 @@ import FerryStore
 import Foundation
 import IntegrationHarness
 import Logging
-import Synchronization
 @testable import FerrySync
 
 /// Counters by label, as a node would export them, for tests that read duplicates.
 final class CountingMetrics: MetricsFactory, Sendable {
-    private let totals = Mutex<[String: Int64]>([:])
+    private let totals = Locked<[String: Int64]>([:])
 
     subscript(label: String) -> Int64 { totals.withLock { $0[label] ?? 0 } }
     var duplicates: Int64 { self["ferry_documents_duplicate_total"] }

@@ -3,13 +3,12 @@ import FerryStore
 import Foundation
 import IntegrationHarness
 import Logging
-import Synchronization
 import Testing
 @testable import FerrySync
 
 /// Messages and bytes on the wire (heartbeats counted apart), and those carrying a marker.
 final class WireTally: Sendable {
-    private let counts = Mutex((messages: 0, bytes: 0, marked: 0, heartbeats: 0))
+    private let counts = Locked((messages: 0, bytes: 0, marked: 0, heartbeats: 0))
     let marker: [UInt8]?
 
     init(marker: String? = nil) { self.marker = marker.map { Array($0.utf8) } }
@@ -66,13 +65,13 @@ final class MeshNetwork: Sendable {
     let tally: WireTally
     let relayDelay: Duration
     /// Unordered pair → the replicator that runs the link.
-    private let links = Mutex<[Pair: Replicator]>([:])
+    private let links = Locked<[Pair: Replicator]>([:])
     /// Unordered pair → the dialler's end of the link's current connection.
     private let endpointsBox = Endpoints()
 
     /// The dialler's end of each link's current connection.
     final class Endpoints: Sendable {
-        private let ends = Mutex<[Pair: InMemoryEndpoint]>([:])
+        private let ends = Locked<[Pair: InMemoryEndpoint]>([:])
         func set(_ pair: Pair, _ end: InMemoryEndpoint?) { ends.withLock { $0[pair] = end } }
         func get(_ pair: Pair) -> InMemoryEndpoint? { ends.withLock { $0[pair] } }
     }
@@ -81,7 +80,7 @@ final class MeshNetwork: Sendable {
 
     /// Per link, which messages its wire drops.
     final class MuteRules: Sendable {
-        private let rules = Mutex<[Pair: @Sendable ([UInt8]) -> Bool]>([:])
+        private let rules = Locked<[Pair: @Sendable ([UInt8]) -> Bool]>([:])
         func set(_ pair: Pair, _ drop: @escaping @Sendable ([UInt8]) -> Bool) { rules.withLock { $0[pair] = drop } }
         func drops(_ pair: Pair, _ bytes: [UInt8]) -> Bool { rules.withLock { $0[pair] }?(bytes) ?? false }
     }

@@ -1,4 +1,4 @@
-import Synchronization
+import FerryCore
 import Testing
 @testable import FerrySync
 
@@ -6,7 +6,7 @@ import Testing
 struct ReceiveActivityTests {
     @Test func everyReadReachesTheObserverAndALongLinkStaysCheap() {
         // A 20 MB blob over a slow link is thousands of reads; a long-lived link, millions.
-        let reads = Mutex(0)
+        let reads = Locked(0)
         let activity = ReceiveActivity()
         activity.bytesArrived()  // before any observer: ignored
         activity.observe { reads.withLock { $0 += 1 } }

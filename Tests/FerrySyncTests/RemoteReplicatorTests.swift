@@ -2,14 +2,13 @@ import FerryCore
 import FerryStore
 import Foundation
 import IntegrationHarness
-import Synchronization
 import Testing
 
 @testable import FerrySync
 
 /// Counts how often a remote opener ran and how its remotes were closed.
 final class OpenerLedger: Sendable {
-    private let state = Mutex<(opened: Int, closed: [SyncError?], failuresLeft: Int)>((0, [], 0))
+    private let state = Locked<(opened: Int, closed: [SyncError?], failuresLeft: Int)>((0, [], 0))
     init(failFirst: Int = 0) { state.withLock { $0.failuresLeft = failFirst } }
     var opened: Int { state.withLock { $0.opened } }
     var closed: [SyncError?] { state.withLock { $0.closed } }

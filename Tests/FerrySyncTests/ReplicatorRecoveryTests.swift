@@ -2,7 +2,6 @@ import FerryCore
 import FerryStore
 import Foundation
 import IntegrationHarness
-import Synchronization
 import Testing
 
 @testable import FerrySync
@@ -11,10 +10,10 @@ import Testing
 /// killed in the middle of a batch makes it fail; later fetches are served.
 final class FirstFetchFailsRemote: RemoteDatabase {
     let inner: StoreRemote
-    let failuresLeft: Mutex<Int>
+    let failuresLeft: Locked<Int>
     init(_ inner: StoreRemote, failures: Int) {
         self.inner = inner
-        failuresLeft = Mutex(failures)
+        failuresLeft = Locked(failures)
     }
     var identity: RemoteIdentity { inner.identity }
     func changes(_ r: RemoteChangesRequest) async throws -> RemoteChanges { try await inner.changes(r) }

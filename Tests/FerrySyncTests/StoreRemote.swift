@@ -2,7 +2,6 @@ import FerryCore
 import FerryStore
 import Foundation
 import IntegrationHarness
-import Synchronization
 @testable import FerrySync
 
 /// A `RemoteDatabase` that is another `DocumentStore` in the same process, with no message
@@ -11,8 +10,8 @@ import Synchronization
 final class StoreRemote: RemoteDatabase {
     let store: DocumentStore
     let identity: RemoteIdentity
-    private let localDocuments = Mutex<[String: JSON]>([:])
-    private let calls = Mutex<[String: Int]>([:])
+    private let localDocuments = Locked<[String: JSON]>([:])
+    private let calls = Locked<[String: Int]>([:])
 
     init(_ store: DocumentStore, allowsPush: Bool = true, allowsPull: Bool = true) {
         self.store = store

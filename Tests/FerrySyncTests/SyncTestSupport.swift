@@ -1,4 +1,3 @@
-import Synchronization
 import Testing
 import FerryCore
 import FerryStore
@@ -36,15 +35,15 @@ struct Link: Sendable {
 }
 
 final class Counter: Sendable {
-    private let value = Mutex(0)
+    private let value = Locked(0)
     @discardableResult func increment() -> Int { value.withLock { $0 += 1; return $0 } }
     var current: Int { value.withLock { $0 } }
 }
 
 /// A settable wall clock (milliseconds) that stores and tests share.
 final class TestWallClock: Sendable {
-    private let millis: Mutex<UInt64>
-    init(_ start: UInt64) { millis = Mutex(start) }
+    private let millis: Locked<UInt64>
+    init(_ start: UInt64) { millis = Locked(start) }
     var now: UInt64 { millis.withLock { $0 } }
     func set(_ value: UInt64) { millis.withLock { $0 = value } }
     func advance(by delta: UInt64) { millis.withLock { $0 += delta } }

@@ -3,7 +3,6 @@ import FerryStore
 import Foundation
 import IntegrationHarness
 import Logging
-import Synchronization
 import Testing
 @testable import FerrySync
 
@@ -12,8 +11,8 @@ let notTrusted = SyncError(domain: "transport", code: SyncError.notTrustedByPeer
 
 /// A connector that fails with `failure` until `open` is set, then connects to `link`.
 final class Gate: Sendable {
-    let open = Mutex(false)
-    let attempts = Mutex(0)
+    let open = Locked(false)
+    let attempts = Locked(0)
     let failure: SyncError
     init(_ failure: SyncError) { self.failure = failure }
 

@@ -2,7 +2,6 @@ import FerryCore
 import FerrySync
 import Foundation
 import NIOHTTP1
-import Synchronization
 import Testing
 
 @testable import FerryTransport
@@ -13,8 +12,8 @@ import Testing
     @Test func unknownCertificateReachesOnlyTheJoinPathWhileAnInvitationIsOpen() async throws {
         let server = try TestNode()
         let stranger = try TestNode()
-        let open = Mutex(false)
-        let served = Mutex<[String]>([])
+        let open = Locked(false)
+        let served = Locked<[String]>([])
         let (listener, task, port) = try await startListener(server, trust: .pinned([])) { config in
             config.enrollment = .init(
                 isOpen: { open.withLock { $0 } },

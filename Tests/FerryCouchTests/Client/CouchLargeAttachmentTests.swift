@@ -5,7 +5,6 @@ import FerryStore
 import Foundation
 import Logging
 import NIOCore
-import Synchronization
 import Testing
 
 @testable import FerryCouch
@@ -251,7 +250,7 @@ import Testing
         _ = try await CouchLargeAttachmentTests.seedAttachment(http, id: "slow", name: "s.bin", bytes: bytes)
         // The sink takes its time: the whole transfer lasts several stall periods, each of
         // which still moves bytes.
-        let received = Mutex<Int>(0)
+        let received = Locked<Int>(0)
         let response = try await http.download(http.databasePath("slow/s.bin"), headers: [("Accept", "*/*")]) { chunk in
             received.withLock { $0 += chunk.readableBytes }
             usleep(20_000)
