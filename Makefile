@@ -92,7 +92,10 @@ sanitize: deps
 	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan
 	$(SANITIZE_ENV) $(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan --filter '$(SANITIZED)' --skip '$(TIMED)|ReplicatorRecoveryTests'
 	$(SWIFT) build --build-tests --sanitize=address --scratch-path .build-asan
-	$(SANITIZE_ENV) $(SWIFT) test --skip-build --sanitize=address --scratch-path .build-asan --filter '$(SANITIZED)' --skip '$(TIMED)|ReplicatorRecoveryTests'
+	# Leaks are not checked here: at exit the suites leave test connections and streams they never
+	# closed (Fuzz/README.md, "Sanitizers"); a real node's leak check is scripts/leak-check.sh.
+	ASAN_OPTIONS=detect_leaks=0 $(SANITIZE_ENV) $(SWIFT) test --skip-build --sanitize=address --scratch-path .build-asan --filter '$(SANITIZED)' --skip '$(TIMED)|ReplicatorRecoveryTests'
+	scripts/leak-check.sh 12
 
 # Each libFuzzer target of ferry-fuzz (Fuzz/README.md) for FUZZ_SECONDS seconds, from the
 # committed corpora; `make test` replays those corpora without libFuzzer.
