@@ -213,7 +213,10 @@ extension LabScenarios {
         try await cluster.awaitConvergence(timeout: 90)
         try await waitUntil("node2 and node3 connect over DNS-SD", timeout: 60) {
             let peers = try await nodes[1].admin.get("/peers")["peers"]?.items ?? []
-            return peers.contains { $0["id"]?.stringValue == ids[2] && $0["connected"] == true && $0["source"]?.stringValue == "dns-sd" }
+            // Found by DNS-SD and known from its member entry: `dns-sd+group`.
+            return peers.contains {
+                $0["id"]?.stringValue == ids[2] && $0["connected"] == true && $0["source"]?.stringValue?.contains("dns-sd") == true
+            }
         }
         let removal = try await Ferry.run(["--data", nodes[0].dataDirectory, "group", "remove", ids[1]], host: nodes[0].host)
         #expect(removal.status == 0, "\(removal.stderr)")
