@@ -27,6 +27,36 @@ import Testing
         (try await node.admin.get("/peers")["peers"]?.items ?? []).contains { $0["id"]?.stringValue == id && $0["connected"]?.boolValue == true }
     }
 
+    /// Discovery left on, as by default, on hosts with no avahi-daemon: members enrolled
+    /// with `invite`/`join` dial each other where their member entries say they listen.
+    @Test func membersConnectWithoutAvahiWhenDiscoveryIsLeftOn() async throws {
+        let cluster = Cluster("enroll-no-avahi")
+        defer { cluster.cleanUp() }
+        let (a, b, c) = (cluster.add("a"), cluster.add("b"), cluster.add("c"))
+        // No D-Bus system bus at this address: the compat library cannot reach an avahi-daemon.
+        let noAvahi = ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=/nonexistent/ferry-no-dbus"]
+        for n in [a, b, c] { try await n.start(["--discovery"], environment: noAvahi) }
+        let (idB, idC) = (try await b.id, try await c.id)
+        for n in [b, c] {
+            let joined = try await join(n, try await invite(a).code)
+            #expect(joined.status == 0, "\(joined.stderr)")
+        }
+        // B and C were never introduced to each other: only their member entries tell where they are.
+        try await waitUntil("B and C connect to each other", timeout: 30) {
+            let bc = try await connected(b, to: idC)
+            let cb = try await connected(c, to: idB)
+            return bc && cb
+        }
+        // The lower ID dials, and lists the other with the source `group`.
+        let (dialler, dialled) = idB < idC ? (b, idC) : (c, idB)
+        let listed = try await dialler.admin.get("/peers")["peers"]?.items.first { $0["id"]?.stringValue == dialled }
+        #expect(listed?["source"]?.stringValue?.contains("group") == true, "\(String(describing: listed))")
+        try await c.admin.put("from-c", #"{"by":"c"}"#)
+        try await cluster.awaitConvergence(timeout: 30)
+        #expect(try await b.admin.get("/docs/from-c")["by"]?.stringValue == "c")
+        await finish(cluster, allowing: expectedRefusals)
+    }
+
     /// K nodes (8, or FERRY_ENROLL_K) enrolled with 2(K−1) commands form a full mesh of
     /// trust and links, converge, and keep their group across a restart.
     @Test func aGroupOfKNodesEnrollsWithTwoCommandsPerNewNode() async throws {

@@ -130,7 +130,7 @@ public final class DNSSDDiscovery: PeerDiscovery, @unchecked Sendable {
                 let delay = scheduleRetry()
                 if !warned {
                     logger.warning(
-                        "DNS-SD unavailable; static peers still work, retrying in the background",
+                        "DNS-SD unavailable; static peers and group members are still dialled at their known addresses, retrying in the background",
                         metadata: ["reason": "\(failure)", "retry": "\(delay)"])
                     warned = true
                 } else {

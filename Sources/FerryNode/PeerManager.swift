@@ -66,6 +66,8 @@ public final class PeerManager: Service, Sendable {
         var addresses: [String] = []
         var port: Int?
         var staticURL: String?
+        /// Where the peer's signed member entry says it listens (a group member).
+        var memberURL: String?
         var discovered = false
         var lastSeen: Date?
         var link: ReplicationLink?
@@ -203,8 +205,10 @@ public final class PeerManager: Service, Sendable {
     func dialURL(_ p: PeerState) -> String? {
         guard trust.isTrusted(p.nodeID) else { return nil }
         if let url = p.staticURL { return url }
-        guard p.discovered, let address = p.addresses.first, let port = p.port else { return nil }
         guard nodeID < p.nodeID else { return nil }  // the lower ID dials
+        // Where DNS-SD last saw it; otherwise (no avahi-daemon, or not seen yet) where its
+        // member entry says it listens.
+        guard p.discovered, let address = p.addresses.first, let port = p.port else { return p.memberURL }
         let scheme = configuration.insecure ? "ws" : "wss"
         return "\(scheme)://\(address):\(port)/\(configuration.group)/sync"
     }
@@ -351,6 +355,7 @@ public final class PeerManager: Service, Sendable {
         var list: [PeerInfo] = known.map { p in
             var sources: Set<PeerSource> = []
             if p.staticURL != nil { sources.insert(.static) }
+            if p.memberURL != nil { sources.insert(.group) }
             if p.discovered || p.instance != nil { sources.insert(.dnsSD) }
             let status = p.link?.replicator.status
             return info(
@@ -439,22 +444,20 @@ public final class PeerManager: Service, Sendable {
 extension PeerManager {
     /// Takes the dial URLs of the group's active members (from their signed entries). Of
     /// two members, only the lower node ID dials (as for discovered peers), so each pair has
-    /// one link; a configured static peer keeps its own URL. Members that left lose the URL.
-    /// With discovery on, members are found (at their current addresses) by DNS-SD instead.
+    /// one link; a configured static peer keeps its own URL, and a member DNS-SD has found is
+    /// dialled where DNS-SD saw it. With no avahi-daemon (or discovery off) members are thus
+    /// still dialled. Members that left lose the URL.
     public func memberAddressesChanged(_ urls: [String: String]) {
-        guard !configuration.discovery else { return }
-        let configured = Set(configuration.peers.map(\.nodeID))
         let touched = state.withLock { s -> [String] in
             var touched: [String] = []
-            // Only configured peers and members get a static URL, so an unconfigured one is a member's.
-            for (id, p) in s.peers where p.staticURL != nil && !configured.contains(id) && urls[id] == nil {
-                s.peers[id]?.staticURL = nil
+            for (id, p) in s.peers where p.memberURL != nil && urls[id] == nil {
+                s.peers[id]?.memberURL = nil
                 touched.append(id)
             }
-            for (id, url) in urls where id != nodeID && nodeID < id && !configured.contains(id) {
+            for (id, url) in urls where id != nodeID && nodeID < id {
                 var p = s.peers[id] ?? PeerState(nodeID: id)
-                guard p.staticURL != url else { continue }
-                p.staticURL = url
+                guard p.memberURL != url else { continue }
+                p.memberURL = url
                 s.peers[id] = p
                 touched.append(id)
             }

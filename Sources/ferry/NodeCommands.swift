@@ -164,7 +164,7 @@ struct Serve: AsyncParsableCommand {
         case nil: return "off"
         case .available: return "DNS-SD on (_ferry._tcp, group \(group))"
         case .unavailable(let reason):
-            return "DNS-SD unavailable (\(reason)); static peers (--peer) still work, retrying in the background"
+            return "DNS-SD unavailable (\(reason)); static peers (--peer) and group members are dialled at their known addresses, retrying in the background"
         }
     }
 

@@ -113,7 +113,7 @@ struct CLIFailure: Error, CustomStringConvertible {
         try await waitUntil("the banner is printed") { node.logText.contains("Ctrl-C stops.") }
         let line = node.logText.split(separator: "\n").first { $0.hasPrefix("discovery:") }.map(String.init)
         #expect(line?.hasPrefix("discovery: DNS-SD unavailable (") == true, "\(node.logText)")
-        #expect(line?.hasSuffix("); static peers (--peer) still work, retrying in the background") == true, "\(node.logText)")
+        #expect(line?.hasSuffix("); static peers (--peer) and group members are dialled at their known addresses, retrying in the background") == true, "\(node.logText)")
         #expect(await node.stop() == 0)
     }
 
