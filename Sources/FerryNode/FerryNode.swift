@@ -263,7 +263,13 @@ public final class FerryNode: Sendable {
             return state.stopped
         }
         if stopped { return }
-        try await group.run()
+        do {
+            try await group.run()
+        } catch is CancellationError where stopState.withLock({ $0.stopped }) {
+            // Asked to stop, it stopped: what was still in flight after the grace period was cancelled.
+            logger.warning(
+                "the graceful stop took longer than \(Self.maximumGracefulShutdown); what was still in flight was cancelled")
+        }
     }
 
     /// How long in-flight work may take to finish on SIGTERM before it is cancelled.
