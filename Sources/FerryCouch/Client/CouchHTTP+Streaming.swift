@@ -129,29 +129,37 @@ extension CouchHTTP {
         sink: @escaping @Sendable (ByteBuffer) throws -> Void
     ) async throws(CouchClientError) -> Response {
         let what = "GET \(path)"
-        if endpoint.scheme == "https", case .pinned = endpoint.trust {
-            // The pinned exchange reads whole answers (bounded by `maxResponseBytes`).
-            let response = try await send(.GET, path, query: query, headers: headers)
-            if (200..<300).contains(response.status) {
-                do {
-                    try head(response.status, response.headers)
-                    try sink(ByteBuffer(bytes: response.body))
-                } catch { throw mapped(error, what: what) }
-                var head = response
-                head.body = []
-                return head
-            }
-            return response
-        }
         var made = makeRequest(.GET, path, query: query, headers: headers)
         made.headers.remove(name: "Accept-Encoding")
         let request = made
         let client = self.client
         let logger = self.logger
         let progress = TransferProgress()
+        let pin = try pinned()
         return try await inFlight.run(what: what) { () async throws(CouchClientError) -> Response in
             do {
                 return try await self.watched(what, progress: progress) {
+                    if let pin {
+                        // A non-2xx body is an error document: kept (bounded), not sunk.
+                        let failed = Locked<(status: Int, body: [UInt8])?>(nil)
+                        let answer = try await PinnedHTTPS.perform(
+                            endpoint: self.endpoint, pin: pin, method: .GET, uri: self.pinnedURI(request.url), headers: request.headers,
+                            body: .none,
+                            head: { h in
+                                let status = Int(h.status.code)
+                                if (200..<300).contains(status) { try head(status, h.headers) } else { failed.withLock { $0 = (status, []) } }
+                            },
+                            sink: { chunk in
+                                progress.add(chunk.readableBytes)
+                                let kept = failed.withLock { f -> Bool in
+                                    guard f != nil else { return false }
+                                    if f!.body.count < 1 << 20 { f!.body += chunk.readableBytesView }
+                                    return true
+                                }
+                                if !kept { try sink(chunk) }
+                            })
+                        return Response(status: Int(answer.status.code), headers: answer.headers, body: failed.withLock { $0?.body } ?? [])
+                    }
                     let response = try await client.execute(request, deadline: .distantFuture, logger: logger)
                     let status = Int(response.status.code)
                     guard (200..<300).contains(status) else {
@@ -184,9 +192,26 @@ extension CouchHTTP {
         let request = made
         let client = self.client
         let logger = self.logger
+        let pin = try pinned()
         return try await inFlight.run(what: what) { () async throws(CouchClientError) -> Response in
             do {
                 return try await self.watched(what, progress: progress) {
+                    if let pin {
+                        var headers = request.headers
+                        headers.remove(name: "Accept-Encoding")
+                        let answer = Locked<[UInt8]>([])
+                        let h = try await PinnedHTTPS.perform(
+                            endpoint: self.endpoint, pin: pin, method: method, uri: self.pinnedURI(request.url), headers: headers,
+                            body: .stream(body.counting(progress), length: body.length),
+                            sink: { chunk in
+                                progress.add(chunk.readableBytes + 1)
+                                try answer.withLock { all in
+                                    guard all.count + chunk.readableBytes <= Self.maxResponseBytes else { throw PinnedHTTPS.TooLarge() }
+                                    all += chunk.readableBytesView
+                                }
+                            })
+                        return Response(status: Int(h.status.code), headers: h.headers, body: answer.withLock { $0 })
+                    }
                     let response = try await client.execute(request, deadline: .distantFuture, logger: logger)
                     // The answer is small JSON; it counts as progress too.
                     var buffer = try await response.body.collect(upTo: Self.maxResponseBytes)

@@ -94,20 +94,13 @@ public final class CouchHTTP: Sendable {
             }
             request.body = .bytes(ByteBuffer(bytes: body))
         }
-        if endpoint.scheme == "https", case .pinned(let pin) = endpoint.trust {
+        if let pin = try pinned() {
             var pinnedHeaders = request.headers
             // No gzip here: that exchange does not decode it.
             pinnedHeaders.remove(name: "Accept-Encoding")
-            let uri = String(url.dropFirst(endpoint.serverURL.count))
-            do {
-                return try await PinnedHTTPS.exchange(
-                    endpoint: endpoint, pin: try CouchEndpoint.normalizedPin(pin), method: method, uri: uri, headers: pinnedHeaders, body: body,
-                    timeout: timeout ?? requestTimeout, maxBytes: Self.maxResponseBytes)
-            } catch let e as CouchClientError {
-                throw e
-            } catch {
-                throw CouchClientError(code: "connect_failed", message: "\(method) \(path) at \(endpoint.serverURL) failed: \(error)", isTransient: true)
-            }
+            return try await PinnedHTTPS.exchange(
+                endpoint: endpoint, pin: pin, method: method, uri: pinnedURI(url), headers: pinnedHeaders, body: body,
+                timeout: timeout ?? requestTimeout, maxBytes: Self.maxResponseBytes)
         }
         do {
             let response = try await client.execute(request, timeout: timeout ?? requestTimeout, logger: logger)
@@ -125,6 +118,16 @@ public final class CouchHTTP: Sendable {
                 code: "connect_failed", message: "\(method) \(path) at \(endpoint.serverURL) failed: \(error)", isTransient: true)
         }
     }
+
+    /// The normalized pin when requests go through `PinnedHTTPS` (an https endpoint with a
+    /// pinned certificate), nil when they go through AsyncHTTPClient.
+    func pinned() throws(CouchClientError) -> String? {
+        guard endpoint.scheme == "https", case .pinned(let pin) = endpoint.trust else { return nil }
+        return try CouchEndpoint.normalizedPin(pin)
+    }
+
+    /// The request target of a full URL made by `makeRequest`: its path and query.
+    func pinnedURI(_ url: String) -> String { String(url.dropFirst(endpoint.serverURL.count)) }
 
     /// A request to `path` (escaped) with `query` (escaped here), the credentials, JSON and
     /// gzip accepted, and `headers` over those.

@@ -315,12 +315,9 @@ extension CouchRemote {
     /// Attachments larger than this stream as MIME parts; smaller ones go inline.
     static let streamedAttachmentBytes: Int64 = 1 << 20
 
-    /// Whether this server's requests can stream (the pinned-certificate exchange reads and
-    /// writes whole bodies, so there every attachment goes inline).
-    var streamsAttachments: Bool {
-        if http.endpoint.scheme == "https", case .pinned = http.endpoint.trust { return false }
-        return true
-    }
+    /// Whether this server's requests can stream: always (over AsyncHTTPClient, and over
+    /// `PinnedHTTPS` for a pinned certificate).
+    var streamsAttachments: Bool { true }
 
     /// One document as a streamed multipart PUT; the target's refusal, or nil when stored.
     func putStreamed(_ document: CouchOutgoingDocument) async throws -> BulkDocsFailure? {
