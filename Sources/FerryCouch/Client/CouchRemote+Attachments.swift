@@ -128,6 +128,14 @@ extension CouchRemote {
         let query = [("rev", rev)]
         let type = contentType ?? StoredAttachment.defaultContentType
         downloadState.withLock { $0.requests += 1 }
+        // The MD5 the stored attachment keeps. A stub's is of the bytes as the server keeps
+        // them: for gzip-encoded content (CouchDB's `encoding`, told by `att_encoding_info`)
+        // that is not the content's. A Ferry-form revision was made with the content's own
+        // MD5 (its ID hashes it), so it gets that back; any other keeps the server's.
+        let ferryForm = (try? RevisionID(rev))?.isFerryDigest ?? false
+        func keptMD5(stub: String?, computed: String?) -> String? {
+            encoded && ferryForm ? computed ?? stub : stub ?? computed
+        }
         func check(length got: Int64, md5: String?) throws {
             if let length, got != length { throw AttachmentMismatch(reason: "\(got) bytes arrived, the stub says \(length)") }
             // Content the server keeps gzip-encoded has the MD5 of the encoded bytes; only its length is checked.
@@ -142,7 +150,7 @@ extension CouchRemote {
             downloadState.withLock { $0.bytes += Int64(bytes.count) }
             try check(length: Int64(bytes.count), md5: StoredAttachment.md5Digest(bytes))
             var att = StoredAttachment(bytes: bytes, contentType: type, revpos: revpos)
-            if let digest { att.md5 = digest }
+            if let md5 = keptMD5(stub: digest, computed: att.md5) { att.md5 = md5 }
             return FetchedAttachment(attachment: att, bytes: bytes)
         }
         // Large: streamed to a file, resumed from what an earlier attempt left.
@@ -195,7 +203,7 @@ extension CouchRemote {
         let md5 = writer.md5Digest
         let reference = try writer.finish(contentType: type)
         finished = true
-        let att = StoredAttachment(blob: reference.digest, length: reference.length, contentType: type, md5: digest ?? md5 ?? "", revpos: revpos)
+        let att = StoredAttachment(blob: reference.digest, length: reference.length, contentType: type, md5: keptMD5(stub: digest, computed: md5) ?? "", revpos: revpos)
         if let resumeKey { downloadState.withLock { $0.stored[resumeKey] = att } }
         return FetchedAttachment(attachment: att, bytes: nil)
     }

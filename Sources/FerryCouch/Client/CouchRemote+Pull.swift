@@ -150,9 +150,10 @@ extension CouchRemote {
         if first { logger.warning("skipped a document from the server", metadata: ["doc": "\(rawID)", "reason": "\(reason)"]) }
     }
 
-    /// `POST /{db}/_bulk_get?revs=true&latest=true&attachments=true` with `atts_since`
-    /// (or `GET /{db}/{id}?open_revs=…` without `_bulk_get`); attachments are checked
-    /// against their MD5 and length and held for `blob(_:)`. A revision whose
+    /// `POST /{db}/_bulk_get?revs=true&latest=true&attachments=false&att_encoding_info=true`
+    /// (or `GET /{db}/{id}?open_revs=…` without `_bulk_get`), then each attachment this
+    /// store lacks on its own (`fetchAttachments`), checked against its stub's length and,
+    /// unless the server keeps it gzip-encoded, its MD5. A revision whose
     /// attachments or structure are bad comes back in a form the trust boundary refuses
     /// (the reason is logged here), so that the rest goes on.
     func fetchRevisions(_ requests: [RevisionRequest], deltas: Bool, maxHistory: Int) async throws -> [WireRevision] {
@@ -274,7 +275,8 @@ extension CouchRemote {
         let path = http.databasePath("_bulk_get")
         let body: JSON = ["docs": .array(docs)]
         let response = try await http.send(
-            .POST, path, query: [("revs", "true"), ("latest", "true"), ("attachments", "false")], body: body.canonicalBytes)
+            .POST, path, query: [("revs", "true"), ("latest", "true"), ("attachments", "false"), ("att_encoding_info", "true")],
+            body: body.canonicalBytes)
         if [404, 405, 501].contains(response.status) && !Self.databaseMissing(response) {
             pullState.withLock { $0.bulkGet = false }
             logger.info("the server has no _bulk_get: fetching documents one by one", metadata: ["database": "\(http.endpoint.redacted)"])
@@ -297,12 +299,12 @@ extension CouchRemote {
         response.status == 404 && (response.json?["reason"]?.stringValue ?? "").lowercased().contains("database does not exist")
     }
 
-    /// `GET /{db}/{id}?open_revs=["rev"]&revs=true&latest=true&attachments=true&atts_since=[…]`.
+    /// `GET /{db}/{id}?open_revs=["rev"]&revs=true&latest=true&attachments=false&att_encoding_info=true`.
     private func openRevs(_ request: RevisionRequest) async throws -> [JSON] {
         let path = http.databasePath(Self.documentSuffix(request.id.rawValue))
         let query: [(String, String)] = [
             ("open_revs", String(decoding: JSON.array([.string(request.rev.description)]).canonicalBytes, as: UTF8.self)),
-            ("revs", "true"), ("latest", "true"), ("attachments", "false"),
+            ("revs", "true"), ("latest", "true"), ("attachments", "false"), ("att_encoding_info", "true"),
         ]
         let response = try await http.send(.GET, path, query: query)
         if response.status == 404 && !Self.databaseMissing(response) { return [["missing": .string(request.rev.description)]] }

@@ -28,6 +28,11 @@ enum CouchClientTesting {
     static func seed(_ server: CouchTestServer, _ docs: [JSON]) async throws {
         let http = server.adminHTTP()
         defer { Task { await http.shutdown() } }
+        try await seed(http, docs)
+    }
+
+    /// Writes documents as they are (`new_edits: false`) through any CouchDB-protocol server.
+    static func seed(_ http: CouchHTTP, _ docs: [JSON]) async throws {
         let failures = try await http.json(.POST, http.databasePath("_bulk_docs"), body: ["docs": .array(docs), "new_edits": false])
         #expect(failures == [], "seeding failed: \(failures)")
     }
@@ -257,23 +262,35 @@ enum CouchClientTesting {
 }
 
 /// Pulls from a real CouchDB-protocol server named by `FERRY_COUCH_REFERENCE_URL`
-/// (`http://user:pass@host:port/db`, a database made as `seedReference` describes), or
-/// else from a Ferry node's CouchDB API seeded the same way.
+/// (`http://user:pass@host:port/db`: a fresh database beside `db` is made, seeded as
+/// `seedReference` describes and dropped), or else from a Ferry node's CouchDB API seeded
+/// the same way.
 @Suite struct CouchReferencePullTests {
     typealias T = CouchClientTesting
     static let referenceURL = ProcessInfo.processInfo.environment["FERRY_COUCH_REFERENCE_URL"]
 
     /// The server to pull from; `stop` ends it when it was started here.
     static func reference() async throws -> (url: String, isReference: Bool, stop: @Sendable () async -> Void) {
-        if let referenceURL { return (referenceURL, true, {}) }
+        if let referenceURL, let cut = referenceURL.lastIndex(of: "/") {
+            let url = String(referenceURL[..<cut]) + "/ferry_pull_" + String(UUID().uuidString.lowercased().prefix(8))
+            let http = CouchHTTP(endpoint: try CouchEndpoint.parse(url), tls: nil, logger: T.quiet)
+            _ = try await http.json(.PUT, http.databasePath())
+            try await seedReference(http)
+            return (url, true, {
+                _ = try? await http.send(.DELETE, http.databasePath())
+                await http.shutdown()
+            })
+        }
         let server = try await CouchTestServer.start()
-        try await seedReference(server)
+        let http = server.adminHTTP()
+        try await seedReference(http)
+        await http.shutdown()
         return (server.url, false, { await server.stop() })
     }
 
     /// What the reference database holds: plain documents, a conflict, a deletion, a design
     /// document, and a document with two attachments in its second revision.
-    static func seedReference(_ server: CouchTestServer) async throws {
+    static func seedReference(_ server: CouchHTTP) async throws {
         let r1 = T.rev(1, "1")
         let text = Array(repeating: Array("hello ".utf8), count: 8).flatMap { $0 }
         let binary = (0..<3000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
