@@ -65,15 +65,36 @@ final class Puller: Sendable {
         var caughtUp = false
         var prefetched: (since: RemoteSequence, task: Task<RemoteChanges, any Error>)?
         var planned: (since: RemoteSequence, task: Task<PullPlan?, any Error>)?
+        let backlog = BlobBacklog()
         defer {
             prefetched?.task.cancel()
             if let planned { PullPlan.discard(planned.task) }
+            backlog.cancelAll()
             checkpoint.saveLocalIfBehind()
+        }
+        /// Moves the checkpoint to `position`, or, while pages before it still wait for
+        /// blobs, queues the move behind them. True when it moved now.
+        func reach(_ position: RemoteSequence) -> Bool {
+            guard backlog.isEmpty else {
+                backlog.add(through: position, work: nil)
+                return false
+            }
+            checkpoint.advance(to: position)
+            return true
+        }
+        /// Moves the checkpoint over the backlog's pages that are stored (all of them,
+        /// waiting, when `wait`).
+        func settleBacklog(wait: Bool) async throws {
+            guard !backlog.isEmpty, let reached = try await backlog.settle(wait: wait) else { return }
+            checkpoint.advance(to: reached)
+            try checkpoint.saveLocal()
+            checkpoint.deferRemote()
         }
         let remote = self.remote
         while true {
             if context.stopRequested { return }
             try Task.checkCancellation()
+            try await settleBacklog(wait: false)
             if checkpoint.remoteLags && checkpoint.isDue { try await checkpoint.saveBoth() }
             let live = configuration.continuous && caughtUp
             var request = RemoteChangesRequest(since: since, limit: configuration.batchSize, live: live, timeout: configuration.heartbeat)
@@ -102,15 +123,19 @@ final class Puller: Sendable {
                 checkpoint.hold.note(page.skipped, lostFrom: page.skipsLost ? (since.number ?? 0) + 1 : nil)
             }
             if page.changes.isEmpty {
+                // The end of the feed: before coverage is taken over or a one-shot pull
+                // ends, everything read is stored.
+                if !caughtUp || !configuration.continuous { try await settleBacklog(wait: true) }
                 if lastSeq != since {
                     // Only documents left out changed (hidden from this peer, or revisions
                     // it sent itself): nothing to store, but the feed moved on. Once live,
                     // both copies wait for the deferred write: in a mesh this happens on
                     // every link for every write, and a lag only means a re-read on restart.
                     since = lastSeq
-                    checkpoint.advance(to: since)
-                    if !live { try checkpoint.saveLocal() }
-                    checkpoint.deferRemote()
+                    if reach(since) {
+                        if !live { try checkpoint.saveLocal() }
+                        checkpoint.deferRemote()
+                    }
                 }
                 if checkpoint.remoteLags && (!live || checkpoint.isDue) { try await checkpoint.saveBoth() }
                 try caughtUpFirstTime()
@@ -143,7 +168,7 @@ final class Puller: Sendable {
                 plan = try PullPlan(page.changes, puller: self)
             }
             planned = nil
-            try await pull(plan) {
+            let waiting = try await pull(plan) {
                 // The next page was asked for when this one arrived: plan it beside this page's
                 // last chunk (never on the insert path), so that the other side prepares its
                 // first chunks while that one is inserted.
@@ -158,6 +183,25 @@ final class Puller: Sendable {
                 )
             }
             since = lastSeq
+            if !waiting.isEmpty || !backlog.isEmpty {
+                // This page's documents with blobs still to fetch are stored beside the pages
+                // that follow; the checkpoint passes the page once they are.
+                let work: (@Sendable () async throws -> Void)?
+                if waiting.isEmpty {
+                    work = nil
+                } else {
+                    let revisions = waiting
+                    work = { [self] in try await self.storeAfterBlobs(revisions) }
+                }
+                backlog.add(through: lastSeq, work: work)
+                if !(endsFeed && !caughtUp) {
+                    try await settleBacklog(wait: false)
+                    progress.update { $0.completed += page.changes.count }
+                    continue
+                }
+                // The first end of the feed takes over coverage: everything read is stored first.
+                try await settleBacklog(wait: true)
+            }
             checkpoint.advance(to: since)
             if caughtUp {
                 try checkpoint.saveLocal()
@@ -187,7 +231,10 @@ final class Puller: Sendable {
             request.documentIDs = configuration.documentIDs
             request.selector = configuration.remoteSelector
             let page = try await remote.changes(request)
-            if !page.changes.isEmpty { try await pull(try PullPlan(page.changes, puller: self)) {} }
+            if !page.changes.isEmpty {
+                let waiting = try await pull(try PullPlan(page.changes, puller: self)) {}
+                try await storeAfterBlobs(waiting)
+            }
             if page.caughtUp || page.lastSequence == since { break }
             since = page.lastSequence
         }
@@ -196,7 +243,9 @@ final class Puller: Sendable {
 
     /// Fetches, checks and inserts a planned page. `beforeLastChunk` runs once the last
     /// chunk is asked for (the caller plans the next page there, so the other side never idles).
-    private func pull(_ plan: PullPlan, beforeLastChunk: () async throws -> Void) async throws {
+    /// Returns the accepted revisions that wait for blobs, for the caller to fetch and store.
+    private func pull(_ plan: PullPlan, beforeLastChunk: () async throws -> Void) async throws -> [IncomingRevision] {
+        var waiting: [IncomingRevision] = []
         // Three stages overlap: the other side prepares chunk i+2, chunk i+1 is received and
         // judged, and chunk i is inserted.
         var checking = plan.firstChecked
@@ -206,10 +255,10 @@ final class Puller: Sendable {
             fetching?.cancel()
         }
         if !plan.inlined.isEmpty {
-            try await store(PullPlan.check(plan.inlined, plan: plan, deltas: configuration.deltas), plan: plan)
+            try await store(PullPlan.check(plan.inlined, plan: plan, deltas: configuration.deltas), plan: plan, waiting: &waiting)
         }
         let chunks = plan.chunks
-        guard !chunks.isEmpty else { return }
+        guard !chunks.isEmpty else { return waiting }
         // The plan asked for the first two chunks.
         if chunks.count <= 2 { try await beforeLastChunk() }
         for i in chunks.indices {
@@ -221,8 +270,16 @@ final class Puller: Sendable {
                 fetching = i + 2 < chunks.count ? fetch(chunks[i + 2], deltas: configuration.deltas) : nil
                 if i + 3 == chunks.count { try await beforeLastChunk() }
             }
-            try await store(checked, plan: plan)
+            try await store(checked, plan: plan, waiting: &waiting)
         }
+        return waiting
+    }
+
+    /// Fetches the blobs `revisions` lack, then stores them.
+    func storeAfterBlobs(_ revisions: [IncomingRevision]) async throws {
+        guard !revisions.isEmpty else { return }
+        try await blobs.fetchMissing(for: revisions)
+        try await insert(revisions)
     }
 
     func fetch(_ chunk: [RevisionRequest], deltas: Bool) -> Task<[WireRevision], any Error> {
@@ -230,24 +287,22 @@ final class Puller: Sendable {
         return Task { try await remote.fetchRevisions(chunk, deltas: deltas, maxHistory: maxHistory) }
     }
 
-    /// Stores what a chunk's check accepted, reports what it refused, and fetches in full
-    /// what arrived as an unusable delta.
-    private func store(_ checked: CheckedChunk, plan: PullPlan) async throws {
+    /// Stores what a chunk's check accepted, except revisions whose blobs are still to be
+    /// fetched (added to `waiting`), reports what it refused, and fetches in full what arrived
+    /// as an unusable delta.
+    private func store(_ checked: CheckedChunk, plan: PullPlan, waiting: inout [IncomingRevision]) async throws {
         if checked.deltas > 0 { progress.count { $0.deltasReceived += checked.deltas } }
         for r in checked.rejected { progress.reject(.pull, id: r.id, rev: r.rev, deleted: r.deleted, r.rejection) }
         // Revisions whose blobs are here (or left for later) are stored first: a document
         // never waits behind another document's blob.
-        let (ready, waiting) = try blobs.partition(checked.accepted)
+        let (ready, blocked) = try blobs.partition(checked.accepted)
         try await insert(ready)
-        if !waiting.isEmpty {
-            try await blobs.fetchMissing(for: waiting)
-            try await insert(waiting)
-        }
+        waiting += blocked
         if !checked.retryFull.isEmpty {
             let fresh = try context.store.revisionTrees(checked.retryFull.map(\.id))
             let full = try await fetch(checked.retryFull, deltas: false).value
             let retried = PullPlan.check(full, pipeline: plan.pipeline, trees: fresh, deltas: false)
-            try await self.store(retried, plan: plan)
+            try await self.store(retried, plan: plan, waiting: &waiting)
         }
     }
 

@@ -125,3 +125,74 @@ extension BlobPolicyTests {
         #expect(try b.documentCount == 3)
     }
 }
+
+/// Pages after one whose documents wait for blobs go on; the checkpoint does not.
+extension BlobPolicyTests {
+    /// A source whose first change is a document with a 600 KiB blob, followed by `plain`
+    /// documents without blobs, in a data directory (so the blob is a file).
+    static func blobThenPlain(_ plain: Int) throws -> (DocumentStore, large: BlobReference, directory: String) {
+        let directory = NSTemporaryDirectory() + "ferry-backlog-\(UUID().uuidString)"
+        let a = try DocumentStore.open(directory: directory)
+        let large = try a.blobs.put(BlobChunkTests.randomBytes(600 << 10, seed: 4))
+        try a.put(docID("scan"), body: ["f": large.json])
+        for i in 0..<plain { try a.put(docID("plain-\(i)"), body: ["n": .int(Int64(i))]) }
+        return (a, large, directory)
+    }
+
+    @Test func documentsOfLaterPagesAreStoredWhileAnEarlierPagesBlobIsFetched() async throws {
+        let (a, large, directory) = try Self.blobThenPlain(3)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let b = try DocumentStore.inMemory()
+        var link = Link(to: a)
+        // Each page holds one change: the plain documents come in pages after the blob's.
+        // Blob chunks are held back (up to 5 s) until the last plain document is stored.
+        let storedDuringBlob = Switch()
+        link.faults = { _ in
+            (.init(), .init(deliver: { m in
+                guard m.count > 100_000 else { return [m] }
+                for _ in 0..<500 {
+                    if (try? b.document(docID("plain-2"))) != nil {
+                        storedDuringBlob.turn(on: true)
+                        break
+                    }
+                    try? await Task.sleep(for: .milliseconds(10))
+                }
+                return [m]
+            }))
+        }
+        var configuration = ReplicatorConfiguration(direction: .pull)
+        configuration.batchSize = 1
+        let r = Replicator(store: b, connector: link.connector, configuration: configuration, clock: ImmediateClock())
+        await r.run()
+        #expect(r.status.error == nil)
+        #expect(storedDuringBlob.isOn, "the later pages' documents waited for the blob")
+        #expect(try b.blobs.get(large.digest) == a.blobs.get(large.digest))
+        #expect(try b.documentCount == 4)
+    }
+
+    @Test func theCheckpointNeverPassesAPageWhoseBlobIsNotStored() async throws {
+        let (a, large, directory) = try Self.blobThenPlain(3)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let file = try #require(a.blobs.directory).appending("/\(large.digest.hex.prefix(2))/\(large.digest.hex)")
+        let good = try Data(contentsOf: URL(fileURLWithPath: file))
+        // The source's blob file is damaged: every fetch of it fails its digest check.
+        try Data(good.map { $0 ^ 0x5A }).write(to: URL(fileURLWithPath: file))
+        let b = try DocumentStore.inMemory()
+        let link = Link(to: a, quiet: true)
+        var configuration = ReplicatorConfiguration(direction: .pull)
+        configuration.batchSize = 1
+        configuration.maxAttempts = 1
+        let failed = Replicator(store: b, connector: link.connector, configuration: configuration, clock: ImmediateClock())
+        await failed.run()
+        #expect(failed.status.error != nil)
+        #expect(try b.document(docID("scan")) == nil)
+        // Repaired: the next run still asks for the page it could not finish.
+        try good.write(to: URL(fileURLWithPath: file))
+        let again = Replicator(store: b, connector: link.connector, configuration: configuration, clock: ImmediateClock())
+        await again.run()
+        #expect(again.status.error == nil, "\(String(describing: again.status.error))")
+        #expect(try b.document(docID("scan")) != nil, "the checkpoint passed the page whose blob was never stored")
+        #expect(try b.blobs.get(large.digest) == a.blobs.get(large.digest))
+        #expect(try b.documentCount == 4)
+    }
+}
