@@ -50,7 +50,8 @@ final class BlobBacklog {
             let mustWait = wait || pending > Self.maxPages
             if let task = first.task {
                 guard mustWait || first.finished.withLock({ $0 }) else { break }
-                try await task.value
+                // The work runs in a task of its own: a stop of the pull must reach it.
+                try await withTaskCancellationHandler { try await task.value } onCancel: { task.cancel() }
             }
             reached = first.position
             entries.removeFirst()
