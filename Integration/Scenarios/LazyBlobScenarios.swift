@@ -64,4 +64,38 @@ import Testing
         #expect(try await b.admin.call("GET", "/blobs/\(large.digest)").status == 200)
         await finish(cluster, allowing: ["connect_failed", "peer_silent", "disconnected", "went silent", "replication offline"])
     }
+
+    /// An eager node whose only peer is a lazy one still gets every blob: when it asks the
+    /// lazy node for a blob deferred there, that node fetches it from its own peer first.
+    @Test func anEagerNodeBehindALazyOneGetsTheBlobThroughIt() async throws {
+        let cluster = Cluster("lazy-relay")
+        defer { cluster.cleanUp() }
+        let a = cluster.add("a")
+        let b = cluster.add("b")
+        let c = cluster.add("c")
+        let (idA, idB, idC) = (try await a.id, try await b.id, try await c.id)
+        let config = cluster.root + "/b.json"
+        try #"{"discovery":{"enabled":false},"blobs":{"fetch":"lazy"}}"#.write(toFile: config, atomically: true, encoding: .utf8)
+        try await a.start(["--no-discovery", "--trust", idB])
+        try await b.start(["--config", config, "--trust", idA, "--trust", idC, "--peer", "\(a.url)#\(idA)"])
+        try await c.start(["--no-discovery", "--trust", idB, "--peer", "\(b.url)#\(idB)"])
+        let file = cluster.root + "/scan.bin"
+        try Data((0..<3_000_000).map { UInt8(($0 &* 13) % 251) }).write(to: URL(fileURLWithPath: file))
+        let put = try await Ferry.run(["--data", a.dataDirectory, "blob", "put", file, "--json"])
+        #expect(put.status == 0, "\(put.stderr)")
+        let ref = put.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let digest = try JSON.parse(ref)["digest"]?.stringValue ?? ""
+        try await a.admin.put("scan", #"{"f":\#(ref)}"#)
+        try await waitUntil("C stores the document with its blob", timeout: 60, every: .milliseconds(100)) {
+            try await c.admin.call("GET", "/docs/scan").status == 200
+        }
+        let copy = cluster.root + "/on-c.bin"
+        let get = try await Ferry.run(["--data", c.dataDirectory, "blob", "get", digest, "-o", copy])
+        #expect(get.status == 0, "\(get.stderr)")
+        #expect(FileManager.default.contentsEqual(atPath: copy, andPath: file))
+        // B fetched it for C: it holds it now too.
+        let onB = try await Ferry.run(["--data", b.dataDirectory, "blob", "state", digest, "--json"])
+        #expect(try JSON.parse(onB.stdout.trimmingCharacters(in: .whitespacesAndNewlines))["state"] == "present")
+        await finish(cluster, allowing: ["connect_failed", "peer_silent", "disconnected", "went silent", "replication offline", "unavailable"])
+    }
 }

@@ -10,15 +10,16 @@ public struct DeferredBlobFetcher: Sendable {
     let replicators: @Sendable () -> [Replicator]
     let logger: Logger
 
-    /// Makes sure the blob is here: present already, or fetched now. Returns false when the
-    /// blob is neither stored nor deferred (no revision here refers to it); throws
-    /// `BlobUnavailable` when it is deferred and no connected peer could give it.
-    public func ensure(_ digest: BlobDigest) async throws(BlobUnavailable) -> Bool {
+    /// Makes sure the blob is here: present already, or fetched now (from any connected peer
+    /// but `excluding`, the one that asked for it). Returns false when the blob is neither
+    /// stored nor deferred (no revision here refers to it); throws `BlobUnavailable` when it
+    /// is deferred and no connected peer could give it.
+    public func ensure(_ digest: BlobDigest, excluding: String? = nil) async throws(BlobUnavailable) -> Bool {
         guard let length = store.blobs.deferredLength(digest) else { return store.blobs.length(digest) != nil }
         if store.blobs.length(digest) != nil { return true }
         let ref = BlobReference(digest: digest, length: length)
         var failures: [String] = []
-        for replicator in replicators() {
+        for replicator in replicators() where excluding == nil || replicator.remotePeerID != excluding {
             do {
                 if try await replicator.fetchDeferredBlob(ref) {
                     logger.info("deferred blob fetched on first read", metadata: ["digest": "\(digest)", "length": "\(length)"])

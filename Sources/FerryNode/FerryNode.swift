@@ -137,6 +137,8 @@ public final class FerryNode: Sendable {
         factory.catchUpGate = catchUpGate
         factory.mesh = mesh
         factory.digests = digests
+        let fetcher = DeferredBlobFetcher(store: store, replicators: liveReplicators.list, logger: logger)
+        factory.fetchDeferredBlob = { ref, excluding in try await fetcher.ensure(ref.digest, excluding: excluding) }
         return factory
     }
 

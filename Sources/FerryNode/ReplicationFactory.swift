@@ -30,6 +30,9 @@ public struct ReplicationFactory: Sendable {
     public var blobPolicy = BlobFetchPolicy.eager
     /// Per peer node ID, the policy that replaces `blobPolicy` for pushes from that peer.
     public var blobPolicyByPeer: [String: BlobFetchPolicy] = [:]
+    /// Fetches a blob deferred here from another peer when a peer asks for it (the
+    /// responders' `fetchDeferredBlob`); nil: such a request is answered `not_found`.
+    public var fetchDeferredBlob: (@Sendable (BlobReference, _ excluding: String?) async throws -> Bool)?
 
     /// Takes resolvers, pull filter and read-only from `configuration`.
     public init(
@@ -85,6 +88,7 @@ public struct ReplicationFactory: Sendable {
         let byPeer = blobPolicyByPeer
         if !byPeer.isEmpty { r.blobPolicyLookup = { byPeer[$0] } }
         r.sessionEnded = sessionEnded
+        r.fetchDeferredBlob = fetchDeferredBlob
         r.nodeID = nodeID
         r.readOnly = readOnly
         let trust = self.trust

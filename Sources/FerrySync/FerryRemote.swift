@@ -98,11 +98,9 @@ struct FerryRemote: RemoteDatabase {
     }
 
     func blobChunk(_ digest: BlobDigest, offset: Int64, count: Int) async throws -> BlobChunk {
-        let reply = try await connection.request(
-            SyncProtocol.Profile.getBlob,
-            properties: [
-                (BlobProperty.name, digest.description), (BlobProperty.offset, "\(offset)"), (BlobProperty.length, "\(count)"),
-            ])
+        var properties = [(BlobProperty.name, digest.description), (BlobProperty.offset, "\(offset)"), (BlobProperty.length, "\(count)")]
+        if BlobProperty.fetchingOnBehalf { properties.append((BlobProperty.onBehalf, "1")) }
+        let reply = try await connection.request(SyncProtocol.Profile.getBlob, properties: properties)
         guard let total = try BlobProperty.number(reply, BlobProperty.total) else {
             throw SyncError.protocolViolation("getBlob reply lacks \(BlobProperty.total)")
         }

@@ -54,6 +54,11 @@ public final class ReplicationResponder: Sendable {
         public var blobPolicyLookup: (@Sendable (String) -> BlobFetchPolicy?)?
         /// Told when a session ends, with why (nil: a normal close).
         public var sessionEnded: (@Sendable (SessionStatus, SyncError?) -> Void)?
+        /// Fetches a blob deferred here (left for first read by a lazy policy) from another
+        /// peer, excluding the one named, when a peer asks for it: so an eager peer pulling
+        /// through a lazy node gets the blob. Returns whether it is here now; nil: such a
+        /// request is answered `not_found`.
+        public var fetchDeferredBlob: (@Sendable (BlobReference, _ excluding: String?) async throws -> Bool)?
         public init() {}
 
         func blobPolicy(for peer: String) -> BlobFetchPolicy { blobPolicyLookup?(peer) ?? blobPolicy }
@@ -65,6 +70,8 @@ public final class ReplicationResponder: Sendable {
     let options: Options
     let logger: Logger
     let clock: any Clock<Duration>
+    /// Deferred blobs being fetched for peers that asked for them.
+    let onBehalfFetches = OnBehalfFetches()
 
     public init(
         store: DocumentStore, options: Options = Options(), clock: any Clock<Duration> = ContinuousClock(),
@@ -204,7 +211,7 @@ final class ResponderSession: Sendable {
             case SyncProtocol.Profile.revsDiff: reply = try revsDiff(request)
             case SyncProtocol.Profile.putRevs: reply = try putRevs(request)
             case SyncProtocol.Profile.hasBlobs: reply = try hasBlobs(request)
-            case SyncProtocol.Profile.getBlob: reply = try getBlob(request)
+            case SyncProtocol.Profile.getBlob: reply = try await getBlob(request)
             case SyncProtocol.Profile.putBlob: reply = try await putBlob(request)
             default: throw SyncError(code: "unknown_request", message: "unknown request \"\(profile)\"", isTransient: false)
             }

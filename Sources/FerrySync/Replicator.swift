@@ -291,6 +291,9 @@ public final class Replicator: Sendable {
         }
     }
 
+    /// The node ID of the peer connected now; nil while not connected.
+    public var remotePeerID: String? { state.withLock { $0.liveRemote?.identity.peerID } }
+
     /// Fetches a deferred blob (left for first read by a lazy policy) from this replicator's
     /// peer over its open connection; false when no connection is open, this replicator
     /// does not pull, or the peer does not have the blob (or may not give it).

@@ -60,7 +60,7 @@ extension ResponderSession {
         return reply(request, HasBlobsReply(missing: missing, partial: partial).json)
     }
 
-    func getBlob(_ request: Message) throws -> Message {
+    func getBlob(_ request: Message) async throws -> Message {
         try requirePull()
         guard let digest = request[BlobProperty.name].flatMap({ try? BlobDigest($0) }) else {
             throw SyncError.protocolViolation("getBlob lacks a valid Digest property")
@@ -69,6 +69,13 @@ extension ResponderSession {
         // puller fetches a revision's blobs right after the revision): a digest alone opens nothing.
         let granted = policy.read.admitsEverything || blobGrants.withLock { $0.contains(digest) }
         let notFound = SyncError(code: "not_found", message: "no blob \(digest)", isTransient: false)
+        // A blob a lazy policy left for first read here: a peer's read counts, so it is fetched
+        // from another peer first (one hop: never for a request itself made on behalf of one).
+        if granted, request[BlobProperty.onBehalf] == nil, let length = store.blobs.deferredLength(digest),
+            store.blobs.length(digest) == nil, let fetch = responder.options.fetchDeferredBlob
+        {
+            try await responder.onBehalfFetches.run(BlobReference(digest: digest, length: length), for: peerID, fetch)
+        }
         guard let offset = try BlobProperty.number(request, BlobProperty.offset) else {
             // A whole blob, for a peer that does not speak `blobChunks`.
             guard granted, let content = try store.blobs.get(digest) else { throw notFound }
@@ -173,5 +180,40 @@ extension ResponderSession {
             return Array(a.values)
         }
         for assembly in open { assembly.incoming.suspend() }
+    }
+}
+
+/// The deferred blobs a responder is fetching for peers: one fetch per blob, which every
+/// peer asking for it meanwhile waits on (a puller asks for several chunks at once).
+final class OnBehalfFetches: Sendable {
+    private let running = Locked<[BlobDigest: Task<Bool, any Error>]>([:])
+
+    /// Fetches `ref` through `fetch` (excluding `peer`), or waits on the fetch already
+    /// running; a blob no peer could send is a transient `unavailable` error.
+    func run(
+        _ ref: BlobReference, for peer: String?,
+        _ fetch: @escaping @Sendable (BlobReference, String?) async throws -> Bool
+    ) async throws {
+        let task = running.withLock { r -> Task<Bool, any Error> in
+            if let t = r[ref.digest] { return t }
+            let t = Task { try await BlobProperty.$fetchingOnBehalf.withValue(true) { try await fetch(ref, peer) } }
+            r[ref.digest] = t
+            return t
+        }
+        let fetched: Bool
+        do {
+            fetched = try await task.value
+        } catch {
+            forget(ref.digest, task)
+            throw SyncError(code: "unavailable", message: "blob \(ref.digest) is deferred here and \(SyncError.from(error).message)", isTransient: true)
+        }
+        forget(ref.digest, task)
+        guard fetched else {
+            throw SyncError(code: "unavailable", message: "blob \(ref.digest) is deferred here and no other peer could send it", isTransient: true)
+        }
+    }
+
+    private func forget(_ digest: BlobDigest, _ task: Task<Bool, any Error>) {
+        running.withLock { r in if r[digest] == task { r[digest] = nil } }
     }
 }

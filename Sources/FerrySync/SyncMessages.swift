@@ -566,6 +566,14 @@ enum BlobProperty {
     static let length = "Length"
     /// The blob's whole length: on a getBlob reply, and on every putBlob chunk.
     static let total = "Blob-Length"
+    /// On a getBlob sent while fetching a deferred blob for another peer ("1"): the
+    /// responder answers from its store only, and never fetches a blob deferred there in
+    /// turn, so that on-behalf fetches go one hop and never around a cycle.
+    static let onBehalf = "On-Behalf"
+
+    /// Set while a deferred blob is fetched on behalf of a peer: the getBlob requests of that
+    /// fetch carry `On-Behalf`.
+    @TaskLocal static var fetchingOnBehalf = false
 
     /// A non-negative decimal property, or nil when absent; malformed is a protocol error.
     static func number(_ message: Message, _ name: String) throws(SyncError) -> Int64? {

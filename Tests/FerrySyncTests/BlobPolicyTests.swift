@@ -196,3 +196,61 @@ extension BlobPolicyTests {
         #expect(try b.documentCount == 4)
     }
 }
+
+/// An eager peer pulling through a lazy node: the lazy node fetches the blob it deferred
+/// when the peer asks for it, one hop only.
+extension BlobPolicyTests {
+    @Test func anEagerPeerPullingFromALazyNodeGetsTheBlobTheLazyNodeFetchesForIt() async throws {
+        let (a, _, large) = try Self.source()
+        let b = try DocumentStore.inMemory()
+        var lazy = ReplicatorConfiguration(direction: .pull)
+        lazy.continuous = true
+        lazy.blobPolicy = .lazy
+        let fromA = Replicator(store: b, connector: Link(to: a).connector, configuration: lazy)
+        fromA.start()
+        defer { fromA.stop() }
+        try await waitUntil("B has the documents, the large blob deferred") { (try? b.documentCount) == 2 }
+        #expect(b.blobs.state(large.digest) == .deferred(length: large.length, partial: 0))
+
+        var options = ReplicationResponder.Options()
+        options.fetchDeferredBlob = { ref, _ in try await fromA.fetchDeferredBlob(ref) }
+        let c = try DocumentStore.inMemory()
+        let r = Replicator(
+            store: c, connector: Link(to: b, options: options).connector, configuration: .init(direction: .pull), clock: ImmediateClock())
+        await r.run()
+        #expect(r.status.error == nil, "\(String(describing: r.status.error))")
+        #expect(try c.blobs.get(large.digest) == a.blobs.get(large.digest))
+        #expect(try c.documentCount == 2)
+        // B holds it now too: the peer's read counted as B's first read.
+        #expect(b.blobs.state(large.digest) == .present(length: large.length))
+    }
+
+    @Test func aLazyNodeAskedOnBehalfOfAPeerDoesNotFetchInTurn() async throws {
+        let (a, _, large) = try Self.source()
+        let b = try DocumentStore.inMemory()
+        var lazy = ReplicatorConfiguration(direction: .pull)
+        lazy.blobPolicy = .lazy
+        _ = await Replicator(store: b, connector: Link(to: a).connector, configuration: lazy, clock: ImmediateClock()).run()
+        #expect(b.blobs.state(large.digest) == .deferred(length: large.length, partial: 0))
+        let asked = Counter()
+        var options = ReplicationResponder.Options()
+        options.fetchDeferredBlob = { _, _ in
+            asked.increment()
+            return false
+        }
+        let c = try DocumentStore.inMemory()
+        var eager = ReplicatorConfiguration(direction: .pull)
+        eager.maxAttempts = 1
+        // C's fetch from B is itself on behalf of another peer: B answers from its store only.
+        let r = Replicator(store: c, connector: Link(to: b, options: options, quiet: true).connector, configuration: eager, clock: ImmediateClock())
+        await BlobProperty.$fetchingOnBehalf.withValue(true) { await r.run() }
+        #expect(asked.current == 0)
+        #expect(r.status.error != nil)
+        #expect(try c.document(docID("scan")) == nil)
+        // Asked directly, B tries; with no peer to fetch from, the error is transient.
+        let again = Replicator(store: c, connector: Link(to: b, options: options, quiet: true).connector, configuration: eager, clock: ImmediateClock())
+        await again.run()
+        #expect(asked.current >= 1)
+        #expect(again.status.error?.isTransient == true, "\(String(describing: again.status.error))")
+    }
+}
