@@ -59,6 +59,9 @@ test: deps
 	$(SWIFT) test --skip-build --no-parallel --filter '$(ATTACKS)'
 	# One test at a time: every *LabScenarios suite brings up the same lab network (ferrylab-br).
 	$(SWIFT) test --skip-build --no-parallel --filter LabScenarios
+	# Every decoder of another machine's bytes under libFuzzer and AddressSanitizer, briefly
+	# (5 s each, fixed seed): the sanitizer that fits CI's time (Fuzz/README.md).
+	$(MAKE) fuzz FUZZ_SECONDS=5 FUZZ_SEED=1
 
 integration: deps
 	$(SWIFT) build --build-tests
@@ -100,9 +103,10 @@ sanitize: deps
 # Each libFuzzer target of ferry-fuzz (Fuzz/README.md) for FUZZ_SECONDS seconds, from the
 # committed corpora; `make test` replays those corpora without libFuzzer.
 FUZZ_SECONDS ?= 60
+FUZZ_SEED ?=
 fuzz: deps
 	$(SWIFT) build --scratch-path .build-fuzz --product ferry-fuzz -Xswiftc -sanitize=fuzzer,address -Xswiftc -DFUZZING
-	scripts/fuzz.sh $(FUZZ_SECONDS)
+	FUZZ_SEED=$(FUZZ_SEED) scripts/fuzz.sh $(FUZZ_SECONDS)
 
 # Prints each figure and writes Benchmarks/results/latest.json (git-ignored).
 REPORT ?= Benchmarks/results/latest.json

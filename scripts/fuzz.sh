@@ -4,7 +4,8 @@
 # New inputs go to .build-fuzz/corpus/TARGET (not committed); a crash is written to
 # Fuzz/crashes/TARGET-crash-* and fails the run: commit it to Fuzz/corpus/TARGET once fixed.
 # With FUZZ_RUNS=N, each target stops after N executions instead (SECONDS is then a cap):
-# the soak is FUZZ_RUNS=1000000 scripts/fuzz.sh 3600.
+# the soak is FUZZ_RUNS=1000000 scripts/fuzz.sh 3600. FUZZ_SEED=N fixes libFuzzer's random
+# seed, so that a short run (make test's) tries the same inputs every time.
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]   (after `make fuzz` has built .build-fuzz)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +25,7 @@ for t in "${targets[@]}"; do
     log=.build-fuzz/$t.log
     # -rss_limit_mb and -timeout turn a leak-like growth or a hang into a reported failure.
     FERRY_FUZZ_TARGET=$t ASAN_OPTIONS=detect_leaks=1 "$binary" "$work" "Fuzz/corpus/$t" \
-        -max_total_time="$seconds" ${FUZZ_RUNS:+-runs=$FUZZ_RUNS} -timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
+        -max_total_time="$seconds" ${FUZZ_RUNS:+-runs=$FUZZ_RUNS} ${FUZZ_SEED:+-seed=$FUZZ_SEED} -timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
         -artifact_prefix="Fuzz/crashes/$t-" > "$log" 2>&1
     status=$?
     runs=$(grep -E '^stat::number_of_executed_units' "$log" | awk '{print $2}')
