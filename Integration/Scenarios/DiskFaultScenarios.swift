@@ -110,7 +110,7 @@ struct DiskFaultScenarios {
             var bytes = [UInt8](repeating: 0, count: 12 << 20)
             for i in stride(from: 0, to: bytes.count, by: 4096) { bytes[i] = UInt8(truncatingIfNeeded: i >> 12) }
             #expect(FileManager.default.createFile(atPath: blobFile, contents: Data(bytes)))
-            let put = try await Ferry.run(["--data", source, "blob", "put", blobFile])
+            let put = try await Ferry.run(["--data", source, "--create", "blob", "put", blobFile])
             #expect(put.status == 0, "\(put.stderr)")
             let blob = try JSON.parse(put.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
             let digest = try #require(blob["digest"]?.stringValue)

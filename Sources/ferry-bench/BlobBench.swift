@@ -290,7 +290,7 @@ struct BlobBench: AsyncParsableCommand {
             data = "\(root)/source"
             self.file = file
             self.length = length
-            let ref = try NetBench.capture(ferry, ["--data", data, "blob", "put", file]).trimmingCharacters(in: .whitespacesAndNewlines)
+            let ref = try NetBench.capture(ferry, ["--data", data, "blob", "put", file, "--create"]).trimmingCharacters(in: .whitespacesAndNewlines)
             guard let digest = (try? JSON.parse(Array(ref.utf8)))?["digest"]?.stringValue, digest.hasPrefix("sha256-") else {
                 throw BenchError("ferry blob put printed \(ref)")
             }

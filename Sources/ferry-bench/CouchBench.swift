@@ -67,7 +67,7 @@ struct CouchAPIBench: AsyncParsableCommand {
             let nativeNode = try await Self.startNode(ferry, data: nativeData, trust: clientID)
             defer { kill(nativeNode.pid, SIGKILL); _ = NetBench.reap(nativeNode.pid) }
             let pusher = try NetBench.makeReceiver("\(root)/pusher-\(run)", identityFrom: clientTemplate)
-            _ = try NetBench.spawn(ferry, ["--data", pusher, "import", "\(root)/docs.ndjson", "--batch-size", "10000"])
+            _ = try NetBench.spawn(ferry, ["--data", pusher, "import", "\(root)/docs.ndjson", "--batch-size", "10000", "--create"])
             t0 = ContinuousClock.now
             let pushed = try NetBench.spawn(ferry, ["--data", pusher, "sync", nativeNode.url, "--pin", nativeNode.id, "--push", "--json"])
             guard pushed.status == 0 else { throw BenchError("ferry sync --push failed with status \(pushed.status)") }

@@ -113,7 +113,7 @@ struct CouchReplicationBench: AsyncParsableCommand {
         let ndjson = "\(root)/docs-\(count).ndjson"
         let hasAttachment: (Int) -> Bool = { attachmentEvery > 0 && $0 % attachmentEvery == 0 }
         try generator.writeNDJSON(count, skipping: hasAttachment, to: ndjson)
-        let imported = try NetBench.spawn(ferry, ["--data", directory, "import", ndjson, "--batch-size", "10000"])
+        let imported = try NetBench.spawn(ferry, ["--data", directory, "import", ndjson, "--batch-size", "10000", "--create"])
         guard imported.status == 0 else { throw BenchError("ferry import failed with status \(imported.status)") }
         try? FileManager.default.removeItem(atPath: ndjson)
 

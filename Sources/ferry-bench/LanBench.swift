@@ -70,7 +70,7 @@ struct LanBench: AsyncParsableCommand {
         let dump = "\(root)/docs.ndjson"
         let dataBytes = try DocumentFixtures.writeKiBDocuments(docs, to: dump)
         for dir in dirs.dropLast() {
-            guard NetBench.reap(try NetBench.launch(ferry, ["--data", dir, "import", dump], quiet: true)).status == 0 else {
+            guard NetBench.reap(try NetBench.launch(ferry, ["--data", dir, "import", dump, "--create"], quiet: true)).status == 0 else {
                 throw BenchError("import into \(dir) failed")
             }
         }

@@ -28,7 +28,7 @@ struct NetBench: AsyncParsableCommand {
         // The source node, filled once (not timed).
         let source = "\(root)/source"
         try DocumentGenerator(size: workload.size).writeNDJSON(workload.count, to: "\(root)/docs.ndjson")
-        _ = try Self.spawn(ferry, ["--data", source, "import", "\(root)/docs.ndjson", "--batch-size", "10000"])
+        _ = try Self.spawn(ferry, ["--data", source, "import", "\(root)/docs.ndjson", "--batch-size", "10000", "--create"])
         let clientTemplate = "\(root)/client-id"
         let clientID = try Self.capture(ferry, ["--data", clientTemplate, "id"]).trimmingCharacters(in: .whitespacesAndNewlines)
         let sourceID = try Self.capture(ferry, ["--data", source, "id"]).trimmingCharacters(in: .whitespacesAndNewlines)

@@ -88,7 +88,7 @@ struct ScaleBench: AsyncParsableCommand {
         let source = "\(root)/source-\(count)"
         let ndjson = "\(root)/docs-\(count).ndjson"
         try generator.writeNDJSON(count, to: ndjson)
-        let imported = try NetBench.spawn(ferry, ["--data", source, "import", ndjson, "--batch-size", "10000"])
+        let imported = try NetBench.spawn(ferry, ["--data", source, "import", ndjson, "--batch-size", "10000", "--create"])
         guard imported.status == 0 else { throw BenchError("ferry import failed with status \(imported.status)") }
         try? FileManager.default.removeItem(atPath: ndjson)
         let sourceID = try NetBench.capture(ferry, ["--data", source, "id"]).trimmingCharacters(in: .whitespacesAndNewlines)

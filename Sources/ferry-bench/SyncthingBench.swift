@@ -165,7 +165,7 @@ struct SyncthingBench: AsyncParsableCommand {
         let source = "\(root)/source", receiver = "\(root)/receiver"
         try generator.writeNDJSON(count, to: "\(root).ndjson")
         defer { try? FileManager.default.removeItem(atPath: "\(root).ndjson") }
-        guard try NetBench.spawn(ferry, ["--data", source, "import", "\(root).ndjson"]).status == 0 else { throw BenchError("ferry import failed") }
+        guard try NetBench.spawn(ferry, ["--data", source, "import", "\(root).ndjson", "--create"]).status == 0 else { throw BenchError("ferry import failed") }
         let receiverID = try NetBench.capture(ferry, ["--data", receiver, "id"]).trimmingCharacters(in: .whitespacesAndNewlines)
         let sourceID = try NetBench.capture(ferry, ["--data", source, "id"]).trimmingCharacters(in: .whitespacesAndNewlines)
         let server = try NetBench.startServe(ferry, data: source, trust: receiverID)
@@ -186,7 +186,7 @@ struct SyncthingBench: AsyncParsableCommand {
         try generator.writeNDJSON(preload, to: "\(root).ndjson")
         defer { try? FileManager.default.removeItem(atPath: "\(root).ndjson") }
         for dir in [dirA, dirB] {
-            guard try NetBench.spawn(ferry, ["--data", dir, "import", "\(root).ndjson"]).status == 0 else { throw BenchError("ferry import failed") }
+            guard try NetBench.spawn(ferry, ["--data", dir, "import", "\(root).ndjson", "--create"]).status == 0 else { throw BenchError("ferry import failed") }
         }
         let idA = try NetBench.capture(ferry, ["--data", dirA, "id"]).trimmingCharacters(in: .whitespacesAndNewlines)
         let idB = try NetBench.capture(ferry, ["--data", dirB, "id"]).trimmingCharacters(in: .whitespacesAndNewlines)

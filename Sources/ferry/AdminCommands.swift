@@ -151,6 +151,7 @@ struct TrustAdd: AsyncParsableCommand {
         if let node = NodeClient.running(on: global.dataDirectory) {
             result = try await node.call("POST", "/trust", body: .object(entry))
         } else {
+            if !global.create { try global.requireDirectory() }
             let store = try TrustStore(dataDirectory: global.dataDirectory, configuration: NodeConfiguration())
             let t = try NodeConfiguration.TrustEntry(parsing: .object(entry), source: "ferry trust add")
             let e = TrustStore.Entry(nodeID: t.nodeID, name: t.name, policy: t.policy, source: .api)

@@ -109,7 +109,7 @@ struct Ferry: AsyncParsableCommand {
             if a == "--data", i + 1 < args.count {
                 leading += [a, args[i + 1]]
                 i += 2
-            } else if a.hasPrefix("--data=") || a == "--json" {
+            } else if a.hasPrefix("--data=") || a == "--json" || a == "--create" {
                 leading.append(a)
                 i += 1
             } else {
@@ -136,15 +136,65 @@ struct GlobalOptions: ParsableArguments {
     @Flag(name: .long, help: "Print exactly one JSON value on stdout.")
     var json = false
 
+    @Flag(
+        name: .long,
+        help: "Let a writing command create the data directory when it does not exist (without it, a missing directory is refused, so a mistyped --data writes nothing).")
+    var create = false
+
     var dataDirectory: String {
         if let data { return data }
         if let env = ProcessInfo.processInfo.environment["FERRY_DATA"], !env.isEmpty { return env }
         return "ferry-data"
     }
 
-    /// Opens (creating if needed) the store, for commands that write.
-    func openStore() throws -> DocumentStore {
-        try DocumentStore.open(directory: dataDirectory)
+    /// Opens the store for a command that writes, creating its database in an existing
+    /// directory; a directory that does not exist is refused unless `--create` (or
+    /// `creating`) says to make it: a mistyped `--data` must not write into the void.
+    func openStore(creating: Bool = false) throws -> DocumentStore {
+        if !creating && !create { try requireDirectory() }
+        return try DocumentStore.open(directory: dataDirectory)
+    }
+
+    /// Fails, naming a sibling data directory the name may have meant, when the data
+    /// directory does not exist.
+    func requireDirectory() throws {
+        var isDirectory: ObjCBool = false
+        guard !FileManager.default.fileExists(atPath: dataDirectory, isDirectory: &isDirectory) else { return }
+        var message = "no data directory \(dataDirectory)"
+        if let near = Self.nearestDataDirectory(to: dataDirectory) { message += "; did you mean \(near)?" }
+        message += " (to start a new one there, pass --create, or run `ferry --data \(dataDirectory) serve`)"
+        throw CLIError(message: message)
+    }
+
+    /// A directory beside `path` whose name is at most two edits from its name and that
+    /// holds Ferry data; nil when there is none.
+    static func nearestDataDirectory(to path: String) -> String? {
+        let url = URL(fileURLWithPath: path)
+        let name = url.lastPathComponent
+        let parent = url.deletingLastPathComponent().path
+        guard let siblings = try? FileManager.default.contentsOfDirectory(atPath: parent) else { return nil }
+        let candidates = siblings.filter { sibling in
+            FileManager.default.fileExists(atPath: "\(parent)/\(sibling)/\(DocumentStore.databaseFileName)")
+        }
+        let scored = candidates.map { ($0, editDistance(name, $0)) }.filter { $0.1 <= 2 }.sorted { $0.1 < $1.1 }
+        guard let best = scored.first?.0 else { return nil }
+        return path.contains("/") ? "\(URL(fileURLWithPath: path).deletingLastPathComponent().relativePath)/\(best)" : best
+    }
+
+    /// Levenshtein distance between two short names.
+    static func editDistance(_ a: String, _ b: String) -> Int {
+        let a = Array(a), b = Array(b)
+        var row = Array(0...b.count)
+        for i in 1...max(a.count, 1) where !a.isEmpty {
+            var previous = row[0]
+            row[0] = i
+            for j in stride(from: 1, through: b.count, by: 1) {
+                let current = row[j]
+                row[j] = min(row[j] + 1, row[j - 1] + 1, previous + (a[i - 1] == b[j - 1] ? 0 : 1))
+                previous = current
+            }
+        }
+        return a.isEmpty ? b.count : row[b.count]
     }
 
     /// Opens the store for a command that only reads: creates nothing, and a read-only

@@ -140,7 +140,8 @@ struct Sync: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let local = try global.openStore()
+        // A sync copies a whole database: it may start a new data directory.
+        let local = try global.openStore(creating: true)
         if isCouch { return try await runCouch(local) }
         let connector: Replicator.Connector
         var nodeID = local.uuid

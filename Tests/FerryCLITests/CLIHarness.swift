@@ -6,8 +6,11 @@ import IntegrationHarness
 struct FerryCLI {
     let dataDirectory: String
 
+    /// A fresh, empty data directory (writing commands refuse one that does not exist).
     init() {
         dataDirectory = NSTemporaryDirectory() + "ferry-cli-" + UUID().uuidString
+        try? FileManager.default.createDirectory(
+            atPath: dataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
     }
 
     func cleanUp() { try? FileManager.default.removeItem(atPath: dataDirectory) }

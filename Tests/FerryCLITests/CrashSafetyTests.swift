@@ -19,7 +19,7 @@ import Testing
 
         let errPath = dir + "/stderr"
         let process = try ChildProcess.spawn(
-            FerryCLI.binary, ["import", input, "--batch-size", "100", "--data", dir + "/db"], stderrPath: errPath)
+            FerryCLI.binary, ["import", input, "--batch-size", "100", "--data", dir + "/db", "--create"], stderrPath: errPath)
 
         // Read "committed N" acknowledgements until we have enough, then kill at once.
         var acknowledged = 0
