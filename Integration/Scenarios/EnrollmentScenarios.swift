@@ -57,6 +57,44 @@ import Testing
         await finish(cluster, allowing: expectedRefusals)
     }
 
+    /// A member restarted on another port, with no DNS-SD to say so, tells the group where
+    /// it listens now (a record it signs itself, pushed to the members that dial it), and
+    /// they dial it there.
+    @Test func aMemberRestartedOnAnotherPortIsDialledThereWithoutAvahi() async throws {
+        let cluster = Cluster("enroll-moved")
+        defer { cluster.cleanUp() }
+        let (a, b, c) = (cluster.add("a"), cluster.add("b"), cluster.add("c"))
+        let noAvahi = ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=/nonexistent/ferry-no-dbus"]
+        for n in [a, b, c] { try await n.start(["--discovery"], environment: noAvahi) }
+        for n in [b, c] {
+            let joined = try await join(n, try await invite(a).code)
+            #expect(joined.status == 0, "\(joined.stderr)")
+        }
+        // The member with the highest ID dials nobody: every other member dials it.
+        let nodes = [a, b, c]
+        let ids = try await cluster.ids(nodes)
+        let top = ids.indices.max { ids[$0] < ids[$1] }!
+        let moved = nodes[top]
+        let others = nodes.indices.filter { $0 != top }
+        try await waitUntil("every member is connected to the top one", timeout: 30) {
+            for i in others where !(try await connected(nodes[i], to: ids[top])) { return false }
+            return true
+        }
+        let oldURL = moved.url
+        _ = await moved.stop()
+        try await moved.restart(["--discovery"])
+        #expect(moved.url != oldURL, "the restarted node took its old port again")
+        try await waitUntil("the others dial the moved member at its new port", timeout: 60) {
+            for i in others where !(try await connected(nodes[i], to: ids[top])) { return false }
+            return true
+        }
+        try await nodes[others[0]].admin.put("after-move", #"{"n":1}"#)
+        try await waitUntil("a write reaches the moved member", timeout: 30) {
+            try await moved.admin.call("GET", "/docs/after-move").status == 200
+        }
+        await finish(cluster, allowing: expectedRefusals + ["connect_failed", "replication offline"])
+    }
+
     /// K nodes (8, or FERRY_ENROLL_K) enrolled with 2(K−1) commands form a full mesh of
     /// trust and links, converge, and keep their group across a restart.
     @Test func aGroupOfKNodesEnrollsWithTwoCommandsPerNewNode() async throws {

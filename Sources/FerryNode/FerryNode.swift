@@ -196,6 +196,7 @@ public final class FerryNode: Sendable {
             manager.memberAddressesChanged(urls)
             manager.trustChanged()
         }
+        membership.setOnAddressAnnounced { manager.deliverAddressRecord($0.0, to: $0.1) }
         endings.deliver(to: manager)
         liveReplicators.attach { manager.activeReplicators }
         return Parts(listener: listener, manager: manager, admin: AdminAPI(node: self, manager: manager, listener: listener, readiness: readiness))
@@ -387,6 +388,10 @@ struct ReadinessService: Service {
             return
         }
         try node.writeNodeFile(ready)
+        // A member that listens somewhere new tells the group (its peers dial it there).
+        do { try node.membership.announceOwnAddresses() } catch {
+            node.logger.warning("cannot record where this node listens", metadata: ["error": "\(error)"])
+        }
         onReady(ready)
         try? await gracefulShutdown()
         node.removeNodeFile()

@@ -47,6 +47,8 @@ public final class GroupMembership: Sendable {
         var view: MembershipView?
         /// Dial URLs learned from a code (the inviter's reachable address), preferred over entries'.
         var urlOverrides: [String: String] = [:]
+        /// Each node's newest signature-checked record of where it listens now.
+        var addressRecords: [String: MemberAddresses] = [:]
     }
 
     let file: String
@@ -58,6 +60,10 @@ public final class GroupMembership: Sendable {
     let state: Locked<State>
     let context = Locked<Context?>(nil)
     let onChange = CallbackSlot<[String: String], Void>()
+    /// Told when this node wrote a new address record (its document, every member's dial URL).
+    let onAddressAnnounced = CallbackSlot<(DocumentID, [String: String]), Void>()
+    func addressAnnounced(_ id: DocumentID, _ urls: [String: String]) { onAddressAnnounced((id, urls)) }
+    func setOnAddressAnnounced(_ handler: @escaping @Sendable ((DocumentID, [String: String])) -> Void) { onAddressAnnounced.set(handler) }
     private let applying = Locked(())
 
     /// Reads DATA/group.json (absent: no group yet).
@@ -101,6 +107,7 @@ public final class GroupMembership: Sendable {
     /// node's group, signed by the founder or an active admin; deletions are refused. Other
     /// documents pass (nil).
     public func validate(_ proposed: ProposedRevision) -> String? {
+        if let node = MemberAddresses.node(inDocument: proposed.id) { return validateAddresses(proposed, node: node) }
         guard let node = MemberEntry.node(inDocument: proposed.id) else { return nil }
         if proposed.deleted { return "membership entries are never deleted (an admin writes a removed entry instead)" }
         let entry: MemberEntry
@@ -124,6 +131,59 @@ public final class GroupMembership: Sendable {
         }
     }
 
+    /// The validator's part for `_ferry/addresses/`: a record signed by the member it names,
+    /// for this node's group, of an active member; deletions are refused.
+    func validateAddresses(_ proposed: ProposedRevision, node: String) -> String? {
+        if proposed.deleted { return "address records are never deleted" }
+        let record: MemberAddresses
+        do { record = try MemberAddresses(parsing: proposed.body) } catch { return error.description }
+        guard record.node == node else { return "the record names node \(record.node.prefix(12)), not its document's \(node.prefix(12))" }
+        do { try record.verifySignature() } catch { return error.description }
+        return state.withLock { s -> String? in
+            guard let group = s.group else { return "this node belongs to no group, so it takes no address records" }
+            guard record.group == group else { return "the record is for group \(record.group.prefix(12)), not this node's \(group.prefix(12))" }
+            let view = s.view ?? MembershipView(group: group, entries: s.ledger.values.joined(), signaturesChecked: true)
+            guard view.isActiveMember(node) || node == group else { return "node \(node.prefix(12)) is not a member of the group" }
+            return nil
+        }
+    }
+
+    /// Reads the winning revision of address record documents and keeps each node's newest.
+    func rereadAddresses(_ ids: [DocumentID]) throws {
+        let c = try requireContext()
+        var found: [MemberAddresses] = []
+        for id in ids {
+            guard let node = MemberAddresses.node(inDocument: id), let doc = try c.store.document(id), !doc.deleted,
+                let record = try? MemberAddresses(parsing: doc.body), record.node == node, (try? record.verifySignature()) != nil
+            else { continue }
+            found.append(record)
+        }
+        state.withLock { s in
+            for r in found where (s.addressRecords[r.node]?.version ?? 0) < r.version { s.addressRecords[r.node] = r }
+        }
+    }
+
+    /// Writes a record of where this node listens now when that differs from what its peers
+    /// know (its newest record, else its entry): so a member restarted on another port is
+    /// dialled there. Nothing for a node outside a group or not yet bound.
+    func announceOwnAddresses() throws {
+        let c = try requireContext()
+        let me = c.identity.nodeID
+        let current = c.listenAddresses()
+        guard !current.isEmpty, let group = self.group, let view = self.view, view.isActiveMember(me) else { return }
+        let (known, previous) = state.withLock { s in (s.addressRecords[me]?.addresses ?? view.selected[me]?.addresses, s.addressRecords[me]?.version ?? 0) }
+        guard known != current else { return }
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let record = try MemberAddresses.signed(group: group, addresses: current, version: max(now, previous + 1), by: c.identity)
+        let id = MemberAddresses.documentID(me)
+        try c.store.put(id, body: record.body, parent: try c.store.document(id)?.revision)
+        try rereadAddresses([id])
+        apply()
+        logger.notice("this node listens somewhere new; telling the group", metadata: ["addresses": "\(current)"])
+        let (overrides, records) = state.withLock { ($0.urlOverrides, $0.addressRecords) }
+        addressAnnounced(id, Self.memberURLs(view, context: c, overrides: overrides, records: records))
+    }
+
     // MARK: reading the store
 
     /// Re-reads every member document (all leaves) and applies the result.
@@ -139,6 +199,16 @@ public final class GroupMembership: Sendable {
             after = last.id
         }
         try reread(ids)
+        var records: [DocumentID] = []
+        var afterRecord: DocumentID? = try DocumentID("_ferry/addresses", allowReserved: true)
+        while true {
+            let page = try c.store.allDocuments(after: afterRecord, limit: 500)
+            let mine = page.prefix { $0.id.rawValue.hasPrefix(MemberAddresses.documentPrefix) }
+            records += mine.map(\.id)
+            guard mine.count == page.count, let last = page.last else { break }
+            afterRecord = last.id
+        }
+        try rereadAddresses(records)
         apply()
     }
 
@@ -170,24 +240,16 @@ public final class GroupMembership: Sendable {
 
     private func applyNow() {
         guard let c = context.withLock({ $0 }) else { return }
-        let (view, overrides) = state.withLock { s -> (MembershipView?, [String: String]) in
-            guard let group = s.group else { return (nil, [:]) }
+        let (view, overrides, records) = state.withLock { s -> (MembershipView?, [String: String], [String: MemberAddresses]) in
+            guard let group = s.group else { return (nil, [:], [:]) }
             s.view = MembershipView(group: group, entries: s.ledger.values.joined(), signaturesChecked: true)
-            return (s.view, s.urlOverrides)
+            return (s.view, s.urlOverrides, s.addressRecords)
         }
         guard let view else { return }
         let me = c.identity.nodeID
         var members: [String: String?] = [:]
-        var urls: [String: String] = [:]
-        let scheme = c.insecure ? "ws" : "wss"
-        for e in view.activeMembers where e.node != me {
-            members[e.node] = e.name
-            if let url = overrides[e.node] {
-                urls[e.node] = url
-            } else if let address = e.addresses.first {
-                urls[e.node] = "\(scheme)://\(address)/\(c.databaseName)/sync"
-            }
-        }
+        for e in view.activeMembers where e.node != me { members[e.node] = e.name }
+        let urls = Self.memberURLs(view, context: c, overrides: overrides, records: records)
         let before = Set(c.trust.groupMembers.withLock { $0.keys })
         c.trust.setGroupMembers(members)
         let after = Set(members.keys)
@@ -201,6 +263,26 @@ public final class GroupMembership: Sendable {
                 ])
         }
         onChange(urls)
+    }
+
+    /// The dial URL of each active member but this node. A member that moved since its
+    /// entry was signed says where it is now (its address record); else a code's address
+    /// (known to have worked) beats the entry's.
+    static func memberURLs(
+        _ view: MembershipView, context c: Context, overrides: [String: String], records: [String: MemberAddresses]
+    ) -> [String: String] {
+        var urls: [String: String] = [:]
+        let scheme = c.insecure ? "ws" : "wss"
+        for e in view.activeMembers where e.node != c.identity.nodeID {
+            if let record = records[e.node], record.addresses != e.addresses, let address = record.addresses.first {
+                urls[e.node] = "\(scheme)://\(address)/\(c.databaseName)/sync"
+            } else if let url = overrides[e.node] {
+                urls[e.node] = url
+            } else if let address = e.addresses.first {
+                urls[e.node] = "\(scheme)://\(address)/\(c.databaseName)/sync"
+            }
+        }
+        return urls
     }
 
     // MARK: writing entries
@@ -567,9 +649,13 @@ struct MembershipFollower: Service {
         try? membership.loadFromStore()
         do {
             for try await change in store.liveChanges(since: since).cancelOnGracefulShutdown()
-            where change.id.rawValue.hasPrefix(MemberEntry.documentPrefix) {
+            where change.id.rawValue.hasPrefix(MemberEntry.documentPrefix) || change.id.rawValue.hasPrefix(MemberAddresses.documentPrefix) {
                 do {
-                    try membership.reread([change.id])
+                    if MemberAddresses.node(inDocument: change.id) != nil {
+                        try membership.rereadAddresses([change.id])
+                    } else {
+                        try membership.reread([change.id])
+                    }
                     membership.apply()
                 } catch {
                     membership.logger.error("cannot read a member entry", metadata: ["id": "\(change.id)", "error": "\(error)"])

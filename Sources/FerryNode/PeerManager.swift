@@ -105,6 +105,8 @@ public final class PeerManager: Service, Sendable {
     let discovery: (any PeerDiscovery)?
     let clock: any Clock<Duration>
     let state = Locked(State())
+    /// One-shot pushes of this node's address record to members that do not dial it.
+    let recordDeliveries = Locked<[Replicator]>([])
     let logger: Logger
 
     init(
@@ -437,7 +439,10 @@ public final class PeerManager: Service, Sendable {
             return s.peers.values.compactMap(\.link) + s.replications.values.map(\.link)
         }
         for link in links { link.stop() }
+        let deliveries = recordDeliveries.withLock { d in defer { d = [] }; return d }
+        for replicator in deliveries { replicator.stop() }
         for link in links { await link.wait() }
+        for replicator in deliveries { await replicator.waitUntilStopped() }
     }
 }
 
@@ -475,5 +480,36 @@ final class InboundEndings: Sendable {
 
     func ended(_ session: ReplicationResponder.SessionStatus, _ error: SyncError?) {
         manager.withLock { $0 }?.inboundEnded(session, error: error)
+    }
+}
+
+extension PeerManager {
+    /// Pushes this node's new address record (`document`) to each member that would not
+    /// learn it otherwise: those with a lower node ID, which dial this node (at the address
+    /// they knew, now stale) rather than being dialled. Each push is one-shot, retried with
+    /// backoff for a few minutes; a member offline all that time gets the record from any
+    /// other member later, as it gets every document.
+    public func deliverAddressRecord(_ document: DocumentID, to urls: [String: String]) {
+        let identity = self.identity, logger = self.logger
+        for (peerID, url) in urls where peerID < nodeID {
+            let connector: Replicator.Connector = {
+                var c = try WebSocketConnector(url: url, serverTrust: .pinned([peerID]), identity: identity)
+                c.logger = logger
+                c.connectTimeout = Self.dialTimeout
+                return try await c.connector()
+            }
+            let replicator = replicators.replicator(peerID: peerID, connector: connector, logger: logger.with("peer", peerID)) { rc in
+                rc.continuous = false
+                rc.direction = .push
+                rc.documentIDs = [document]
+                rc.maxAttempts = 20
+                rc.maxAttemptWait = .seconds(15)
+            }
+            let started = state.withLock { !$0.stopping }
+            guard started else { return }
+            recordDeliveries.withLock { $0.append(replicator) }
+            replicator.start()
+            logger.info("telling a member where this node listens now", metadata: ["peer": "\(peerID)", "url": "\(url)"])
+        }
     }
 }

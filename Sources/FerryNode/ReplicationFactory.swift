@@ -61,15 +61,15 @@ public struct ReplicationFactory: Sendable {
     /// relays them. Deletions of them are refused by that validation.
     static func carryingMembership(_ policy: PeerPolicy) -> PeerPolicy {
         var p = policy
-        if !p.read.admitsEverything { p.read.idPrefixes.append(MemberEntry.documentPrefix) }
-        if !p.write.admitsEverything { p.write.idPrefixes.append(MemberEntry.documentPrefix) }
+        if !p.read.admitsEverything { p.read.idPrefixes += ReservedNamespace.replicatedPrefixes }
+        if !p.write.admitsEverything { p.write.idPrefixes += ReservedNamespace.replicatedPrefixes }
         return p
     }
 
     /// The pull filter, letting membership entries through (they are validated instead).
     static func carryingMembership(_ filter: RevisionFilter) -> RevisionFilter {
         RevisionFilter(name: filter.name) { input in
-            input.id.rawValue.hasPrefix(MemberEntry.documentPrefix) || filter.admits(input)
+            ReservedNamespace.replicatedPrefixes.contains(where: { input.id.rawValue.hasPrefix($0) }) || filter.admits(input)
         }
     }
 

@@ -112,10 +112,12 @@ public struct DocumentAccess: Sendable {
 /// validator checks on every node.
 public enum ReservedNamespace {
     public static let prefix = "_ferry/"
-    public static let replicatedPrefix = "_ferry/members/"
+    /// The group's signed documents: member entries and members' address records (each
+    /// checked by the node's validator).
+    public static let replicatedPrefixes = ["_ferry/members/", "_ferry/addresses/"]
 
     /// True when `id` is in the reserved namespace and replication may not carry it.
     public static func refusesReplicated(_ id: DocumentID) -> Bool {
-        id.rawValue.hasPrefix(prefix) && !id.rawValue.hasPrefix(replicatedPrefix)
+        id.rawValue.hasPrefix(prefix) && !replicatedPrefixes.contains(where: { id.rawValue.hasPrefix($0) })
     }
 }
