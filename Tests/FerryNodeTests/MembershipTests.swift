@@ -333,6 +333,47 @@ enum MembershipFixture {
         #expect(try a.store.document(MemberEntry.documentID(stranger.nodeID)) == nil)
     }
 
+    @Test func addressRecordsAreTakenOnlyFromTheMemberThemselvesAndMoveItsDialURL() throws {
+        let a = try MembershipFixture.node("a")
+        _ = try a.membership.invite(admin: false, lifetime: 60, addresses: nil)
+        let group = a.identity.nodeID
+        let member = try MembershipFixture.identity()
+        let stranger = try MembershipFixture.identity()
+        func insert(_ body: JSON, node: String, deleted: Bool = false) throws -> InsertOutcome {
+            let id = MemberAddresses.documentID(node)
+            let rev = RevisionID.compute(parent: nil, deleted: deleted, canonicalBody: body.canonicalBytes)
+            return try a.store.insertRevisions([IncomingRevision(id: id, revision: rev, history: [], deleted: deleted, body: body)])[0]
+        }
+        let record = try MemberAddresses.signed(group: group, addresses: ["127.0.0.1:6001"], version: 5, by: member)
+        // Not a member yet: refused.
+        guard case .rejected(let notMember) = try insert(record.body, node: member.nodeID) else { Issue.record("a non-member's record was stored"); return }
+        #expect(notMember.description.contains("not a member"))
+        // A member now, with an entry saying it listens at 127.0.0.1:5000.
+        let entry = try MemberEntry.signed(
+            group: group, node: member.nodeID, name: nil, state: .member, admin: false, version: 1, addresses: ["127.0.0.1:5000"],
+            by: a.identity)
+        try a.membership.write(entry)
+        #expect(a.trust.isTrusted(member.nodeID))
+        // Someone else signing for it: refused, however valid the rest.
+        var forged = try MemberAddresses.signed(group: group, addresses: ["10.9.9.9:1"], version: 9, by: stranger)
+        forged.node = member.nodeID
+        guard case .rejected(let why) = try insert(forged.body, node: member.nodeID) else { Issue.record("a forged record was stored"); return }
+        #expect(why.description.contains("only a node may say where it listens") || why.description.contains("signature"))
+        // Another group's record, and a tombstone: refused.
+        let foreign = try MemberAddresses.signed(group: stranger.nodeID, addresses: ["127.0.0.1:6001"], version: 5, by: member)
+        guard case .rejected = try insert(foreign.body, node: member.nodeID) else { Issue.record("a foreign record was stored"); return }
+        guard case .rejected = try insert(.object([:]), node: member.nodeID, deleted: true) else { Issue.record("a deletion was stored"); return }
+        // Its own record goes in and moves where the group dials it.
+        guard case .inserted = try insert(record.body, node: member.nodeID) else { Issue.record("a member's own record was refused"); return }
+        try a.membership.loadFromStore()
+        let urls = GroupMembership.memberURLs(
+            try #require(a.membership.view), context: try a.membership.requireContext(), overrides: [:],
+            records: a.membership.state.withLock { $0.addressRecords })
+        #expect(urls[member.nodeID] == "wss://127.0.0.1:6001/ferry/sync")
+        // It grants nothing: the member is no admin for having a record.
+        #expect(a.membership.view?.isAdmin(member.nodeID) == false)
+    }
+
     @Test func removalDropsTheMemberFromTrustButKeepsManualTrust() throws {
         let a = try MembershipFixture.node("a")
         _ = try a.membership.invite(admin: false, lifetime: 60, addresses: nil)
