@@ -2,7 +2,7 @@
 SWIFT ?= swift
 DATA ?= ferry-data
 
-.PHONY: all deps build run test integration soak sanitize fuzz bench clean help
+.PHONY: all deps build run test integration soak sanitize fuzz bench release install deb clean help
 
 all: build
 
@@ -14,6 +14,9 @@ help:
 	@echo "make sanitize   the unit, in-process and simulation suites under ThreadSanitizer and AddressSanitizer"
 	@echo "make fuzz   each decoder under libFuzzer for FUZZ_SECONDS (default 60) seconds"
 	@echo "make bench  release-build and run the benchmarks"
+	@echo "make release   an optimized ferry with the Swift runtime inside it (.build-release/release/ferry)"
+	@echo "make install   install that binary in PREFIX/bin (default /usr/local) and its systemd unit"
+	@echo "make deb    a Debian package of it in dist/ (dpkg -i installs, creates the ferry user)"
 
 deps:
 	@scripts/install-deps.sh
@@ -128,6 +131,25 @@ bench:
 	@if [ "$$(id -u)" = 0 ]; then .build/release/ferry-bench lan --report $(REPORT); \
 	else echo "lan: skipped (the LAN lab needs root)"; fi
 	@echo "report: $(REPORT)"
+
+# An optimized ferry that runs on any machine of the same OS and architecture: the Swift
+# runtime and Foundation are linked in (--static-swift-stdlib), so no toolchain is needed
+# where it runs; only system libraries (glibc, SQLite is built in, libavahi-compat-libdnssd1).
+RELEASE_BINARY = .build-release/release/ferry
+release: deps
+	$(SWIFT) build -c release --static-swift-stdlib --product ferry --scratch-path .build-release
+
+# `make install` as root: PREFIX/bin/ferry and /etc/systemd/system/ferry.service (its
+# ExecStart points at that binary). DESTDIR stages it elsewhere. See docs/operations.md.
+PREFIX ?= /usr/local
+DESTDIR ?=
+install: release
+	scripts/install.sh $(RELEASE_BINARY) "$(DESTDIR)" $(PREFIX)
+
+# dist/ferry_VERSION_ARCH.deb: /usr/bin/ferry, the unit, /etc/ferry/ferry.json; its
+# postinst creates the ferry system user.
+deb: release
+	scripts/make-deb.sh $(RELEASE_BINARY) dist
 
 clean:
 	$(SWIFT) package clean
