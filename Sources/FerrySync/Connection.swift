@@ -18,6 +18,7 @@ public final class Connection: Sendable {
         public var bytesReceived = 0
         public var messagesSent = 0
         public var messagesReceived = 0
+        public init() {}
     }
 
     /// Outstanding requests and lifecycle, behind the mutex.

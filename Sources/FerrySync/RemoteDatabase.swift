@@ -70,9 +70,15 @@ package protocol RemoteDatabase: Sendable {
     /// Ends the remote's use of its connections once the workers are done; `error` says why
     /// when they failed. (Default: nothing to close.)
     func close(error: SyncError?) async
+
+    /// The bytes this remote's own transport moved, for a remote that is not reached through
+    /// a `Connection` (whose traffic is counted there). (Default: nil.)
+    var traffic: Locked<Connection.Counters>? { get }
 }
 
 extension RemoteDatabase {
+    public var traffic: Locked<Connection.Counters>? { nil }
+
     package func close(error: SyncError?) async {}
 
     package func putCheckpoint(

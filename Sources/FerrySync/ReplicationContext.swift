@@ -126,14 +126,29 @@ final class ReplicationProgress: Sendable {
     }
 
     /// Makes `connection`'s traffic count live in the summary.
-    func connected(_ connection: Connection) { summaryState.withLock { $0.live = connection } }
+    func connected(_ connection: Connection) {
+        summaryState.withLock {
+            $0.live = connection.counters
+            $0.baseline = .init()
+        }
+    }
+
+    /// Makes the traffic a remote without a `Connection` counts (a CouchDB server's HTTP
+    /// exchanges, whose client outlives one attempt) count live in the summary, from now on.
+    func connected(traffic: Locked<Connection.Counters>) {
+        let now = traffic.withLock { $0 }
+        summaryState.withLock {
+            $0.live = traffic
+            $0.baseline = now
+        }
+    }
 
     /// Moves the live connection's traffic into the totals.
     func disconnected() {
         summaryState.withLock { s in
-            guard let c = s.live?.counters.withLock({ $0 }) else { return }
-            s.totals.bytesSent += c.bytesSent
-            s.totals.bytesReceived += c.bytesReceived
+            guard let c = s.live?.withLock({ $0 }) else { return }
+            s.totals.bytesSent += c.bytesSent - s.baseline.bytesSent
+            s.totals.bytesReceived += c.bytesReceived - s.baseline.bytesReceived
             s.live = nil
         }
     }
@@ -164,14 +179,16 @@ final class ReplicationProgress: Sendable {
 /// A replicator's totals, and the connection whose traffic is not in them yet.
 struct SummaryState {
     var totals = ReplicationSummary()
-    var live: Connection?
+    var live: Locked<Connection.Counters>?
+    /// What `live` held when it was connected (zero for a `Connection`'s own counters).
+    var baseline = Connection.Counters()
 
     var current: ReplicationSummary {
         guard let live else { return totals }
         var s = totals
-        let c = live.counters.withLock { $0 }
-        s.bytesSent += c.bytesSent
-        s.bytesReceived += c.bytesReceived
+        let c = live.withLock { $0 }
+        s.bytesSent += c.bytesSent - baseline.bytesSent
+        s.bytesReceived += c.bytesReceived - baseline.bytesReceived
         return s
     }
 }

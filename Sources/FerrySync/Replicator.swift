@@ -282,6 +282,10 @@ public final class Replicator: Sendable {
             throw SyncError.from(error)
         }
         context.peerHeld.reset()
+        if let traffic = remote.traffic {
+            context.progress.connected(traffic: traffic)
+        }
+        defer { if remote.traffic != nil { context.progress.disconnected() } }
         do {
             try await replicate(with: remote)
             await remote.close(error: nil)

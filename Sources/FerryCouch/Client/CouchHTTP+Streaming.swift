@@ -136,6 +136,7 @@ extension CouchHTTP {
         let logger = self.logger
         let progress = TransferProgress()
         let pin = try pinned()
+        defer { count(sent: Self.headBytes(request), received: Int(progress.bytes)) }
         return try await inFlight.run(what: what) { () async throws(CouchClientError) -> Response in
             do {
                 return try await self.watched(what, progress: progress) {
@@ -193,6 +194,8 @@ extension CouchHTTP {
         let client = self.client
         let logger = self.logger
         let pin = try pinned()
+        // What moved counts: the body's bytes as the connection took them, and the answer's.
+        defer { count(sent: Self.headBytes(request) + Int(progress.bytes), received: 0) }
         return try await inFlight.run(what: what) { () async throws(CouchClientError) -> Response in
             do {
                 return try await self.watched(what, progress: progress) {

@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import FerryCore
+import FerrySync
 import Foundation
 import Logging
 import NIOCore
@@ -21,6 +22,24 @@ public final class CouchHTTP: Sendable {
     let clock: any Clock<Duration>
     /// Requests in flight, cancelled all at once by `abort()`.
     let inFlight = InFlightRequests()
+    /// Bytes sent and received in requests and answers (bodies, plus the request line and
+    /// headers as written; answer heads are not counted), for a replication's summary.
+    public let traffic = Locked(Connection.Counters())
+
+    /// Counts one exchange's traffic.
+    func count(sent: Int, received: Int) {
+        traffic.withLock {
+            $0.bytesSent += sent
+            $0.bytesReceived += received
+            $0.messagesSent += 1
+            $0.messagesReceived += 1
+        }
+    }
+
+    /// The bytes of a request's line and headers as sent.
+    static func headBytes(_ request: HTTPClientRequest) -> Int {
+        request.headers.reduce(request.method.rawValue.utf8.count + request.url.utf8.count + 12) { $0 + $1.name.utf8.count + $1.value.utf8.count + 4 }
+    }
 
     /// One answer, whatever its status.
     public struct Response: Sendable {
@@ -77,9 +96,12 @@ public final class CouchHTTP: Sendable {
         _ method: HTTPMethod, _ path: String, query: [(String, String)] = [], headers: [(String, String)] = [],
         body: [UInt8]? = nil, timeout: TimeAmount? = nil
     ) async throws(CouchClientError) -> Response {
-        try await inFlight.run(what: "\(method) \(path)") { () async throws(CouchClientError) -> Response in
+        let response = try await inFlight.run(what: "\(method) \(path)") { () async throws(CouchClientError) -> Response in
             try await self.exchange(method, path, query: query, headers: headers, body: body, timeout: timeout)
         }
+        let head = Self.headBytes(makeRequest(method, path, query: query, headers: headers))
+        count(sent: head + (body?.count ?? 0), received: response.body.count)
+        return response
     }
 
     private func exchange(

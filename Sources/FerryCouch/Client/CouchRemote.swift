@@ -26,6 +26,9 @@ final class CouchRemote: RemoteDatabase {
     let pushState = Locked(CouchPushState())
     /// What this run's checkpoint documents record (CouchRemote+Checkpoint.swift).
     let checkpointState = Locked(CouchCheckpointState())
+    /// The HTTP client's byte counts (one client serves every attempt of a replication;
+    /// the replicator counts from when each attempt opens).
+    var traffic: Locked<Connection.Counters>? { http.traffic }
     /// Wall-clock time for the checkpoint history's `start_time`/`end_time` (labels only:
     /// nothing waits on it).
     let wallClock: @Sendable () -> Date = { Date() }

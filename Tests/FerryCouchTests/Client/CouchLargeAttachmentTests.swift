@@ -179,6 +179,10 @@ import Testing
         #expect(replicator.status.error == nil, "\(String(describing: replicator.status.error))")
         #expect(try local.blobs.get(BlobDigest.of(bytes)) == bytes)
         #expect(try local.document(DocumentID(id)) != nil)
+        // The summary counts what crossed: the attachment and the protocol's requests.
+        let summary = replicator.summary
+        #expect(summary.bytesReceived >= bytes.count && summary.bytesReceived < bytes.count + (1 << 20), "\(summary.bytesReceived)")
+        #expect(summary.bytesSent > 0)
     }
 }
 
