@@ -54,9 +54,11 @@ struct FerryRemote: RemoteDatabase {
             if let o = entry.inline, leaves.count == 1 { inline = WireRevision(inline: o, id: entry.id, rev: leaves[0].description) }
             changes.append(RemoteChange(id: id, leaves: leaves, inline: inline))
         }
-        return RemoteChanges(
+        var page = RemoteChanges(
             changes: changes, lastSequence: RemoteSequence(reply.lastSeq), caughtUp: reply.caughtUp, skipped: reply.skipped,
             skipsLost: reply.skipsLost)
+        page.pending = reply.pending
+        return page
     }
 
     func revsDiff(_ docs: [DocumentID: [RevisionID]]) async throws -> [DocumentID: MissingRevisions] {

@@ -147,7 +147,8 @@ final class Puller: Sendable {
             }
             progress.update {
                 $0.activity = .busy
-                $0.total += page.changes.count
+                // The whole feed's size when the other side tells it; else page by page.
+                $0.total = max($0.total, $0.completed + page.changes.count + (page.pending ?? 0))
             }
             // A continuous replication whose page ended the other side's feed goes live
             // next; otherwise the other side already reads the next page while this batch is inserted.

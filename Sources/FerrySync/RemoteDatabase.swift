@@ -209,6 +209,8 @@ package struct RemoteChanges: Sendable {
     /// more than it listed.
     package var skipped: [SkippedRelay] = []
     package var skipsLost = false
+    /// How many changes follow this page, when the other side says (a progress total).
+    package var pending: Int?
 
     package init(
         changes: [RemoteChange], lastSequence: RemoteSequence, caughtUp: Bool, skipped: [SkippedRelay] = [], skipsLost: Bool = false

@@ -46,6 +46,11 @@ extension ResponderSession {
         }
         // A short page ends the feed as it stood: the peer need not ask again before going live.
         var answer = ChangesReply(changes: entries, lastSeq: scanned, caughtUp: page.count < limit)
+        // The rest of the feed, for the peer's progress total: counted only where it tells
+        // nothing the peer may not know (it reads everything, unfiltered).
+        if !live, !answer.caughtUp, docIDs == nil, policy.read.admitsEverything {
+            answer.pending = try? store.changeCount(after: scanned)
+        }
         answer.skipped = Array(skipped.prefix(SkippedRelay.maxReported))
         answer.skipsLost = skipped.count > SkippedRelay.maxReported
         return reply(request, answer.json)

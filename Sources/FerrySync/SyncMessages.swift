@@ -288,10 +288,14 @@ struct ChangesReply: Sendable {
     /// `skipReports`), and whether more were left out than reported.
     var skipped: [SkippedRelay] = []
     var skipsLost = false
+    /// How many changes follow this page in the feed (catching-up pages of an unfiltered,
+    /// unrestricted feed only): a progress bar's total. Optional; older peers send none.
+    var pending: Int?
 
     var json: JSON {
         var o: [String: JSON] = ["changes": .array(changes.map(\.json)), "lastSeq": .int(Int64(lastSeq))]
         if caughtUp { o["caughtUp"] = true }
+        if let pending { o["pending"] = .int(Int64(pending)) }
         SkippedRelay.encode(skipped, lost: skipsLost, into: &o)
         return .object(o)
     }
@@ -311,6 +315,7 @@ struct ChangesReply: Sendable {
         for e in entries { changes.append(try ChangeEntry(e)) }
         self.init(changes: changes, lastSeq: UInt64(max(0, last)), caughtUp: o["caughtUp"] == .bool(true))
         (skipped, skipsLost) = SkippedRelay.decode(o)
+        if let p = o["pending"]?.intValue, p >= 0 { pending = Int(min(p, Int64(Int.max))) }
     }
 }
 

@@ -255,11 +255,13 @@ struct Sync: AsyncParsableCommand {
 }
 
 /// A one-line progress display on stderr, shown only on a terminal: documents done/total,
-/// blob bytes done/total and their rate, and the replicator's activity.
+/// blob bytes done/total and their rate, the time left, and the replicator's activity.
 final class ProgressBar: Sendable {
     let enabled: Bool
     /// The blob bytes and time of the last rate sample, and the rate then (bytes/s).
     private let rate = Locked<(bytes: Int64, at: ContinuousClock.Instant, perSecond: Double)>((0, .now, 0))
+    /// The same for documents (documents/s).
+    private let docRate = Locked<(done: Int, at: ContinuousClock.Instant, perSecond: Double)>((0, .now, 0))
     init(enabled: Bool) { self.enabled = enabled }
 
     func show(_ status: ReplicatorStatus, _ summary: ReplicationSummary) {
@@ -283,6 +285,21 @@ final class ProgressBar: Sendable {
             }
             return r.perSecond
         }
+        let docsPerSecond = docRate.withLock { r -> Double in
+            let (whole, atto) = (now - r.at).components
+            let elapsed = Double(whole) + Double(atto) / 1e18
+            if elapsed >= 1 {
+                let sample = Double(status.completed - r.done) / elapsed
+                r.perSecond = r.perSecond == 0 ? sample : 0.5 * r.perSecond + 0.5 * sample
+                r.done = status.completed
+                r.at = now
+            }
+            return r.perSecond
+        }
+        // Time left: the longer of what the documents and the blob bytes still need.
+        var left: Double = 0
+        if status.total > status.completed, docsPerSecond > 0 { left = Double(status.total - status.completed) / docsPerSecond }
+        if blobTotal > blobDone, perSecond > 0 { left = max(left, Double(blobTotal - blobDone) / perSecond) }
         let fraction: Double
         if blobTotal > 0 {
             fraction = Double(blobDone) / Double(blobTotal)
@@ -297,7 +314,16 @@ final class ProgressBar: Sendable {
             text += ", blobs \(Self.bytes(blobDone))/\(Self.bytes(blobTotal))"
             if perSecond > 0 { text += " at \(Self.bytes(Int64(perSecond)))/s" }
         }
+        if left >= 1 { text += ", \(Self.duration(left)) left" }
         return text + " " + status.activity.rawValue
+    }
+
+    /// A time left as `42 s`, `3 min 5 s` or `2 h 10 min`.
+    static func duration(_ seconds: Double) -> String {
+        let s = Int(seconds.rounded())
+        if s < 60 { return "\(s) s" }
+        if s < 3600 { return "\(s / 60) min \(s % 60) s" }
+        return "\(s / 3600) h \((s % 3600) / 60) min"
     }
 
     /// Bytes in binary units, one decimal above KiB.

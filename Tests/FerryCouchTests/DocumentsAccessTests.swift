@@ -33,6 +33,22 @@ import Testing
         #expect(try f.store.revisionTree(DocumentID("patients/2"))?.leaves.count == 1)
     }
 
+    @Test func changesTellARestrictedReaderNoPendingCount() async throws {
+        let f = try CouchFixture()
+        for i in 0..<5 { _ = try f.store.put(DocumentID("secret-\(i)"), body: ["type": "secret"]) }
+        _ = try f.store.put(DocumentID("note-1"), body: ["type": "note"])
+        try await f.run(as: Self.noteUser) { c in
+            let page = try await c.get("/ferry/_changes?limit=1")
+            #expect(page.json["pending"] == nil, "\(page.text)")
+            #expect(page.json["last_seq"] != nil)
+        }
+        try await f.run { c in
+            // The admin reads everything: it is told what follows, as CouchDB does.
+            let page = try await c.get("/ferry/_changes?limit=1")
+            #expect(page.json["pending"] == 5, "\(page.text)")
+        }
+    }
+
     @Test func openRevsShowsNoLeafOfADocumentWithAnUnreadableLeaf() async throws {
         let f = try CouchFixture()
         _ = try f.store.put(DocumentID("patients/2"), body: ["type": "secret", "pin": "4711"])

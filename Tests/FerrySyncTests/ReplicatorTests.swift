@@ -341,3 +341,46 @@ import Logging
         #expect(try b.document(docID("x")) != nil)
     }
 }
+
+/// A pull's progress total is the whole feed's size from the first page on, when the other
+/// side may tell it; a restricted reader is not told how much it may not see.
+@Suite struct PullProgressTotalTests {
+    static func source(_ n: Int) throws -> DocumentStore {
+        let a = try DocumentStore.inMemory()
+        for i in 0..<n { try a.put(docID("d\(i)"), body: ["i": .int(Int64(i))]) }
+        return a
+    }
+
+    /// The largest total the replicator reported while it had completed at most one page.
+    static func firstPageTotal(_ a: DocumentStore, options: ReplicationResponder.Options = .init()) async throws -> (Int, Replicator) {
+        let b = try DocumentStore.inMemory()
+        var configuration = ReplicatorConfiguration(direction: .pull)
+        configuration.batchSize = 1000
+        let r = Replicator(store: b, connector: Link(to: a, options: options).connector, configuration: configuration, clock: ImmediateClock())
+        let updates = r.statusChanges()
+        let watcher = Task {
+            var seen = 0
+            for await s in updates where s.completed < 1000 { seen = max(seen, s.total) }
+            return seen
+        }
+        await r.run()
+        return (await watcher.value, r)
+    }
+
+    @Test func theTotalIsTheWholeFeedFromTheFirstPage() async throws {
+        let (total, r) = try await Self.firstPageTotal(try Self.source(2500))
+        #expect(r.status.error == nil)
+        #expect(total == 2500, "the first page said \(total)")
+        #expect(r.status.completed == 2500 && r.status.total == 2500)
+    }
+
+    @Test func aRestrictedReaderIsToldNoTotal() async throws {
+        let a = try Self.source(2500)
+        var options = ReplicationResponder.Options()
+        options.defaultPolicy = PeerPolicy(read: AccessRule(idPrefixes: ["d1"]), write: .none, mayDelete: false)
+        let (total, r) = try await Self.firstPageTotal(a, options: options)
+        #expect(r.status.error == nil)
+        // Page by page: never the count of documents it may not read.
+        #expect(total < 2500, "\(total)")
+    }
+}

@@ -135,7 +135,10 @@ extension CouchRemote {
         }
         let pending = answer["pending"]?.intValue
         let caughtUp = pending == 0 || results.count < limit
-        return RemoteChanges(changes: changes, lastSequence: RemoteSequence(lastSeq), caughtUp: caughtUp)
+        var page = RemoteChanges(changes: changes, lastSequence: RemoteSequence(lastSeq), caughtUp: caughtUp)
+        // CouchDB counts what follows the page: the progress total of a catching-up pull.
+        if !request.live, let pending, pending >= 0 { page.pending = Int(pending) }
+        return page
     }
 
     /// A `since` as the server wrote it: a string bare, anything else as JSON text.

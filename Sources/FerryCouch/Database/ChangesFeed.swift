@@ -75,9 +75,15 @@ struct ChangesFeed<FeedClock: Clock<Duration>>: Sendable {
                 }
             }
         }
-        let pending = try database.store.changeCount(after: cursor)
         buffer.writeString(sent > 0 ? "\n]," : "],")
-        buffer.writeString("\"last_seq\":\(cursor),\"pending\":\(pending)}\n")
+        // How many changes follow: counted over every document, so told only to a reader of
+        // everything (a restricted one would learn how much it may not see).
+        if principal.policy.read.admitsEverything {
+            let pending = try database.store.changeCount(after: cursor)
+            buffer.writeString("\"last_seq\":\(cursor),\"pending\":\(pending)}\n")
+        } else {
+            buffer.writeString("\"last_seq\":\(cursor)}\n")
+        }
         try await writer.write(buffer)
     }
 
