@@ -87,9 +87,10 @@ enum FuzzSeeds {
             guard let identity = try? NodeIdentity.loadOrCreate(directory: directory, name: "seed"),
                 let entry = try? MemberEntry.signed(
                     group: identity.nodeID, node: identity.nodeID, name: "ward-a", state: .member, admin: true, version: 1,
-                    addresses: ["10.0.0.2:4985"], by: identity)
+                    addresses: ["10.0.0.2:4985"], by: identity),
+                let record = try? MemberAddresses.signed(group: identity.nodeID, addresses: ["10.0.0.2:5104", "[fe80::1]:5104"], version: 1, by: identity)
             else { return [] }
-            return [("signed", entry.body.canonicalBytes)]
+            return [("signed", entry.body.canonicalBytes), ("addresses", record.body.canonicalBytes)]
         case .config:
             return [
                 ("config", text(#"{"name":"ward-a","port":4985,"peers":[{"url":"wss://10.0.0.3:4985","id":"\#(String(repeating: "ab", count: 32))"}],"blobs":{"fetch":"lazy","peers":{}},"replications":[{"id":"up","target":"http://127.0.0.1:5984/ferry","direction":"push","blobs":"16MB"}]}"#)),

@@ -25,7 +25,8 @@ enum FuzzTarget: String, CaseIterable, Sendable {
     case couchdoc
     /// An invitation code, as typed or pasted into `ferry join`.
     case invitation
-    /// A signed group member entry (join requests and replicated group documents).
+    /// A signed group member entry or a member's own address record (join requests and
+    /// replicated group documents).
     case member
     /// A node's config file.
     case config
@@ -99,6 +100,7 @@ enum FuzzTarget: String, CaseIterable, Sendable {
         case .member:
             guard let value = try? JSON.parse(bytes) else { return }
             // The certificate and signature inside are the sender's bytes too.
+            if let record = try? MemberAddresses(parsing: value) { _ = try? record.verifySignature() }
             guard let entry = try? MemberEntry(parsing: value) else { return }
             _ = try? entry.verifySignature()
         case .config:
