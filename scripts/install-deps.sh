@@ -25,6 +25,9 @@ command -v curl >/dev/null || need+=(curl)
 ldconfig -p 2>/dev/null | grep -q 'libcurl.so.4 ' || need+=(libcurl4)
 # e2fsprogs: the disk-fault scenario makes an ext4 file system that turns read-only.
 { command -v mkfs.ext4 && command -v e2fsck; } >/dev/null || need+=(e2fsprogs)
+# dpkg-deb builds `make deb` (and the packaging tests); systemd-analyze checks the unit.
+command -v dpkg-deb >/dev/null || need+=(dpkg)
+command -v systemd-analyze >/dev/null || need+=(systemd)
 # libfaketime: the clock-jump scenario moves a running node's wall clock (Integration/).
 compgen -G '/usr/lib/*/faketime/libfaketimeMT.so.1' >/dev/null || need+=(faketime)
 # The CouchDB API suite (Integration/couch) runs in a Python virtualenv.
