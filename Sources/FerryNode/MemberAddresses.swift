@@ -1,4 +1,3 @@
-import Crypto
 import FerryCore
 import FerryTransport
 import Foundation
@@ -25,16 +24,10 @@ public struct MemberAddresses: Sendable, Equatable {
     public var certificate: [UInt8]
     public var signature: [UInt8]
 
-    public static func documentID(_ node: String) -> DocumentID {
-        // Node IDs are 64 lowercase hex digits, always a valid ID under the reserved prefix.
-        try! DocumentID(documentPrefix + node, allowReserved: true)
-    }
+    public static func documentID(_ node: String) -> DocumentID { NodeSignature.documentID(documentPrefix, node) }
 
     /// The node a record's document names, or nil when the ID is not a record's.
-    public static func node(inDocument id: DocumentID) -> String? {
-        guard id.rawValue.hasPrefix(documentPrefix) else { return nil }
-        return String(id.rawValue.dropFirst(documentPrefix.count))
-    }
+    public static func node(inDocument id: DocumentID) -> String? { NodeSignature.node(inDocument: id, prefix: documentPrefix) }
 
     var unsignedBody: [String: JSON] {
         [
@@ -56,11 +49,7 @@ public struct MemberAddresses: Sendable, Equatable {
     {
         var record = MemberAddresses(
             group: group, node: identity.nodeID, addresses: addresses, version: version, certificate: identity.certificateDER, signature: [])
-        do {
-            record.signature = Array(try identity.privateKey.signature(for: JSON.object(record.unsignedBody).canonicalBytes).derRepresentation)
-        } catch {
-            throw .malformedEntry("cannot sign: \(error)")
-        }
+        record.signature = try NodeSignature.sign(record.unsignedBody, by: identity)
         return record
     }
 
@@ -108,15 +97,8 @@ public struct MemberAddresses: Sendable, Equatable {
     }
 
     /// Checks that the record is signed by the node it names.
+    /// Only a node may say where it listens: the certificate must be the named node's own.
     public func verifySignature() throws(MembershipError) {
-        guard NodeIdentity.fingerprint(certificate) == node else {
-            throw .badSignature("the certificate is not node \(node.prefix(12))'s: only a node may say where it listens")
-        }
-        guard let key = CertificateKeys.p256PublicKey(certificateDER: certificate) else {
-            throw .badSignature("the certificate holds no P-256 public key")
-        }
-        guard let signature = try? P256.Signing.ECDSASignature(derRepresentation: signature),
-            key.isValidSignature(signature, for: JSON.object(unsignedBody).canonicalBytes)
-        else { throw .badSignature("the signature does not verify") }
+        try NodeSignature.verify(unsignedBody, signature: signature, certificate: certificate, signer: node, whose: "the record's certificate")
     }
 }

@@ -32,16 +32,10 @@ public struct MemberEntry: Sendable, Equatable {
     public var signature: [UInt8]
 
     /// The document that holds the entry of `node`.
-    public static func documentID(_ node: String) -> DocumentID {
-        // Node IDs are 64 lowercase hex digits, always a valid ID under the reserved prefix.
-        try! DocumentID(documentPrefix + node, allowReserved: true)
-    }
+    public static func documentID(_ node: String) -> DocumentID { NodeSignature.documentID(documentPrefix, node) }
 
     /// The node an entry document names, or nil when the ID is not an entry's.
-    public static func node(inDocument id: DocumentID) -> String? {
-        guard id.rawValue.hasPrefix(documentPrefix) else { return nil }
-        return String(id.rawValue.dropFirst(documentPrefix.count))
-    }
+    public static func node(inDocument id: DocumentID) -> String? { NodeSignature.node(inDocument: id, prefix: documentPrefix) }
 
     /// The body without the signature: what is signed.
     var unsignedBody: [String: JSON] {
@@ -69,12 +63,7 @@ public struct MemberEntry: Sendable, Equatable {
         var entry = MemberEntry(
             group: group, node: node, name: name, state: state, admin: admin, version: version, addresses: addresses,
             signer: identity.nodeID, signerCertificate: identity.certificateDER, signature: [])
-        do {
-            let signature = try identity.privateKey.signature(for: JSON.object(entry.unsignedBody).canonicalBytes)
-            entry.signature = Array(signature.derRepresentation)
-        } catch {
-            throw .malformedEntry("cannot sign: \(error)")
-        }
+        entry.signature = try NodeSignature.sign(entry.unsignedBody, by: identity)
         return entry
     }
 
@@ -143,15 +132,7 @@ public struct MemberEntry: Sendable, Equatable {
     /// Checks the signature alone (not the signer's authority): the certificate is the
     /// signer's and its key signed this body.
     public func verifySignature() throws(MembershipError) {
-        guard NodeIdentity.fingerprint(signerCertificate) == signer else {
-            throw .badSignature("signerCertificate is not the certificate of signer \(signer.prefix(12))")
-        }
-        guard let key = CertificateKeys.p256PublicKey(certificateDER: signerCertificate) else {
-            throw .badSignature("signerCertificate holds no P-256 public key")
-        }
-        guard let signature = try? P256.Signing.ECDSASignature(derRepresentation: signature),
-            key.isValidSignature(signature, for: JSON.object(unsignedBody).canonicalBytes)
-        else { throw .badSignature("the signature does not verify") }
+        try NodeSignature.verify(unsignedBody, signature: signature, certificate: signerCertificate, signer: signer, whose: "signerCertificate")
     }
 
     /// Whether `self` supersedes `other` for the same node: the higher version, and at equal

@@ -259,16 +259,21 @@ public final class PeerManager: Service, Sendable {
         Dictionary(trust.entries.map { ($0.nodeID, $0.policy) }, uniquingKeysWith: { a, _ in a })
     }
 
-    func makeLink(url: String, peerID: String, spec: ReplicationSpec?) -> ReplicationLink {
-        let policy = trust.policy(for: peerID)
+    /// Dials `url` over TLS, accepting only `peerID`'s certificate.
+    func dialler(url: String, peerID: String) -> Replicator.Connector {
         let identity = self.identity, logger = self.logger
-        let connector: Replicator.Connector = {
+        return {
             var c = try WebSocketConnector(url: url, serverTrust: .pinned([peerID]), identity: identity)
             c.logger = logger
             // A dial begun while the network was down must not outlive its healing by long.
             c.connectTimeout = Self.dialTimeout
             return try await c.connector()
         }
+    }
+
+    func makeLink(url: String, peerID: String, spec: ReplicationSpec?) -> ReplicationLink {
+        let policy = trust.policy(for: peerID)
+        let connector = dialler(url: url, peerID: peerID)
         let replicator = replicators.replicator(peerID: peerID, connector: connector, logger: logger.with("peer", peerID)) { rc in
             rc.continuous = spec?.continuous ?? true
             rc.direction = spec?.direction ?? .pushAndPull
@@ -490,14 +495,8 @@ extension PeerManager {
     /// backoff for a few minutes; a member offline all that time gets the record from any
     /// other member later, as it gets every document.
     public func deliverAddressRecord(_ document: DocumentID, to urls: [String: String]) {
-        let identity = self.identity, logger = self.logger
         for (peerID, url) in urls where peerID < nodeID {
-            let connector: Replicator.Connector = {
-                var c = try WebSocketConnector(url: url, serverTrust: .pinned([peerID]), identity: identity)
-                c.logger = logger
-                c.connectTimeout = Self.dialTimeout
-                return try await c.connector()
-            }
+            let connector = dialler(url: url, peerID: peerID)
             let replicator = replicators.replicator(peerID: peerID, connector: connector, logger: logger.with("peer", peerID)) { rc in
                 rc.continuous = false
                 rc.direction = .push
