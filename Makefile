@@ -136,7 +136,8 @@ bench:
 # runtime and Foundation are linked in (--static-swift-stdlib), so no toolchain is needed
 # where it runs; only system libraries (glibc, SQLite is built in, libavahi-compat-libdnssd1).
 RELEASE_BINARY = .build-release/release/ferry
-release: deps
+release:
+	@scripts/install-deps.sh --release
 	$(SWIFT) build -c release --static-swift-stdlib --product ferry --scratch-path .build-release
 
 # `make install` as root: PREFIX/bin/ferry and /etc/systemd/system/ferry.service (its

@@ -36,6 +36,11 @@ compgen -G '/usr/lib/*/faketime/libfaketimeMT.so.1' >/dev/null || need+=(faketim
 if [ "${1:-}" = "--bench" ]; then
     command -v syncthing >/dev/null || need+=(syncthing)
 fi
+# `make release` only (scripts/install-deps.sh --release): a static Swift runtime links
+# Foundation's networking, which needs libcurl's link-time library.
+if [ "${1:-}" = "--release" ]; then
+    [ -e /usr/lib/x86_64-linux-gnu/libcurl.so ] || [ -e /usr/lib/aarch64-linux-gnu/libcurl.so ] || need+=(libcurl4-openssl-dev)
+fi
 
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then

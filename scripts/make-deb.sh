@@ -22,7 +22,13 @@ while read -r lib; do
     owner=$(dpkg -S "$(readlink -f "$lib")" 2>/dev/null | head -1 | cut -d: -f1) \
         || owner=$(dpkg -S "$lib" 2>/dev/null | head -1 | cut -d: -f1) || owner=
     if [ -z "$owner" ]; then unowned+=("$lib"); else depends+=("$owner"); fi
-done < <(ldd "$binary" 2>/dev/null | awk '/=> \//{print $3} /^\t\/.*ld-linux/{print $1}' | sort -u)
+done < <(
+    # The libraries it links directly (NEEDED), found where ldd resolves them: their own
+    # dependencies come with their packages.
+    needed=$(readelf -d "$binary" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+    ldd "$binary" 2>/dev/null | awk -v names="$needed" 'BEGIN { n = split(names, a, "\n"); for (i = 1; i <= n; i++) want[a[i]] = 1 }
+        $2 == "=>" && ($1 in want) && $3 ~ /^\// { print $3 }' | sort -u
+)
 if [ ${#unowned[@]} -gt 0 ]; then
     echo "deb: $binary links libraries no Debian package provides: ${unowned[*]}" >&2
     echo "deb: build it with --static-swift-stdlib (make release) so the Swift runtime is inside it" >&2
@@ -33,7 +39,11 @@ depends_line=$(printf '%s\n' "${depends[@]}" libavahi-compat-libdnssd1 | sort -u
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 pkg="$root/ferry_${version}_${arch}"
-scripts/install.sh "$binary" "$pkg" /usr /lib/systemd/system >/dev/null
+# Installed stripped: the symbol tables are most of an optimized binary's size.
+stripped="$root/ferry"
+cp "$binary" "$stripped"
+strip --strip-unneeded "$stripped" 2>/dev/null || cp "$binary" "$stripped"
+scripts/install.sh "$stripped" "$pkg" /usr /lib/systemd/system >/dev/null
 install -D -m 0644 /dev/null "$pkg/etc/ferry/ferry.json"
 echo '{}' > "$pkg/etc/ferry/ferry.json"
 install -D -m 0644 README.md "$pkg/usr/share/doc/ferry/README.md"
