@@ -15,7 +15,7 @@ import Testing
 ///
 /// `FERRY_JOIN_SIM_SEEDS=N` runs N seeds (default 30; `make soak` runs 1,000);
 /// `FERRY_SIM_SEED=S` replays one, `FERRY_SIM_TRACE=1` prints its phases' times.
-@Suite(.timeLimit(.minutes(10))) struct LiveJoinSimulationTests {
+@Suite(.timeLimit(.minutes(liveJoinSimulationMinutes))) struct LiveJoinSimulationTests {
     @Test func seededJoinsDuringLiveWritesConvergeAndCoverageNeverClaimsAMissingRevision() async throws {
         let seeds = simulationSeeds(count: "FERRY_JOIN_SIM_SEEDS", default: 30)
         await runSeeds(seeds, name: "live join simulation", filter: "LiveJoinSimulationTests") { seed in
@@ -116,3 +116,7 @@ final class LiveJoinSimulation: @unchecked Sendable {
         }
     }
 }
+
+/// The time limit: 10 minutes, or a minute per 40 seeds for more (`make soak`'s 1,000 seeds
+/// take about 12 minutes on an idle 2-core machine, and hit a fixed 10-minute limit at seed 845).
+let liveJoinSimulationMinutes = max(10, (ProcessInfo.processInfo.environment["FERRY_JOIN_SIM_SEEDS"].flatMap(Int.init) ?? 0) / 40)
