@@ -186,30 +186,27 @@ public final class GroupMembership: Sendable {
 
     // MARK: reading the store
 
-    /// Re-reads every member document (all leaves) and applies the result.
+    /// Re-reads every member document (all leaves) and address record, and applies the result.
     func loadFromStore() throws {
+        try reread(try documentIDs(under: MemberEntry.documentPrefix))
+        try rereadAddresses(try documentIDs(under: MemberAddresses.documentPrefix))
+        apply()
+    }
+
+    /// The IDs of every document under `prefix` (one of the reserved group prefixes).
+    func documentIDs(under prefix: String) throws -> [DocumentID] {
         let c = try requireContext()
         var ids: [DocumentID] = []
-        var after: DocumentID? = try DocumentID("_ferry/members", allowReserved: true)
+        // Just before the prefix in ID order: the prefix without its trailing slash.
+        var after: DocumentID? = try DocumentID(String(prefix.dropLast()), allowReserved: true)
         while true {
             let page = try c.store.allDocuments(after: after, limit: 500)
-            let mine = page.prefix { $0.id.rawValue.hasPrefix(MemberEntry.documentPrefix) }
+            let mine = page.prefix { $0.id.rawValue.hasPrefix(prefix) }
             ids += mine.map(\.id)
             guard mine.count == page.count, let last = page.last else { break }
             after = last.id
         }
-        try reread(ids)
-        var records: [DocumentID] = []
-        var afterRecord: DocumentID? = try DocumentID("_ferry/addresses", allowReserved: true)
-        while true {
-            let page = try c.store.allDocuments(after: afterRecord, limit: 500)
-            let mine = page.prefix { $0.id.rawValue.hasPrefix(MemberAddresses.documentPrefix) }
-            records += mine.map(\.id)
-            guard mine.count == page.count, let last = page.last else { break }
-            afterRecord = last.id
-        }
-        try rereadAddresses(records)
-        apply()
+        return ids
     }
 
     /// Reads the leaves of these member documents into the ledger.

@@ -96,12 +96,9 @@ public final class CouchHTTP: Sendable {
         _ method: HTTPMethod, _ path: String, query: [(String, String)] = [], headers: [(String, String)] = [],
         body: [UInt8]? = nil, timeout: TimeAmount? = nil
     ) async throws(CouchClientError) -> Response {
-        let response = try await inFlight.run(what: "\(method) \(path)") { () async throws(CouchClientError) -> Response in
+        try await inFlight.run(what: "\(method) \(path)") { () async throws(CouchClientError) -> Response in
             try await self.exchange(method, path, query: query, headers: headers, body: body, timeout: timeout)
         }
-        let head = Self.headBytes(makeRequest(method, path, query: query, headers: headers))
-        count(sent: head + (body?.count ?? 0), received: response.body.count)
-        return response
     }
 
     private func exchange(
@@ -110,6 +107,17 @@ public final class CouchHTTP: Sendable {
     ) async throws(CouchClientError) -> Response {
         var request = makeRequest(method, path, query: query, headers: headers)
         let url = request.url
+        let head = Self.headBytes(request)
+        let response = try await answer(&request, url: url, method, path, body: body, headers: headers, timeout: timeout)
+        count(sent: head + (body?.count ?? 0), received: response.body.count)
+        return response
+    }
+
+    /// Sends `request` (its body still to be set from `body`) and reads the whole answer.
+    private func answer(
+        _ request: inout HTTPClientRequest, url: String, _ method: HTTPMethod, _ path: String, body: [UInt8]?,
+        headers: [(String, String)], timeout: TimeAmount?
+    ) async throws(CouchClientError) -> Response {
         if let body {
             if !headers.contains(where: { $0.0.lowercased() == "content-type" }) {
                 request.headers.add(name: "Content-Type", value: "application/json")
