@@ -57,6 +57,7 @@ struct AdminAPI: Sendable {
         router.delete("/group/members/:id") { _, ctx in try removeMember(ctx.parameters.require("id")) }
         router.get("/metrics") { _, _ in metrics() }
         addBlobRoutes(to: router)
+        addCouchUserRoutes(to: router)
         return router
     }
 

@@ -27,12 +27,13 @@ extension FerryNode {
         return database
     }
 
-    /// Users, session cookies (signed with DATA/couch-session.key), web origins and the admin key.
+    /// Users (config and run-time), session cookies (signed with DATA/couch-session.key), web
+    /// origins and the admin key.
     func makeCouchAccess() throws(NodeError) -> CouchAccess {
         let couch = configuration.couch
         let key = adminKey
         return CouchAccess(
-            users: CouchUserTable(couch.users),
+            users: couchUsers.table,
             sessions: CouchSessionCookies(
                 secret: try CouchSessionSecret.loadOrCreate(dataDirectory: dataDirectory), lifetime: TimeInterval(couch.sessionSeconds)),
             cors: CouchCORSPolicy(origins: couch.corsOrigins),

@@ -55,6 +55,8 @@ public final class FerryNode: Sendable {
     public let store: DocumentStore
     public let identity: NodeIdentity
     public let trust: TrustStore
+    /// The CouchDB API's users, changeable while the node runs.
+    public let couchUsers: CouchUserStore
     /// The node's group: signed member entries, invitations and the join exchange.
     public let membership: GroupMembership
     /// The secret every admin API request carries (DATA/admin.key).
@@ -121,6 +123,7 @@ public final class FerryNode: Sendable {
         identity = try NodeIdentity.loadOrCreate(directory: dataDirectory, name: configuration.name)
         adminKey = try AdminKey.loadOrCreate(dataDirectory: dataDirectory)
         trust = try TrustStore(dataDirectory: dataDirectory, configuration: configuration)
+        couchUsers = try CouchUserStore(dataDirectory: dataDirectory, configuration: configuration)
         replicationRegistry = try ReplicationRegistry(dataDirectory: dataDirectory)
         membership.attach(
             .init(store: store, identity: identity, trust: trust, databaseName: configuration.group, name: configuration.name, insecure: configuration.insecure))

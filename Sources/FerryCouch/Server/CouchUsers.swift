@@ -109,13 +109,23 @@ public struct CouchUser: Sendable, Equatable {
     }
 }
 
-/// The configured users, with a short-lived memory of passwords already verified so that
-/// HTTP Basic clients (one PBKDF2 run per request otherwise) stay fast. The memory holds
-/// keyed digests of name and password, never the password.
+/// The users of the CouchDB API, replaceable while the node runs, with a short-lived memory
+/// of passwords already verified so that HTTP Basic clients (one PBKDF2 run per request
+/// otherwise) stay fast. The memory holds keyed digests of name, password and hash, never
+/// the password, so a changed password or a removed user is never let in by it.
 public final class CouchUserTable: Sendable {
-    private let users: [String: CouchUser]
-    /// Checked for unknown names, as costly as the costliest configured hash.
-    private let unknownUser: CouchPasswordHash
+    private struct Users: Sendable {
+        var byName: [String: CouchUser]
+        /// Checked for unknown names, as costly as the costliest configured hash.
+        var unknownUser: CouchPasswordHash
+
+        init(_ users: [CouchUser]) {
+            byName = Dictionary(users.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+            unknownUser = CouchPasswordHash(unmatchable: users.map(\.password.iterations).max() ?? CouchPasswordHash.minimumIterations)
+        }
+    }
+
+    private let current: Locked<Users>
     private let cacheKey = SymmetricKey(size: .bits256)
     private let verified = Locked<[Data: Date]>([:])
     /// How long a verified password skips PBKDF2.
@@ -123,14 +133,27 @@ public final class CouchUserTable: Sendable {
     static let maxRemembered = 4096
 
     public init(_ users: [CouchUser], rememberFor: TimeInterval = 600) {
-        self.users = Dictionary(users.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
-        unknownUser = CouchPasswordHash(unmatchable: users.map(\.password.iterations).max() ?? CouchPasswordHash.minimumIterations)
+        current = Locked(Users(users))
         self.rememberFor = rememberFor
     }
 
+    private var users: [String: CouchUser] { current.withLock { $0.byName } }
+    private var unknownUser: CouchPasswordHash { current.withLock { $0.unknownUser } }
+
+    /// Replaces every user at once; the next request, login or cookie check sees the new set
+    /// (a cookie names its user's password hash, so a removed user's or an old password's
+    /// cookie stops working).
+    public func replace(with users: [CouchUser]) {
+        current.withLock { $0 = Users(users) }
+        verified.withLock { $0.removeAll() }
+    }
+
+    /// Every user, by name.
+    public var all: [CouchUser] { users.values.sorted { $0.name < $1.name } }
+
     public var isEmpty: Bool { users.isEmpty }
 
-    public func user(named name: String) -> CouchUser? { users[name] }
+    public func user(named name: String) -> CouchUser? { current.withLock { $0.byName[name] } }
 
     /// The user whose name and password these are when the same pair was verified within
     /// `rememberFor` (no PBKDF2); nil otherwise, which says nothing about the password.
