@@ -102,6 +102,8 @@ public final class FerryNode: Sendable {
             throw NodeError.startFailed("cannot create the data directory \(dataDirectory): \(error.localizedDescription)")
         }
         lock = try DataDirectoryLock(directory: dataDirectory)
+        // After the lock: a restore still running holds it, so this marker means one that died.
+        try DataDirectoryBackup.refuseUnusable(dataDirectory)
         var storeOptions = StoreOptions()
         storeOptions.maxBodyBytes = configuration.limits.maxDocumentBytes
         // Membership entries are checked first: only signed entries of this node's group go in.

@@ -109,7 +109,7 @@ extension DocumentStore {
     /// Adds the blobs referred to by every revision body of the selected document rows (the
     /// winner's column and each body kept in the tree). A body that cannot be read stops the
     /// collection rather than risk removing what it refers to.
-    private static func collectReferences(
+    static func collectReferences(
         _ db: Database, sql: String, arguments: StatementArguments, into found: inout Set<BlobDigest>
     ) throws {
         let cursor = try Row.fetchCursor(db, sql: sql, arguments: arguments)

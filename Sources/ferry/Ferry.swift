@@ -44,7 +44,7 @@ struct Ferry: AsyncParsableCommand {
         version: FerryVersion.current,
         subcommands: [
             Put.self, Get.self, Remove.self, List.self, Changes.self, Conflicts.self, Purge.self, Info.self,
-            Import.self, BlobCommand.self, Compact.self, Check.self, Watch.self, Sync.self, ID.self, Serve.self,
+            Import.self, BlobCommand.self, Compact.self, Check.self, Watch.self, Backup.self, Restore.self, Sync.self, ID.self, Serve.self,
             Status.self, Peers.self, Trust.self, Invite.self, Join.self, GroupCommand.self, CouchUserCommand.self, Find.self,
             IndexCommand.self,
         ]
@@ -152,6 +152,8 @@ struct GlobalOptions: ParsableArguments {
     /// `creating`) says to make it: a mistyped `--data` must not write into the void.
     func openStore(creating: Bool = false) throws -> DocumentStore {
         if !creating && !create { try requireDirectory() }
+        // A backup is written by `ferry backup` alone and read by `restore`; writing into it would fork a node.
+        try DataDirectoryBackup.refuseUnusable(dataDirectory)
         return try DocumentStore.open(directory: dataDirectory)
     }
 
