@@ -37,10 +37,13 @@ public final class Lab: @unchecked Sendable {
         return nil
     }
 
-    /// Brings up K hosts.
-    public init(hosts k: Int) async throws {
+    /// Brings up K hosts, each with its own D-Bus and avahi-daemon unless `avahi` is false
+    /// (hosts with neither, as on a minimal install).
+    public init(hosts k: Int, avahi: Bool = true) async throws {
+        var environment = LabHost.environment
+        environment["LAB_AVAHI"] = avahi ? "1" : "0"
         let r = try await Shell.run(
-            [Self.script, "up", String(k)], executable: "/bin/bash", environment: LabHost.environment, timeout: 180)
+            [Self.script, "up", String(k)], executable: "/bin/bash", environment: environment, timeout: 180)
         guard r.status == 0 else { throw HarnessError("lab up failed: \(r.stderr)\(r.stdout)") }
         hosts = r.stdout.split(separator: "\n").compactMap { line in
             let parts = line.split(separator: " ")

@@ -232,6 +232,61 @@ extension LabScenarios {
         try await withLab(3, "enrollment across hosts") { lab in try await enrollmentScenario(lab) }
     }
 
+    /// Four hosts with no avahi-daemon (nor D-Bus) at all, discovery left at its default:
+    /// enrolled with `invite`/`join` only, the members dial each other at the addresses in
+    /// their member entries and converge; a member restarted on another port is reached there
+    /// again through the address record it signs.
+    @Test func fourHostsWithoutAvahiEnrollConvergeAndReachAMemberThatMoved() async throws {
+        try await withLab(4, "enrollment without avahi", avahi: false) { lab in
+            let cluster = Cluster("lab-enroll-no-avahi")
+            defer { cluster.cleanUp() }
+            let nodes = (0..<4).map { cluster.add("node\($0 + 1)", host: lab.hosts[$0]) }
+            // `--discovery`: the harness turns it off unless asked; a user leaves it at its default, on.
+            for n in nodes { try await n.start(["--discovery", "--group", "lab", "--interface", "0.0.0.0"]) }
+            #expect(nodes[0].log.contains("discovery: DNS-SD unavailable"), "serve says which discovery it uses: \(nodes[0].logTail(20))")
+            let ids = try await cluster.ids(nodes)
+            for n in nodes.dropFirst() {
+                let invite = try await Ferry.run(["--data", nodes[0].dataDirectory, "invite"], host: nodes[0].host)
+                #expect(invite.status == 0, "\(invite.stderr)")
+                let join = try await Ferry.run(["--data", n.dataDirectory, "join", invite.stdout.trimmingCharacters(in: .whitespacesAndNewlines)], host: n.host)
+                #expect(join.status == 0, "\(join.stderr)")
+            }
+            try await nodes[3].admin.put("from-4", #"{"by":4}"#)
+            try await nodes[1].admin.put("from-2", #"{"by":2}"#)
+            try await cluster.awaitConvergence(timeout: 90)
+            // Every pair is linked, though only node1 was ever introduced to the others.
+            func linkedToAll(_ i: Int) async throws -> Bool {
+                let peers = try await nodes[i].admin.get("/peers")["peers"]?.items ?? []
+                return ids.indices.filter { $0 != i }.allSatisfy { j in
+                    peers.contains { $0["id"]?.stringValue == ids[j] && $0["connected"] == true }
+                }
+            }
+            try await waitUntil("a full mesh of member links", timeout: 60) {
+                for i in nodes.indices where !(try await linkedToAll(i)) { return false }
+                return true
+            }
+            // The member every other one dials (the highest ID) moves to another port.
+            let top = ids.indices.max { ids[$0] < ids[$1] }!
+            let moved = nodes[top]
+            let oldURL = moved.url
+            _ = await moved.stop()
+            try await moved.restart(["--discovery", "--group", "lab", "--interface", "0.0.0.0"])
+            #expect(moved.url != oldURL, "the restarted node took its old port again")
+            try await waitUntil("every member reaches the moved one at its new port", timeout: 90) {
+                for i in nodes.indices where i != top {
+                    let peers = try await nodes[i].admin.get("/peers")["peers"]?.items ?? []
+                    if !peers.contains(where: { $0["id"]?.stringValue == ids[top] && $0["connected"] == true }) { return false }
+                }
+                return true
+            }
+            let writer = nodes[(top + 1) % nodes.count]
+            try await writer.admin.put("after-move", #"{"n":1}"#)
+            try await cluster.awaitConvergence(timeout: 90)
+            #expect(try await moved.admin.call("GET", "/docs/after-move").status == 200)
+            await finish(cluster, allowing: expectedRefusals + ["connect_failed", "replication offline"])
+        }
+    }
+
     func enrollmentScenario(_ lab: Lab) async throws {
         let cluster = Cluster("lab-enroll")
         defer { cluster.cleanUp() }

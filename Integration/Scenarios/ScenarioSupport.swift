@@ -18,13 +18,13 @@ func finish(_ cluster: Cluster, allowing allowed: [String] = [], sourceLocation:
 
 /// Brings the lab up, runs `body` in it and tears it down even when `body` fails; a lab
 /// that cannot come up fails the scenario (the suite runs only where it must).
-func withLab(_ k: Int, _ scenario: String, _ body: (Lab) async throws -> Void) async throws {
+func withLab(_ k: Int, _ scenario: String, avahi: Bool = true, _ body: (Lab) async throws -> Void) async throws {
     if let why = await Lab.unavailableReason() {
         Issue.record("\(scenario): the LAN lab cannot run here: \(why)")
         return
     }
     let lab: Lab
-    do { lab = try await Lab(hosts: k) } catch {
+    do { lab = try await Lab(hosts: k, avahi: avahi) } catch {
         Issue.record("\(scenario): the LAN lab did not come up: \(error)")
         return
     }

@@ -63,24 +63,30 @@ up() {
         ip -n "$ns" link set eth0 up
         ip -n "$ns" link set lo up
         avahi_conf "$state/avahi-h$n.conf" "h$n" eth0
+        # LAB_AVAHI=0: hosts with neither D-Bus nor avahi-daemon, as on a minimal install.
+        local daemons="dbus-daemon --system --fork
+            avahi-daemon -f '$state/avahi-h$n.conf' --no-drop-root --no-chroot --no-rlimits -D"
+        [ "${LAB_AVAHI:-1}" = 0 ] && daemons=true
         ip netns exec "$ns" unshare --mount --propagation private -- bash -c "
             mount -t tmpfs -o mode=755 tmpfs /run
             mkdir -p /run/dbus /run/avahi-daemon
-            dbus-daemon --system --fork
-            avahi-daemon -f '$state/avahi-h$n.conf' --no-drop-root --no-chroot --no-rlimits -D
+            $daemons
+            touch /run/ferry-lab-ready
             exec sleep infinity" > "$state/h$n.out" 2>&1 &
         echo $! > "$state/h$n.pid"
     done
-    # Wait until every host's avahi-daemon answers (not a fixed sleep).
+    # Wait until every host is up and its avahi-daemon answers (not a fixed sleep).
+    local ready="test -e /run/ferry-lab-ready && avahi-daemon --check"
+    [ "${LAB_AVAHI:-1}" = 0 ] && ready="test -e /run/ferry-lab-ready"
     for n in $(seq 1 "$k"); do
         local pid
         pid=$(cat "$state/h$n.pid")
         for _ in $(seq 1 200); do
-            if nsenter --target "$pid" --mount --net -- avahi-daemon --check 2>/dev/null; then break; fi
+            if nsenter --target "$pid" --mount --net -- bash -c "$ready" 2>/dev/null; then break; fi
             sleep 0.05
         done
-        if ! nsenter --target "$pid" --mount --net -- avahi-daemon --check; then
-            echo "lab: avahi on h$n did not start: $(cat "$state/h$n.out")" >&2
+        if ! nsenter --target "$pid" --mount --net -- bash -c "$ready"; then
+            echo "lab: h$n did not come up: $(cat "$state/h$n.out")" >&2
             down
             exit 1
         fi
