@@ -138,6 +138,9 @@ final class Puller: Sendable {
                     }
                 }
                 if checkpoint.remoteLags && (!live || checkpoint.isDue) { try await checkpoint.saveBoth() }
+                // Nothing for this side on a page that did not end the feed (everything on it
+                // left out): not the end yet, read on from past it.
+                if !page.caughtUp && lastSeq != asked.since { continue }
                 try caughtUpFirstTime()
                 if !configuration.continuous { return }
                 caughtUp = true

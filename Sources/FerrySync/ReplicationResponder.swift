@@ -252,6 +252,15 @@ final class ResponderSession: Sendable {
             ).json)
     }
 
+    /// Whose echoes a push records and a pull leaves out: the peer (as checkpoints are
+    /// namespaced, so one peer cannot make another miss changes) and its database as it
+    /// said in hello; nil before hello or when it named none.
+    var echoKey: String? {
+        let database = catchUp.state.withLock { $0.peerDatabase }
+        guard !database.isEmpty else { return nil }
+        return "peer/\(peer.withLock { $0 } ?? "")/\(database)"
+    }
+
     /// Namespaced by peer so one peer cannot read or overwrite another's checkpoints.
     func checkpointKey(_ id: String) -> String { "checkpoint/peer/\(peer.withLock { $0 } ?? "")/\(id)" }
 
@@ -368,7 +377,8 @@ final class ResponderSession: Sendable {
             }
         }
         recordRelayed(accepted.map(\.1), absentFrom: trees)
-        let outcomes = try store.insertRevisions(accepted.map(\.1), durability: .normal)
+        // Recorded with the revisions: this peer's later pulls leave their feed entries out.
+        let outcomes = try store.insertRevisions(accepted.map(\.1), durability: .normal, echoKey: echoKey)
         var touched = Set<DocumentID>()
         var branched = Set<DocumentID>()
         for ((_, rev), outcome) in zip(accepted, outcomes) {

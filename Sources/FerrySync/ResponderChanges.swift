@@ -25,14 +25,27 @@ extension ResponderSession {
         var skipped: [SkippedRelay] = []
         // Documents skipped earlier whose skip no longer holds (docs/protocol.md §6.6).
         var reoffered = try reofferedEntries(at: since, docIDs: docIDs)
+        var readOn = Self.maxPagesReadOn
+        // The echo of what this peer pushed in earlier sessions (a connection's own pushes
+        // are left out through `peerHeld`).
+        let echoes = try echoKey.map { try store.echoRanges($0) } ?? EchoRanges()
         while true {
             if page.isEmpty && live && reoffered.isEmpty {
                 page = try await waitForChanges(since: scanned, limit: limit, for: wait - elapsed())
                 reoffered = try reofferedEntries(at: scanned, docIDs: docIDs)
             }
             entries = try changeEntries(
-                page, docIDs: docIDs, inlineLimit: inlineLimit, inlineDeltas: inlineDeltas, skipRelays: live, skipped: &skipped)
+                page, docIDs: docIDs, inlineLimit: inlineLimit, inlineDeltas: inlineDeltas, skipRelays: live, echoes: echoes,
+                skipped: &skipped)
             scanned = page.last?.0.sequence ?? scanned
+            // A full page whose every entry is left out (hidden from the peer, or the echo of
+            // its own push) is not the end of the feed: read on here, for a bounded number of
+            // pages, rather than answer nothing and cost the peer a round trip per page.
+            if entries.isEmpty, reoffered.isEmpty, page.count == limit, readOn > 0 {
+                readOn -= 1
+                page = try store.changesWithLeaves(since: scanned, limit: limit)
+                continue
+            }
             // A live wait answers only with something to send: a short page whose every
             // change is hidden or already held by the peer (in a mesh, the echo of what it
             // just sent us) goes on waiting from past it, instead of costing the peer a
@@ -56,13 +69,17 @@ extension ResponderSession {
         return reply(request, answer.json)
     }
 
+    /// Full pages with nothing for the peer read on within one request; past them the
+    /// answer is empty but not caught up, and the peer asks again from its `lastSeq`.
+    static let maxPagesReadOn = 50
+
     /// The changes entries the peer may see, with small revisions inlined. With `skipRelays`
     /// (live requests only: a peer catching up must get everything, as its coverage will take
     /// over this node's), what the peer gets over its own link to the sender is left out and
-    /// added to `skipped`.
+    /// added to `skipped`. Entries in `echoes` hold a single leaf the peer pushed: left out.
     func changeEntries(
         _ page: [(Change, [RevisionID])], docIDs: Set<String>?, inlineLimit: Int, inlineDeltas: Bool, skipRelays: Bool,
-        skipped: inout [SkippedRelay]
+        echoes: EchoRanges = EchoRanges(), skipped: inout [SkippedRelay]
     ) throws -> [ChangeEntry] {
         var entries: [ChangeEntry] = []
         // Read per page, after any wait: a policy changed during a long-poll applies to its answer.
@@ -71,6 +88,7 @@ extension ResponderSession {
         var left: [SkippedRelay] = []
         let candidates = page.filter { change, leaves in
             guard (docIDs?.contains(change.id.rawValue) ?? true) && !peerHeld.peerHolds(change.id, leaves: leaves) else { return false }
+            if leaves.count == 1 && echoes.contains(change.sequence) { return false }
             guard skipRelays, let relied = relaySkip(change.id, leaves: leaves) else { return true }
             left.append(contentsOf: relied.map { SkippedRelay(sequence: change.sequence, id: change.id, revision: $0) })
             return false
