@@ -148,7 +148,7 @@ struct TrustAdd: AsyncParsableCommand {
         if noDelete || readOnly { policy["mayDelete"] = false }
         if !policy.isEmpty { entry["policy"] = .object(policy) }
         let result: JSON
-        if let node = NodeClient.running(on: global.dataDirectory) {
+        if let node = try await NodeClient.settled(on: global.dataDirectory) {
             result = try await node.call("POST", "/trust", body: .object(entry))
         } else {
             if !global.create { try global.requireDirectory() }
@@ -212,7 +212,7 @@ struct TrustSet: AsyncParsableCommand {
             throw CLIError(message: "nothing to change: give --name, --read, --write, --read-only, --no-delete or the like")
         }
         let result: JSON
-        if let node = NodeClient.running(on: global.dataDirectory) {
+        if let node = try await NodeClient.settled(on: global.dataDirectory) {
             result = try await node.call("PUT", "/trust/\(id)", body: body)
         } else {
             let store = try TrustStore(dataDirectory: global.dataDirectory, configuration: NodeConfiguration())
@@ -233,7 +233,7 @@ struct TrustList: AsyncParsableCommand {
 
     func run() async throws {
         let entries: JSON
-        if let node = NodeClient.running(on: global.dataDirectory) {
+        if let node = try await NodeClient.settled(on: global.dataDirectory) {
             entries = try await node.call("GET", "/trust")["trusted"] ?? []
         } else {
             let store = try TrustStore(dataDirectory: global.dataDirectory, configuration: NodeConfiguration())
@@ -281,7 +281,7 @@ struct TrustRemove: AsyncParsableCommand {
 
     func run() async throws {
         let id = self.id.lowercased()
-        if let node = NodeClient.running(on: global.dataDirectory) {
+        if let node = try await NodeClient.settled(on: global.dataDirectory) {
             _ = try await node.call("DELETE", "/trust/\(id)")
         } else {
             let store = try TrustStore(dataDirectory: global.dataDirectory, configuration: NodeConfiguration())

@@ -106,7 +106,7 @@ struct CouchUserAdd: AsyncParsableCommand {
         var body: [String: JSON] = ["name": .string(name), "passwordHash": .string(hash.description)]
         if !rules.policy.isEmpty { body["policy"] = .object(rules.policy) }
         let result: JSON
-        if let node = NodeClient.running(on: global.dataDirectory) {
+        if let node = try await NodeClient.settled(on: global.dataDirectory) {
             result = try await node.call("POST", "/couch/users", body: .object(body))
         } else {
             try global.requireData()
@@ -139,7 +139,7 @@ struct CouchUserSet: AsyncParsableCommand {
             throw CLIError(message: "nothing to change: give --password, --read, --write, --read-only, --no-delete or the like", status: 64)
         }
         let result: JSON
-        if let node = NodeClient.running(on: global.dataDirectory) {
+        if let node = try await NodeClient.settled(on: global.dataDirectory) {
             result = try await node.call("PUT", "/couch/users/\(Self.pathComponent(name))", body: .object(body))
         } else {
             try global.requireData()
@@ -166,7 +166,7 @@ struct CouchUserList: AsyncParsableCommand {
 
     func run() async throws {
         let users: JSON
-        if let node = NodeClient.running(on: global.dataDirectory) {
+        if let node = try await NodeClient.settled(on: global.dataDirectory) {
             users = try await node.call("GET", "/couch/users")["users"] ?? []
         } else {
             try global.requireData()
@@ -197,7 +197,7 @@ struct CouchUserRemove: AsyncParsableCommand {
     @Argument(help: "The user name.") var name: String
 
     func run() async throws {
-        if let node = NodeClient.running(on: global.dataDirectory) {
+        if let node = try await NodeClient.settled(on: global.dataDirectory) {
             _ = try await node.call("DELETE", "/couch/users/\(CouchUserSet.pathComponent(name))")
         } else {
             try global.requireData()

@@ -49,6 +49,22 @@ struct NodeClient {
         return Int64(String(decoding: buf[..<n], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
     }
 
+    /// The running node on `dataDirectory`; nil only when none holds its lock. A node that
+    /// holds the lock but has not written node.json yet (starting) is waited for, up to
+    /// `timeout` seconds: it has read the trust store and users files already, so a change
+    /// written to them now would be lost until its restart.
+    static func settled(on dataDirectory: String, timeout: Double = 30) async throws -> NodeClient? {
+        let deadline = Date().addingTimeInterval(timeout)
+        while true {
+            if let client = running(on: dataDirectory) { return client }
+            if lockHolder(dataDirectory) == nil { return nil }
+            guard Date() < deadline else {
+                throw CLIError(message: "the ferry serve on \(dataDirectory) is still starting after \(Int(timeout)) s (no node.json yet); try again")
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+    }
+
     /// The node on `dataDirectory`, or a clear error telling how to start one.
     static func required(on dataDirectory: String) throws -> NodeClient {
         guard let client = running(on: dataDirectory) else {
