@@ -2,7 +2,7 @@
 SWIFT ?= swift
 DATA ?= ferry-data
 
-.PHONY: all deps build run test integration soak sanitize fuzz bench release install deb clean help
+.PHONY: all deps build run test readme-test integration soak sanitize fuzz bench release install deb clean help
 
 all: build
 
@@ -10,6 +10,7 @@ help:
 	@echo "make run    build and start Ferry on ./$(DATA)"
 	@echo "make test   run every test (the integration scenarios included)"
 	@echo "make integration   run only the integration scenarios (Integration/)"
+	@echo "make readme-test   run the commands of README.md and docs/*.md as written"
 	@echo "make soak   the seeded simulations with many more seeds, 100 SIGKILLs of a pull and of a blob, an hour of a faulty 5-node mesh (not part of make test)"
 	@echo "make sanitize   the unit, in-process and simulation suites under ThreadSanitizer and AddressSanitizer"
 	@echo "make fuzz   each decoder under libFuzzer for FUZZ_SECONDS (default 60) seconds"
@@ -52,11 +53,12 @@ ATTACKS = Attack[A-Za-z]*Scenarios|ListenerLimitsTests|CouchListenerLimitsTests
 # Suites that move hundreds of megabytes of blobs, kill avahi-daemon or time signals, and
 # the chunk tests whose links time out in real time: one suite at a time (beside the main
 # phase they took both cores and starved its long-polls and joins past their limits).
-BULK = MeshSoakScenarios|KillFaultScenarios|ClockJumpScenarios|BlobSyncInterruptCLITests|CouchLargeAttachmentTests|CouchTransferLivenessTests|DocumentsLargeAttachmentTests|LazyBlobScenarios|BlobChunkTests|BlobPolicyTests|DiscoveryFaultScenarios|DNSSDFaultTests|DNSSDDaemonLossTests|SignalCLITests|SyncProgressCLITests
+BULK = MeshSoakScenarios|BackupScenarios|KillFaultScenarios|ClockJumpScenarios|BlobSyncInterruptCLITests|CouchLargeAttachmentTests|CouchTransferLivenessTests|DocumentsLargeAttachmentTests|LazyBlobScenarios|BlobChunkTests|BlobPolicyTests|DiscoveryFaultScenarios|DNSSDFaultTests|DNSSDDaemonLossTests|SignalCLITests|SyncProgressCLITests
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build --filter '$(TIMED)'
 	$(SWIFT) test --skip-build --skip 'LabScenarios|$(HEAVY)|$(TIMED)|$(ATTACKS)|$(BULK)'
+	$(README_TEST)
 	$(SWIFT) test --skip-build --no-parallel --filter '$(BULK)'
 	$(SWIFT) test --skip-build --filter '$(HEAVY)' --skip '$(TIMED)'
 	$(SWIFT) test --skip-build --no-parallel --filter '$(ATTACKS)'
@@ -65,6 +67,13 @@ test: deps
 	# Every decoder of another machine's bytes under libFuzzer and AddressSanitizer, briefly
 	# (5 s each, fixed seed): the sanitizer that fits CI's time (Fuzz/README.md).
 	$(MAKE) fuzz FUZZ_SECONDS=5 FUZZ_SEED=1
+
+# The shell commands of README.md and docs/*.md, run as written against .build/debug/ferry
+# (scripts/readme-test.py); python3 is .venv-couch's, which has the CouchDB client libraries.
+README_TEST = PATH="$(CURDIR)/.venv-couch/bin:$$PATH" scripts/readme-test.py
+readme-test: deps
+	$(SWIFT) build
+	$(README_TEST)
 
 integration: deps
 	$(SWIFT) build --build-tests
