@@ -161,11 +161,28 @@ struct GlobalOptions: ParsableArguments {
     /// directory does not exist.
     func requireDirectory() throws {
         var isDirectory: ObjCBool = false
-        guard !FileManager.default.fileExists(atPath: dataDirectory, isDirectory: &isDirectory) else { return }
+        guard !FileManager.default.fileExists(atPath: dataDirectory, isDirectory: &isDirectory) else {
+            try requireFerryContents(isDirectory: isDirectory.boolValue)
+            return
+        }
         var message = "no data directory \(dataDirectory)"
         if let near = Self.nearestDataDirectory(to: dataDirectory) { message += "; did you mean \(near)?" }
         message += " (to start a new one there, pass --create, or run `ferry --data \(dataDirectory) serve`)"
         throw CLIError(message: message)
+    }
+
+    /// What marks a directory as Ferry's: any one of them.
+    static let dataMarkers = [DocumentStore.databaseFileName, "identity", "trust.json", "node.json", "couch-users.json", "serve.lock"]
+
+    /// Fails when the existing path is not a Ferry data directory: a file, or a directory
+    /// that holds other things and none of Ferry's (a mistyped `--data ~/Documents` must not
+    /// gain a database). An empty directory (made for a node) is fine.
+    func requireFerryContents(isDirectory: Bool) throws {
+        guard isDirectory else { throw CLIError(message: "\(dataDirectory) is a file, not a data directory") }
+        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: dataDirectory), !entries.isEmpty else { return }
+        guard !Self.dataMarkers.contains(where: entries.contains) else { return }
+        throw CLIError(
+            message: "\(dataDirectory) is not a Ferry data directory (it holds other files and no Ferry data); pass --create to start one there anyway, or name the data directory with --data")
     }
 
     /// A directory beside `path` whose name is at most two edits from its name and that

@@ -36,4 +36,26 @@ import Testing
         let read = try await cli.run(["--data", real, "get", "order-1"], useDataFlag: false)
         #expect(read.status == 0 && read.stdout.contains("\"n\""))
     }
+
+    @Test func aWriteIntoADirectoryThatHoldsOtherFilesIsRefusedUnlessCreateSaysSo() async throws {
+        let cli = FerryCLI()
+        defer { cli.cleanUp() }
+        let root = NSTemporaryDirectory() + "ferry-foreign-\(UUID().uuidString)"
+        let documents = root + "/Documents"
+        try FileManager.default.createDirectory(atPath: documents, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        try "my notes".write(toFile: documents + "/notes.txt", atomically: true, encoding: .utf8)
+        let refused = try await cli.run(["--data", documents, "put", "order-1", "{}"], useDataFlag: false)
+        #expect(refused.status == 1)
+        #expect(refused.stderr.contains("is not a Ferry data directory") && refused.stderr.contains("--create"), "\(refused.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: documents) == ["notes.txt"], "nothing was written there")
+        let file = try await cli.run(["--data", documents + "/notes.txt", "put", "order-1", "{}"], useDataFlag: false)
+        #expect(file.status == 1 && file.stderr.contains("is a file"), "\(file.stderr)")
+        // --create says so; an empty directory (made for a node) needs nothing.
+        #expect(try await cli.run(["--data", documents, "--create", "put", "order-1", "{}"], useDataFlag: false).status == 0)
+        #expect(try await cli.run(["--data", documents, "put", "order-2", "{}"], useDataFlag: false).status == 0, "now it is Ferry's")
+        let empty = root + "/empty"
+        try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: true)
+        #expect(try await cli.run(["--data", empty, "put", "order-1", "{}"], useDataFlag: false).status == 0)
+    }
 }
