@@ -269,6 +269,7 @@ public struct CouchListenerService: Service {
             // Browsers and CouchDB client libraries still met in the field speak TLS 1.2.
             config.minimumTLSVersion = .tlsv12
             config.certificateVerification = .none
+            config.trustRoots = .certificates([])  // no client certificates: no system CA bundle is read
             let tlsConfiguration = config
             server = .init { responder in
                 AdmittedChannel(
