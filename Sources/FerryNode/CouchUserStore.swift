@@ -45,9 +45,9 @@ public final class CouchUserStore: Sendable {
         }
     }
 
-    let file: String
     let fixed: [String: CouchUser]
-    let added: Locked<[String: CouchUser]>
+    /// Run-time users, in DATA/couch-users.json.
+    let added: RuntimeEntries<CouchUser>
     /// What the CouchDB listeners check credentials against.
     public let table: CouchUserTable
 
@@ -55,7 +55,7 @@ public final class CouchUserStore: Sendable {
 
     /// Loads DATA/couch-users.json (absent means none) beside the config's users.
     public init(dataDirectory: String, configuration: NodeConfiguration) throws(ConfigError) {
-        file = Self.path(dataDirectory: dataDirectory)
+        let file = Self.path(dataDirectory: dataDirectory)
         fixed = Dictionary(configuration.couch.users.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
         var added: [String: CouchUser] = [:]
         if let data = FileManager.default.contents(atPath: file) {
@@ -70,7 +70,7 @@ public final class CouchUserStore: Sendable {
                 }
             }
         }
-        self.added = Locked(added)
+        self.added = RuntimeEntries(added) { users throws(NodeError) in try Self.save(users, to: file) }
         table = CouchUserTable([])
         refreshTable()
     }
@@ -78,7 +78,7 @@ public final class CouchUserStore: Sendable {
     /// Every user, config ones winning over run-time ones of the same name, sorted by name.
     public var entries: [Entry] {
         let config = fixed.values.map { Entry(name: $0.name, policy: $0.policy, source: .config) }
-        let api = added.withLock { $0 }.values.filter { fixed[$0.name] == nil }.map { Entry(name: $0.name, policy: $0.policy, source: .api) }
+        let api = added.all.values.filter { fixed[$0.name] == nil }.map { Entry(name: $0.name, policy: $0.policy, source: .api) }
         return (config + api).sorted { $0.name < $1.name }
     }
 
@@ -91,17 +91,8 @@ public final class CouchUserStore: Sendable {
         if fixed[user.name] != nil {
             throw .conflict("user \(LogText.escape(user.name)) is in the config file's couch.users; change it there")
         }
-        let inserted = added.withLock { a -> Bool in
-            guard a[user.name] == nil else { return false }
-            a[user.name] = user
-            return true
-        }
-        guard inserted else {
+        guard try added.add(user.name, user) else {
             throw .conflict("user \(LogText.escape(user.name)) exists; change it with `ferry couch-user set` (PUT /couch/users/{name})")
-        }
-        do { try save() } catch {
-            added.withLock { _ = $0.removeValue(forKey: user.name) }
-            throw error
         }
         refreshTable()
     }
@@ -111,41 +102,27 @@ public final class CouchUserStore: Sendable {
     @discardableResult
     public func update(_ name: String, _ change: Change) throws(NodeError) -> Entry? {
         if fixed[name] != nil { throw .conflict("user \(LogText.escape(name)) is in the config file's couch.users; change it there") }
-        let result = added.withLock { a -> (old: CouchUser, new: CouchUser)? in
-            guard let old = a[name] else { return nil }
-            let new = change.applied(to: old)
-            a[name] = new
-            return (old, new)
-        }
-        guard let result else { return nil }
-        do { try save() } catch {
-            added.withLock { $0[name] = result.old }
-            throw error
-        }
+        guard let updated = try added.update(name, { change.applied(to: $0) }) else { return nil }
         refreshTable()
-        return Entry(name: name, policy: result.new.policy, source: .api)
+        return Entry(name: name, policy: updated.policy, source: .api)
     }
 
     /// Removes a run-time user; false when there was none. Its sessions end with it.
     @discardableResult
     public func remove(_ name: String) throws(NodeError) -> Bool {
         if fixed[name] != nil { throw .conflict("user \(LogText.escape(name)) is in the config file's couch.users; remove it there") }
-        guard let old = added.withLock({ $0.removeValue(forKey: name) }) else { return false }
-        do { try save() } catch {
-            added.withLock { $0[name] = old }
-            throw error
-        }
+        guard try added.remove(name) else { return false }
         refreshTable()
         return true
     }
 
     func refreshTable() {
-        let all = added.withLock { $0 }.merging(fixed) { _, config in config }
+        let all = added.all.merging(fixed) { _, config in config }
         table.replace(with: Array(all.values))
     }
 
-    func save() throws(NodeError) {
-        let list = added.withLock { $0 }.values.sorted { $0.name < $1.name }.map { u -> JSON in
+    static func save(_ users: [String: CouchUser], to file: String) throws(NodeError) {
+        let list = users.values.sorted { $0.name < $1.name }.map { u -> JSON in
             ["name": .string(u.name), "password": .string(u.password.description), "policy": u.policy.json]
         }
         try writeAtomically(JSON.object(["users": .array(list)]), to: file)

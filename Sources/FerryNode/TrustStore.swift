@@ -47,9 +47,9 @@ public final class TrustStore: Sendable {
         }
     }
 
-    let file: String
     let fixed: [String: Entry]
-    let added: Locked<[String: Entry]>
+    /// Run-time entries, in DATA/trust.json.
+    let added: RuntimeEntries<Entry>
     /// Active members of this node's group (this node excluded), by ID, with their names.
     let groupMembers = Locked<[String: String?]>([:])
     /// The IDs the TLS listener admits.
@@ -57,7 +57,7 @@ public final class TrustStore: Sendable {
 
     /// Loads DATA/trust.json (absent means empty) beside the config's entries.
     public init(dataDirectory: String, configuration: NodeConfiguration) throws(ConfigError) {
-        file = "\(dataDirectory)/trust.json"
+        let file = "\(dataDirectory)/trust.json"
         var fixed: [String: Entry] = [:]
         for p in configuration.peers { fixed[p.nodeID] = Entry(nodeID: p.nodeID, name: p.name, policy: .trusted, source: .peer) }
         for t in configuration.trust { fixed[t.nodeID] = Entry(nodeID: t.nodeID, name: t.name, policy: t.policy, source: .config) }
@@ -79,14 +79,14 @@ public final class TrustStore: Sendable {
                 }
             }
         }
-        self.added = Locked(added)
+        self.added = RuntimeEntries(added) { entries throws(NodeError) in try Self.save(entries, to: file) }
         refreshIDs()
     }
 
     /// Every trusted entry, fixed ones first winning over added ones, sorted by ID.
     /// Group members without a manual entry come last, with source `group`.
     public var entries: [Entry] {
-        var all = self.added.withLock { $0 }.merging(fixed) { _, f in f }
+        var all = self.added.all.merging(fixed) { _, f in f }
         for (id, name) in groupMembers.withLock({ $0 }) where all[id] == nil {
             all[id] = Entry(nodeID: id, name: name, policy: .trusted, source: .group)
         }
@@ -94,12 +94,12 @@ public final class TrustStore: Sendable {
     }
 
     public func entry(_ id: String) -> Entry? {
-        if let e = fixed[id] ?? added.withLock({ $0[id] }) { return e }
+        if let e = fixed[id] ?? added[id] { return e }
         return groupMembers.withLock { $0[id] }.map { Entry(nodeID: id, name: $0, policy: .trusted, source: .group) }
     }
 
     /// Whether a manual (config or run-time) entry trusts `id`, whatever the group says.
-    public func isManuallyTrusted(_ id: String) -> Bool { fixed[id] != nil || added.withLock { $0[id] != nil } }
+    public func isManuallyTrusted(_ id: String) -> Bool { fixed[id] != nil || added[id] != nil }
 
     /// Replaces the group's active members; IDs that leave lose their connections unless a
     /// manual entry still trusts them.
@@ -110,7 +110,7 @@ public final class TrustStore: Sendable {
     public func isTrusted(_ id: String) -> Bool { entry(id) != nil }
     public func policy(for id: String) -> PeerPolicy? { entry(id)?.policy }
     /// Whether a TOFU entry exists already (TOFU pins only the first node seen).
-    public var hasTOFUEntry: Bool { added.withLock { $0.values.contains { $0.source == .tofu } } }
+    public var hasTOFUEntry: Bool { added.all.values.contains { $0.source == .tofu } }
 
     /// Adds a run-time entry and saves the file. An ID already trusted is a conflict:
     /// re-adding must never replace (and so widen) an entry's policy; `update` changes one.
@@ -118,17 +118,8 @@ public final class TrustStore: Sendable {
         if fixed[entry.nodeID] != nil {
             throw .conflict("node \(entry.nodeID) is trusted by the config file; change it there")
         }
-        let inserted = added.withLock { a -> Bool in
-            guard a[entry.nodeID] == nil else { return false }
-            a[entry.nodeID] = entry
-            return true
-        }
-        guard inserted else {
+        guard try added.add(entry.nodeID, entry) else {
             throw .conflict("node \(entry.nodeID) is already trusted; change its entry with `ferry trust set` (PUT /trust/{id})")
-        }
-        do { try save() } catch {
-            added.withLock { _ = $0.removeValue(forKey: entry.nodeID) }
-            throw error
         }
         refreshIDs()
     }
@@ -138,39 +129,24 @@ public final class TrustStore: Sendable {
     @discardableResult
     public func update(_ id: String, _ change: Change) throws(NodeError) -> Entry? {
         if fixed[id] != nil { throw .conflict("node \(id) is trusted by the config file; change it there") }
-        let result = added.withLock { a -> (old: Entry, new: Entry)? in
-            guard let old = a[id] else { return nil }
-            let new = change.applied(to: old)
-            a[id] = new
-            return (old, new)
-        }
-        guard let result else { return nil }
-        do { try save() } catch {
-            added.withLock { $0[id] = result.old }
-            throw error
-        }
-        return result.new
+        return try added.update(id) { change.applied(to: $0) }
     }
 
     /// Removes a run-time entry; false if there was none.
     @discardableResult
     public func remove(_ id: String) throws(NodeError) -> Bool {
         if fixed[id] != nil { throw .conflict("node \(id) is trusted by the config file; remove it there") }
-        guard let old = added.withLock({ $0.removeValue(forKey: id) }) else { return false }
-        do { try save() } catch {
-            added.withLock { $0[id] = old }
-            throw error
-        }
+        guard try added.remove(id) else { return false }
         refreshIDs()
         return true
     }
 
     func refreshIDs() {
-        ids.replace(with: Set(fixed.keys).union(added.withLock { Set($0.keys) }).union(groupMembers.withLock { Set($0.keys) }))
+        ids.replace(with: Set(fixed.keys).union(added.all.keys).union(groupMembers.withLock { Set($0.keys) }))
     }
 
-    func save() throws(NodeError) {
-        let list = added.withLock { $0 }.values.sorted { $0.nodeID < $1.nodeID }.map { e -> JSON in
+    static func save(_ entries: [String: Entry], to file: String) throws(NodeError) {
+        let list = entries.values.sorted { $0.nodeID < $1.nodeID }.map { e -> JSON in
             var o = e.json.objectValue!
             o["source"] = .string(e.source.rawValue)
             return .object(o)

@@ -170,39 +170,18 @@ struct TrustSet: AsyncParsableCommand {
     @OptionGroup var global: GlobalOptions
     @Argument(help: "The node ID.") var id: String
     @Option(help: "A new name to show for it.") var name: String?
-    @Option(help: "Document-ID globs it may read (repeatable; replaces its read rule).") var read: [String] = []
-    @Flag(help: "It may read every document.") var readAll = false
-    @Option(help: "Document-ID globs it may write (repeatable; replaces its write rule).") var write: [String] = []
-    @Option(help: "Document types it may write (repeatable; replaces its write rule).") var writeType: [String] = []
-    @Flag(help: "It may write every document.") var writeAll = false
-    @Flag(help: "Read only: none of its writes are accepted, nor its deletions.") var readOnly = false
-    @Flag(help: "Refuse its deletions.") var noDelete = false
-    @Flag(help: "Accept its deletions.") var allowDelete = false
+    @OptionGroup var rules: PolicyOptions
 
     func validate() throws {
         if let name { try TrustList.validateName(name) }
-        if readAll && !read.isEmpty { throw ValidationError("--read-all and --read contradict each other") }
-        let writes = [writeAll, readOnly, !write.isEmpty || !writeType.isEmpty].filter { $0 }.count
-        if writes > 1 { throw ValidationError("give one of --write/--write-type, --write-all or --read-only") }
-        if noDelete && allowDelete { throw ValidationError("--no-delete and --allow-delete contradict each other") }
-        if readOnly && allowDelete { throw ValidationError("--read-only and --allow-delete contradict each other") }
+        try rules.check()
     }
 
     /// The change in the API's form: only the keys the flags name.
     var body: JSON {
         var o: [String: JSON] = [:]
         if let name { o["name"] = .string(name) }
-        var policy: [String: JSON] = [:]
-        if readAll { policy["read"] = "all" } else if !read.isEmpty { policy["read"] = ["ids": .array(read.map(JSON.string))] }
-        if writeAll {
-            policy["write"] = "all"
-        } else if readOnly {
-            policy["write"] = "none"
-        } else if !write.isEmpty || !writeType.isEmpty {
-            policy["write"] = ["ids": .array(write.map(JSON.string)), "types": .array(writeType.map(JSON.string))]
-        }
-        if readOnly || noDelete { policy["mayDelete"] = false } else if allowDelete { policy["mayDelete"] = true }
-        if !policy.isEmpty { o["policy"] = .object(policy) }
+        if !rules.policy.isEmpty { o["policy"] = .object(rules.policy) }
         return .object(o)
     }
 

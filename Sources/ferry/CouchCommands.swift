@@ -52,41 +52,6 @@ struct PasswordOptions: ParsableArguments {
     }
 }
 
-/// The policy flags of `couch-user add` and `set`, as the admin API's policy object.
-struct UserPolicyOptions: ParsableArguments {
-    @Option(help: "Document-ID globs the user may read (repeatable; replaces the read rule).") var read: [String] = []
-    @Flag(help: "The user may read every document.") var readAll = false
-    @Option(help: "Document-ID globs the user may write (repeatable; replaces the write rule).") var write: [String] = []
-    @Option(help: "Document types the user may write (repeatable; replaces the write rule).") var writeType: [String] = []
-    @Flag(help: "The user may write every document.") var writeAll = false
-    @Flag(help: "Read only: none of the user's writes are accepted, nor deletions.") var readOnly = false
-    @Flag(help: "Refuse the user's deletions.") var noDelete = false
-    @Flag(help: "Accept the user's deletions.") var allowDelete = false
-
-    func check() throws {
-        if readAll && !read.isEmpty { throw ValidationError("--read-all and --read contradict each other") }
-        let writes = [writeAll, readOnly, !write.isEmpty || !writeType.isEmpty].filter { $0 }.count
-        if writes > 1 { throw ValidationError("give one of --write/--write-type, --write-all or --read-only") }
-        if noDelete && allowDelete { throw ValidationError("--no-delete and --allow-delete contradict each other") }
-        if readOnly && allowDelete { throw ValidationError("--read-only and --allow-delete contradict each other") }
-    }
-
-    /// Only the keys the flags name; empty when none is given.
-    var policy: [String: JSON] {
-        var policy: [String: JSON] = [:]
-        if readAll { policy["read"] = "all" } else if !read.isEmpty { policy["read"] = ["ids": .array(read.map(JSON.string))] }
-        if writeAll {
-            policy["write"] = "all"
-        } else if readOnly {
-            policy["write"] = "none"
-        } else if !write.isEmpty || !writeType.isEmpty {
-            policy["write"] = ["ids": .array(write.map(JSON.string)), "types": .array(writeType.map(JSON.string))]
-        }
-        if readOnly || noDelete { policy["mayDelete"] = false } else if allowDelete { policy["mayDelete"] = true }
-        return policy
-    }
-}
-
 struct CouchUserAdd: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "add", abstract: "Add a CouchDB API user; by default it may read and write every document.")
@@ -94,7 +59,7 @@ struct CouchUserAdd: AsyncParsableCommand {
     @OptionGroup var global: GlobalOptions
     @Argument(help: "The user name (no ':'; 'admin' is the admin key's).") var name: String
     @OptionGroup var password: PasswordOptions
-    @OptionGroup var rules: UserPolicyOptions
+    @OptionGroup var rules: PolicyOptions
 
     func validate() throws {
         if let problem = CouchUser.nameProblem(name) { throw ValidationError("user name \(LogText.escape(name)) \(problem)") }
@@ -127,7 +92,7 @@ struct CouchUserSet: AsyncParsableCommand {
     @Argument(help: "The user name.") var name: String
     @Flag(help: "Set a new password (read as for `add`).") var password = false
     @OptionGroup var passwordOptions: PasswordOptions
-    @OptionGroup var rules: UserPolicyOptions
+    @OptionGroup var rules: PolicyOptions
 
     func validate() throws { try rules.check() }
 
