@@ -2,7 +2,7 @@
 SWIFT ?= swift
 DATA ?= ferry-data
 
-.PHONY: all deps build run test readme-test integration soak sanitize fuzz bench release install deb clean help
+.PHONY: all deps build run test readme-test integration soak sanitize fuzz bench release install deb deb-check clean help
 
 all: build
 
@@ -18,6 +18,7 @@ help:
 	@echo "make release   an optimized ferry with the Swift runtime inside it (.build-release/release/ferry)"
 	@echo "make install   install that binary in PREFIX/bin (default /usr/local) and its systemd unit"
 	@echo "make deb    a Debian package of it in dist/ (dpkg -i installs, creates the ferry user)"
+	@echo "make deb-check   install that package into a fresh minimal Debian root and run a node from it"
 
 deps:
 	@scripts/install-deps.sh
@@ -157,9 +158,16 @@ install: release
 	scripts/install.sh $(RELEASE_BINARY) "$(DESTDIR)" $(PREFIX)
 
 # dist/ferry_VERSION_ARCH.deb: /usr/bin/ferry, the unit, /etc/ferry/ferry.json; its
-# postinst creates the ferry system user.
+# postinst creates the ferry system user and /var/lib/ferry.
 deb: release
 	scripts/make-deb.sh $(RELEASE_BINARY) dist
+
+# That package installed with apt into a fresh minimal Debian root (mmdebstrap minbase: no
+# toolchain, no avahi-daemon, no CA certificates), and a node run there from it (root; the
+# Debian mirror). Not part of `make test`: it needs the release build.
+deb-check: deb
+	@command -v mmdebstrap >/dev/null || apt-get install -y mmdebstrap
+	scripts/clean-root-check.sh dist/ferry_$$($(RELEASE_BINARY) --version)_$$(dpkg --print-architecture).deb
 
 clean:
 	$(SWIFT) package clean

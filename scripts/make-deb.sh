@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds a Debian package of a ferry binary: /usr/bin/ferry, the systemd unit
 # /lib/systemd/system/ferry.service, an empty configuration /etc/ferry/ferry.json (kept on
-# upgrade), and a postinst that creates the `ferry` system user. Dependencies are the
+# upgrade), and a postinst that creates the `ferry` system user and /var/lib/ferry (0700). Dependencies are the
 # packages that own the shared libraries the binary links; a library no package owns (the
 # Swift runtime of a binary not built with --static-swift-stdlib) is refused.
 # Usage: scripts/make-deb.sh BINARY OUTDIR     (make deb builds the binary first)
@@ -73,6 +73,11 @@ if [ "$1" = configure ]; then
     if ! getent passwd ferry >/dev/null; then
         adduser --system --group --home /var/lib/ferry --no-create-home --shell /usr/sbin/nologin ferry >/dev/null 2>&1 \
             || useradd --system --user-group --home-dir /var/lib/ferry --shell /usr/sbin/nologin ferry
+    fi
+    # The data directory, the user's alone: without systemd (whose StateDirectory= would make
+    # it) `sudo -u ferry ferry --data /var/lib/ferry serve` could not create it in /var/lib.
+    if [ ! -d /var/lib/ferry ]; then
+        install -d -o ferry -g ferry -m 0700 /var/lib/ferry
     fi
     if [ -d /run/systemd/system ]; then
         systemctl daemon-reload >/dev/null 2>&1 || true

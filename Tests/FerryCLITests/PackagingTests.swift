@@ -73,7 +73,10 @@ import Testing
         #expect(try String(contentsOfFile: extracted + "/DEBIAN/conffiles", encoding: .utf8) == "/etc/ferry/ferry.json\n")
         let postinst = extracted + "/DEBIAN/postinst"
         #expect(try await Shell.run(["-n", postinst], executable: "/bin/sh").status == 0)
-        #expect(try String(contentsOfFile: postinst, encoding: .utf8).contains("adduser --system --group --home /var/lib/ferry"))
+        let script = try String(contentsOfFile: postinst, encoding: .utf8)
+        #expect(script.contains("adduser --system --group --home /var/lib/ferry"))
+        // Without systemd's StateDirectory= nothing else makes the data directory the user may write.
+        #expect(script.contains("install -d -o ferry -g ferry -m 0700 /var/lib/ferry"))
     }
 
     @Test func aBinaryThatNeedsTheSwiftToolchainIsNotPackaged() async throws {
