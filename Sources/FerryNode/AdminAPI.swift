@@ -10,11 +10,6 @@ import NIOCore
 import NIOHTTP1
 import ServiceLifecycle
 
-/// Ferry's version, as the admin API and `ferry --version` report it.
-public enum FerryVersion {
-    public static let current = "0.3.0"
-}
-
 /// The loopback-only admin REST API (Hummingbird): node status, documents, changes,
 /// peers, replications, trust and Prometheus metrics, all JSON but the metrics.
 /// docs/operations.md is the reference for every route.

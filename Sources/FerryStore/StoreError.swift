@@ -56,6 +56,12 @@ public enum StoreError: FerryError, Equatable {
         }
     }
 
+    /// Refused by the store's validator (a rule of the application, not a malformed revision).
+    public var isValidationRefusal: Bool {
+        if case .rejected = self { return true }
+        return false
+    }
+
     public var isTransient: Bool {
         switch self {
         case .busy, .io: return true

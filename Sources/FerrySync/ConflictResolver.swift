@@ -194,7 +194,7 @@ extension DocumentStore {
                 written += try apply(resolution, to: ctx)
             } catch {
                 // A local edit raced the resolution; the next exchange resolves again.
-                guard error.code == "conflict" else { throw error }
+                guard case .conflict = error else { throw error }
                 logger.debug("conflict resolution raced a local edit", metadata: ["id": "\(LogText.escape(id.rawValue))"])
             }
         }

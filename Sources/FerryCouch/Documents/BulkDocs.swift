@@ -98,7 +98,7 @@ extension CouchDatabase {
             case .rejected(let e):
                 let failure = DocumentFailure(
                     id: incoming.id.rawValue, rev: incoming.revision.description, error: couchError(e),
-                    stage: e.code == "rejected" ? "validation" : "structure")
+                    stage: e.isValidationRefusal ? "validation" : "structure")
                 refused.append(failure)
                 failures.append(failure.json)
             }

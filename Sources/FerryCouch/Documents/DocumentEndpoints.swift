@@ -63,7 +63,7 @@ extension CouchDatabase {
             if case .rejected(let e) = outcome {
                 let failure = DocumentFailure(
                     id: rawID, rev: incoming.revision.description, error: couchError(e),
-                    stage: e.code == "rejected" ? "validation" : "structure")
+                    stage: e.isValidationRefusal ? "validation" : "structure")
                 reportReplicated(stored: [], refused: [failure], principal: principal)
                 throw failure.error
             }
