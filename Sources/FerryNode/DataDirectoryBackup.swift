@@ -38,6 +38,9 @@ public enum DataDirectoryBackup {
     public static func backup(dataDirectory: String, to destination: String, copyBlobs: Bool = false) throws(BackupError) -> Summary {
         let source = try existingStore(dataDirectory)
         let target = URL(fileURLWithPath: destination).standardizedFileURL.path
+        if isInside(target, dataDirectory) {
+            throw .destinationExists("the backup destination \(target) is inside the data directory \(dataDirectory); choose one outside it")
+        }
         try requireEmptyOrAbsent(target, what: "backup destination")
         let work = try workDirectory(for: target, kind: "backup")
         var completed = false
@@ -94,6 +97,9 @@ public enum DataDirectoryBackup {
         }
         let fm = FileManager.default
         let target = URL(fileURLWithPath: dataDirectory).standardizedFileURL.path
+        if isInside(target, backup) || isInside(backup, target) {
+            throw .destinationExists("the data directory \(target) and the backup \(backup) must not contain each other")
+        }
         if fm.fileExists(atPath: "\(target)/\(incompleteFile)") {
             // An interrupted restore: start again from nothing.
             try clear(target)
@@ -166,6 +172,23 @@ public enum DataDirectoryBackup {
     static func identityID(_ dataDirectory: String) -> String {
         let identity = "\(dataDirectory)/identity"
         return (try? NodeIdentity.load(certificatePath: "\(identity)/cert.pem", keyPath: "\(identity)/key.pem").nodeID) ?? "?"
+    }
+
+    /// Whether `path` is `directory` or lies under it (symbolic links resolved where they exist).
+    static func isInside(_ path: String, _ directory: String) -> Bool {
+        func resolved(_ p: String) -> String {
+            let url = URL(fileURLWithPath: p).standardizedFileURL
+            // The path may not exist yet: resolve its nearest existing ancestor.
+            var existing = url
+            var rest: [String] = []
+            while !FileManager.default.fileExists(atPath: existing.path) && existing.path != "/" {
+                rest.insert(existing.lastPathComponent, at: 0)
+                existing.deleteLastPathComponent()
+            }
+            return ([existing.resolvingSymlinksInPath().path] + rest).joined(separator: "/").replacingOccurrences(of: "//", with: "/")
+        }
+        let p = resolved(path), d = resolved(directory)
+        return p == d || p.hasPrefix(d.hasSuffix("/") ? d : d + "/")
     }
 
     static func requireEmptyOrAbsent(_ path: String, what: String) throws(BackupError) {

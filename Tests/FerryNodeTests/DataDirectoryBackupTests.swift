@@ -132,4 +132,15 @@ import Testing
         try DataDirectoryBackup.restore(backup: root + "/backup", to: root + "/restored")
         #expect(try DocumentStore.openExisting(directory: root + "/restored").blobs.deferredLength(lazy.digest) == 5_000_000)
     }
+
+    @Test func aBackupIntoTheDataDirectoryItselfIsRefused() throws {
+        let root = tempDir()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let node = try sampleNode(root)
+        #expect(throws: BackupError.self) { try DataDirectoryBackup.backup(dataDirectory: node.directory, to: node.directory + "/backups/one") }
+        #expect(throws: BackupError.self) { try DataDirectoryBackup.backup(dataDirectory: node.directory, to: node.directory) }
+        #expect(!FileManager.default.fileExists(atPath: node.directory + "/backups"))
+        try DataDirectoryBackup.backup(dataDirectory: node.directory, to: root + "/b")
+        #expect(throws: BackupError.self) { try DataDirectoryBackup.restore(backup: root + "/b", to: root + "/b/inside") }
+    }
 }
