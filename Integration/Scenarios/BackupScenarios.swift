@@ -26,10 +26,12 @@ import Testing
         try await a.admin.put("with-blob", #"{"scan":\#(blob.stdout.trimmingCharacters(in: .whitespacesAndNewlines))}"#)
         for i in 0..<300 { try await a.admin.put("before-\(i)", #"{"i":\#(i)}"#) }
 
-        // Writes keep coming while the backup runs.
+        // Writes keep coming while the backup runs. Stopped by a flag, not by cancelling the
+        // task: a cancelled URLSession request on Linux can wait forever.
+        let stopWriting = Locked(false)
         let writer = Task {
             var i = 0
-            while !Task.isCancelled && i < 2_000 {
+            while !stopWriting.withLock({ $0 }) && i < 2_000 {
                 _ = try? await a.admin.put("during-\(i)", #"{"i":\#(i)}"#)
                 i += 1
             }
@@ -37,8 +39,8 @@ import Testing
         }
         let backupDirectory = cluster.root + "/backup-a"
         let backup = try await Ferry.run(["--data", a.dataDirectory, "--json", "backup", backupDirectory])
-        writer.cancel()
-        let written = try await writer.value
+        stopWriting.withLock { $0 = true }
+        let written = await writer.value
         #expect(backup.status == 0, "\(backup.stderr)")
         let summary = try JSON.parse(backup.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
         #expect(summary["node"]?.stringValue == idA)
