@@ -34,7 +34,9 @@ if [ ${#unowned[@]} -gt 0 ]; then
     echo "deb: build it with --static-swift-stdlib (make release) so the Swift runtime is inside it" >&2
     exit 1
 fi
-depends_line=$(printf '%s\n' "${depends[@]}" libavahi-compat-libdnssd1 | sort -u | paste -sd, - | sed 's/,/, /g')
+# ca-certificates: NIOSSL loads the system CA bundle when it builds the listener's TLS
+# context (a minimal root without it failed to start the node), and https sync needs it.
+depends_line=$(printf '%s\n' "${depends[@]}" libavahi-compat-libdnssd1 ca-certificates | sort -u | paste -sd, - | sed 's/,/, /g')
 
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT

@@ -176,9 +176,6 @@ enum TLSContexts {
         var config = TLSConfiguration.makeServerConfiguration(certificateChain: [.certificate(cert)], privateKey: .privateKey(key))
         config.minimumTLSVersion = .tlsv13
         config.certificateVerification = requireClientCertificate ? .noHostnameVerification : .none
-        // The pinning callback decides: no system CA bundle is read, so a machine without
-        // ca-certificates still runs a node.
-        config.trustRoots = .certificates([])
         return try NIOSSLContext(configuration: config)
     }
 
@@ -187,7 +184,6 @@ enum TLSContexts {
         var config = TLSConfiguration.makeClientConfiguration()
         config.minimumTLSVersion = .tlsv13
         config.certificateVerification = .noHostnameVerification
-        config.trustRoots = .certificates([])  // the pinning callback decides (see `server`)
         if let identity {
             let (cert, key) = try sslIdentity(identity)
             config.certificateChain = [.certificate(cert)]
