@@ -252,6 +252,9 @@ final class ResponderSession: Sendable {
             ).json)
     }
 
+    /// The smallest pushed batch whose echo is recorded.
+    static let minimumEchoBatch = 16
+
     /// Whose echoes a push records and a pull leaves out: the peer (as checkpoints are
     /// namespaced, so one peer cannot make another miss changes) and its database as it
     /// said in hello; nil before hello or when it named none.
@@ -378,7 +381,11 @@ final class ResponderSession: Sendable {
         }
         recordRelayed(accepted.map(\.1), absentFrom: trees)
         // Recorded with the revisions: this peer's later pulls leave their feed entries out.
-        let outcomes = try store.insertRevisions(accepted.map(\.1), durability: .normal, echoKey: echoKey)
+        // Only catch-up-sized batches: a live push of a revision or two is left out on this
+        // connection already (`peerHeld`), and re-reading a few entries later costs less than
+        // rewriting the record on every write of a mesh.
+        let echoFor = accepted.count >= Self.minimumEchoBatch ? echoKey : nil
+        let outcomes = try store.insertRevisions(accepted.map(\.1), durability: .normal, echoKey: echoFor)
         var touched = Set<DocumentID>()
         var branched = Set<DocumentID>()
         for ((_, rev), outcome) in zip(accepted, outcomes) {
