@@ -63,10 +63,19 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        // The one pinned-TLS implementation: the WebSocket transport and the CouchDB client use it.
+        .target(
+            name: "FerryPinning",
+            dependencies: [
+                "FerryCore",
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
         .target(
             name: "FerryTransport",
             dependencies: [
-                "FerryCore", "FerrySync",
+                "FerryCore", "FerryPinning", "FerrySync",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -94,7 +103,7 @@ let package = Package(
         .target(
             name: "FerryCouch",
             dependencies: [
-                "FerryCore", "FerryQuery", "FerryStore", "FerrySync", "CZlib",
+                "FerryCore", "FerryPinning", "FerryQuery", "FerryStore", "FerrySync", "CZlib",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -166,6 +175,14 @@ let package = Package(
             dependencies: [
                 "FerrySync", "FerryStore", "FerryCore", "IntegrationHarness", .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .testTarget(
+            name: "FerryPinningTests",
+            dependencies: [
+                "FerryPinning", "FerryTransport", .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"), .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOTLS", package: "swift-nio"),
             ]
         ),
         .testTarget(name: "FerryDiscoveryTests", dependencies: ["FerryDiscovery", "IntegrationHarness"]),

@@ -54,6 +54,7 @@ public enum BlobReferenceError: FerryError, Equatable {
     case malformedReference(String)
     public var domain: String { "core" }
     public var code: String { "invalid_blob_reference" }
+    public var failure: FailureKind { .invalidRequest }
     public var isTransient: Bool { false }
     public var description: String {
         switch self {

@@ -49,6 +49,7 @@ public enum DocumentIDError: FerryError, Equatable {
 
     public var domain: String { "core" }
     public var code: String { "invalid_document_id" }
+    public var failure: FailureKind { .invalidRequest }
     public var isTransient: Bool { false }
     public var description: String {
         switch self {

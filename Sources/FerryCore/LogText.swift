@@ -83,6 +83,7 @@ public struct NodeNameError: FerryError, Equatable {
     public let scalar: Unicode.Scalar
     public var domain: String { "core" }
     public var code: String { "bad_name" }
+    public var failure: FailureKind { .invalidRequest }
     public var isTransient: Bool { false }
     public var description: String { "name \"\(LogText.escape(name))\" \(reason)" }
     /// What is wrong, without the name.

@@ -241,6 +241,7 @@ public enum RevisionIDError: FerryError, Equatable {
     case invalid(String)
     public var domain: String { "core" }
     public var code: String { "invalid_revision_id" }
+    public var failure: FailureKind { .invalidRequest }
     public var isTransient: Bool { false }
     public var description: String {
         switch self {

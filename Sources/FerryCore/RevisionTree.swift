@@ -272,6 +272,7 @@ public enum RevisionTreeError: FerryError, Equatable {
     case corruptEncoding(String)
 
     public var domain: String { "core" }
+    public var failure: FailureKind { .invalidRequest }
     public var code: String {
         switch self {
         case .unknownParent: return "unknown_revision"

@@ -340,6 +340,17 @@ public struct CouchError: HTTPResponseError, FerryError, Equatable {
 
     public var domain: String { "couch" }
     public var code: String { error }
+    public var failure: FailureKind {
+        switch status.code {
+        case 401, 403: .forbidden
+        case 404: .notFound
+        case 409, 412: .conflict
+        case 413: .tooLarge
+        case 429, 503: .unavailable
+        case 500...: .internalFailure
+        default: .invalidRequest
+        }
+    }
     public var isTransient: Bool { status.code >= 500 || status == .tooManyRequests }
     public var description: String { "\(error): \(reason)" }
 

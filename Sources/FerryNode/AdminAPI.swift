@@ -455,20 +455,10 @@ struct APIError: HTTPResponseError, Sendable {
         self.reason = reason
     }
 
-    /// A Ferry error (mostly the store's) under its own code, with the status
-    /// docs/operations.md gives that code; codes not listed there are a bad request.
+    /// A Ferry error (mostly the store's) under its own code, with the status of its kind of
+    /// failure (`FailureKind`, shared with the CouchDB API; docs/operations.md lists them).
     init(_ error: any FerryError) {
-        let status: HTTPResponse.Status
-        switch error.code {
-        case "not_found", "revision_not_found": status = .notFound
-        case "conflict": status = .conflict
-        case "too_large": status = .contentTooLarge
-        case "rejected": status = .forbidden
-        case "busy": status = .serviceUnavailable
-        case "corrupt", "io", "database": status = .internalServerError
-        default: status = .badRequest
-        }
-        self.init(status, error.code, error.description)
+        self.init(HTTPResponse.Status(code: error.failure.httpStatus), error.code, error.description)
     }
 
     func response(from request: Request, context: some RequestContext) throws -> Response {

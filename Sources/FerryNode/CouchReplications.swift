@@ -72,8 +72,9 @@ public struct CouchReplicationOptions: Sendable, Equatable {
 
     /// A start-up failure as the replicator status shows it (its message not prefixed twice).
     static func syncError(_ error: any Error) -> SyncError {
-        if let e = error as? CouchClientError { return SyncError(domain: e.domain, code: e.code, message: e.message, isTransient: e.isTransient) }
-        if let e = error as? MangoError { return SyncError(domain: e.domain, code: e.code, message: e.description, isTransient: false) }
+        if let e = error as? CouchClientError {
+            return SyncError(domain: e.domain, .init(name: e.code), message: e.message, isTransient: e.isTransient, cause: e)
+        }
         return SyncError.from(error)
     }
 

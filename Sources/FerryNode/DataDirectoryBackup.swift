@@ -381,6 +381,14 @@ public enum BackupError: FerryError, Equatable {
         case .io: return "io"
         }
     }
+    public var failure: FailureKind {
+        switch self {
+        case .nodeRunning: .unavailable
+        case .destinationExists, .notABackup, .notADataDirectory: .invalidRequest
+        case .incomplete: .unavailable
+        case .io: .internalFailure
+        }
+    }
     /// A missing blob or a busy database may be gone on the next try.
     public var isTransient: Bool {
         if case .incomplete = self { return true }

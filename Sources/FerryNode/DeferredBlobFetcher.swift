@@ -42,6 +42,7 @@ public struct BlobUnavailable: FerryError {
     public let reason: String
     public var domain: String { "node" }
     public var code: String { "blob_unavailable" }
+    public var failure: FailureKind { .unavailable }
     public var isTransient: Bool { true }
     public var description: String { "blob \(digest) is not fetched yet and \(reason)" }
 }

@@ -414,7 +414,7 @@ public final class GroupMembership: Sendable {
             let message = try Message(decoding: bytes)
             guard message.kind == .request, message.profile == Self.joinProfile else {
                 try? await endpoint.send(
-                    Message.errorReply(to: message.number, SyncError(code: "bad_request", message: "this path only takes a join request", isTransient: false))
+                    Message.errorReply(to: message.number, SyncError(.badRequest, message: "this path only takes a join request", isTransient: false))
                         .encoded())
                 return
             }
@@ -432,13 +432,13 @@ public final class GroupMembership: Sendable {
             logger.notice("a node joined the group", metadata: ["node": "\(peer)", "remote": "\(remote ?? "?")"])
         } catch {
             let e = error as? MembershipError ?? .storage("\(error)")
-            let secretFailures: Set<String> = ["invitation_unknown", "invitation_used", "invitation_expired", "bad_invitation_code"]
-            if secretFailures.contains(e.code) {
-                attempts.failed(keys)
+            switch e {
+            case .invitationUnknown, .invitationUsed, .invitationExpired, .badInvitationCode: attempts.failed(keys)
+            default: break
             }
             let level: Logger.Level = refusals.isNews("\(peer) \(e.code)") ? .warning : .debug
             logger.log(level: level, "refused a join", metadata: ["peer": "\(peer)", "remote": "\(remote ?? "?")", "reason": "\(e.code)"])
-            reply = Message.errorReply(to: number, SyncError(domain: e.domain, code: e.code, message: e.description, isTransient: e.isTransient))
+            reply = Message.errorReply(to: number, SyncError.from(e))
         }
         try? await endpoint.send(reply.encoded())
     }
@@ -533,10 +533,10 @@ public final class GroupMembership: Sendable {
         connector.connectTimeout = .seconds(5)
         let endpoint: any MessageEndpoint
         do { endpoint = try await connector.connect() } catch let e as TransportError {
-            switch e.code {
-            case SyncError.notTrustedByPeerCode:
+            switch e.kind {
+            case .notTrustedByPeer:
                 throw MembershipError.noOpenInvitation
-            case "untrusted_peer":
+            case .untrustedPeer:
                 throw MembershipError.inviterUnreachable("\(address) is not the inviter (its certificate is not the code's node ID)")
             default:
                 throw e
@@ -554,15 +554,13 @@ public final class GroupMembership: Sendable {
         }
     }
 
+    /// The membership error an inviter's error reply names (its code on the wire).
     static func joinError(code: String, message: String) -> MembershipError {
-        switch code {
-        case "invitation_expired": .invitationExpired
-        case "invitation_used": .invitationUsed
-        case "invitation_unknown": .invitationUnknown
-        case "rate_limited": .rateLimited
-        case "not_admin": .badReply("the inviter is no longer an admin of its group")
-        case "wrong_group": .wrongGroup(message)
-        default: .badReply("\(code): \(message)")
+        let named: [MembershipError] = [.invitationExpired, .invitationUsed, .invitationUnknown, .rateLimited, .notAdmin, .wrongGroup(message)]
+        switch named.first(where: { $0.code == code }) {
+        case .notAdmin?: return .badReply("the inviter is no longer an admin of its group")
+        case let error?: return error
+        case nil: return .badReply("\(code): \(message)")
         }
     }
 

@@ -262,6 +262,16 @@ public enum MembershipError: FerryError, Equatable {
         case .storage: "storage"
         }
     }
+    public var failure: FailureKind {
+        switch self {
+        case .notAuthorized, .notAdmin, .cannotRemoveFounder: .forbidden
+        case .unknownMember, .invitationUnknown, .noGroup, .noOpenInvitation: .notFound
+        case .alreadyInGroup, .invitationUsed: .conflict
+        case .rateLimited, .inviterUnreachable: .unavailable
+        case .storage: .internalFailure
+        case .malformedEntry, .badSignature, .wrongGroup, .badInvitationCode, .invitationExpired, .badReply: .invalidRequest
+        }
+    }
     public var isTransient: Bool {
         switch self {
         case .rateLimited, .inviterUnreachable, .storage: true

@@ -296,6 +296,7 @@ public struct ConfigError: FerryError, Equatable {
     public let reason: String
     public var domain: String { "config" }
     public var code: String { "bad_config" }
+    public var failure: FailureKind { .invalidRequest }
     public var isTransient: Bool { false }
     public var description: String { key.isEmpty ? "\(file): \(reason)" : "\(file): \(key): \(reason)" }
     public init(file: String, key: String, reason: String) {

@@ -21,6 +21,14 @@ public enum NodeError: FerryError, Equatable {
         case .dataDirectoryGone: return "data_directory_gone"
         }
     }
+    public var failure: FailureKind {
+        switch self {
+        case .badConfiguration: .invalidRequest
+        case .conflict: .conflict
+        case .locked: .unavailable
+        case .startFailed, .dataDirectoryGone: .internalFailure
+        }
+    }
     public var isTransient: Bool { false }
     public var description: String {
         switch self {

@@ -297,7 +297,7 @@ public final class PeerManager: Service, Sendable {
     /// closed its connection itself has left: it is no longer listed. Only proven IDs count.
     func inboundEnded(_ session: ReplicationResponder.SessionStatus, error: SyncError?) {
         guard session.authenticated, let id = session.peerID else { return }
-        let died = error.map { $0.code != "disconnected" } ?? false
+        let died = error.map { $0.kind != .disconnected } ?? false
         state.withLock {
             $0.endedInbound[id] =
                 died

@@ -47,23 +47,23 @@ struct StartupGuard<Wrapped: Service>: Service, BindingService {
         }
         let bind = error as? TransportError ?? TransportError.bindFailed(place, host: host, error: error)
         let fix: String
-        switch bind.code {
-        case "address_in_use":
+        switch bind.kind {
+        case .addressInUse:
             fix = flag == "--unix" ? "another ferry serve? pass another --unix path"
                 : flag == "couch.lan.port" ? "another ferry serve or a CouchDB? set another couch.lan.port in the config"
                 : "another ferry serve? pass --ports auto for free ports, or \(flag) 0"
             return NodeError.startFailed("\(place) is in use (\(fix))")
-        case "permission_denied":
+        case .permissionDenied:
             fix = flag == "--unix" ? "pass a --unix path in a directory you may write"
                 : flag == "couch.lan.port" ? "ports below 1024 need root: set a higher couch.lan.port"
                 : "ports below 1024 need root: pass \(flag) 0 or a higher port"
             return NodeError.startFailed("\(bind.message) (\(fix))")
-        case "address_not_available", "bad_address":
+        case .addressNotAvailable, .badAddress:
             fix = flag == "--unix" ? "pass a shorter --unix path" : flag == "--port" ? "pass --interface 0.0.0.0"
                 : flag == "couch.lan.port" ? "set couch.lan.interface to an address of this host or 0.0.0.0"
                 : flag == "--couch-port" ? "the CouchDB API's own listener is on 127.0.0.1" : "the admin API needs 127.0.0.1 or ::1"
             return NodeError.startFailed("\(bind.message) (\(fix))")
-        case "bind_failed":
+        case .bindFailed:
             return NodeError.startFailed(bind.message)
         default:
             return error

@@ -50,8 +50,7 @@ public enum MangoError: FerryError, Equatable {
 
     public var domain: String { "query" }
     public var isTransient: Bool { false }
-    /// The HTTP status CouchDB answers with.
-    public var httpStatus: Int { 400 }
+    public var failure: FailureKind { .invalidRequest }
 
     /// CouchDB's error name, for the `error` member of the response.
     public var code: String {

@@ -56,6 +56,20 @@ public enum StoreError: FerryError, Equatable {
         }
     }
 
+    public var failure: FailureKind {
+        switch self {
+        case .conflict, .tooManyLeaves: .conflict
+        case .notFound, .revisionNotFound, .bodyNotRetained: .notFound
+        case .tooLarge: .tooLarge
+        case .rejected: .forbidden
+        case .busy: .unavailable
+        case .corrupt, .io, .database, .blobCorrupt: .internalFailure
+        case .invalidDocumentID, .invalidBody, .digestMismatch, .invalidHistory, .missingBlob, .blobLengthMismatch,
+            .noDatabase, .indexUnavailable:
+            .invalidRequest
+        }
+    }
+
     /// Refused by the store's validator (a rule of the application, not a malformed revision).
     public var isValidationRefusal: Bool {
         if case .rejected = self { return true }

@@ -29,7 +29,7 @@ public enum BlobFetchPolicy: Sendable, Equatable, CustomStringConvertible {
         default:
             guard let bytes = Self.byteCount(text) else {
                 throw SyncError(
-                    code: "invalid_blob_policy",
+                    .invalidBlobPolicy,
                     message: "blob policy \"\(text.prefix(40))\" is not eager, lazy or a size such as 5MB (eager up to it)",
                     isTransient: false)
             }

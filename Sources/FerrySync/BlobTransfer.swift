@@ -124,7 +124,7 @@ struct BlobTransfer: Sendable {
                     metadata: ["digest": "\(digest)", "attempt": "\(corruptions)"])
                 guard corruptions < 2 else {
                     throw SyncError(
-                        code: "protocol_error", message: "blob \(digest) arrived twice with content that does not match its digest",
+                        .protocolViolation, message: "blob \(digest) arrived twice with content that does not match its digest",
                         isTransient: true)
                 }
                 continue
@@ -219,7 +219,7 @@ struct BlobTransfer: Sendable {
                 let offset = next
                 let bytes = try reader.read(offset: offset, count: Int(min(size, total - offset)))
                 guard Int64(bytes.count) == min(size, total - offset) else {
-                    throw SyncError(code: "io", message: "blob \(digest) shrank while being sent", isTransient: true)
+                    throw SyncError(.io, message: "blob \(digest) shrank while being sent", isTransient: true)
                 }
                 inFlight.append((offset, Task { try await remote.putBlobChunk(digest, offset: offset, total: total, bytes: bytes) }))
                 next += Int64(bytes.count)
@@ -244,6 +244,6 @@ struct BlobTransfer: Sendable {
                 sentEmpty = false
             }
         }
-        throw SyncError(code: "protocol_error", message: "the peer did not confirm blob \(digest)", isTransient: true)
+        throw SyncError(.protocolViolation, message: "the peer did not confirm blob \(digest)", isTransient: true)
     }
 }

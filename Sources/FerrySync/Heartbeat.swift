@@ -25,11 +25,9 @@ extension SyncError {
     /// between us dropped without a close. Transient: it may come back.
     public static func peerSilent(_ seconds: Double) -> SyncError {
         SyncError(
-            code: peerSilentCode, message: "the peer sent nothing for \(Self.formatSeconds(seconds)) s; link closed",
+            .peerSilent, message: "the peer sent nothing for \(Self.formatSeconds(seconds)) s; link closed",
             isTransient: true)
     }
-
-    public static let peerSilentCode = "peer_silent"
 
     static func formatSeconds(_ s: Double) -> String {
         let tenths = (s * 10).rounded() / 10

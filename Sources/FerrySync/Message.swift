@@ -117,7 +117,7 @@ public struct Message: Sendable, Equatable {
     /// The error an error reply carries.
     public var carriedError: SyncError {
         SyncError(
-            domain: self["Error-Domain"] ?? "sync", code: self["Error-Code"] ?? "unknown",
+            domain: self["Error-Domain"] ?? "sync", .init(name: self["Error-Code"] ?? "unknown"),
             message: String(decoding: body, as: UTF8.self), isTransient: self["Error-Transient"] == "true")
     }
 }

@@ -213,7 +213,7 @@ final class ResponderSession: Sendable {
             case SyncProtocol.Profile.hasBlobs: reply = try hasBlobs(request)
             case SyncProtocol.Profile.getBlob: reply = try await getBlob(request)
             case SyncProtocol.Profile.putBlob: reply = try await putBlob(request)
-            default: throw SyncError(code: "unknown_request", message: "unknown request \"\(profile)\"", isTransient: false)
+            default: throw SyncError(.unknownRequest, message: "unknown request \"\(profile)\"", isTransient: false)
             }
             return reply
         } catch {

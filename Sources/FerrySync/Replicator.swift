@@ -308,7 +308,7 @@ public final class Replicator: Sendable {
         do {
             try await BlobTransfer(context: context, remote: remote).fetch(ref)
             return context.store.blobs.has(ref.digest)
-        } catch let error as SyncError where error.code == "not_found" {
+        } catch let error as SyncError where error.kind == .notFound {
             return false
         } catch {
             throw SyncError.from(error)

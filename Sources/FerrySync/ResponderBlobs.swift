@@ -68,7 +68,7 @@ extension ResponderSession {
         // A restricted peer gets only blobs of revisions it was sent in this session (a
         // puller fetches a revision's blobs right after the revision): a digest alone opens nothing.
         let granted = policy.read.admitsEverything || blobGrants.withLock { $0.contains(digest) }
-        let notFound = SyncError(code: "not_found", message: "no blob \(digest)", isTransient: false)
+        let notFound = SyncError(.notFound, message: "no blob \(digest)", isTransient: false)
         // A blob a lazy policy left for first read here: a peer's read counts, so it is fetched
         // from another peer first (one hop: never for a request itself made on behalf of one).
         if granted, request[BlobProperty.onBehalf] == nil, let length = store.blobs.deferredLength(digest),
@@ -143,7 +143,7 @@ extension ResponderSession {
                 assembly = open
             } else {
                 guard let incoming = try store.blobs.receive(digest, total: total) else {
-                    throw SyncError(code: "busy", message: "blob \(digest) is being received from another peer", isTransient: true)
+                    throw SyncError(.busy, message: "blob \(digest) is being received from another peer", isTransient: true)
                 }
                 assembly = BlobAssembly(incoming)
                 a[digest] = assembly
@@ -161,7 +161,7 @@ extension ResponderSession {
             a[digest] = nil
             do { try assembly.incoming.complete() } catch StoreError.blobCorrupt {
                 throw SyncError(
-                    code: "blob_corrupt", message: "blob \(digest) arrived with content that does not match its digest",
+                    .blobCorrupt, message: "blob \(digest) arrived with content that does not match its digest",
                     isTransient: true)
             }
             return (total, true)
@@ -205,11 +205,11 @@ final class OnBehalfFetches: Sendable {
             fetched = try await task.value
         } catch {
             forget(ref.digest, task)
-            throw SyncError(code: "unavailable", message: "blob \(ref.digest) is deferred here and \(SyncError.from(error).message)", isTransient: true)
+            throw SyncError(.unavailable, message: "blob \(ref.digest) is deferred here and \(SyncError.from(error).message)", isTransient: true)
         }
         forget(ref.digest, task)
         guard fetched else {
-            throw SyncError(code: "unavailable", message: "blob \(ref.digest) is deferred here and no other peer could send it", isTransient: true)
+            throw SyncError(.unavailable, message: "blob \(ref.digest) is deferred here and no other peer could send it", isTransient: true)
         }
     }
 

@@ -84,7 +84,7 @@ public enum ByteStreamTransport {
         path: String, onBound: @Sendable () -> Void = {}, handle: @escaping @Sendable (any MessageEndpoint) async -> Void
     ) async throws {
         if isServed(unixSocket: path) {
-            throw TransportError(code: "address_in_use", message: "Unix socket \(path) is in use", isTransient: false)
+            throw TransportError(.addressInUse, message: "Unix socket \(path) is in use", isTransient: false)
         }
         try? FileManager.default.removeItem(atPath: path)
         let server: NIOAsyncChannel<NIOAsyncChannel<ByteBuffer, ByteBuffer>, Never>

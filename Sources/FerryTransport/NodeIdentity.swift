@@ -1,5 +1,6 @@
 import Crypto
 import FerryCore
+import FerryPinning
 import Foundation
 import SwiftASN1
 import X509
@@ -22,7 +23,7 @@ public struct NodeIdentity: Sendable {
 
     /// The lowercase hex SHA-256 of DER bytes: how node IDs are computed.
     public static func fingerprint(_ der: some Sequence<UInt8>) -> String {
-        Hex.encode(SHA256.hash(data: Array(der)))
+        PinnedTLS.fingerprint(der: der)
     }
 
     static func paths(in directory: String) -> (cert: String, key: String) {

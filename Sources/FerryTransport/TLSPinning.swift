@@ -1,5 +1,6 @@
 import Crypto
 import FerryCore
+import FerryPinning
 import Logging
 import NIOCore
 import NIOSSL
@@ -24,7 +25,7 @@ public enum PeerTrust: Sendable, Equatable {
         guard let der = try? NIOSSLCertificate(bytes: Array(text.utf8), format: .pem).toDERBytes() else {
             throw .identity("\(path) is not a PEM certificate")
         }
-        return .pinned([NodeIdentity.fingerprint(der)])
+        return .pinned([PinnedTLS.fingerprint(der: der)])
     }
 }
 
@@ -159,12 +160,11 @@ public enum TLSFailure {
     }
 }
 
-/// Builds NIOSSL contexts for a node identity.
-///
-/// Uses `.noHostnameVerification` with a custom callback: with `.none`, BoringSSL ignores
-/// the callback's verdict and a wrong certificate would connect (../shared/notes/platform.md).
+/// The node's pinned TLS contexts and verdicts, made with `PinnedTLS` (the one pinning
+/// implementation): TLS 1.3, the node's identity, NIOSSL's default roots (an empty set broke
+/// a redial after a refused handshake; the package depends on ca-certificates instead).
 enum TLSContexts {
-    static func sslIdentity(_ identity: NodeIdentity) throws -> (NIOSSLCertificate, NIOSSLPrivateKey) {
+    static func sslIdentity(_ identity: NodeIdentity) throws -> (certificate: NIOSSLCertificate, key: NIOSSLPrivateKey) {
         let cert = try NIOSSLCertificate(bytes: identity.certificateDER, format: .der)
         let key = try NIOSSLPrivateKey(bytes: Array(identity.privateKey.derRepresentation), format: .der)
         return (cert, key)
@@ -172,24 +172,14 @@ enum TLSContexts {
 
     /// Server side: TLS 1.3, client certificates required unless `requireClientCertificate` is false.
     static func server(identity: NodeIdentity, requireClientCertificate: Bool) throws -> NIOSSLContext {
-        let (cert, key) = try sslIdentity(identity)
-        var config = TLSConfiguration.makeServerConfiguration(certificateChain: [.certificate(cert)], privateKey: .privateKey(key))
-        config.minimumTLSVersion = .tlsv13
-        config.certificateVerification = requireClientCertificate ? .noHostnameVerification : .none
-        return try NIOSSLContext(configuration: config)
+        try PinnedTLS.serverContext(
+            identity: try sslIdentity(identity), requireClientCertificate: requireClientCertificate, minimumVersion: .tlsv13,
+            roots: .defaults)
     }
 
     /// Client side: TLS 1.3, presenting the node's certificate for mutual TLS.
     static func client(identity: NodeIdentity?) throws -> NIOSSLContext {
-        var config = TLSConfiguration.makeClientConfiguration()
-        config.minimumTLSVersion = .tlsv13
-        config.certificateVerification = .noHostnameVerification
-        if let identity {
-            let (cert, key) = try sslIdentity(identity)
-            config.certificateChain = [.certificate(cert)]
-            config.privateKey = .privateKey(key)
-        }
-        return try NIOSSLContext(configuration: config)
+        try PinnedTLS.clientContext(identity: try identity.map(sslIdentity), minimumVersion: .tlsv13, roots: .defaults)
     }
 
     /// A callback that accepts exactly the trusted fingerprints, recording the outcome.
@@ -200,35 +190,30 @@ enum TLSContexts {
         trust: PeerTrust, record: HandshakeRecord, logger: Logger, refusals: RepeatedRefusals? = nil,
         enrollmentOpen: (@Sendable () -> Bool)? = nil
     ) -> NIOSSLCustomVerificationCallback {
-        { certificates, promise in
-            guard let leaf = certificates.first, let der = try? leaf.toDERBytes() else {
-                promise.succeed(.failed)
-                return
-            }
-            let id = NodeIdentity.fingerprint(der)
+        PinnedTLS.verifier { id, _ in
             switch trust {
             case .acceptAnyPeer:
                 logger.warning("accepting an unpinned peer certificate (acceptAnyPeer)", metadata: ["peer": "\(id)"])
                 record.accepted(id)
-                promise.succeed(.certificateVerified)
+                return true
             case .pinned, .dynamic:
                 if trust.admits(id) {
                     record.accepted(id)
-                    promise.succeed(.certificateVerified)
+                    return true
                 } else if let enrollmentOpen, enrollmentOpen() {
                     let level: Logger.Level = refusals?.isNews("enroll \(id)") ?? true ? .info : .debug
                     logger.log(
                         level: level, "admitted an unknown certificate to the join exchange only",
                         metadata: ["peer": "\(id)", "remote": "\(record.remote ?? "?")"])
                     record.admittedToEnroll(id)
-                    promise.succeed(.certificateVerified)
+                    return true
                 } else {
                     record.refused(id)
                     let level: Logger.Level = refusals?.isNews(id) ?? true ? .warning : .debug
                     logger.log(
                         level: level, "refused a peer certificate that is not pinned",
                         metadata: ["peer": "\(id)", "remote": "\(record.remote ?? "?")"])
-                    promise.succeed(.failed)
+                    return false
                 }
             }
         }

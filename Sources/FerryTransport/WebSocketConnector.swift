@@ -1,4 +1,5 @@
 import FerryCore
+import FerryPinning
 import FerrySync
 import Foundation
 import Logging
@@ -80,7 +81,7 @@ public struct WebSocketConnector: Sendable {
                 .connect(host: host, port: port) { channel in
                     channel.eventLoop.makeCompletedFuture {
                         if let ssl {
-                            let sni = hostname.first?.isNumber == true || hostname.contains(":") ? nil : hostname
+                            let sni = PinnedTLS.serverName(hostname)
                             try channel.pipeline.syncOperations.addHandler(
                                 try NIOSSLClientHandler(context: ssl, serverHostname: sni, customVerificationCallback: TLSContexts.verifier(trust: trust, record: record, logger: logger)))
                         }
@@ -146,7 +147,7 @@ public struct WebSocketConnector: Sendable {
     }
 
     func classify(_ error: any Error, record: HandshakeRecord) -> any Error {
-        if let e = error as? TransportError, e.code == "connect_failed", record.refusedID == nil { return e }
+        if let e = error as? TransportError, e.kind == .connectFailed, record.refusedID == nil { return e }
         if let refused = record.refusedID {
             return TransportError.untrustedPeer(
                 "the server at \(host):\(port) presented certificate \(refused), which is not the pinned one")

@@ -145,7 +145,7 @@ public final class WebSocketListener: Service, Sendable {
         }
         guard !doomed.isEmpty else { return 0 }
         logger.warning("closing the connections of peers no longer trusted", metadata: ["peers": "\(peers.sorted())", "connections": "\(doomed.count)"])
-        let error = SyncError(code: "forbidden", message: "this node no longer trusts you", isTransient: false)
+        let error = SyncError(.forbidden, message: "this node no longer trusts you", isTransient: false)
         Task { for endpoint in doomed { await endpoint.close(error: error) } }
         return doomed.count
     }
@@ -420,7 +420,7 @@ public final class WebSocketListener: Service, Sendable {
         }
         guard admitted else {
             logger.warning("refusing connection: too many connections", metadata: ["max": "\(configuration.maxConnections)"])
-            await endpoint.close(error: .init(code: "busy", message: "too many connections", isTransient: true))
+            await endpoint.close(error: .init(.busy, message: "too many connections", isTransient: true))
             return
         }
         logger.info("peer connected", metadata: ["peer": "\(record.peerID ?? "password")"])
@@ -440,7 +440,7 @@ extension WebSocketListener {
     func serveJoin(_ channel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, record: HandshakeRecord) async {
         let endpoint = WebSocketEndpoint(channel, isClient: false, maximumMessageSize: 1 << 20, logger: logger)
         guard let enrollment = configuration.enrollment, let peer = record.peerID else {
-            await endpoint.close(error: .init(code: "not_found", message: "this listener takes no joins", isTransient: false))
+            await endpoint.close(error: .init(.notFound, message: "this listener takes no joins", isTransient: false))
             return
         }
         let (id, admitted) = state.withLock { s -> (Int, Bool) in
@@ -452,7 +452,7 @@ extension WebSocketListener {
             return (id, true)
         }
         if admitted { await enrollment.serve(endpoint, peer, record.remote) }
-        await endpoint.close(error: admitted ? nil : .init(code: "busy", message: "too many connections", isTransient: true))
+        await endpoint.close(error: admitted ? nil : .init(.busy, message: "too many connections", isTransient: true))
         state.withLock {
             $0.connections.removeValue(forKey: id)
             $0.endpoints.removeValue(forKey: id)

@@ -119,10 +119,12 @@ struct Ferry: AsyncParsableCommand {
         return Array(args[i...]) + leading
     }
 
+    /// The exit status of a failure's kind (the one the HTTP APIs answer as 404 and 409):
+    /// 3 not found, 4 conflict, 1 anything else.
     static func exitStatus(for error: any FerryError) -> Int32 {
-        switch error.code {
-        case "not_found", "revision_not_found": return 3
-        case "conflict": return 4
+        switch error.failure {
+        case .notFound: return 3
+        case .conflict: return 4
         default: return 1
         }
     }

@@ -40,13 +40,13 @@ extension Sync {
 
     /// What to do about a CouchDB failure, when its message does not say already.
     static func couchHint(_ error: SyncError) -> String? {
-        switch error.code {
-        case "unauthorized" where !error.message.contains("check the user and password"):
+        guard let couch = error.cause as? CouchClientError else { return nil }
+        switch couch.kind {
+        case .unauthorized where !error.message.contains("check the user and password"):
             return "check the user and password"
-        case "not_found" where !error.message.contains("--create-target"),
-            "database_missing" where !error.message.contains("--create-target"):
+        case .notFound where !error.message.contains("--create-target"), .databaseMissing where !error.message.contains("--create-target"):
             return "the database is missing: create it, or pass --create-target to create it when pushing"
-        case "forbidden" where error.domain == "couch" && !error.message.contains("may not"):
+        case .forbidden where !error.message.contains("may not"):
             return "the user may not do this: check its roles on the server"
         default:
             return nil

@@ -57,7 +57,7 @@ import Testing
         let thrown = try Self.error(body)
         #expect(thrown?.code == error)
         #expect(thrown?.description == reason)
-        #expect(thrown?.httpStatus == 400)
+        #expect(thrown?.failure.httpStatus == 400)
     }
 
     @Test func fieldsASelectorCannotSeeAreRefusedWithTheReason() throws {

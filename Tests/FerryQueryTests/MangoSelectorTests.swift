@@ -220,7 +220,7 @@ let conformanceTable: [MatchCase] = [
             } catch {
                 #expect(error.code == code, "\(text)")
                 #expect(error.description == reason, "\(text)")
-                #expect(error.httpStatus == 400)
+                #expect(error.failure.httpStatus == 400)
                 #expect(!error.isTransient)
             }
         }

@@ -102,12 +102,12 @@ final class Switch: Sendable {
         try await yieldUntil("both sides closed") { pair.a.closeReason != nil && pair.b.closeReason != nil }
         for side in [pair.a, pair.b] {
             let reason = try #require(side.closeReason)
-            #expect(reason.code == SyncError.peerSilentCode)
+            #expect(reason.kind == .peerSilent)
             #expect(reason.isTransient)
         }
         // A request waiting on the silent peer fails with the same error (the replicator retries it).
         await #expect(throws: SyncError.self) { _ = try await waiting.value }
-        do { _ = try await waiting.value } catch { #expect(SyncError.from(error).code == SyncError.peerSilentCode) }
+        do { _ = try await waiting.value } catch { #expect(SyncError.from(error).kind == .peerSilent) }
     }
 
     @Test func aWatchdogWokenLateByAStarvedProcessGivesThePeerAnIntervalBeforeBlamingIt() async throws {
@@ -126,7 +126,7 @@ final class Switch: Sendable {
             try await pair.settled()
         }
         try await yieldUntil("both sides closed") { pair.a.closeReason != nil && pair.b.closeReason != nil }
-        #expect(pair.a.closeReason?.code == SyncError.peerSilentCode)
+        #expect(pair.a.closeReason?.kind == .peerSilent)
     }
 
     @Test func aMalformedHeartbeatClosesTheConnectionWithAProtocolError() async throws {

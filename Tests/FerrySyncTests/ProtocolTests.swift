@@ -11,10 +11,10 @@ import Testing
             kind: .request, number: 300, flags: Message.flagNoReply,
             properties: [("Profile", "getBlob"), ("Digest", "sha256-ab"), ("ünï", "cödé")], body: [0, 1, 2, 255])
         #expect(try Message(decoding: m.encoded()) == m)
-        let e = Message.errorReply(to: 9, SyncError(code: "forbidden", message: "no", isTransient: false))
+        let e = Message.errorReply(to: 9, SyncError(.forbidden, message: "no", isTransient: false))
         let back = try Message(decoding: e.encoded())
         #expect(back.kind == .error)
-        #expect(back.carriedError == SyncError(code: "forbidden", message: "no", isTransient: false))
+        #expect(back.carriedError == SyncError(.forbidden, message: "no", isTransient: false))
     }
 
     @Test func malformedFramesGiveProtocolErrorsNeverCrashes() throws {

@@ -20,7 +20,7 @@ final class OpenerLedger: Sendable {
             s.failuresLeft -= 1
             return true
         }
-        if fail { throw SyncError(code: "connect_failed", message: "the server is down", isTransient: true) }
+        if fail { throw SyncError(.other("connect_failed"), message: "the server is down", isTransient: true) }
     }
     func noteClose(_ error: SyncError?) { state.withLock { $0.closed.append(error) } }
 }

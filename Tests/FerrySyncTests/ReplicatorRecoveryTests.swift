@@ -23,7 +23,7 @@ final class FirstFetchFailsRemote: RemoteDatabase {
             defer { left = max(0, left - 1) }
             return left > 0
         }
-        if fail { throw SyncError(code: "connect_failed", message: "the server went away", isTransient: true) }
+        if fail { throw SyncError(.other("connect_failed"), message: "the server went away", isTransient: true) }
         return try await inner.fetchRevisions(r, deltas: deltas, maxHistory: maxHistory)
     }
     func storeRevisions(_ r: [WireRevision]) async throws -> [PutResult] { try await inner.storeRevisions(r) }

@@ -242,7 +242,7 @@ import Testing
     @Test func aPermanentFailureStopsWithTheError() async throws {
         let a = try DocumentStore.inMemory()
         let r = Replicator(
-            store: a, connector: { throw SyncError(code: "unknown_peer", message: "certificate not pinned", isTransient: false) },
+            store: a, connector: { throw SyncError(.other("unknown_peer"), message: "certificate not pinned", isTransient: false) },
             clock: ImmediateClock())
         await r.run()
         #expect(r.status.activity == .stopped)

@@ -98,7 +98,7 @@ final class StoreRemote: RemoteDatabase {
 
     func blob(_ digest: BlobDigest) async throws -> [UInt8] {
         called("blob")
-        guard let content = try store.blobs.get(digest) else { throw SyncError(code: "not_found", message: "no blob", isTransient: false) }
+        guard let content = try store.blobs.get(digest) else { throw SyncError(.notFound, message: "no blob", isTransient: false) }
         return content
     }
 

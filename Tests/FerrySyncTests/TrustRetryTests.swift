@@ -7,7 +7,7 @@ import Testing
 @testable import FerrySync
 
 /// The refusal a transport reports when the peer's listener does not trust this node.
-let notTrusted = SyncError(domain: "transport", code: SyncError.notTrustedByPeerCode, message: "refused by the peer", isTransient: false)
+let notTrusted = SyncError(domain: "transport", .notTrustedByPeer, message: "refused by the peer", isTransient: false)
 
 /// A connector that fails with `failure` until `open` is set, then connects to `link`.
 final class Gate: Sendable {
@@ -52,7 +52,7 @@ func quietReplicatorLogger() -> Logger {
             #expect(wait <= config.maxNotTrustedRetryWait, "refusal \(n) waits \(wait)")
             #expect(wait > .zero)
             #expect(r.status.activity == .offline)
-            #expect(r.status.error?.code == SyncError.notTrustedByPeerCode)
+            #expect(r.status.error?.kind == .notTrustedByPeer)
             clock.advance(by: wait)
         }
         // The peer's operator trusts this node: the next attempt gets through.
@@ -168,7 +168,7 @@ func quietReplicatorLogger() -> Logger {
 
     @Test func aPeersErrorReasonIsEscapedInTheReplicatorLog() async throws {
         let log = CapturedLog()
-        let gate = Gate(SyncError(code: "forbidden", message: Self.forged, isTransient: false))
+        let gate = Gate(SyncError(.forbidden, message: Self.forged, isTransient: false))
         let r = Replicator(
             store: try DocumentStore.inMemory(), connector: gate.connector(Link(to: try DocumentStore.inMemory(), quiet: true)),
             clock: ManualClock(), logger: log.logger)

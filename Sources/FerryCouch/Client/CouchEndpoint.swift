@@ -144,24 +144,65 @@ public struct CouchCredentials: Sendable, Equatable, CustomStringConvertible {
 
 /// A failure talking to a CouchDB-protocol server; says whether retrying may help.
 public struct CouchClientError: FerryError, Equatable {
-    public let code: String
+    /// Which failure this is; callers branch on these cases.
+    public enum Kind: Hashable, Sendable {
+        case badEndpoint, connectFailed, timeout, stalled, stopped, tlsFailed, pinMismatch, openssl, noPort
+        case badResponse, notCouchDB, databaseMissing, badCheckpoint, badLocalDocument, blobMissing, noConflicts
+        case unauthorized, forbidden, notFound, serverBusy, localWriteFailed, internalFailure
+        /// Another error the server named in its answer (its `error` member).
+        case server(String)
+
+        private static let names: [(Kind, String)] = [
+            (.badEndpoint, "bad_endpoint"), (.connectFailed, "connect_failed"), (.timeout, "timeout"), (.stalled, "stalled"),
+            (.stopped, "stopped"), (.tlsFailed, "tls_failed"), (.pinMismatch, "pin_mismatch"), (.openssl, "openssl"),
+            (.noPort, "no_port"), (.badResponse, "bad_response"), (.notCouchDB, "not_couchdb"), (.databaseMissing, "database_missing"),
+            (.badCheckpoint, "bad_checkpoint"), (.badLocalDocument, "bad_local_document"), (.blobMissing, "blob_missing"),
+            (.noConflicts, "no_conflicts"), (.unauthorized, "unauthorized"), (.forbidden, "forbidden"), (.notFound, "not_found"),
+            (.serverBusy, "server_busy"), (.localWriteFailed, "local_write_failed"), (.internalFailure, "internal"),
+        ]
+
+        /// The stable name logs and status show.
+        public var name: String {
+            if case .server(let name) = self { return name }
+            return Self.names.first { $0.0 == self }!.1
+        }
+    }
+
+    public let kind: Kind
     public let message: String
     public let isTransient: Bool
     /// The HTTP status, when the server answered.
     public let status: Int?
     public var domain: String { "couch" }
+    public var code: String { kind.name }
     /// The message alone: `SyncError` and logs show the domain and code beside it.
     public var description: String { message }
 
-    public init(code: String, message: String, isTransient: Bool, status: Int? = nil) {
-        self.code = code
+    public init(_ kind: Kind, message: String, isTransient: Bool, status: Int? = nil) {
+        self.kind = kind
         self.message = message
         self.isTransient = isTransient
         self.status = status
     }
 
+    public var failure: FailureKind {
+        switch kind {
+        case .unauthorized, .forbidden: .forbidden
+        case .notFound, .databaseMissing: .notFound
+        case .connectFailed, .timeout, .stalled, .stopped, .serverBusy: .unavailable
+        case .localWriteFailed, .internalFailure: .internalFailure
+        case .server:
+            switch status ?? 400 {
+            case 409, 412: .conflict
+            case 413: .tooLarge
+            default: .invalidRequest
+            }
+        default: .invalidRequest
+        }
+    }
+
     /// A URL, credentials or option that cannot work; fix the command or config.
     public static func badEndpoint(_ why: String) -> CouchClientError {
-        CouchClientError(code: "bad_endpoint", message: why, isTransient: false)
+        CouchClientError(.badEndpoint, message: why, isTransient: false)
     }
 }

@@ -52,7 +52,7 @@ final class InFlightRequests: Sendable {
         case .success(let value): return value
         case .failure(let error):
             if task.isCancelled { throw .stopped(what) }
-            throw (error as? CouchClientError) ?? CouchClientError(code: "internal", message: "\(what): \(error)", isTransient: true)
+            throw (error as? CouchClientError) ?? CouchClientError(.internalFailure, message: "\(what): \(error)", isTransient: true)
         }
     }
 }
@@ -67,13 +67,13 @@ final class TransferProgress: Sendable {
 extension CouchClientError {
     /// A request cut off by a stop; never retried.
     static func stopped(_ what: String) -> CouchClientError {
-        CouchClientError(code: "stopped", message: "\(what): stopped", isTransient: false)
+        CouchClientError(.stopped, message: "\(what): stopped", isTransient: false)
     }
 
     /// A transfer that moved no byte for `after`: the link or the server is gone.
     static func stalled(_ what: String, after: Duration, endpoint: CouchEndpoint) -> CouchClientError {
         CouchClientError(
-            code: "stalled", message: "\(what): \(endpoint.serverURL) moved no byte for \(after.components.seconds) s; transfer abandoned",
+            .stalled, message: "\(what): \(endpoint.serverURL) moved no byte for \(after.components.seconds) s; transfer abandoned",
             isTransient: true)
     }
 }
@@ -228,7 +228,7 @@ extension CouchHTTP {
     }
 
     private static func sinkFailure(_ what: String, _ error: any Error) -> CouchClientError {
-        CouchClientError(code: "local_write_failed", message: "\(what): storing the content here failed: \(error)", isTransient: false)
+        CouchClientError(.localWriteFailed, message: "\(what): storing the content here failed: \(error)", isTransient: false)
     }
 
     private func mapped(_ error: any Error, what: String) -> CouchClientError {
@@ -236,7 +236,7 @@ extension CouchHTTP {
         case let e as CouchClientError: return e
         case let e as StoreError: return Self.sinkFailure(what, e)
         default:
-            return CouchClientError(code: "connect_failed", message: "\(what) at \(endpoint.serverURL) failed: \(error)", isTransient: true)
+            return CouchClientError(.connectFailed, message: "\(what) at \(endpoint.serverURL) failed: \(error)", isTransient: true)
         }
     }
 }

@@ -138,14 +138,14 @@ public final class CouchHTTP: Sendable {
             let bytes = buffer.readBytes(length: buffer.readableBytes) ?? []
             return Response(status: Int(response.status.code), headers: response.headers, body: bytes)
         } catch let e as HTTPClientError where e == .deadlineExceeded {
-            throw CouchClientError(code: "timeout", message: "\(method) \(path): no answer from \(endpoint.serverURL) in time", isTransient: true)
+            throw CouchClientError(.timeout, message: "\(method) \(path): no answer from \(endpoint.serverURL) in time", isTransient: true)
         } catch let e as NIOSSLError {
-            throw CouchClientError(code: "tls_failed", message: "TLS with \(endpoint.serverURL) failed: \(e)", isTransient: false)
+            throw CouchClientError(.tlsFailed, message: "TLS with \(endpoint.serverURL) failed: \(e)", isTransient: false)
         } catch let e as NIOSSLExtraError {
-            throw CouchClientError(code: "tls_failed", message: "TLS with \(endpoint.serverURL) failed: \(e)", isTransient: false)
+            throw CouchClientError(.tlsFailed, message: "TLS with \(endpoint.serverURL) failed: \(e)", isTransient: false)
         } catch {
             throw CouchClientError(
-                code: "connect_failed", message: "\(method) \(path) at \(endpoint.serverURL) failed: \(error)", isTransient: true)
+                .connectFailed, message: "\(method) \(path) at \(endpoint.serverURL) failed: \(error)", isTransient: true)
         }
     }
 
@@ -186,7 +186,7 @@ public final class CouchHTTP: Sendable {
         guard (200..<300).contains(response.status) else { throw .http(response, method: method, path: path, endpoint: endpoint) }
         guard let value = response.json else {
             throw CouchClientError(
-                code: "bad_response", message: "\(method) \(path): the answer is not JSON", isTransient: true, status: response.status)
+                .badResponse, message: "\(method) \(path): the answer is not JSON", isTransient: true, status: response.status)
         }
         return value
     }
@@ -210,15 +210,15 @@ extension CouchClientError {
         let what = "\(method) \(endpoint.serverURL)\(path) answered \(response.status) \(error)\(reason.isEmpty ? "" : ": \(reason)")"
         switch response.status {
         case 401:
-            return CouchClientError(code: "unauthorized", message: "\(what) (check the user and password)", isTransient: false, status: 401)
+            return CouchClientError(.unauthorized, message: "\(what) (check the user and password)", isTransient: false, status: 401)
         case 403:
-            return CouchClientError(code: "forbidden", message: "\(what) (the user may not do this)", isTransient: false, status: 403)
+            return CouchClientError(.forbidden, message: "\(what) (the user may not do this)", isTransient: false, status: 403)
         case 404:
-            return CouchClientError(code: "not_found", message: what, isTransient: false, status: 404)
+            return CouchClientError(.notFound, message: what, isTransient: false, status: 404)
         case 408, 429, 500...599:
-            return CouchClientError(code: "server_busy", message: what, isTransient: true, status: response.status)
+            return CouchClientError(.serverBusy, message: what, isTransient: true, status: response.status)
         default:
-            return CouchClientError(code: error, message: what, isTransient: false, status: response.status)
+            return CouchClientError(.server(error), message: what, isTransient: false, status: response.status)
         }
     }
 }

@@ -33,7 +33,7 @@ private final class Collector: @unchecked Sendable {
     func add(_ buffer: ByteBuffer) throws {
         try lock.withLock { bytes in
             guard Int64(bytes.count + buffer.readableBytes) <= limit else {
-                throw CouchClientError(code: "bad_response", message: "an attachment is longer than its stub says", isTransient: true)
+                throw CouchClientError(.badResponse, message: "an attachment is longer than its stub says", isTransient: true)
             }
             bytes.append(contentsOf: buffer.readableBytesView)
         }
@@ -172,12 +172,12 @@ extension CouchRemote {
                     // A server that ignores the range sends everything: start again.
                     if start > 0, status == 200 { try writer.restart() }
                     if status == 206, !(headers.first(name: "Content-Range") ?? "").hasPrefix("bytes \(start)-") {
-                        throw CouchClientError(code: "bad_response", message: "GET \(path): the range answered is not the one asked", isTransient: true)
+                        throw CouchClientError(.badResponse, message: "GET \(path): the range answered is not the one asked", isTransient: true)
                     }
                 }
             ) { chunk in
                 guard writer.length + Int64(chunk.readableBytes) <= limit else {
-                    throw CouchClientError(code: "bad_response", message: "GET \(path): more bytes than the stub's length", isTransient: true)
+                    throw CouchClientError(.badResponse, message: "GET \(path): more bytes than the stub's length", isTransient: true)
                 }
                 try chunk.withUnsafeReadableBytes { try writer.write($0) }
             }
@@ -185,7 +185,7 @@ extension CouchRemote {
                 // What is on disk does not fit the server's content: start again next time.
                 writer.discard()
                 finished = true
-                throw CouchClientError(code: "bad_response", message: "GET \(path): the server refused to resume at \(start)", isTransient: true)
+                throw CouchClientError(.badResponse, message: "GET \(path): the server refused to resume at \(start)", isTransient: true)
             }
             if response.status == 404 {
                 writer.discard()

@@ -33,7 +33,7 @@ extension CouchRemote {
     /// Writes `_local/{id}` with `value`, updating whatever revision the server holds.
     func putLocalDocument(_ id: String, value: JSON) async throws {
         guard var fields = value.objectValue else {
-            throw CouchClientError(code: "bad_local_document", message: "a local document must be a JSON object", isTransient: false)
+            throw CouchClientError(.badLocalDocument, message: "a local document must be a JSON object", isTransient: false)
         }
         fields["_rev"] = nil
         fields["_id"] = nil
@@ -57,7 +57,7 @@ extension CouchRemote {
     /// (at most `historyKept` sessions, newest first).
     func putCheckpoint(_ id: String, value: JSON, direction: CheckpointDirection, caughtUp: Bool) async throws {
         guard let seq = value["seq"] else {
-            throw CouchClientError(code: "bad_checkpoint", message: "a checkpoint needs a \"seq\"", isTransient: false)
+            throw CouchClientError(.badCheckpoint, message: "a checkpoint needs a \"seq\"", isTransient: false)
         }
         let now = wallClock()
         let (record, counts) = checkpointState.withLock { s -> (CouchCheckpointState.Record, (Int, Int, Int)) in
@@ -120,7 +120,7 @@ extension CouchRemote {
         }
         guard var fields = response.json?.objectValue else {
             throw CouchClientError(
-                code: "bad_response", message: "GET \(path): the answer is not a JSON object", isTransient: true, status: response.status)
+                .badResponse, message: "GET \(path): the answer is not a JSON object", isTransient: true, status: response.status)
         }
         let rev = fields.removeValue(forKey: "_rev")?.stringValue
         fields["_id"] = nil

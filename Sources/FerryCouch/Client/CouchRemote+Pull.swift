@@ -111,7 +111,7 @@ extension CouchRemote {
         let answer = try await http.json(body == nil ? .GET : .POST, path, query: query, body: body, timeout: timeout)
         guard case .array(let results)? = answer["results"], let lastSeq = answer["last_seq"] else {
             throw CouchClientError(
-                code: "bad_response", message: "\(path): the answer lacks results or last_seq", isTransient: true)
+                .badResponse, message: "\(path): the answer lacks results or last_seq", isTransient: true)
         }
         var changes: [RemoteChange] = []
         for result in results {
@@ -288,7 +288,7 @@ extension CouchRemote {
         guard (200..<300).contains(response.status) else { throw CouchClientError.http(response, method: .POST, path: path, endpoint: http.endpoint) }
         guard case .array(let results)? = response.json?["results"], results.count == requests.count else {
             throw CouchClientError(
-                code: "bad_response", message: "POST \(path): the answer does not list one result per document", isTransient: true,
+                .badResponse, message: "POST \(path): the answer does not list one result per document", isTransient: true,
                 status: response.status)
         }
         return results.map { result in
@@ -313,7 +313,7 @@ extension CouchRemote {
         if response.status == 404 && !Self.databaseMissing(response) { return [["missing": .string(request.rev.description)]] }
         guard (200..<300).contains(response.status) else { throw CouchClientError.http(response, method: .GET, path: path, endpoint: http.endpoint) }
         guard case .array(let items)? = response.json else {
-            throw CouchClientError(code: "bad_response", message: "GET \(path): the answer is not a JSON array", isTransient: true, status: response.status)
+            throw CouchClientError(.badResponse, message: "GET \(path): the answer is not a JSON array", isTransient: true, status: response.status)
         }
         return items
     }
@@ -344,7 +344,7 @@ extension CouchRemote {
         if let bytes = try store.blobs.get(digest) { return bytes }
         guard let entry else {
             throw CouchClientError(
-                code: "blob_missing",
+                .blobMissing,
                 message: "blob \(digest) is referred to by a document from \(http.endpoint.redacted) that carried no such attachment",
                 isTransient: false)
         }

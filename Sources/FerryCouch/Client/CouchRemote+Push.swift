@@ -294,7 +294,7 @@ extension CouchRemote {
     }
 
     static func badAnswer(_ path: String, _ what: String) -> CouchClientError {
-        CouchClientError(code: "bad_response", message: "POST \(path): the answer \(what)", isTransient: true)
+        CouchClientError(.badResponse, message: "POST \(path): the answer \(what)", isTransient: true)
     }
 }
 

@@ -53,7 +53,7 @@ final class CouchRemote: RemoteDatabase {
         guard (200..<300).contains(root.status) else { throw CouchClientError.http(root, method: .GET, path: "/", endpoint: endpoint) }
         guard let welcome = root.json?.objectValue, welcome["couchdb"] != nil else {
             throw CouchClientError(
-                code: "not_couchdb",
+                .notCouchDB,
                 message: "\(endpoint.serverURL) answered GET / without a CouchDB welcome: is this a CouchDB-protocol server?",
                 isTransient: false, status: root.status)
         }
@@ -75,7 +75,7 @@ final class CouchRemote: RemoteDatabase {
         }
         if info.status == 404 {
             throw CouchClientError(
-                code: "database_missing",
+                .databaseMissing,
                 message: "the database \(endpoint.redacted) does not exist: create it on the server "
                     + "(PUT \(endpoint.redacted)) or replicate with --create-target",
                 isTransient: false, status: 404)

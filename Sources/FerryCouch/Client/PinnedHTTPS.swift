@@ -1,4 +1,5 @@
 import FerryCore
+import FerryPinning
 import FerryStore
 import Foundation
 import NIOCore
@@ -61,15 +62,15 @@ enum PinnedHTTPS {
                 })
             return CouchHTTP.Response(status: Int(head.status.code), headers: head.headers, body: collected.withLock { $0 })
         } catch is PinnedTimeout {
-            throw CouchClientError(code: "timeout", message: "\(method) \(uri): no answer from \(endpoint.serverURL) in time", isTransient: true)
+            throw CouchClientError(.timeout, message: "\(method) \(uri): no answer from \(endpoint.serverURL) in time", isTransient: true)
         } catch is TooLarge {
             throw CouchClientError(
-                code: "bad_response", message: "\(method) \(uri): the answer from \(endpoint.serverURL) is larger than \(maxBytes >> 20) MiB",
+                .badResponse, message: "\(method) \(uri): the answer from \(endpoint.serverURL) is larger than \(maxBytes >> 20) MiB",
                 isTransient: false)
         } catch let e as CouchClientError {
             throw e
         } catch {
-            throw CouchClientError(code: "connect_failed", message: "\(method) \(uri) at \(endpoint.serverURL) failed: \(error)", isTransient: true)
+            throw CouchClientError(.connectFailed, message: "\(method) \(uri) at \(endpoint.serverURL) failed: \(error)", isTransient: true)
         }
     }
 
@@ -87,7 +88,7 @@ enum PinnedHTTPS {
         do {
             connection = try await connect(endpoint: endpoint, pin: pin, seen: seen)
         } catch {
-            throw CouchClientError(code: "connect_failed", message: "connecting to \(endpoint.serverURL) failed: \(error)", isTransient: true)
+            throw CouchClientError(.connectFailed, message: "connecting to \(endpoint.serverURL) failed: \(error)", isTransient: true)
         }
         var requestHead = HTTPRequestHead(version: .http1_1, method: method, uri: uri, headers: headers)
         requestHead.headers.replaceOrAdd(name: "Host", value: endpoint.port == 443 ? endpoint.host : "\(endpoint.host):\(endpoint.port)")
@@ -143,12 +144,12 @@ enum PinnedHTTPS {
             if Task.isCancelled { throw CancellationError() }
             if let print = seen.withLock({ $0 }), print != pin {
                 throw CouchClientError(
-                    code: "pin_mismatch",
+                    .pinMismatch,
                     message: "\(endpoint.serverURL) presented the certificate with SHA-256 \(print), not the pinned \(pin)",
                     isTransient: false)
             }
             if error is NIOSSLError, seen.withLock({ $0 }) == nil {
-                throw CouchClientError(code: "tls_failed", message: "TLS with \(endpoint.serverURL) failed: \(error)", isTransient: false)
+                throw CouchClientError(.tlsFailed, message: "TLS with \(endpoint.serverURL) failed: \(error)", isTransient: false)
             }
             throw error
         }
@@ -158,21 +159,17 @@ enum PinnedHTTPS {
     /// server's certificate has the SHA-256 `pin` (recorded in `seen`, for the error), with
     /// HTTP/1.1 client handlers, as an async channel.
     static func connect(endpoint: CouchEndpoint, pin: String, seen: Locked<String?>) async throws -> Connection {
-        var tls = TLSConfiguration.makeClientConfiguration()
-        tls.certificateVerification = .noHostnameVerification
-        tls.trustRoots = .certificates([])  // the pin decides; no system CA bundle is read
-        let context = try NIOSSLContext(configuration: tls)
-        let sni = CouchTLS.serverName(endpoint.host)
+        let context = try PinnedTLS.clientContext(roots: .none)
+        let sni = PinnedTLS.serverName(endpoint.host)
         return try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .connectTimeout(.seconds(10))
             .connect(host: endpoint.host, port: endpoint.port) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let ssl = try NIOSSLClientHandler(
                         context: context, serverHostname: sni,
-                        customVerificationCallback: { certificates, promise in
-                            let print = certificates.first.flatMap { try? CouchTLS.fingerprint($0) }
+                        customVerificationCallback: PinnedTLS.verifier { print, _ in
                             seen.withLock { $0 = print }
-                            promise.succeed(print == pin ? .certificateVerified : .failed)
+                            return print == pin
                         })
                     try channel.pipeline.syncOperations.addHandler(ssl)
                     try channel.pipeline.syncOperations.addHTTPClientHandlers()

@@ -97,7 +97,7 @@ extension CouchDatabase {
     /// Runs `body`, turning a `MangoError` into CouchDB's `{"error", "reason"}` answer.
     static func mango<T>(_ body: () throws -> T) throws -> T {
         do { return try body() } catch let error as MangoError {
-            throw CouchError(HTTPResponse.Status(code: error.httpStatus), error.code, error.description)
+            throw CouchError(HTTPResponse.Status(code: error.failure.httpStatus), error.code, error.description)
         }
     }
 

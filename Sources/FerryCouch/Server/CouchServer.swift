@@ -302,16 +302,17 @@ extension CouchError {
         switch error {
         case let e as CouchError: return e
         case let e as any FerryError:
-            switch e.code {
-            case "not_found", "revision_not_found": return .notFound("missing")
-            case "conflict": return .conflict()
-            case "too_large": return .tooLarge(e.description)
-            case "rejected", "forbidden": return .forbidden(e.description)
-            case "busy": return CouchError(.serviceUnavailable, "service_unavailable", e.description)
-            case "corrupt", "io", "database", "internal":
+            // The status is the failure kind's, shared with the admin API; the body is CouchDB's.
+            switch e.failure {
+            case .notFound: return .notFound("missing")
+            case .conflict: return .conflict()
+            case .tooLarge: return .tooLarge(e.description)
+            case .forbidden: return .forbidden(e.description)
+            case .unavailable: return CouchError(.serviceUnavailable, "service_unavailable", e.description)
+            case .internalFailure:
                 logger.error("CouchDB API request failed", metadata: ["error": "\(e)"])
                 return CouchError(.internalServerError, "internal_server_error", e.description)
-            default: return .badRequest(e.description)
+            case .invalidRequest: return .badRequest(e.description)
             }
         case let e as HTTPError:
             return CouchError(e.status, e.status.code == 404 ? "not_found" : "bad_request", e.body ?? e.status.reasonPhrase)

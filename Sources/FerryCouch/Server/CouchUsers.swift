@@ -201,6 +201,7 @@ public enum CouchUserError: FerryError, Equatable {
 
     public var domain: String { "couch" }
     public var code: String { "bad_password_hash" }
+    public var failure: FailureKind { .invalidRequest }
     public var isTransient: Bool { false }
     public var description: String {
         switch self {

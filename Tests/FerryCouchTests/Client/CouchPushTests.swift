@@ -428,7 +428,7 @@ import Testing
             let conflict = try await http.json(.GET, http.databasePath("conflict"), query: [("conflicts", "true")])
             let tree = try #require(try local.revisionTree(c))
             #expect(conflict["_rev"] == .string(try #require(tree.winner).id.description))
-            guard case .array(let others)? = conflict["_conflicts"] else { throw CouchClientError(code: "no_conflicts", message: "no _conflicts", isTransient: false) }
+            guard case .array(let others)? = conflict["_conflicts"] else { throw CouchClientError(.noConflicts, message: "no _conflicts", isTransient: false) }
             #expect(others.count == 1)
         } catch { failure = error }
         await http.shutdown()

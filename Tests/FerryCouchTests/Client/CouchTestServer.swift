@@ -55,7 +55,7 @@ final class CouchTestServer: Sendable {
         var ports = bound.makeAsyncIterator()
         guard let port = await ports.next() else {
             let why = await run.result
-            throw CouchClientError(code: "no_port", message: "the test server stopped before it bound: \(why)", isTransient: false)
+            throw CouchClientError(.noPort, message: "the test server stopped before it bound: \(why)", isTransient: false)
         }
         return CouchTestServer(store: store, port: port, group: group, run: run)
     }
