@@ -11,6 +11,8 @@ let package = Package(
         .executable(name: "ferry", targets: ["ferry"]),
         .executable(name: "ferry-bench", targets: ["ferry-bench"]),
         .executable(name: "ferry-fuzz", targets: ["ferry-fuzz"]),
+        // What an app imports to embed Ferry (README, "Replication as a library").
+        .library(name: "Ferry", targets: ["Ferry"]),
         .library(name: "FerryCore", targets: ["FerryCore"]),
         .library(name: "FerryStore", targets: ["FerryStore"]),
         .library(name: "FerrySync", targets: ["FerrySync"]),
@@ -134,6 +136,15 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
+        // The embedding front door: a store, a target (.peer, .couchDB, .endpoint), settings.
+        .target(
+            name: "Ferry",
+            dependencies: [
+                "FerryCore", "FerryStore", "FerrySync", "FerryTransport", "FerryCouch",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
         .executableTarget(
             name: "ferry",
             dependencies: [
@@ -210,7 +221,7 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "IntegrationHarness", "FerryCore", "FerrySync", "FerryTransport", "ferry",
+                "IntegrationHarness", "Ferry", "FerryCore", "FerrySync", "FerryTransport", "ferry",
                 .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
             ],
             path: "Integration/Scenarios"),
