@@ -5,6 +5,9 @@ import Foundation
 import Logging
 import ServiceLifecycle
 
+// One file by design (hence its length): the `@unchecked Sendable` below (mutable state only on
+// `queue`) can be checked only with every handle, lookup and private C callback that reaches it in view.
+
 /// Advertises this node as `_ferry._tcp` and browses, resolves and looks up the A
 /// records of the other Ferry nodes, through Avahi's dns_sd compat library.
 ///

@@ -8,6 +8,9 @@ import Logging
 import NIOCore
 import ServiceLifecycle
 
+// One file by design (hence its length): every way a peer becomes known ends in `reconcile` on one peer
+// table, and the one-dialer rule in dialURL, memberAddressesChanged and deliverAddressRecord must agree.
+
 /// Keeps one continuous push-and-pull replication alive to every trusted peer it knows,
 /// discovered or static, and runs the node's persistent replications.
 ///

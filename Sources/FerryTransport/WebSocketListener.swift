@@ -9,6 +9,9 @@ import NIOSSL
 import NIOWebSocket
 import ServiceLifecycle
 
+// One file by design (hence its length): the accept path (bind, handshake, upgrade, refusal, serving),
+// `stop` and `disconnect` all work on the listener's private connection table (`state`).
+
 /// The passive side on the network: a TLS 1.3 WebSocket listener that authenticates each
 /// peer inside the handshake (or by password), then serves replication on `/<db>/sync`.
 public final class WebSocketListener: Service, Sendable {

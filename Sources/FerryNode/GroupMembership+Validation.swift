@@ -1,0 +1,50 @@
+import FerryCore
+import FerryStore
+
+// The store validator's part for the group's reserved documents: member entries and address records.
+extension GroupMembership {
+    /// The store validator's part for `_ferry/members/`: an entry must be valid for this
+    /// node's group, signed by the founder or an active admin; deletions are refused. Other
+    /// documents pass (nil).
+    public func validate(_ proposed: ProposedRevision) -> String? {
+        if let node = MemberAddresses.node(inDocument: proposed.id) { return validateAddresses(proposed, node: node) }
+        guard let node = MemberEntry.node(inDocument: proposed.id) else { return nil }
+        if proposed.deleted { return "membership entries are never deleted (an admin writes a removed entry instead)" }
+        let entry: MemberEntry
+        do { entry = try MemberEntry(parsing: proposed.body) } catch { return error.description }
+        guard entry.node == node else { return "the entry names node \(entry.node.prefix(12)), not its document's \(node.prefix(12))" }
+        do { try entry.verifySignature() } catch { return error.description }
+        return state.withLock { s -> String? in
+            guard let group = s.group else { return "this node belongs to no group, so it takes no membership entries" }
+            guard entry.group == group else { return "the entry is for group \(entry.group.prefix(12)), not this node's \(group.prefix(12))" }
+            if entry.node == group && entry.state == .removed { return MembershipError.cannotRemoveFounder.description }
+            let view = s.view ?? MembershipView(group: group, entries: s.ledger.values.joined(), signaturesChecked: true)
+            guard view.activeAdmins.contains(entry.signer) else {
+                return "signer \(entry.signer.prefix(12)) is neither the founder nor an active admin of the group"
+            }
+            // A verified statement by an admin: later entries it enables may count on it.
+            if !(s.ledger[node] ?? []).contains(entry) {
+                s.ledger[node, default: []].append(entry)
+                s.view = MembershipView(group: group, entries: s.ledger.values.joined(), signaturesChecked: true)
+            }
+            return nil
+        }
+    }
+
+    /// The validator's part for `_ferry/addresses/`: a record signed by the member it names,
+    /// for this node's group, of an active member; deletions are refused.
+    func validateAddresses(_ proposed: ProposedRevision, node: String) -> String? {
+        if proposed.deleted { return "address records are never deleted" }
+        let record: MemberAddresses
+        do { record = try MemberAddresses(parsing: proposed.body) } catch { return error.description }
+        guard record.node == node else { return "the record names node \(record.node.prefix(12)), not its document's \(node.prefix(12))" }
+        do { try record.verifySignature() } catch { return error.description }
+        return state.withLock { s -> String? in
+            guard let group = s.group else { return "this node belongs to no group, so it takes no address records" }
+            guard record.group == group else { return "the record is for group \(record.group.prefix(12)), not this node's \(group.prefix(12))" }
+            let view = s.view ?? MembershipView(group: group, entries: s.ledger.values.joined(), signaturesChecked: true)
+            guard view.isActiveMember(node) || node == group else { return "node \(node.prefix(12)) is not a member of the group" }
+            return nil
+        }
+    }
+}
