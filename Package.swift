@@ -20,6 +20,7 @@ let package = Package(
         .library(name: "FerryDiscovery", targets: ["FerryDiscovery"]),
         .library(name: "FerryQuery", targets: ["FerryQuery"]),
         .library(name: "FerryCouch", targets: ["FerryCouch"]),
+        .library(name: "FerryCouchClient", targets: ["FerryCouchClient"]),
         .library(name: "FerryNode", targets: ["FerryNode"]),
     ],
     dependencies: [
@@ -36,6 +37,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
     ],
     targets: [
         .target(
@@ -102,10 +104,35 @@ let package = Package(
             ]
         ),
         // The CouchDB HTTP API of a node (Hummingbird): an edge, like the admin API.
+        // CouchDB's document and attachment forms and its error shape: what the CouchDB API
+        // and the CouchDB-protocol client both speak (no HTTP server, no HTTP client).
+        .target(
+            name: "FerryCouchDocuments",
+            dependencies: [
+                "FerryCore", "FerryStore", "CZlib",
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        // The CouchDB replication protocol as a client (AsyncHTTPClient, pinned HTTPS): a
+        // second implementation of FerrySync's RemoteDatabase. It does not link the server.
+        .target(
+            name: "FerryCouchClient",
+            dependencies: [
+                "FerryCore", "FerryPinning", "FerryStore", "FerrySync", "FerryCouchDocuments",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            ]
+        ),
         .target(
             name: "FerryCouch",
             dependencies: [
-                "FerryCore", "FerryPinning", "FerryQuery", "FerryStore", "FerrySync", "CZlib",
+                "FerryCore", "FerryQuery", "FerryStore", "FerrySync", "FerryCouchDocuments", "CZlib",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -119,13 +146,12 @@ let package = Package(
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ]
         ),
         .target(
             name: "FerryNode",
             dependencies: [
-                "FerryCore", "FerryQuery", "FerryStore", "FerrySync", "FerryTransport", "FerryDiscovery", "FerryCouch",
+                "FerryCore", "FerryQuery", "FerryStore", "FerrySync", "FerryTransport", "FerryDiscovery", "FerryCouch", "FerryCouchClient",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -140,7 +166,7 @@ let package = Package(
         .target(
             name: "Ferry",
             dependencies: [
-                "FerryCore", "FerryStore", "FerrySync", "FerryTransport", "FerryCouch",
+                "FerryCore", "FerryStore", "FerrySync", "FerryTransport", "FerryCouchClient",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
@@ -148,7 +174,7 @@ let package = Package(
         .executableTarget(
             name: "ferry",
             dependencies: [
-                "FerryCore", "FerryStore", "FerrySync", "FerryTransport", "FerryDiscovery", "FerryNode", "FerryCouch",
+                "FerryCore", "FerryStore", "FerrySync", "FerryTransport", "FerryDiscovery", "FerryNode", "FerryCouch", "FerryCouchClient",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -158,12 +184,12 @@ let package = Package(
         // with -sanitize=fuzzer -DFUZZING), or replaying the committed corpora (Fuzz/README.md).
         .executableTarget(
             name: "ferry-fuzz",
-            dependencies: ["FerryCore", "FerryQuery", "FerrySync", "FerryTransport", "FerryCouch", "FerryNode"]
+            dependencies: ["FerryCore", "FerryQuery", "FerrySync", "FerryTransport", "FerryCouch", "FerryCouchDocuments", "FerryCouchClient", "FerryNode"]
         ),
         .executableTarget(
             name: "ferry-bench",
             dependencies: [
-                "FerryCore", "FerryQuery", "FerryStore", "FerrySync", "FerryTransport", "FerryCouch", "IntegrationHarness",
+                "FerryCore", "FerryQuery", "FerryStore", "FerrySync", "FerryTransport", "FerryCouch", "FerryCouchClient", "IntegrationHarness",
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
@@ -175,7 +201,8 @@ let package = Package(
         .testTarget(
             name: "FerryCouchTests",
             dependencies: [
-                "FerryCouch", "FerryQuery", "FerryStore", "FerrySync", "FerryCore", "IntegrationHarness",
+                "FerryCouch", "FerryCouchDocuments", "FerryCouchClient", "FerryQuery", "FerryStore", "FerrySync", "FerryCore",
+                "IntegrationHarness",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ]
@@ -200,7 +227,7 @@ let package = Package(
         .testTarget(
             name: "FerryNodeTests",
             dependencies: [
-                "FerryNode", "FerryTransport", "FerrySync", "FerryStore", "FerryCore", "FerryDiscovery", "IntegrationHarness",
+                "FerryNode", "FerryTransport", "FerrySync", "FerryStore", "FerryCore", "FerryDiscovery", "FerryCouchClient", "IntegrationHarness",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ]

@@ -1,5 +1,5 @@
 import FerryCore
-import FerryCouch
+import FerryCouchClient
 import FerryStore
 import FerrySync
 import FerryTransport

@@ -1,4 +1,4 @@
-import FerryCouch
+import FerryCouchClient
 import FerryTransport
 import Foundation
 
@@ -20,4 +20,4 @@ public enum ReplicationTarget: Sendable {
 }
 
 /// A CouchDB-protocol server's user and password (never logged or printed).
-public typealias CouchCredentials = FerryCouch.CouchCredentials
+public typealias CouchCredentials = FerryCouchClient.CouchCredentials

@@ -27,6 +27,10 @@ public enum FailureKind: Sendable, Equatable, CaseIterable {
     case tooLarge
     /// Not possible now, possible later (busy, a peer that holds it unreachable): 503.
     case unavailable
+    /// Too many attempts from the same side; wait before the next: 429.
+    case rateLimited
+    /// Another node this request needed failed or answered something unusable: 502.
+    case peerFailed
     /// The node's own failure (I/O, a corrupt database): 500, and logged.
     case internalFailure
 
@@ -39,6 +43,8 @@ public enum FailureKind: Sendable, Equatable, CaseIterable {
         case .conflict: 409
         case .tooLarge: 413
         case .unavailable: 503
+        case .rateLimited: 429
+        case .peerFailed: 502
         case .internalFailure: 500
         }
     }

@@ -351,7 +351,7 @@ struct AdminAPI: Sendable {
             }
             addresses = items.compactMap(\.stringValue)
         }
-        let invitation = try membershipCall { try node.membership.invite(admin: admin, lifetime: seconds, addresses: addresses) }
+        let invitation = try node.membership.invite(admin: admin, lifetime: seconds, addresses: addresses)
         return json(
             [
                 "code": .string(invitation.code.text), "group": .string(invitation.group), "admin": .bool(invitation.admin),
@@ -365,35 +365,14 @@ struct AdminAPI: Sendable {
         let body = try await readJSON(request)
         guard let code = body["code"]?.stringValue else { throw APIError(.badRequest, "bad_request", "the body needs {\"code\": \"ferry1-…\"}") }
         let joined: GroupMembership.Joined
-        do { joined = try await node.membership.join(code: code, name: node.configuration.name) } catch let e as MembershipError {
-            throw Self.apiError(e)
-        }
+        joined = try await node.membership.join(code: code, name: node.configuration.name)
         return json(["group": .string(joined.group), "inviter": .string(joined.inviter), "members": .int(Int64(joined.members))])
     }
 
     /// `DELETE /group/members/{id-or-name}`: signs a removed entry.
     func removeMember(_ who: String) throws -> Response {
-        let entry = try membershipCall { try node.membership.remove(who.removingPercentEncoding ?? who) }
+        let entry = try node.membership.remove(who.removingPercentEncoding ?? who)
         return json(["id": .string(entry.node), "state": .string(entry.state.rawValue), "version": .int(entry.version)])
-    }
-
-    func membershipCall<T>(_ body: () throws -> T) throws -> T {
-        do { return try body() } catch let e as MembershipError { throw Self.apiError(e) }
-    }
-
-    /// A membership error with the status docs/operations.md gives its code.
-    static func apiError(_ e: MembershipError) -> APIError {
-        let status: HTTPResponse.Status =
-            switch e {
-            case .notAdmin, .invitationExpired, .invitationUsed, .invitationUnknown, .noOpenInvitation, .cannotRemoveFounder: .forbidden
-            case .alreadyInGroup, .wrongGroup: .conflict
-            case .unknownMember, .noGroup: .notFound
-            case .rateLimited: .tooManyRequests
-            case .inviterUnreachable, .badReply: .badGateway
-            case .storage: .internalServerError
-            default: .badRequest
-            }
-        return APIError(status, e.code, e.description)
     }
 
     // MARK: metrics
@@ -441,56 +420,6 @@ func json(_ value: JSON, status: HTTPResponse.Status = .ok) -> Response {
     var bytes = value.canonicalBytes
     bytes.append(0x0A)
     return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
-}
-
-/// An admin API error: it knows its HTTP status and answers `{"error": code, "reason": text}`.
-struct APIError: HTTPResponseError, Sendable {
-    let status: HTTPResponse.Status
-    let code: String
-    let reason: String
-
-    init(_ status: HTTPResponse.Status, _ code: String, _ reason: String) {
-        self.status = status
-        self.code = code
-        self.reason = reason
-    }
-
-    /// A Ferry error (mostly the store's) under its own code, with the status of its kind of
-    /// failure (`FailureKind`, shared with the CouchDB API; docs/operations.md lists them).
-    init(_ error: any FerryError) {
-        self.init(HTTPResponse.Status(code: error.failure.httpStatus), error.code, error.description)
-    }
-
-    func response(from request: Request, context: some RequestContext) throws -> Response {
-        var response = json(["error": .string(code), "reason": .string(reason)], status: status)
-        if status == .unauthorized { response.headers[.wwwAuthenticate] = #"Bearer realm="ferry""# }
-        return response
-    }
-}
-
-/// Turns every error that is not yet an `APIError` (store errors, unknown routes, failures)
-/// into one, so clients never see an empty or HTML body; logs those that are the node's fault.
-struct APIErrorMiddleware<Context: RequestContext>: RouterMiddleware {
-    let logger: Logger
-
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        do {
-            return try await next(request, context)
-        } catch let e as APIError {
-            throw e
-        } catch let e as any FerryError {
-            let error = APIError(e)
-            if error.status == .internalServerError { logger.error("admin API request failed", metadata: ["error": "\(e)"]) }
-            throw error
-        } catch let e as HTTPError where e.status == .notFound {
-            throw APIError(.notFound, "not_found", "no route \(request.method) \(request.uri.path)")
-        } catch let e as any HTTPResponseError {
-            throw APIError(e.status, "http_error", (e as? HTTPError)?.body ?? "\(e.status)")
-        } catch {
-            logger.error("admin API request failed", metadata: ["error": "\(error)"])
-            throw APIError(.internalServerError, "internal", "\(error)")
-        }
-    }
 }
 
 /// Runs the admin HTTP server. On graceful shutdown it first answers every open long-poll,

@@ -1,6 +1,7 @@
 import Crypto
 import FerryCore
 import FerryCouch
+import FerryCouchClient
 import FerryQuery
 import FerryStore
 import FerrySync

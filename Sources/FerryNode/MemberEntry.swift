@@ -264,12 +264,14 @@ public enum MembershipError: FerryError, Equatable {
     }
     public var failure: FailureKind {
         switch self {
-        case .notAuthorized, .notAdmin, .cannotRemoveFounder: .forbidden
-        case .unknownMember, .invitationUnknown, .noGroup, .noOpenInvitation: .notFound
-        case .alreadyInGroup, .invitationUsed: .conflict
-        case .rateLimited, .inviterUnreachable: .unavailable
+        case .notAuthorized, .notAdmin, .cannotRemoveFounder, .invitationExpired, .invitationUsed, .invitationUnknown, .noOpenInvitation:
+            .forbidden
+        case .alreadyInGroup, .wrongGroup: .conflict
+        case .unknownMember, .noGroup: .notFound
+        case .rateLimited: .rateLimited
+        case .inviterUnreachable, .badReply: .peerFailed
         case .storage: .internalFailure
-        case .malformedEntry, .badSignature, .wrongGroup, .badInvitationCode, .invitationExpired, .badReply: .invalidRequest
+        case .malformedEntry, .badSignature, .badInvitationCode: .invalidRequest
         }
     }
     public var isTransient: Bool {

@@ -1,4 +1,5 @@
 import FerryCore
+import FerryCouchDocuments
 import FerryCouch
 import FerryNode
 import FerryQuery

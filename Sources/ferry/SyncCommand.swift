@@ -1,6 +1,7 @@
 import ArgumentParser
 import FerryCore
 import FerryCouch
+import FerryCouchClient
 import FerryNode
 import FerryStore
 import FerrySync

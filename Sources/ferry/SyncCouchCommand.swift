@@ -1,5 +1,6 @@
 import FerryCore
 import FerryCouch
+import FerryCouchClient
 import FerryNode
 import FerryStore
 import FerrySync

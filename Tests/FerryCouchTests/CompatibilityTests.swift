@@ -5,6 +5,7 @@ import Hummingbird
 import Testing
 
 @testable import FerryCouch
+@testable import FerryCouchDocuments
 
 /// What CouchDB's own replicator and the CouchDB client libraries rely on.
 @Suite struct CompatibilityTests {

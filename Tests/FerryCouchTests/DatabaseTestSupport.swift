@@ -1,5 +1,6 @@
 import FerryCore
 import FerryCouch
+import FerryCouchDocuments
 import FerryStore
 import FerrySync
 import Foundation

@@ -6,6 +6,7 @@ import NIOCore
 import Testing
 
 @testable import FerryCouch
+@testable import FerryCouchDocuments
 
 /// Attachments larger than a request may be: standalone PUTs and `multipart/related` parts
 /// stream into the blob store, GETs stream out of it, with ranges.

@@ -5,6 +5,7 @@ import Hummingbird
 import Testing
 
 @testable import FerryCouch
+@testable import FerryCouchDocuments
 
 @Suite struct DocumentsMultipartTests {
     static func related(_ doc: JSON, _ parts: [(name: String?, bytes: [UInt8])], boundary: String = "abc123") -> [UInt8] {

@@ -8,6 +8,7 @@ import NIOCore
 import Testing
 
 @testable import FerryCouch
+@testable import FerryCouchDocuments
 
 /// Serves every request with `CouchDatabase.respond` as the given principal, turning
 /// CouchDB-shaped errors into their responses.

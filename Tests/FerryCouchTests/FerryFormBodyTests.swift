@@ -4,6 +4,7 @@ import Foundation
 import Testing
 
 @testable import FerryCouch
+@testable import FerryCouchDocuments
 
 /// A Ferry-form revision that came back through a CouchDB server with re-encoded attachment digests.
 @Suite struct FerryFormBodyTests {

@@ -4,6 +4,7 @@ import Foundation
 import Testing
 
 @testable import FerryCouch
+@testable import FerryCouchDocuments
 
 /// Password hashes, user names, session cookies, web origins and the login throttle.
 @Suite struct ServerCredentialTests {

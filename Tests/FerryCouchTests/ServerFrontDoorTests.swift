@@ -9,6 +9,7 @@ import NIOCore
 import Testing
 
 @testable import FerryCouch
+@testable import FerryCouchDocuments
 
 /// The CouchDB API's front door over Hummingbird's router test client: which requests get
 /// in, as whom, and what the others are answered.

@@ -1,5 +1,6 @@
 import FerryCore
 import FerryCouch
+import FerryCouchClient
 import FerryStore
 import FerrySync
 import Foundation

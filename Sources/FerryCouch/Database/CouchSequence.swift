@@ -1,4 +1,5 @@
 import FerryCore
+import FerryCouchDocuments
 
 /// A position in the node's changes feed as CouchDB clients see it: the store's own
 /// sequence number, served as a JSON number (docs/data-model.md, "CouchDB sequences").

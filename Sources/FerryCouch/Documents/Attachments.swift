@@ -1,5 +1,6 @@
 import Crypto
 import FerryCore
+import FerryCouchDocuments
 import FerryStore
 import FerrySync
 import Foundation

@@ -1,4 +1,5 @@
 import FerryCore
+import FerryCouchDocuments
 import FerryStore
 
 /// How a document is rendered for a CouchDB client (the options of `GET /{db}/{id}` that

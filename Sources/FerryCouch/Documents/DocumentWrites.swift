@@ -1,4 +1,5 @@
 import FerryCore
+import FerryCouchDocuments
 import FerryStore
 import FerrySync
 import Foundation
@@ -137,7 +138,7 @@ extension CouchDatabase {
             let tree = trees[id]
             let resolver = AttachmentResolver(
                 docID: rawID,
-                lookup: { name, digest in Self.attachment(named: name, digest: digest, in: tree, blobs: self.store.blobs) },
+                lookup: { name, digest in StoredAttachment.held(named: name, digest: digest, in: tree, blobs: self.store.blobs) },
                 generation: rev.generation, keepGivenRevpos: true)
             var (body, contents) = try resolver.storedBody(input)
             // 2. Digest: a Ferry-form ID must match its body; other forms cannot be checked.
@@ -183,22 +184,6 @@ extension CouchDatabase {
         } catch {
             throw fail(CouchError(.internalServerError, "internal_server_error", "\(error)"))
         }
-    }
-
-    /// The attachment a `new_edits=false` stub names: held by some revision of the document
-    /// whose body is kept, with the stub's digest when it gives one.
-    static func attachment(named name: String, digest: String?, in tree: RevisionTree?, blobs: BlobStore)
-        -> StoredAttachment?
-    {
-        guard let tree else { return nil }
-        // Leaves first, newest first: their bodies are always kept.
-        let ordered = tree.revisions.sorted { ($0.isLeaf ? 1 : 0, $0.id.generation) > ($1.isLeaf ? 1 : 0, $1.id.generation) }
-        for r in ordered {
-            guard let bytes = r.body, let body = try? JSON.parse(bytes) else { continue }
-            let set = AttachmentSet(body: body, generation: r.id.generation, blobs: blobs)
-            if let att = set.entries[name], digest == nil || att.md5 == digest { return att }
-        }
-        return nil
     }
 
     /// Logs and counts what became of revisions written with `new_edits=false`: refusals by

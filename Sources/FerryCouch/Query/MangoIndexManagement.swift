@@ -1,4 +1,5 @@
 import FerryCore
+import FerryCouchDocuments
 import FerryQuery
 import FerryStore
 import Foundation

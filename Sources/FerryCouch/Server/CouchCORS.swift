@@ -1,3 +1,4 @@
+import FerryCouchDocuments
 import Foundation
 import Hummingbird
 

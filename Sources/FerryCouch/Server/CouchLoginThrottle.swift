@@ -1,4 +1,5 @@
 import FerryCore
+import FerryCouchDocuments
 import Foundation
 import Logging
 import NIOPosix

@@ -1,4 +1,5 @@
 import FerryCore
+import FerryCouchDocuments
 import FerryStore
 import Foundation
 import Hummingbird
@@ -309,6 +310,8 @@ extension CouchError {
             case .tooLarge: return .tooLarge(e.description)
             case .forbidden: return .forbidden(e.description)
             case .unavailable: return CouchError(.serviceUnavailable, "service_unavailable", e.description)
+            case .rateLimited: return CouchError(.tooManyRequests, "too_many_requests", e.description)
+            case .peerFailed: return CouchError(.badGateway, "bad_gateway", e.description)
             case .internalFailure:
                 logger.error("CouchDB API request failed", metadata: ["error": "\(e)"])
                 return CouchError(.internalServerError, "internal_server_error", e.description)

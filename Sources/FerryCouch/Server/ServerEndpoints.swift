@@ -1,5 +1,6 @@
 import Crypto
 import FerryCore
+import FerryCouchDocuments
 import Hummingbird
 
 // Server-level endpoints other than the database's: `_session` (as reached without the

@@ -5,6 +5,9 @@ import Foundation
 import Testing
 
 @testable import FerryCouch
+@testable import FerryCouchClient
+@testable import FerryCouchDocuments
+
 
 @Suite struct CouchCheckpointTests {
     typealias T = CouchClientTesting

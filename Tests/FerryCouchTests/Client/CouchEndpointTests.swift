@@ -3,6 +3,9 @@ import FerrySync
 import Testing
 
 @testable import FerryCouch
+@testable import FerryCouchClient
+@testable import FerryCouchDocuments
+
 
 @Suite struct CouchEndpointTests {
     @Test func parsesHostPortDatabaseAndPercentEncodedCredentials() throws {

@@ -8,6 +8,9 @@ import NIOCore
 import Testing
 
 @testable import FerryCouch
+@testable import FerryCouchClient
+@testable import FerryCouchDocuments
+
 
 /// Large attachments through the CouchDB-protocol client: fetched as stubs and then one by
 /// one, streamed to disk, resumed with `Range`, pushed as streamed multipart PUTs. Runs

@@ -5,6 +5,8 @@ import Foundation
 import Testing
 
 @testable import FerryCouch
+@testable import FerryCouchClient
+@testable import FerryCouchDocuments
 
 /// How a local revision is rendered for a CouchDB target's `_bulk_docs` with `new_edits: false`.
 @Suite struct CouchOutgoingDocumentTests {

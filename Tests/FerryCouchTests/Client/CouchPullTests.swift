@@ -6,6 +6,9 @@ import Logging
 import Testing
 
 @testable import FerryCouch
+@testable import FerryCouchClient
+@testable import FerryCouchDocuments
+
 
 /// Helpers shared by the CouchDB-protocol client's end-to-end tests.
 enum CouchClientTesting {

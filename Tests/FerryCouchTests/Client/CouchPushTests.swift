@@ -7,6 +7,9 @@ import ServiceLifecycle
 import Testing
 
 @testable import FerryCouch
+@testable import FerryCouchClient
+@testable import FerryCouchDocuments
+
 
 /// Pushing to a CouchDB-protocol target (a Ferry node's CouchDB API on loopback, whose
 /// store is the target): `_revs_diff`, `_bulk_docs` with `new_edits: false`, attachments.

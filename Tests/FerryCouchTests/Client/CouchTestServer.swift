@@ -6,6 +6,9 @@ import ServiceLifecycle
 import Testing
 
 @testable import FerryCouch
+@testable import FerryCouchClient
+@testable import FerryCouchDocuments
+
 
 /// A Ferry node's CouchDB API served in-process on a loopback port, over its own store:
 /// the server side that the CouchDB-protocol client tests replicate with.

@@ -5,6 +5,7 @@ import NIOHTTP1
 import Testing
 
 @testable import FerryCouch
+@testable import FerryCouchClient
 
 /// One empty database that `_find` suites run against: a fresh database on the CouchDB server
 /// named by `FERRY_COUCH_REFERENCE_URL` (`http://user:pass@host:port/db`; the database part

@@ -1,5 +1,6 @@
 import FerryCore
 import FerryCouch
+import FerryCouchDocuments
 import FerryQuery
 import FerryStore
 import FerrySync

@@ -1,4 +1,5 @@
 import FerryCore
+import FerryCouchDocuments
 import Foundation
 
 /// A CouchDB-protocol database to replicate with: where it is, who to log in as, and how

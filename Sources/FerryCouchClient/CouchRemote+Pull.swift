@@ -1,4 +1,5 @@
 import FerryCore
+import FerryCouchDocuments
 import FerryStore
 import FerrySync
 import Foundation
@@ -231,7 +232,7 @@ extension CouchRemote {
             let resolver = AttachmentResolver(
                 docID: rawID,
                 lookup: { name, digest in
-                    fetched[name]?.attachment ?? CouchDatabase.attachment(named: name, digest: digest, in: tree, blobs: store.blobs)
+                    fetched[name]?.attachment ?? StoredAttachment.held(named: name, digest: digest, in: tree, blobs: store.blobs)
                 },
                 generation: rev.generation, keepGivenRevpos: true)
             var (body, contents) = try resolver.storedBody(input)

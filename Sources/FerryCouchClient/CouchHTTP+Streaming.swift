@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import FerryCore
+import FerryCouchDocuments
 import FerryStore
 import Foundation
 import Logging

@@ -1,4 +1,5 @@
 import FerryCore
+import FerryCouchDocuments
 import FerryStore
 import FerrySync
 import Foundation

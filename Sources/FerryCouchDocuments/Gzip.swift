@@ -3,16 +3,16 @@ import CZlib
 /// gzip as the CouchDB API meets it: request bodies and attachment content that CouchDB's
 /// replicator sends gzip-encoded (`"encoding":"gzip"`) are decoded, as Ferry keeps identity
 /// bytes only; content is encoded again as CouchDB encodes it to match CouchDB's digests.
-enum Gzip {
+package enum Gzip {
     /// The decoded bytes, at most `limit` of them; nil for anything that is not valid gzip
     /// or decodes to more than `limit`.
-    static func decode(_ input: [UInt8], limit: Int) -> [UInt8]? {
+    package static func decode(_ input: [UInt8], limit: Int) -> [UInt8]? {
         if case .decoded(let bytes) = decodeChecked(input, limit: limit) { return bytes }
         return nil
     }
 
     /// What decoding a gzip stream gave: its bytes, or why there are none.
-    enum Outcome: Equatable {
+    package enum Outcome: Equatable {
         case decoded([UInt8])
         /// The stream decodes to more than the limit.
         case tooLarge
@@ -21,7 +21,7 @@ enum Gzip {
     }
 
     /// Decodes a gzip stream, telling a stream too large for `limit` from a corrupt one.
-    static func decodeChecked(_ input: [UInt8], limit: Int) -> Outcome {
+    package static func decodeChecked(_ input: [UInt8], limit: Int) -> Outcome {
         guard !input.isEmpty else { return .corrupt }
         var stream = z_stream()
         // 16 + MAX_WBITS: expect a gzip header and trailer (and check the CRC).
@@ -56,7 +56,7 @@ enum Gzip {
     /// `bytes` gzip-encoded as CouchDB encodes attachments (deflate level 8, a header with
     /// no name and no time), so that an MD5 CouchDB took of its encoded form can be matched;
     /// nil if zlib fails.
-    static func encode(_ bytes: [UInt8], level: Int32 = 8) -> [UInt8]? {
+    package static func encode(_ bytes: [UInt8], level: Int32 = 8) -> [UInt8]? {
         var stream = z_stream()
         guard deflateInit2_(
             &stream, level, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY, ZLIB_VERSION,

@@ -1,4 +1,5 @@
 import FerryCore
+import FerryCouchDocuments
 import FerryPinning
 import FerryStore
 import Foundation

@@ -1,4 +1,5 @@
 import FerryCore
+import FerryCouchDocuments
 import FerryStore
 import FerrySync
 import Foundation
@@ -76,7 +77,7 @@ extension CouchRemote {
                     let namedBlob = name.hasPrefix("sha256-") ? (try? BlobDigest(name)).flatMap { bodyBlobs.contains($0) ? $0 : nil } : nil
                     if let namedBlob {
                         if store.blobs.has(namedBlob) { continue }
-                    } else if CouchDatabase.attachment(named: name, digest: digest, in: trees[request.id], blobs: store.blobs) != nil {
+                    } else if StoredAttachment.held(named: name, digest: digest, in: trees[request.id], blobs: store.blobs) != nil {
                         continue
                     }
                     let key = digest.flatMap { Self.resumeKey(md5: $0, length: length) }

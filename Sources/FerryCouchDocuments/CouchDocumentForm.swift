@@ -5,17 +5,17 @@ import Foundation
 /// A document as a CouchDB client sends it, with the reserved `_` members taken out and
 /// checked; `fields` holds only the user's members.
 package struct CouchDocumentInput {
-    var id: String?
-    var rev: String?
-    var deleted = false
+    package var id: String?
+    package var rev: String?
+    package var deleted = false
     /// `_revisions`: the generation of `_rev` and the hashes of its history, newest first.
-    var revisions: (start: Int, ids: [String])?
-    var fields: [String: JSON] = [:]
+    package var revisions: (start: Int, ids: [String])?
+    package var fields: [String: JSON] = [:]
     /// `_attachments`, nil when the document has no such member.
-    var attachments: [String: IncomingAttachment]?
+    package var attachments: [String: IncomingAttachment]?
 
     /// Members CouchDB accepts on input and ignores.
-    static let ignoredMembers: Set<String> = ["_conflicts", "_deleted_conflicts", "_revs_info", "_local_seq"]
+    package static let ignoredMembers: Set<String> = ["_conflicts", "_deleted_conflicts", "_revs_info", "_local_seq"]
 
     package init(parsing value: JSON) throws(CouchError) {
         guard let object = value.objectValue else {
@@ -64,7 +64,7 @@ package struct CouchDocumentInput {
 
     /// The revision history `_revisions` gives for `rev` (ancestors, newest first, without
     /// `rev` itself), or nil when there is none; 400 when it does not fit `rev`.
-    func history(for rev: String) throws(CouchError) -> [String]? {
+    package func history(for rev: String) throws(CouchError) -> [String]? {
         guard let revisions else { return nil }
         guard let dash = rev.firstIndex(of: "-"), let generation = Int(rev[..<dash]),
             generation == revisions.start, String(rev[rev.index(after: dash)...]) == revisions.ids[0]
@@ -74,7 +74,7 @@ package struct CouchDocumentInput {
 }
 
 /// One `_attachments` entry as sent.
-enum IncomingAttachment {
+package enum IncomingAttachment {
     /// Already stored: the client names it by digest and revpos only.
     case stub(digest: String?, revpos: Int?)
     /// New content, inline (`data`) or in a MIME part (`follows`; `bytes` nil until matched).
@@ -84,7 +84,7 @@ enum IncomingAttachment {
     /// (identity bytes); `stored` has its digests, `digest` and `length` are what was declared.
     case spooled(stored: StoredAttachment, length: Int64?, digest: String?, revpos: Int?)
 
-    init(name: String, parsing value: JSON) throws(CouchError) {
+    package init(name: String, parsing value: JSON) throws(CouchError) {
         try Self.checkName(name)
         guard let f = value.objectValue else { throw .badRequest("Attachment \(name) must be an object") }
         var encoding: String?
@@ -123,7 +123,7 @@ enum IncomingAttachment {
     }
 
     /// CouchDB's rule: a name is non-empty and does not start with `_`.
-    static func checkName(_ name: String) throws(CouchError) {
+    package static func checkName(_ name: String) throws(CouchError) {
         if name.isEmpty { throw .badRequest("Attachment name can't be empty") }
         if name.hasPrefix("_") { throw .badRequest("Attachment name '\(name)' starts with prohibited character '_'") }
         if name.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) {
@@ -131,7 +131,7 @@ enum IncomingAttachment {
         }
     }
 
-    var follows: Bool {
+    package var follows: Bool {
         if case .content(nil, _, _, _, _, _) = self { return true }
         return false
     }
@@ -140,19 +140,30 @@ enum IncomingAttachment {
 /// Turns a CouchDB document into Ferry's stored body, deterministically: the same CouchDB
 /// JSON (with the same attachment bytes) always yields the same body, because Ferry-form
 /// revision IDs are verified against it.
-struct AttachmentResolver {
-    let docID: String
+package struct AttachmentResolver {
+    package let docID: String
     /// The attachment a stub names: by name, matching the stub's digest when it gives one.
-    let lookup: (_ name: String, _ digest: String?) -> StoredAttachment?
+    package let lookup: (_ name: String, _ digest: String?) -> StoredAttachment?
     /// The generation of the revision being made: the revpos of new content.
-    let generation: Int
+    package let generation: Int
     /// With `new_edits=false`, the revpos a client sends is kept (it came from the revision's origin).
-    let keepGivenRevpos: Bool
+    package let keepGivenRevpos: Bool
     /// Largest decoded size of gzip-encoded content.
-    var maxDecodedBytes = 256 << 20
+    package var maxDecodedBytes = 256 << 20
+
+    package init(
+        docID: String, lookup: @escaping (_ name: String, _ digest: String?) -> StoredAttachment?, generation: Int, keepGivenRevpos: Bool,
+        maxDecodedBytes: Int = 256 << 20
+    ) {
+        self.docID = docID
+        self.lookup = lookup
+        self.generation = generation
+        self.keepGivenRevpos = keepGivenRevpos
+        self.maxDecodedBytes = maxDecodedBytes
+    }
 
     /// The stored body and the attachment contents to put in the blob store before the write.
-    func storedBody(_ input: CouchDocumentInput) throws(CouchError) -> (body: JSON, blobs: [[UInt8]]) {
+    package func storedBody(_ input: CouchDocumentInput) throws(CouchError) -> (body: JSON, blobs: [[UInt8]]) {
         var fields = input.fields
         guard let attachments = input.attachments, !attachments.isEmpty else { return (.object(fields), []) }
         let bodyBlobs = Set(((try? JSON.object(input.fields).blobReferences()) ?? []).map(\.digest))

@@ -8,28 +8,28 @@ import Foundation
 ///
 /// Stored under the body's `@attachments` member as
 /// `{name: {"@type":"blob","digest":"sha256-…","length":N,"contentType":…,"md5":"md5-…","revpos":R}}`.
-struct StoredAttachment: Equatable, Sendable {
-    var blob: BlobDigest
-    var length: Int64
-    var contentType: String
+package struct StoredAttachment: Equatable, Sendable {
+    package var blob: BlobDigest
+    package var length: Int64
+    package var contentType: String
     /// CouchDB's `digest`: `md5-` and the base64 of the content's MD5.
-    var md5: String
-    var revpos: Int
+    package var md5: String
+    package var revpos: Int
 
     /// The member of a stored body that holds the attachments (never a top-level `_` name:
     /// the store reserves those; `@` names are Ferry's, as `@type` is).
-    static let bodyKey = "@attachments"
+    package static let bodyKey = "@attachments"
     /// The content type CouchDB gives an attachment that names none.
-    static let defaultContentType = "application/octet-stream"
+    package static let defaultContentType = "application/octet-stream"
 
-    var json: JSON {
+    package var json: JSON {
         .object([
             "@type": "blob", "digest": .string(blob.description), "length": .int(length),
             "contentType": .string(contentType), "md5": .string(md5), "revpos": .int(Int64(revpos)),
         ])
     }
 
-    init(blob: BlobDigest, length: Int64, contentType: String, md5: String, revpos: Int) {
+    package init(blob: BlobDigest, length: Int64, contentType: String, md5: String, revpos: Int) {
         self.blob = blob
         self.length = length
         self.contentType = contentType
@@ -38,14 +38,14 @@ struct StoredAttachment: Equatable, Sendable {
     }
 
     /// The entry for `bytes` first attached at generation `revpos`.
-    init(bytes: [UInt8], contentType: String, revpos: Int) {
+    package init(bytes: [UInt8], contentType: String, revpos: Int) {
         self.init(
             blob: BlobDigest.of(bytes), length: Int64(bytes.count), contentType: contentType,
             md5: Self.md5Digest(bytes), revpos: revpos)
     }
 
     /// Reads a stored entry; nil for anything that is not one (stored bodies were checked on the way in).
-    init?(json: JSON) {
+    package init?(json: JSON) {
         guard let f = json.objectValue, f["@type"] == "blob", let d = f["digest"]?.stringValue,
             let blob = try? BlobDigest(d), let length = f["length"]?.intValue
         else { return nil }
@@ -55,13 +55,13 @@ struct StoredAttachment: Equatable, Sendable {
     }
 
     /// CouchDB's digest of `bytes`.
-    static func md5Digest(_ bytes: [UInt8]) -> String {
+    package static func md5Digest(_ bytes: [UInt8]) -> String {
         "md5-" + Data(Insecure.MD5.hash(data: bytes)).base64EncodedString()
     }
 
     /// CouchDB's digest of a stored blob, read a chunk at a time (never whole); nil when
     /// the blob is absent or unreadable.
-    static func md5Digest(of digest: BlobDigest, in blobs: BlobStore) -> String? {
+    package static func md5Digest(of digest: BlobDigest, in blobs: BlobStore) -> String? {
         guard let reader = try? blobs.reader(digest) else { return nil }
         var md5 = Insecure.MD5()
         var offset: Int64 = 0
@@ -74,21 +74,21 @@ struct StoredAttachment: Equatable, Sendable {
     }
 
     /// The base64 of the MD5, as `Content-MD5` carries it.
-    var md5Base64: String { md5.hasPrefix("md5-") ? String(md5.dropFirst(4)) : md5 }
+    package var md5Base64: String { md5.hasPrefix("md5-") ? String(md5.dropFirst(4)) : md5 }
 }
 
 /// The attachments of one stored revision as CouchDB clients see them: the body's
 /// `@attachments` plus, for each blob the body refers to elsewhere, a stub named
 /// `sha256-<hex>` so that CouchDB clients can fetch Ferry's own blobs.
-struct AttachmentSet {
+package struct AttachmentSet {
     /// Name → attachment, including the blob stubs.
-    var entries: [String: StoredAttachment] = [:]
+    package var entries: [String: StoredAttachment] = [:]
     /// Names that stand for blob references elsewhere in the body (not kept in `@attachments`).
-    var blobStubNames: Set<String> = []
+    package var blobStubNames: Set<String> = []
 
     /// The attachments of a stored body of a revision of `generation`. MD5 digests of blob
     /// stubs are computed from the blob bytes; a blob this node lacks gets no stub.
-    init(body: JSON, generation: Int, blobs: BlobStore) {
+    package init(body: JSON, generation: Int, blobs: BlobStore) {
         guard let fields = body.objectValue else { return }
         if let stored = fields[StoredAttachment.bodyKey]?.objectValue {
             for (name, value) in stored {
@@ -108,15 +108,15 @@ struct AttachmentSet {
         }
     }
 
-    init() {}
+    package init() {}
 
-    static func blobStubName(_ digest: BlobDigest) -> String { digest.description }
+    package static func blobStubName(_ digest: BlobDigest) -> String { digest.description }
 
-    var isEmpty: Bool { entries.isEmpty }
+    package var isEmpty: Bool { entries.isEmpty }
 }
 
 /// How an attachment's content goes out with a document.
-enum AttachmentDelivery {
+package enum AttachmentDelivery {
     /// Metadata with `stub: true`.
     case stub
     /// `data` as base64 in the JSON.
@@ -127,7 +127,7 @@ enum AttachmentDelivery {
 
 extension StoredAttachment {
     /// CouchDB's `_attachments` entry.
-    func couchJSON(_ delivery: AttachmentDelivery, blobs: BlobStore) throws -> JSON {
+    package func couchJSON(_ delivery: AttachmentDelivery, blobs: BlobStore) throws -> JSON {
         var f: [String: JSON] = [
             "content_type": .string(contentType), "digest": .string(md5), "length": .int(length),
             "revpos": .int(Int64(revpos)),
@@ -152,7 +152,7 @@ extension StoredAttachment {
     /// MD5 of the encoded bytes, and a CouchDB target checks a part against its digest: such
     /// content goes out gzip-encoded again when re-encoding reproduces that MD5, else as
     /// identity bytes with their own MD5.
-    func wireForm(_ blobs: BlobStore) throws -> (bytes: [UInt8], digest: String, gzip: Bool) {
+    package func wireForm(_ blobs: BlobStore) throws -> (bytes: [UInt8], digest: String, gzip: Bool) {
         let bytes = try content(blobs)
         let identity = Self.md5Digest(bytes)
         if identity == md5 { return (bytes, md5, false) }
@@ -161,7 +161,7 @@ extension StoredAttachment {
     }
 
     /// The attachment's bytes, from the blob store.
-    func content(_ blobs: BlobStore) throws -> [UInt8] {
+    package func content(_ blobs: BlobStore) throws -> [UInt8] {
         guard let bytes = try blobs.get(blob) else {
             throw CouchError(.internalServerError, "missing_blob", "The content of this attachment is not on this node.")
         }
@@ -175,11 +175,11 @@ extension StoredAttachment {
 /// gives them the MD5 of the encoded bytes. A revision Ferry made carries the MD5 of the
 /// identity bytes in its body, which its ID hashes: rebuilt with the server's digests, the
 /// body no longer matches the ID. This finds the body the ID was made from.
-enum FerryFormBody {
+package enum FerryFormBody {
     /// `body` when `rev` (a Ferry-form ID) matches it; else `body` with each attachment's
     /// `md5` set to the MD5 of its identity bytes, when that matches; else nil. Content comes
     /// from `contents` (just received) or the blob store.
-    static func matching(
+    package static func matching(
         _ rev: RevisionID, parent: RevisionID?, deleted: Bool, body: JSON, contents: [[UInt8]], blobs: BlobStore
     ) -> JSON? {
         func matches(_ candidate: JSON) -> Bool {
@@ -209,5 +209,23 @@ enum FerryFormBody {
         // Not a ternary: JSON takes `nil` as its null literal there.
         guard matches(candidate) else { return nil }
         return candidate
+    }
+}
+
+extension StoredAttachment {
+    /// The attachment a `new_edits=false` stub names: held by some revision of the document
+    /// whose body is kept, with the stub's digest when it gives one.
+    package static func held(named name: String, digest: String?, in tree: RevisionTree?, blobs: BlobStore)
+        -> StoredAttachment?
+    {
+        guard let tree else { return nil }
+        // Leaves first, newest first: their bodies are always kept.
+        let ordered = tree.revisions.sorted { ($0.isLeaf ? 1 : 0, $0.id.generation) > ($1.isLeaf ? 1 : 0, $1.id.generation) }
+        for r in ordered {
+            guard let bytes = r.body, let body = try? JSON.parse(bytes) else { continue }
+            let set = AttachmentSet(body: body, generation: r.id.generation, blobs: blobs)
+            if let att = set.entries[name], digest == nil || att.md5 == digest { return att }
+        }
+        return nil
     }
 }

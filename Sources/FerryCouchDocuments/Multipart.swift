@@ -10,15 +10,15 @@ import Foundation
 package enum Multipart {
     /// One part: its headers (names lowercased) and its bytes.
     package struct Part {
-        var headers: [String: String]
-        var body: [UInt8]
+        package var headers: [String: String]
+        package var body: [UInt8]
     }
 
-    static let maxParts = 10_000
-    static let maxHeaderBytes = 16 << 10
+    package static let maxParts = 10_000
+    package static let maxHeaderBytes = 16 << 10
 
     /// The `boundary` parameter of a `multipart/…` content type.
-    static func boundary(of contentType: String) -> String? {
+    package static func boundary(of contentType: String) -> String? {
         for param in contentType.split(separator: ";").dropFirst() {
             let kv = param.split(separator: "=", maxSplits: 1)
             guard kv.count == 2, kv[0].trimmingCharacters(in: .whitespaces).lowercased() == "boundary" else { continue }
@@ -31,7 +31,7 @@ package enum Multipart {
     }
 
     /// The media type of a content type, lowercased, without parameters.
-    static func mediaType(_ contentType: String?) -> String {
+    package static func mediaType(_ contentType: String?) -> String {
         guard let contentType else { return "" }
         return contentType.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
     }
@@ -79,7 +79,7 @@ package enum Multipart {
     }
 
     /// A multipart body of `parts`, each with its headers in order.
-    static func write(_ parts: [(headers: [(String, String)], body: [UInt8])], boundary: String) -> [UInt8] {
+    package static func write(_ parts: [(headers: [(String, String)], body: [UInt8])], boundary: String) -> [UInt8] {
         var out: [UInt8] = []
         for part in parts {
             out += Array("--\(boundary)\r\n".utf8)
@@ -93,10 +93,10 @@ package enum Multipart {
     }
 
     /// A fresh boundary that cannot occur in base64 or JSON text by accident.
-    static func newBoundary() -> String { Hex.encode((0..<16).map { _ in UInt8.random(in: 0...255) }) }
+    package static func newBoundary() -> String { Hex.encode((0..<16).map { _ in UInt8.random(in: 0...255) }) }
 
     /// The `filename` of a `Content-Disposition` header.
-    static func filename(_ disposition: String?) -> String? {
+    package static func filename(_ disposition: String?) -> String? {
         guard let disposition, let range = disposition.range(of: "filename=") else { return nil }
         var value = String(disposition[range.upperBound...])
         if let semi = value.firstIndex(of: ";"), !value.hasPrefix("\"") { value = String(value[..<semi]) }
@@ -114,7 +114,7 @@ package enum Multipart {
         return j
     }
 
-    static func find(_ needle: [UInt8], in hay: [UInt8], from start: Int) -> Int? {
+    package static func find(_ needle: [UInt8], in hay: [UInt8], from start: Int) -> Int? {
         guard !needle.isEmpty, hay.count >= needle.count, start <= hay.count - needle.count else { return nil }
         let first = needle[0]
         var i = start

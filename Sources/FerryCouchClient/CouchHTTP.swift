@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import FerryCore
+import FerryCouchDocuments
 import FerrySync
 import Foundation
 import Logging
