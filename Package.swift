@@ -174,7 +174,7 @@ let package = Package(
         .executableTarget(
             name: "ferry",
             dependencies: [
-                "FerryCore", "FerryStore", "FerrySync", "FerryTransport", "FerryDiscovery", "FerryNode", "FerryCouch", "FerryCouchClient",
+                "FerryCore", "FerryQuery", "FerryStore", "FerrySync", "FerryTransport", "FerryDiscovery", "FerryNode", "FerryCouch", "FerryCouchClient",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),

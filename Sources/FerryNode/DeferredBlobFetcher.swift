@@ -50,10 +50,11 @@ public struct BlobUnavailable: FerryError {
 /// The replicators a running node has now, known once its peer manager exists (the CouchDB
 /// API is built before it).
 final class LiveReplicators: Sendable {
-    private let source = CallbackSlot<Void, [Replicator]>()
+    private let provider = CallbackSlot<Void, [Replicator]>()
 
-    func attach(_ list: @escaping @Sendable () -> [Replicator]) { source.set(list) }
+    /// Set once, by the peer manager made with it.
+    func source(_ list: @escaping @Sendable () -> [Replicator]) { provider.set(list) }
 
-    /// Every replicator running now; none before the peer manager is attached.
-    var list: @Sendable () -> [Replicator] { { [self] in self.source() ?? [] } }
+    /// Every replicator running now; none before the peer manager is made.
+    var list: @Sendable () -> [Replicator] { { [self] in self.provider() ?? [] } }
 }

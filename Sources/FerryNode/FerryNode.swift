@@ -74,6 +74,8 @@ public final class FerryNode: Sendable {
     public let digests: MeshDigests
     /// The replicators of the running node, for reads that fetch deferred blobs.
     let liveReplicators = LiveReplicators()
+    /// The listener's port once bound: where members are told this node listens.
+    let listenerPort = Latch<Int>()
     private let stopState = Locked<StopState>(StopState())
 
     /// Whether `stop` was called, and the running group it stops.
@@ -107,11 +109,10 @@ public final class FerryNode: Sendable {
         var storeOptions = StoreOptions()
         storeOptions.maxBodyBytes = configuration.limits.maxDocumentBytes
         // Membership entries are checked first: only signed entries of this node's group go in.
-        let membership = try GroupMembership(dataDirectory: dataDirectory, clock: clock, logger: logger)
-        self.membership = membership
+        let ledger = try MembershipLedger(dataDirectory: dataDirectory)
         let rule = configuration.validation
         storeOptions.validator = Validator { proposed in
-            if let reason = membership.validate(proposed) { return reason }
+            if let reason = ledger.validate(proposed) { return reason }
             return rule?.violation(id: proposed.id, deleted: proposed.deleted, body: proposed.body, size: proposed.body.canonicalBytes.count)
         }
         store = try DocumentStore.open(directory: dataDirectory, options: storeOptions)
@@ -127,8 +128,14 @@ public final class FerryNode: Sendable {
         trust = try TrustStore(dataDirectory: dataDirectory, configuration: configuration)
         couchUsers = try CouchUserStore(dataDirectory: dataDirectory, configuration: configuration)
         replicationRegistry = try ReplicationRegistry(dataDirectory: dataDirectory)
-        membership.attach(
-            .init(store: store, identity: identity, trust: trust, databaseName: configuration.group, name: configuration.name, insecure: configuration.insecure))
+        let (interface, port) = (configuration.interface, listenerPort)
+        membership = GroupMembership(
+            ledger: ledger,
+            context: .init(
+                store: store, identity: identity, trust: trust, databaseName: configuration.group, name: configuration.name,
+                insecure: configuration.insecure,
+                listenAddresses: { port.value.map { GroupMembership.listenAddresses(interface: interface, port: $0) } ?? [] }),
+            clock: clock, logger: logger)
         try membership.loadFromStore()
     }
 
@@ -161,6 +168,7 @@ public final class FerryNode: Sendable {
         config.handshakeTimeout = .seconds(Int64(configuration.limits.handshakeTimeoutSeconds))
         config.maxMessageSize = configuration.limits.maxMessageBytes
         config.idleTimeout = .seconds(Int64(configuration.limits.idleTimeoutSeconds))
+        config.boundPortLatch = listenerPort
         if let password = configuration.password {
             config.authentication = .password(user: password.user, password: password.password)
         } else if configuration.acceptAnyPeer {
@@ -184,26 +192,19 @@ public final class FerryNode: Sendable {
         let admin: AdminAPI
     }
 
-    /// Builds responder, listener, peer manager and admin API, in that order.
+    /// Builds responder, listener, peer manager and admin API, in that order, each from what
+    /// exists before it: the manager follows the membership's and the responder's events.
     func makeParts(discovery: (any PeerDiscovery)?, readiness: ReadinessBox = ReadinessBox(), logger: Logger? = nil) -> Parts {
         let pinned = configuration.password == nil && !configuration.acceptAnyPeer
-        // The peer manager lists peers whose inbound session ended (why, and when); it is made after the responder.
-        let endings = InboundEndings()
-        let responder = replicators.responder(authenticated: pinned, sessionEnded: { endings.ended($0, $1) })
+        // Peers whose inbound session ended stay listed (why, and when) by the peer manager.
+        let (endedSessions, sessionEnded) = AsyncStream.makeStream(of: InboundEnding.self)
+        let responder = replicators.responder(authenticated: pinned, sessionEnded: { sessionEnded.yield(InboundEnding(session: $0, error: $1)) })
         let listener = makeListener(responder: responder)
         let replications = configuration.replications.map { ($0, PeerSource.config) } + replicationRegistry.specs.map { ($0, PeerSource.api) }
         let manager = PeerManager(
             configuration: configuration, identity: identity, trust: trust, replicators: replicators, replications: replications,
-            inboundSessions: { responder.sessions }, discovery: discovery, clock: clock, logger: logger ?? self.logger)
-        let interface = configuration.interface
-        membership.setListenAddresses { listener.boundPort.map { GroupMembership.listenAddresses(interface: interface, port: $0) } ?? [] }
-        membership.setOnChange { urls in
-            manager.memberAddressesChanged(urls)
-            manager.trustChanged()
-        }
-        membership.setOnAddressAnnounced { manager.deliverAddressRecord($0.0, to: $0.1) }
-        endings.deliver(to: manager)
-        liveReplicators.attach { manager.activeReplicators }
+            inboundSessions: { responder.sessions }, endedSessions: endedSessions, membershipEvents: membership.events(),
+            live: liveReplicators, discovery: discovery, clock: clock, logger: logger ?? self.logger)
         return Parts(listener: listener, manager: manager, admin: AdminAPI(node: self, manager: manager, listener: listener, readiness: readiness))
     }
 

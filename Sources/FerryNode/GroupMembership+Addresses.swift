@@ -7,7 +7,7 @@ import Logging
 extension GroupMembership {
     /// Reads the winning revision of address record documents and keeps each node's newest.
     func rereadAddresses(_ ids: [DocumentID]) throws {
-        let c = try requireContext()
+        let c = context
         var found: [MemberAddresses] = []
         for id in ids {
             guard let node = MemberAddresses.node(inDocument: id), let doc = try c.store.document(id), !doc.deleted,
@@ -24,7 +24,7 @@ extension GroupMembership {
     /// know (its newest record, else its entry): so a member restarted on another port is
     /// dialled there. Nothing for a node outside a group or not yet bound.
     func announceOwnAddresses() throws {
-        let c = try requireContext()
+        let c = context
         let me = c.identity.nodeID
         let current = c.listenAddresses()
         guard !current.isEmpty, let group = self.group, let view = self.view, view.isActiveMember(me) else { return }

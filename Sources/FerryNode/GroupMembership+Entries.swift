@@ -7,7 +7,7 @@ import Logging
 extension GroupMembership {
     /// Writes an entry this node signed, as a new revision of its document, and applies it.
     func write(_ entry: MemberEntry) throws {
-        let c = try requireContext()
+        let c = context
         let id = MemberEntry.documentID(entry.node)
         let parent = try c.store.document(id)?.revision
         try c.store.put(id, body: entry.body, parent: parent)
@@ -28,7 +28,7 @@ extension GroupMembership {
 
     /// Founds a group with this node as founder and first admin, unless it has one.
     func foundGroupIfNeeded() throws {
-        let c = try requireContext()
+        let c = context
         let me = c.identity.nodeID
         let founded = try state.withLock { s throws(MembershipError) -> Bool in
             guard s.group == nil else { return false }
@@ -47,7 +47,7 @@ extension GroupMembership {
     /// Removes a member by ID, unique ID prefix (8+ digits) or unique name: signs a removed
     /// entry one version up. Only admins remove; the founder cannot be removed.
     public func remove(_ who: String) throws -> MemberEntry {
-        let c = try requireContext()
+        let c = context
         guard let view = self.view, let group = self.group else { throw MembershipError.noGroup }
         guard view.isAdmin(c.identity.nodeID) else { throw MembershipError.notAdmin }
         let target = try resolve(who, in: view)

@@ -22,7 +22,7 @@ extension GroupMembership {
             throw MembershipError.badInvitationCode("\"\(LogText.escape(a))\" is not a host:port address")
         }
         try foundGroupIfNeeded()
-        let c = try requireContext()
+        let c = context
         let me = c.identity.nodeID
         guard let view = self.view, let group = self.group, view.isAdmin(me), view.isActiveMember(me) || me == group else {
             throw MembershipError.notAdmin

@@ -76,7 +76,7 @@ extension GroupMembership {
 
     /// Checks a join request and admits the peer; returns the reply body.
     func acceptJoin(_ request: JSON, peer: String) throws -> JSON {
-        let c = try requireContext()
+        let c = context
         guard let secretText = request["secret"]?.stringValue, let secret = Base64URL.decode(secretText), secret.count == 16 else {
             throw MembershipError.badInvitationCode("the request carries no 16-byte secret")
         }
@@ -104,7 +104,7 @@ extension GroupMembership {
     /// Every leaf revision of a member document whose entry counts, with its history: what a
     /// new member stores before it first replicates.
     func validRevisions() throws -> [JSON] {
-        let c = try requireContext()
+        let c = context
         guard let view = self.view else { return [] }
         var out: [JSON] = []
         for node in view.selected.keys.sorted() {
@@ -128,7 +128,7 @@ extension GroupMembership {
     /// the secret, checks the reply, then stores the group and its entries.
     public func join(code text: String, name: String?) async throws -> Joined {
         let code = try InvitationCode(parsing: text)
-        let c = try requireContext()
+        let c = context
         let me = c.identity.nodeID
         if code.inviter == me { throw MembershipError.badInvitationCode("this node issued it; run `ferry join` on the new node") }
         if let group = self.group, !(view?.isActiveMember(code.inviter) ?? false) { throw MembershipError.alreadyInGroup(group) }

@@ -6,14 +6,14 @@ import Foundation
 import Logging
 
 /// This node's group: which group it belongs to (DATA/group.json), the signed member
-/// entries it holds, the store validator that keeps unsigned or foreign entries out, the
+/// entries it holds (its `MembershipLedger`, which also validates them for the store), the
 /// invitations it issued, and both sides of the join exchange. Every change of the valid
-/// members goes to the trust store and then to `onChange`.
+/// members goes to the trust store and then to `events()`, which the peer manager follows.
 public final class GroupMembership: Sendable {
     // Its roles are extensions beside it: the validator (+Validation), entry writes (+Entries),
     // invitations (+Invitations), the join exchange (+Join) and addresses (+Addresses).
 
-    /// What the node gives the membership once its store, identity and trust store exist.
+    /// What the membership works with: the node's store, identity and trust store, and where its listener listens.
     struct Context: Sendable {
         let store: DocumentStore
         let identity: NodeIdentity
@@ -24,69 +24,44 @@ public final class GroupMembership: Sendable {
         let name: String
         let insecure: Bool
         /// Where this node's listener can be reached, as `host:port` (empty before it is bound).
-        var listenAddresses: @Sendable () -> [String] = { [] }
+        let listenAddresses: @Sendable () -> [String]
     }
 
-    struct State {
-        var group: String?
-        /// Every signature-checked entry seen, by node: read from the store or accepted by the validator.
-        var ledger: [String: [MemberEntry]] = [:]
-        var view: MembershipView?
-        /// Dial URLs learned from a code (the inviter's reachable address), preferred over entries'.
-        var urlOverrides: [String: String] = [:]
-        /// Each node's newest signature-checked record of where it listens now.
-        var addressRecords: [String: MemberAddresses] = [:]
-    }
-
-    let file: String
+    /// The group and the signature-checked entries, shared with the store's validator.
+    let ledger: MembershipLedger
+    var state: Locked<MembershipLedger.State> { ledger.state }
+    var file: String { ledger.file }
+    let context: Context
     let logger: Logger
     let clock: any Clock<Duration>
     public let invitations: InvitationBook
     let attempts: JoinAttempts
     let refusals = RepeatedRefusals()
-    let state: Locked<State>
-    let context = Locked<Context?>(nil)
-    let onChange = CallbackSlot<[String: String], Void>()
-    /// Told when this node wrote a new address record (its document, every member's dial URL).
-    let onAddressAnnounced = CallbackSlot<(DocumentID, [String: String]), Void>()
-    func addressAnnounced(_ id: DocumentID, _ urls: [String: String]) { onAddressAnnounced((id, urls)) }
-    func setOnAddressAnnounced(_ handler: @escaping @Sendable ((DocumentID, [String: String])) -> Void) { onAddressAnnounced.set(handler) }
+    private let changes = Broadcaster<MembershipEvent>()
+    /// Tells followers this node wrote a new address record (its document, every member's dial URL).
+    func addressAnnounced(_ id: DocumentID, _ urls: [String: String]) { changes.send(.addressAnnounced(id, urls)) }
     private let applying = Locked(())
 
-    /// Reads DATA/group.json (absent: no group yet).
-    public init(
-        dataDirectory: String, clock: any Clock<Duration> = ContinuousClock(), now: @escaping @Sendable () -> Date = { Date() },
-        logger: Logger
-    ) throws(NodeError) {
-        file = "\(dataDirectory)/group.json"
+    /// The membership of a node whose store, identity and trust store exist; `ledger` is the
+    /// one the store validates with. Reads nothing yet (`loadFromStore`).
+    init(
+        ledger: MembershipLedger, context: Context, clock: any Clock<Duration> = ContinuousClock(),
+        now: @escaping @Sendable () -> Date = { Date() }, logger: Logger
+    ) {
+        self.ledger = ledger
+        self.context = context
         self.logger = logger
         self.clock = clock
-        invitations = InvitationBook(file: "\(dataDirectory)/invitations.json", now: now)
+        invitations = InvitationBook(file: "\(ledger.directory)/invitations.json", now: now)
         attempts = JoinAttempts(clock: clock)
-        var group: String?
-        if let data = FileManager.default.contents(atPath: file) {
-            guard let json = try? JSON.parse(Array(data)), let g = json["group"]?.stringValue, let id = NodeIDFormat.normalized(g) else {
-                throw .badConfiguration("\(file) is corrupt: it must hold {\"group\": <founder node ID>}")
-            }
-            group = id
-        }
-        state = Locked(State(group: group))
     }
 
     public var group: String? { state.withLock { $0.group } }
     public var view: MembershipView? { state.withLock { $0.view } }
 
-    func attach(_ context: Context) { self.context.withLock { $0 = context } }
-
-    func setListenAddresses(_ addresses: @escaping @Sendable () -> [String]) { context.withLock { $0?.listenAddresses = addresses } }
-
-    /// Called with the dial URLs of the active members after every change of the members.
-    func setOnChange(_ handler: @escaping @Sendable ([String: String]) -> Void) { onChange.set(handler) }
-
-    func requireContext() throws(MembershipError) -> Context {
-        guard let c = context.withLock({ $0 }) else { throw .storage("the node is not started") }
-        return c
-    }
+    /// Every change from now on: the active members' dial URLs after any change of the
+    /// members, and each new address record of this node.
+    public func events() -> AsyncStream<MembershipEvent> { changes.subscribe() }
 
     // MARK: reading the store
 
@@ -99,7 +74,7 @@ public final class GroupMembership: Sendable {
 
     /// The IDs of every document under `prefix` (one of the reserved group prefixes).
     func documentIDs(under prefix: String) throws -> [DocumentID] {
-        let c = try requireContext()
+        let c = context
         var ids: [DocumentID] = []
         // Just before the prefix in ID order: the prefix without its trailing slash.
         var after: DocumentID? = try DocumentID(String(prefix.dropLast()), allowReserved: true)
@@ -115,7 +90,7 @@ public final class GroupMembership: Sendable {
 
     /// Reads the leaves of these member documents into the ledger.
     func reread(_ ids: [DocumentID]) throws {
-        let c = try requireContext()
+        let c = context
         var found: [String: [MemberEntry]] = [:]
         for id in ids {
             guard let node = MemberEntry.node(inDocument: id), let tree = try c.store.revisionTree(id) else { continue }
@@ -134,13 +109,13 @@ public final class GroupMembership: Sendable {
     }
 
     /// Recomputes the view, hands the active members to the trust store and the dial URLs to
-    /// `onChange`. Serialized, so a view computed earlier never lands after a later one.
+    /// `events()`. Serialized, so a view computed earlier never lands after a later one.
     func apply() {
         applying.withLock { _ in applyNow() }
     }
 
     private func applyNow() {
-        guard let c = context.withLock({ $0 }) else { return }
+        let c = context
         let (view, overrides, records) = state.withLock { s -> (MembershipView?, [String: String], [String: MemberAddresses]) in
             guard let group = s.group else { return (nil, [:], [:]) }
             s.view = MembershipView(group: group, entries: s.ledger.values.joined(), signaturesChecked: true)
@@ -163,6 +138,14 @@ public final class GroupMembership: Sendable {
                     "removed": "\(before.subtracting(after).sorted().map { $0.prefix(12) })",
                 ])
         }
-        onChange(urls)
+        changes.send(.membersChanged(urls))
     }
+}
+
+/// A change of the group that the peer manager acts on.
+public enum MembershipEvent: Sendable {
+    /// The active members' dial URLs (by node ID), after any change of the members.
+    case membersChanged([String: String])
+    /// This node wrote a new address record: its document, and every member's dial URL.
+    case addressAnnounced(DocumentID, [String: String])
 }

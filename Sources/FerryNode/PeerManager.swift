@@ -105,6 +105,9 @@ public final class PeerManager: Service, Sendable {
     let initialReplications: [(ReplicationSpec, PeerSource)]
     /// The live sessions of peers that dialled this node.
     let inboundSessions: @Sendable () -> [ReplicationResponder.SessionStatus]
+    /// The responder's sessions as they end, and the group's changes: followed while running.
+    let endedSessions: AsyncStream<InboundEnding>
+    let membershipEvents: AsyncStream<MembershipEvent>
     let discovery: (any PeerDiscovery)?
     let clock: any Clock<Duration>
     let state = Locked(State())
@@ -115,6 +118,8 @@ public final class PeerManager: Service, Sendable {
     init(
         configuration: NodeConfiguration, identity: NodeIdentity, trust: TrustStore, replicators: ReplicationFactory,
         replications: [(ReplicationSpec, PeerSource)], inboundSessions: @escaping @Sendable () -> [ReplicationResponder.SessionStatus],
+        endedSessions: AsyncStream<InboundEnding> = AsyncStream { $0.finish() },
+        membershipEvents: AsyncStream<MembershipEvent> = AsyncStream { $0.finish() }, live: LiveReplicators? = nil,
         discovery: (any PeerDiscovery)?, clock: any Clock<Duration>, logger: Logger
     ) {
         self.configuration = configuration
@@ -123,9 +128,13 @@ public final class PeerManager: Service, Sendable {
         self.replicators = replicators
         initialReplications = replications
         self.inboundSessions = inboundSessions
+        self.endedSessions = endedSessions
+        self.membershipEvents = membershipEvents
         self.discovery = discovery
         self.clock = clock
         self.logger = logger
+        // Reads of deferred blobs fetch through the replicators this manager runs.
+        live?.source { [weak self] in self?.activeReplicators ?? [] }
     }
 
     /// This node's ID, for the one-dialer rule.
@@ -144,13 +153,28 @@ public final class PeerManager: Service, Sendable {
             reconcile(peer.nodeID)
         }
         for (spec, source) in initialReplications { startReplication(spec, source: source) }
-        // The discovery service stops after this one (reverse start order), so its event
-        // stream must not be what ends this loop.
-        if let discovery {
-            for await event in discovery.events.cancelOnGracefulShutdown() { self.handle(event) }
+        await withTaskGroup(of: Void.self) { followers in
+            followers.addTask { for await change in self.membershipEvents { self.handle(change) } }
+            followers.addTask { for await ending in self.endedSessions { self.inboundEnded(ending.session, error: ending.error) } }
+            // The discovery service stops after this one (reverse start order), so its event
+            // stream must not be what ends this loop.
+            if let discovery {
+                for await event in discovery.events.cancelOnGracefulShutdown() { self.handle(event) }
+            }
+            try? await gracefulShutdown()
+            followers.cancelAll()
         }
-        try? await gracefulShutdown()
         await stopAll()
+    }
+
+    func handle(_ change: MembershipEvent) {
+        switch change {
+        case .membersChanged(let urls):
+            memberAddressesChanged(urls)
+            trustChanged()
+        case .addressAnnounced(let document, let urls):
+            deliverAddressRecord(document, to: urls)
+        }
     }
 
     func handle(_ event: DiscoveryEvent) {
@@ -480,15 +504,10 @@ extension PeerManager {
     }
 }
 
-/// Hands the responder's ended sessions to the peer manager, which is made after the responder.
-final class InboundEndings: Sendable {
-    private let manager = Locked<PeerManager?>(nil)
-
-    func deliver(to manager: PeerManager) { self.manager.withLock { $0 = manager } }
-
-    func ended(_ session: ReplicationResponder.SessionStatus, _ error: SyncError?) {
-        manager.withLock { $0 }?.inboundEnded(session, error: error)
-    }
+/// An inbound session that ended, as the responder reports it to the peer manager.
+struct InboundEnding: Sendable {
+    let session: ReplicationResponder.SessionStatus
+    let error: SyncError?
 }
 
 extension PeerManager {

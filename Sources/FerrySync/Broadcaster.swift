@@ -1,11 +1,13 @@
 import FerryCore
 
 /// Fans values out to any number of AsyncStream subscribers.
-final class Broadcaster<T: Sendable>: Sendable {
+package final class Broadcaster<T: Sendable>: Sendable {
     private let subscribers = Locked<[Int: AsyncStream<T>.Continuation]>([:])
     private let nextID = Locked(0)
 
-    func subscribe() -> AsyncStream<T> {
+    package init() {}
+
+    package func subscribe() -> AsyncStream<T> {
         let id = nextID.withLock { n -> Int in
             n += 1
             return n
@@ -19,14 +21,14 @@ final class Broadcaster<T: Sendable>: Sendable {
     }
 
     /// Builds the value only when someone listens: replication sends one per document.
-    func send(_ value: @autoclosure () -> T) {
+    package func send(_ value: @autoclosure () -> T) {
         let targets = subscribers.withLock { $0.isEmpty ? [] : Array($0.values) }
         guard !targets.isEmpty else { return }
         let v = value()
         for c in targets { c.yield(v) }
     }
 
-    func finish() {
+    package func finish() {
         let targets = subscribers.withLock { s -> [AsyncStream<T>.Continuation] in
             defer { s.removeAll() }
             return Array(s.values)

@@ -14,7 +14,7 @@ struct FerryRemote: RemoteDatabase {
     ) async throws(SyncError) -> FerryRemote {
         let hello = HelloRequest(
             nodeID: nodeID, database: localDatabase, protocols: SyncProtocol.versions, features: features, coverage: coverage)
-        let reply = try HelloReply(try await connection.request(HelloRequest.profile, body: hello.bytes).json())
+        let reply = try await ask(hello, on: connection)
         let identity = RemoteIdentity(
             databaseID: reply.database, peerID: reply.nodeID, allowsPull: reply.allowPull, allowsPush: reply.allowPush,
             inline: inlineWanted && reply.features.contains("inline"),
@@ -27,8 +27,13 @@ struct FerryRemote: RemoteDatabase {
         return FerryRemote(connection: connection, identity: opened)
     }
 
-    private func ask(_ body: some SyncRequestBody) async throws(SyncError) -> JSON {
-        try await connection.request(type(of: body).profile, body: body.bytes).json()
+    /// Sends one request and decodes the reply its type names.
+    private static func ask<Request: SyncRequestBody>(_ body: Request, on connection: Connection) async throws(SyncError) -> Request.Reply {
+        try Request.Reply(reply: try await connection.request(Request.profile, body: body.bytes))
+    }
+
+    private func ask<Request: SyncRequestBody>(_ body: Request) async throws(SyncError) -> Request.Reply {
+        try await Self.ask(body, on: connection)
     }
 
     func changes(_ request: RemoteChangesRequest) async throws -> RemoteChanges {
@@ -41,7 +46,7 @@ struct FerryRemote: RemoteDatabase {
         asked.inline = request.inlineLimit.map(Int64.init)
         asked.noDeltas = request.noDeltas
         asked.docIDs = request.documentIDs.map { $0.map(\.rawValue) }
-        let reply = try ChangesReply(try await ask(asked))
+        let reply = try await ask(asked)
         var changes: [RemoteChange] = []
         changes.reserveCapacity(reply.changes.count)
         for entry in reply.changes {
@@ -62,13 +67,11 @@ struct FerryRemote: RemoteDatabase {
     }
 
     func revsDiff(_ docs: [DocumentID: [RevisionID]]) async throws -> [DocumentID: MissingRevisions] {
-        try RevsDiffReply(try await ask(RevsDiffRequest(docs: docs))).entries
+        try await ask(RevsDiffRequest(docs: docs)).entries
     }
 
     func fetchRevisions(_ requests: [RevisionRequest], deltas: Bool, maxHistory: Int) async throws -> [WireRevision] {
-        let request = GetRevsRequest(revs: requests, deltas: deltas, maxHistory: Int64(maxHistory))
-        let reply = try await connection.request(GetRevsRequest.profile, body: request.bytes)
-        return try WireRevision.decodeBatch(reply.body)
+        try await ask(GetRevsRequest(revs: requests, deltas: deltas, maxHistory: Int64(maxHistory))).revisions
     }
 
     func storeRevisions(_ revisions: [WireRevision]) async throws -> [PutResult] {
@@ -81,7 +84,7 @@ struct FerryRemote: RemoteDatabase {
     }
 
     func missingBlobs(_ digests: [BlobDigest]) async throws -> [BlobDigest] {
-        try HasBlobsReply(try await ask(HasBlobsRequest(digests: digests))).missing
+        try await ask(HasBlobsRequest(digests: digests)).missing
     }
 
     func blob(_ digest: BlobDigest) async throws -> [UInt8] {
@@ -95,7 +98,7 @@ struct FerryRemote: RemoteDatabase {
     var chunkedBlobs: Bool { identity.blobChunks }
 
     func missingBlobOffsets(_ blobs: [BlobReference]) async throws -> [BlobDigest: Int64] {
-        let reply = try HasBlobsReply(try await ask(HasBlobsRequest(digests: blobs.map(\.digest), lengths: blobs.map(\.length))))
+        let reply = try await ask(HasBlobsRequest(digests: blobs.map(\.digest), lengths: blobs.map(\.length)))
         return Dictionary(uniqueKeysWithValues: reply.missing.map { ($0, reply.partial[$0] ?? 0) })
     }
 
@@ -119,7 +122,7 @@ struct FerryRemote: RemoteDatabase {
     }
 
     func localDocument(_ id: String) async throws -> JSON? {
-        CheckpointValue(try await ask(GetCheckpointRequest(id: id))).value
+        try await ask(GetCheckpointRequest(id: id)).value
     }
 
     func putLocalDocument(_ id: String, value: JSON) async throws {
@@ -127,7 +130,7 @@ struct FerryRemote: RemoteDatabase {
     }
 
     func checkpoint(_ id: String, direction: CheckpointDirection) async throws -> RemoteCheckpoint {
-        let answer = CheckpointValue(try await ask(GetCheckpointRequest(id: id, direction: direction)))
+        let answer = try await ask(GetCheckpointRequest(id: id, direction: direction))
         return RemoteCheckpoint(value: answer.value, holds: direction == .push ? answer.holds : nil)
     }
 

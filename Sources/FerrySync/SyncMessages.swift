@@ -10,10 +10,36 @@ import FerryStore
 // places. Decoders are as lenient as the protocol allows (unknown members are ignored,
 // optional members take their documented defaults); clamping to limits is the responder's.
 
-/// A request body of the protocol: its profile and its JSON encoding.
+/// A request body of the protocol: its profile, its JSON encoding, and the reply it gets.
 protocol SyncRequestBody: Sendable {
+    associatedtype Reply: SyncReplyBody
     static var profile: String { get }
     var json: JSON { get }
+}
+
+/// A reply the requester decodes from the responder's message.
+protocol SyncReplyBody: Sendable {
+    init(reply: Message) throws(SyncError)
+}
+
+/// A reply decoded from its JSON body.
+protocol SyncJSONReply: SyncReplyBody {
+    init(_ o: JSON) throws(SyncError)
+}
+
+extension SyncJSONReply {
+    init(reply: Message) throws(SyncError) { try self.init(try reply.json()) }
+}
+
+/// The reply of a request answered with success alone (`setCheckpoint`).
+struct Acknowledgement: SyncReplyBody {
+    init(reply: Message) {}
+}
+
+/// The reply of `getRevs`: revisions in the batch encoding (docs/protocol.md), not JSON.
+struct RevisionBatch: SyncReplyBody {
+    let revisions: [WireRevision]
+    init(reply: Message) throws(SyncError) { revisions = try WireRevision.decodeBatch(reply.body) }
 }
 
 extension SyncRequestBody {
@@ -22,6 +48,7 @@ extension SyncRequestBody {
 
 /// The first request: who the requester is and what it speaks.
 struct HelloRequest: SyncRequestBody {
+    typealias Reply = HelloReply
     static let profile = SyncProtocol.Profile.hello
     var nodeID: String
     var database: String
@@ -64,7 +91,7 @@ struct HelloRequest: SyncRequestBody {
 }
 
 /// The answer to hello: the responder's identity, the version chosen, and what it allows.
-struct HelloReply: Sendable {
+struct HelloReply: SyncJSONReply {
     var nodeID: String
     var database: String
     var protocolVersion: Int
@@ -110,6 +137,7 @@ struct HelloReply: Sendable {
 
 /// Reads the peer's copy of a checkpoint; the reply is `CheckpointValue`.
 struct GetCheckpointRequest: SyncRequestBody {
+    typealias Reply = CheckpointValue
     static let profile = SyncProtocol.Profile.getCheckpoint
     var id: String
     /// Which way the requester's replication moves documents (optional; absent: unknown).
@@ -147,7 +175,7 @@ struct GetCheckpointRequest: SyncRequestBody {
 
 /// A getCheckpoint reply: the stored object, or nil when there is none, and for a push the
 /// sequence of the requester's feed through which the responder already holds everything.
-struct CheckpointValue: Sendable {
+struct CheckpointValue: SyncJSONReply {
     var value: JSON?
     /// Push direction only, optional: the requester may resume its push from here.
     var holds: UInt64?
@@ -169,6 +197,7 @@ struct CheckpointValue: Sendable {
 
 /// Writes the peer's copy of a checkpoint; the reply is an empty object.
 struct SetCheckpointRequest: SyncRequestBody {
+    typealias Reply = Acknowledgement
     static let profile = SyncProtocol.Profile.setCheckpoint
     var id: String
     var value: JSON
@@ -208,6 +237,7 @@ struct SetCheckpointRequest: SyncRequestBody {
 
 /// Asks for the changes feed after a sequence, once or as a long-poll.
 struct ChangesRequest: SyncRequestBody {
+    typealias Reply = ChangesReply
     static let profile = SyncProtocol.Profile.changes
     var since: UInt64 = 0
     var limit: Int64 = 200
@@ -280,7 +310,7 @@ struct ChangeEntry: Sendable {
 }
 
 /// A changes reply: the entries, how far the feed was read, and whether it ended there.
-struct ChangesReply: Sendable {
+struct ChangesReply: SyncJSONReply {
     var changes: [ChangeEntry]
     var lastSeq: UInt64
     var caughtUp: Bool
@@ -338,6 +368,7 @@ package struct RevisionRequest: Sendable, Equatable {
 
 /// Fetches revisions; the reply is a revision batch (`WireRevision.decodeBatch`).
 struct GetRevsRequest: SyncRequestBody {
+    typealias Reply = RevisionBatch
     static let profile = SyncProtocol.Profile.getRevs
     var revs: [RevisionRequest]
     var deltas: Bool
@@ -372,6 +403,7 @@ struct GetRevsRequest: SyncRequestBody {
 
 /// Asks which of these leaf revisions the responder lacks.
 struct RevsDiffRequest: SyncRequestBody {
+    typealias Reply = RevsDiffReply
     static let profile = SyncProtocol.Profile.revsDiff
     var docs: [DocumentID: [RevisionID]]
 
@@ -407,7 +439,7 @@ package struct MissingRevisions: Sendable, Equatable {
 }
 
 /// A revsDiff reply: per document with something missing, what and which held ancestors.
-struct RevsDiffReply: Sendable {
+struct RevsDiffReply: SyncJSONReply {
     var entries: [DocumentID: MissingRevisions]
 
     var json: JSON {
@@ -505,6 +537,7 @@ struct PutRevsReply: Sendable {
 /// `lengths` gives each blob's length (in the order of `digests`), so the responder may
 /// leave a large one to fetch later under a lazy policy.
 struct HasBlobsRequest: SyncRequestBody {
+    typealias Reply = HasBlobsReply
     static let profile = SyncProtocol.Profile.hasBlobs
     var digests: [BlobDigest]
     var lengths: [Int64]?
@@ -535,7 +568,7 @@ struct HasBlobsRequest: SyncRequestBody {
 
 /// The blobs a hasBlobs request named that the responder lacks, and (feature `blobChunks`)
 /// how many leading bytes of each it already holds, so a push resumes there.
-struct HasBlobsReply: Sendable {
+struct HasBlobsReply: SyncJSONReply {
     var missing: [BlobDigest]
     var partial: [BlobDigest: Int64] = [:]
     var json: JSON {

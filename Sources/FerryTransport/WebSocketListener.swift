@@ -46,6 +46,8 @@ public final class WebSocketListener: Service, Sendable {
         public var idleTimeout: TimeAmount = .seconds(120)
         /// The join exchange for new members (mutual TLS only). Default none.
         public var enrollment: Enrollment?
+        /// Set to the bound port once the listener is bound (for whoever announces where it listens).
+        public var boundPortLatch: Latch<Int>?
         public init() {}
     }
 
@@ -182,6 +184,7 @@ public final class WebSocketListener: Service, Sendable {
     }
 
     private func announce(port: Int?, error: (any Error)?) {
+        if let port { configuration.boundPortLatch?.set(port) }
         let waiters = boundWaiters.withLock { w -> [CheckedContinuation<Int, any Error>] in
             state.withLock {
                 $0.boundPort = port

@@ -1,6 +1,7 @@
 import ArgumentParser
 import FerryCore
 import FerryCouch
+import FerryQuery
 import FerryStore
 import Foundation
 
@@ -279,7 +280,7 @@ enum MangoCLI {
 
     /// Runs a query on the database directly; a refused query reads as the API's error would.
     static func direct<T>(_ body: () throws -> T) throws -> T {
-        do { return try body() } catch let error as any FerryError where error.domain == "query" {
+        do { return try body() } catch let error as MangoError {
             // A Mango error's description is CouchDB's reason alone; name the error as the API does.
             throw CLIError(message: "\(error.code): \(error.description)")
         }

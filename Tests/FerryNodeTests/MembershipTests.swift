@@ -22,8 +22,9 @@ enum MembershipFixture {
         var c = NodeConfiguration()
         c.name = name
         c.discovery = false
+        c.interface = "127.0.0.1"
         let node = try FerryNode(configuration: c, dataDirectory: tempDir())
-        node.membership.setListenAddresses { ["127.0.0.1:4985"] }
+        node.listenerPort.set(4985)  // as the listener does once bound
         return node
     }
 
@@ -267,7 +268,7 @@ enum MembershipFixture {
         #expect(a.trust.entry(b.identity.nodeID)?.source == .group)
         #expect(throws: MembershipError.invitationUsed) { try a.membership.acceptJoin(request, peer: b.identity.nodeID) }
         let message = Message(kind: .response, number: 1, body: reply.canonicalBytes)
-        let joined = try b.membership.finishJoin(message, inviter: a.identity.nodeID, address: "127.0.0.1:4985", context: b.membership.requireContext())
+        let joined = try b.membership.finishJoin(message, inviter: a.identity.nodeID, address: "127.0.0.1:4985", context: b.membership.context)
         #expect(joined.group == a.identity.nodeID)
         #expect(joined.members == 2)
         #expect(b.trust.isTrusted(a.identity.nodeID))
@@ -275,7 +276,7 @@ enum MembershipFixture {
         // B is no admin: it may not invite.
         #expect(throws: MembershipError.notAdmin) { try b.membership.invite(admin: false, lifetime: 60, addresses: nil) }
         // A reloaded from its data directory still knows its group.
-        let reopened = try GroupMembership(dataDirectory: a.dataDirectory, logger: .init(label: "t"))
+        let reopened = try MembershipLedger(dataDirectory: a.dataDirectory)
         #expect(reopened.group == a.identity.nodeID)
     }
 
@@ -367,7 +368,7 @@ enum MembershipFixture {
         guard case .inserted = try insert(record.body, node: member.nodeID) else { Issue.record("a member's own record was refused"); return }
         try a.membership.loadFromStore()
         let urls = GroupMembership.memberURLs(
-            try #require(a.membership.view), context: try a.membership.requireContext(), overrides: [:],
+            try #require(a.membership.view), context: a.membership.context, overrides: [:],
             records: a.membership.state.withLock { $0.addressRecords })
         #expect(urls[member.nodeID] == "wss://127.0.0.1:6001/ferry/sync")
         // It grants nothing: the member is no admin for having a record.

@@ -2,7 +2,7 @@ import FerryCore
 import FerryStore
 
 // The store validator's part for the group's reserved documents: member entries and address records.
-extension GroupMembership {
+extension MembershipLedger {
     /// The store validator's part for `_ferry/members/`: an entry must be valid for this
     /// node's group, signed by the founder or an active admin; deletions are refused. Other
     /// documents pass (nil).
