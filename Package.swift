@@ -197,6 +197,7 @@ let package = Package(
             ]
         ),
         .testTarget(name: "FerryCoreTests", dependencies: ["FerryCore"]),
+        .testTarget(name: "FerryTests", dependencies: ["Ferry"]),
         .testTarget(name: "FerryQueryTests", dependencies: ["FerryQuery", "FerryCore"]),
         .testTarget(
             name: "FerryCouchTests",
