@@ -34,7 +34,7 @@ public struct ReplicationSettings: Sendable {
         c.resolvers = resolvers
         c.blobPolicy = blobPolicy
         c.maxAttempts = maxAttempts
-        c.nodeID = nodeID
+        c.wiring.nodeID = nodeID
         c.resetCheckpoint = resetCheckpoint
         return c
     }

@@ -164,14 +164,14 @@ extension ReplicationFactory {
         policy: PeerPolicy?, selector: JSON?, selectorFilter: RevisionFilter?, configure: (inout ReplicatorConfiguration) -> Void
     ) -> ReplicatorConfiguration {
         var rc = ReplicatorConfiguration()
-        rc.nodeID = nodeID
+        rc.wiring.nodeID = nodeID
         // `readOnly` refuses pushes from peers; a replication this node runs itself pulls.
         rc.remotePolicy = policy ?? .trusted
         rc.resolvers = resolvers
         rc.pullFilter = SelectorFilter.both(pullFilter, selectorFilter)
         rc.pushFilter = selectorFilter
         rc.remoteSelector = selector
-        rc.metrics = metrics
+        rc.wiring.metrics = metrics
         rc.maxAttemptWait = Self.maxCouchRetryWait
         // Documents move in HTTP requests, not inline in a changes feed.
         rc.inlineLimit = 0

@@ -108,15 +108,15 @@ public struct ReplicationFactory: Sendable {
         configure: (inout ReplicatorConfiguration) -> Void = { _ in }
     ) -> Replicator {
         var rc = ReplicatorConfiguration()
-        rc.nodeID = nodeID
+        rc.wiring.nodeID = nodeID
         rc.remotePolicy = Self.carryingMembership(peerID.flatMap(trust.policy(for:)) ?? .trusted)
         rc.resolvers = resolvers
         rc.pullFilter = pullFilter.map(Self.carryingMembership)
-        rc.metrics = metrics
-        rc.catchUpGate = catchUpGate
-        rc.mesh = mesh
-        rc.digests = digests
-        rc.liveness = liveness
+        rc.wiring.metrics = metrics
+        rc.wiring.catchUpGate = catchUpGate
+        rc.wiring.mesh = mesh
+        rc.wiring.digests = digests
+        rc.wiring.liveness = liveness
         rc.blobPolicy = blobPolicy
         configure(&rc)
         return Replicator(store: store, connector: connector, configuration: rc, clock: clock, logger: logger ?? self.logger)

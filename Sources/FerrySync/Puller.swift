@@ -39,7 +39,7 @@ final class Puller: Sendable {
         if intakeComplete { checkpoint.coverage = remoteDB }
         // Only a pull that leaves coverage behind takes part: one that does not (filtered,
         // restricted, or from a peer stating none) would hold the others up for nothing.
-        let gate = intakeComplete ? configuration.catchUpGate : nil
+        let gate = intakeComplete ? configuration.wiring.catchUpGate : nil
         let ticket = gate?.ticket(label: "pull from \(LogText.escape(remote.identity.peerID))")
         defer { if let gate, let ticket { gate.release(ticket) } }
         if let gate, let ticket { try await gate.acquire(ticket) }
@@ -328,7 +328,7 @@ final class Puller: Sendable {
         // Counted once per chunk (each count takes a lock and feeds the metrics), before the events.
         let pulled = outcomes.reduce(0) { n, o in if case .inserted = o { n + 1 } else { n } }
         progress.count { $0.pulled += pulled }
-        configuration.metrics?.unverifiable(stored: accepted, outcomes: outcomes)
+        configuration.wiring.metrics?.unverifiable(stored: accepted, outcomes: outcomes)
         for (rev, outcome) in zip(accepted, outcomes) {
             // Only a replicator that also pushes could offer it back.
             if configuration.direction.pushes {
@@ -339,7 +339,7 @@ final class Puller: Sendable {
                 // A document left with one leaf has nothing to resolve (nor to count as a conflict).
                 if branched { touched.insert(rev.id) }
                 progress.moved(.pull, id: rev.id.rawValue, rev: rev.revision.description, deleted: rev.deleted)
-            case .alreadyPresent: configuration.metrics?.duplicates(1)
+            case .alreadyPresent: configuration.wiring.metrics?.duplicates(1)
             case .rejected(let e):
                 progress.reject(.pull, id: rev.id.rawValue, rev: rev.revision.description, deleted: rev.deleted, Rejection(storeError: e))
             }

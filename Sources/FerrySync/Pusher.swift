@@ -93,7 +93,7 @@ final class Pusher: Sendable {
         let poll = LiveChanges.Poll(interval: configuration.localPollInterval, clock: context.clock)
         let relayDelay = configuration.relayDelay
         var reoffer: AsyncStream<Void>?
-        if let mesh = configuration.mesh {
+        if let mesh = configuration.wiring.mesh {
             let target = remote.identity.peerID
             reoffer = mesh.ledger.reofferSignal(for: target)
             if mesh.ledger.hasReoffers(for: target) { return }
@@ -126,7 +126,7 @@ final class Pusher: Sendable {
     /// Offers the peer again, through revsDiff, the documents skipped for it whose skip no
     /// longer holds (its link to the sender went): it answers what it still lacks.
     private func reofferSkipped() async throws {
-        guard let mesh = configuration.mesh else { return }
+        guard let mesh = configuration.wiring.mesh else { return }
         var ids = mesh.ledger.takeReoffers(for: remote.identity.peerID)
         if let only = configuration.documentIDs { ids = ids.filter(only.contains) }
         guard !ids.isEmpty else { return }

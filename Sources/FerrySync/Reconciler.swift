@@ -30,7 +30,7 @@ struct Reconciler: Sendable {
     let puller: Puller
     let pusher: Pusher
 
-    var settings: AntiEntropy { context.configuration.antiEntropy }
+    var settings: AntiEntropy { context.configuration.wiring.antiEntropy }
 
     /// Runs until cancelled (the connection's workers ended) or stopped.
     func run() async throws {
@@ -42,7 +42,7 @@ struct Reconciler: Sendable {
             try await context.clock.sleep(for: settings.checkInterval)
             // Only once both loops went live and no link of this node is catching up: before
             // that a difference is the catch-up's to settle, and a sweep would duplicate it.
-            let catchingUp = context.configuration.catchUpGate.map { $0.snapshot.holder != nil || $0.snapshot.waiting > 0 } ?? false
+            let catchingUp = context.configuration.wiring.catchUpGate.map { $0.snapshot.holder != nil || $0.snapshot.waiting > 0 } ?? false
             guard connection.isFullLink, puller.hasGoneLive, pusher.hasGoneLive, !catchingUp,
                 context.progress.status.activity == .idle, let theirs = digests.digest(of: peerID), let mine = digests.current()
             else {
@@ -60,7 +60,7 @@ struct Reconciler: Sendable {
                 continue
             }
             guard now - stood.since >= settings.settle, now >= notBefore else { continue }
-            context.configuration.metrics?.reconciliation()
+            context.configuration.wiring.metrics?.reconciliation()
             context.logger.warning(
                 "link idle while the peer's digest differs; reconciling",
                 metadata: ["peer": "\(LogText.escape(peerID))", "digest": "\(mine)", "peerDigest": "\(LogText.escape(theirs))"])

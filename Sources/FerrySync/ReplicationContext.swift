@@ -22,7 +22,7 @@ final class ReplicationContext: Sendable {
         self.configuration = configuration
         self.clock = clock
         self.logger = logger
-        progress = ReplicationProgress(metrics: configuration.metrics, logger: logger, continuous: configuration.continuous)
+        progress = ReplicationProgress(metrics: configuration.wiring.metrics, logger: logger, continuous: configuration.continuous)
     }
 
     var stopRequested: Bool { stopState.withLock { $0 } }
@@ -38,23 +38,23 @@ final class ReplicationContext: Sendable {
     /// the peer this node got it from (`MeshRelay.relaySkip`): nil when it is to be offered,
     /// else the leaves the skip relies on.
     func relaySkip(_ id: DocumentID, leaves: [RevisionID], to target: String) -> [RevisionID]? {
-        guard let mesh = configuration.mesh else { return nil }
+        guard let mesh = configuration.wiring.mesh else { return nil }
         return mesh.relaySkip(of: id, leaves: leaves, to: target, peerHeld: peerHeld)
     }
 
     /// Remembers that `sender` sent this stored revision.
     func recordRelayed(_ id: DocumentID, _ rev: RevisionID, from sender: String) {
-        configuration.mesh?.ledger.recordReceived(id, rev, from: sender)
+        configuration.wiring.mesh?.ledger.recordReceived(id, rev, from: sender)
     }
 
     /// Starts heartbeats on a connection whose hello showed both sides offer them.
     func startLiveness(on connection: Connection, remote: RemoteIdentity) {
-        guard configuration.liveness.enabled, remote.heartbeat else { return }
+        guard configuration.wiring.liveness.enabled, remote.heartbeat else { return }
         let full = configuration.replicatesEverything && remote.allowsPull && remote.allowsPush
         connection.startLiveness(
             LivenessPlan(
-                settings: configuration.liveness, clock: clock, logger: logger, peerID: remote.peerID, mesh: configuration.mesh,
-                localFull: full, digests: configuration.digests))
+                settings: configuration.wiring.liveness, clock: clock, logger: logger, peerID: remote.peerID, mesh: configuration.wiring.mesh,
+                localFull: full, digests: configuration.wiring.digests))
     }
 
     /// Runs `operation` until it returns (its value), `limit` passes on the clock, or a stop

@@ -118,7 +118,7 @@ public final class Replicator: Sendable {
                     setActivity(.stopped)
                     break
                 }
-                configuration.metrics?.replicationError(transient: e.isTransient)
+                configuration.wiring.metrics?.replicationError(transient: e.isTransient)
                 let wait: Duration
                 if e.isNotTrustedByPeer && configuration.continuous {
                     // Trust is set up on both sides by hand, one after the other: the peer
@@ -254,7 +254,7 @@ public final class Replicator: Sendable {
             await endpoint.close(error: nil)
             throw CancellationError()
         }
-        let connection = Connection(endpoint: endpoint, metrics: configuration.metrics)
+        let connection = Connection(endpoint: endpoint, metrics: configuration.wiring.metrics)
         context.peerHeld.reset()
         context.progress.connected(connection)
         // However the connection ends, its traffic moves from live into the totals at once.
@@ -262,8 +262,8 @@ public final class Replicator: Sendable {
         connection.start()
         do {
             let remote = try await FerryRemote.open(
-                connection, nodeID: configuration.nodeID, localDatabase: store.uuid, inlineWanted: configuration.inlineLimit > 0,
-                features: SyncProtocol.features(liveness: configuration.liveness), coverage: configuration.coverageForHello(store))
+                connection, nodeID: configuration.wiring.nodeID, localDatabase: store.uuid, inlineWanted: configuration.inlineLimit > 0,
+                features: SyncProtocol.features(liveness: configuration.wiring.liveness), coverage: configuration.coverageForHello(store))
             context.startLiveness(on: connection, remote: remote.identity)
             try await replicate(with: remote, connection: connection)
             await connection.close()
@@ -359,7 +359,7 @@ public final class Replicator: Sendable {
                 workers += 1
             }
             // Anti-entropy, on a continuous link both ways with heartbeats (Reconciler.swift).
-            if let connection, let digests = configuration.digests, configuration.antiEntropy.enabled, configuration.continuous,
+            if let connection, let digests = configuration.wiring.digests, configuration.wiring.antiEntropy.enabled, configuration.continuous,
                 direction == .pushAndPull, remote.identity.heartbeat
             {
                 let reconciler = Reconciler(

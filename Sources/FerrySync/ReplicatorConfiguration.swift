@@ -69,8 +69,6 @@ public struct ReplicatorConfiguration: Sendable {
     public var inlineLimit = 4096
     /// Ancestors sent with each revision.
     public var maxHistory = 100
-    /// This node's identity, sent in hello.
-    public var nodeID = "anonymous"
     /// While idle, a continuous push also re-reads the local changes feed this often, to see
     /// commits made by other processes on the same database. Default 500 ms.
     public var localPollInterval: Duration = .milliseconds(500)
@@ -82,31 +80,13 @@ public struct ReplicatorConfiguration: Sendable {
     /// adds it. Default 10 ms; zero relays at once.
     public var relayDelay: Duration = .milliseconds(10)
 
-    /// Where counters go (documents, rejections by reason, bytes, deltas, errors); nil: nowhere.
-    public var metrics: SyncMetrics?
-    /// The node's catch-up lease, shared with its other replicators and its responder: the
-    /// pull of each connection waits its turn before it starts (when its intake is complete:
-    /// see docs/protocol.md §6, join catch-up), so that one link at a time catches this node
-    /// up and the others start from the coverage it leaves. Nil (the default): the pull
-    /// starts at once.
-    public var catchUpGate: CatchUpGate?
+    /// What the node this replicator runs in shares with it: its identity, counters, mesh,
+    /// digests, catch-up lease and liveness. An app replicating on its own leaves the defaults.
+    public var wiring = ReplicatorWiring()
+
     public init() {}
 
     var effectiveMaxAttempts: Int { maxAttempts ?? (continuous ? Int.max : 10) }
-
-    /// Heartbeats on an idle connection and the silence watchdog, when the peer offers them
-    /// too (docs/protocol.md §3 heartbeat). Default: one per second, dead after 4 s silent.
-    public var liveness = Liveness()
-    /// The node's mesh view and relay ledger, one per node and shared by all its replicators
-    /// and its responder: heartbeats carry this node's links, and a revision a peer will get
-    /// from its own link to the sender is not relayed to it. nil (the default): neither.
-    public var mesh: MeshRelay?
-    /// The node's content digest and its peers' reported ones, shared like `mesh`:
-    /// heartbeats carry the digest, and a full continuous link whose peer's digest differs
-    /// from this node's while both are idle reconciles (`antiEntropy`). nil (the default): neither.
-    public var digests: MeshDigests?
-    /// When a link compares digests and reconciles; see `AntiEntropy`.
-    public var antiEntropy = AntiEntropy()
 
     /// Whether this side of the link replicates every document both ways, which a mesh
     /// link must for relay suppression to rely on it (the pull filter is node-wide, so the
@@ -176,5 +156,36 @@ public struct ReplicationSummary: Sendable, Equatable {
     public var blobBytesToReceive: Int64 = 0
     /// Blobs of pulled revisions left to be fetched on first read (a lazy policy).
     public var blobsDeferred = 0
+    public init() {}
+}
+
+/// What a node shares with each of its replicators, apart from the replication's own
+/// settings: who it is, where counters go, its mesh view, digests, catch-up lease and
+/// liveness. Each field has a default that fits a replicator running on its own.
+public struct ReplicatorWiring: Sendable {
+    /// This node's identity, sent in hello.
+    public var nodeID = "anonymous"
+    /// Where counters go (documents, rejections by reason, bytes, deltas, errors); nil: nowhere.
+    public var metrics: SyncMetrics?
+    /// The node's catch-up lease, shared with its other replicators and its responder: the
+    /// pull of each connection waits its turn before it starts (when its intake is complete:
+    /// see docs/protocol.md §6, join catch-up), so that one link at a time catches this node
+    /// up and the others start from the coverage it leaves. Nil (the default): the pull
+    /// starts at once.
+    public var catchUpGate: CatchUpGate?
+    /// Heartbeats on an idle connection and the silence watchdog, when the peer offers them
+    /// too (docs/protocol.md §3 heartbeat). Default: one per second, dead after 4 s silent.
+    public var liveness = Liveness()
+    /// The node's mesh view and relay ledger, one per node and shared by all its replicators
+    /// and its responder: heartbeats carry this node's links, and a revision a peer will get
+    /// from its own link to the sender is not relayed to it. nil (the default): neither.
+    public var mesh: MeshRelay?
+    /// The node's content digest and its peers' reported ones, shared like `mesh`:
+    /// heartbeats carry the digest, and a full continuous link whose peer's digest differs
+    /// from this node's while both are idle reconciles (`antiEntropy`). nil (the default): neither.
+    public var digests: MeshDigests?
+    /// When a link compares digests and reconciles; see `AntiEntropy`.
+    public var antiEntropy = AntiEntropy()
+
     public init() {}
 }

@@ -149,7 +149,7 @@ import Testing
             $0.direction = .pull
         }
         #expect(rc.remotePolicy == policy && rc.remoteSelector == selector && rc.direction == .pull)
-        #expect(rc.mesh == nil && rc.catchUpGate == nil && rc.maxAttemptWait == ReplicationFactory.maxCouchRetryWait)
+        #expect(rc.wiring.mesh == nil && rc.wiring.catchUpGate == nil && rc.maxAttemptWait == ReplicationFactory.maxCouchRetryWait)
         let pull = try #require(rc.pullFilter)
         #expect(pull.admits(try input("a", ["type": "note", "tag": "x"])))
         #expect(!pull.admits(try input("a", ["type": "task", "tag": "x"])))  // the node's pull filter

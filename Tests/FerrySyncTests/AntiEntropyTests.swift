@@ -102,11 +102,11 @@ import Testing
 @Suite(.timeLimit(.minutes(3))) struct AntiEntropyTests {
     /// Fast settings for tests: heartbeats every 100 ms, a difference acted on after 300 ms.
     static func fast(_ config: inout ReplicatorConfiguration) {
-        config.liveness.interval = .milliseconds(100)
+        config.wiring.liveness.interval = .milliseconds(100)
         // Generous: a loaded test machine must not drop the link for silence.
-        config.liveness.deadAfter = .seconds(30)
-        config.antiEntropy.checkInterval = .milliseconds(100)
-        config.antiEntropy.settle = .milliseconds(300)
+        config.wiring.liveness.deadAfter = .seconds(30)
+        config.wiring.antiEntropy.checkInterval = .milliseconds(100)
+        config.wiring.antiEntropy.settle = .milliseconds(300)
     }
 
     /// `a` dials `b` (push and pull, continuous), each with its digests; the floors claim
@@ -126,11 +126,11 @@ import Testing
         options.digests = MeshDigests(store: b.store, minInterval: .milliseconds(50))
         let link = Link(to: b.store, options: options, quiet: true)
         var config = ReplicatorConfiguration()
-        config.nodeID = "a"
+        config.wiring.nodeID = "a"
         config.continuous = true
-        config.metrics = a.metrics.sync
-        config.digests = MeshDigests(store: a.store, minInterval: .milliseconds(50))
-        config.antiEntropy.enabled = antiEntropy
+        config.wiring.metrics = a.metrics.sync
+        config.wiring.digests = MeshDigests(store: a.store, minInterval: .milliseconds(50))
+        config.wiring.antiEntropy.enabled = antiEntropy
         Self.fast(&config)
         var quiet = Logger(label: "ferry.antientropy")
         quiet.logLevel = .critical
@@ -174,7 +174,7 @@ import Testing
         r.start()
         try await waitUntil("a and b converge", timeout: 30, every: .milliseconds(20)) { try digest(a.store) == digest(b.store) }
         try await waitUntil("b's digest reaches a", timeout: 30, every: .milliseconds(20)) {
-            r.configuration.digests?.matches("b") == true
+            r.configuration.wiring.digests?.matches("b") == true
         }
         #expect(a.metrics["ferry_reconciliations_total"] == 0)
         r.stop()

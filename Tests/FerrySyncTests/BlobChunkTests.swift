@@ -97,8 +97,8 @@ import Testing
             return direction == .pull ? (.init(), halfway) : (halfway, .init())
         }
         var config = ReplicatorConfiguration(direction: direction)
-        config.liveness.deadAfter = .milliseconds(300)
-        config.liveness.interval = .milliseconds(100)
+        config.wiring.liveness.deadAfter = .milliseconds(300)
+        config.wiring.liveness.interval = .milliseconds(100)
         // The dropped link goes silent: the heartbeat watchdog ends it and the replicator retries.
         let r = Replicator(store: direction == .pull ? b : a, connector: link.connector, configuration: config, clock: ContinuousClock())
         await r.run()

@@ -115,7 +115,7 @@ import Testing
         _ = try a.insertRevisions([
             IncomingRevision(id: id, revision: couch2, history: [couch1], deleted: false, body: ["text": .string(text), "n": 2])
         ])
-        await sync(a, b, configure: { $0.metrics = metricsA.sync }, responder: responderB)
+        await sync(a, b, configure: { $0.wiring.metrics = metricsA.sync }, responder: responderB)
         #expect(try b.document(id)?.revision == couch2)
         #expect(try b.revisionTree(id)?.history(of: couch2) == [couch2, couch1])
         #expect(metricsB["ferry_sync_unverifiable_revisions_total"] == 1)
@@ -140,7 +140,7 @@ import Testing
                 id: id, revision: couch4High, history: [ferry3, couch2, couch1], deleted: true, body: [:]),
         ])
         let before = metricsA["ferry_sync_unverifiable_revisions_total"]
-        await sync(a, b, configure: { $0.metrics = metricsA.sync }, responder: responderB)
+        await sync(a, b, configure: { $0.wiring.metrics = metricsA.sync }, responder: responderB)
         #expect(metricsA["ferry_sync_unverifiable_revisions_total"] - before == 2)
         #expect(try digest(a) == digest(b))
         let treeA = try #require(try a.revisionTree(id))

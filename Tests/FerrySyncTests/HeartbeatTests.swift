@@ -154,7 +154,7 @@ final class Switch: Sendable {
         let remote = try await FerryRemote.open(
             connection, nodeID: "client", localDatabase: "db", inlineWanted: false, features: SyncProtocol.features(liveness: client))
         var config = ReplicatorConfiguration()
-        config.liveness = client
+        config.wiring.liveness = client
         var quiet = Logger(label: "ferry.test")
         quiet.logLevel = .critical
         let context = ReplicationContext(store: try DocumentStore.inMemory(), configuration: config, clock: clock, logger: quiet)

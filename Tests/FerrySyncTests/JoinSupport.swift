@@ -78,10 +78,10 @@ struct JoinNode: Sendable {
         configure: (inout ReplicatorConfiguration) -> Void = { _ in }
     ) -> Replicator {
         var config = ReplicatorConfiguration()
-        config.nodeID = name
+        config.wiring.nodeID = name
         config.direction = direction
-        config.catchUpGate = gated ? gate : nil
-        config.metrics = metrics.sync
+        config.wiring.catchUpGate = gated ? gate : nil
+        config.wiring.metrics = metrics.sync
         config.maxAttempts = 3
         configure(&config)
         var quiet = Logger(label: "ferry.join.\(name)")

@@ -126,10 +126,10 @@ final class MeshNetwork: Sendable {
             return client
         }
         var config = ReplicatorConfiguration()
-        config.nodeID = dialer.id
+        config.wiring.nodeID = dialer.id
         config.continuous = true
-        config.mesh = dialer.mesh
-        config.catchUpGate = dialer.gate
+        config.wiring.mesh = dialer.mesh
+        config.wiring.catchUpGate = dialer.gate
         config.relayDelay = relayDelay
         config.initialAttemptWait = .milliseconds(1)
         config.maxAttemptWait = .milliseconds(20)

@@ -73,7 +73,7 @@ func hostileLink(to store: DocumentStore, rewrite: @escaping @Sendable ([UInt8])
         var options = ReplicationResponder.Options()
         options.policies["tablet-7"] = PeerPolicy(
             read: AccessRule(idPatterns: ["shared/*"]), write: AccessRule(types: ["order"]))
-        let r = await sync(local, remote, configure: { $0.nodeID = "tablet-7" }, responder: options)
+        let r = await sync(local, remote, configure: { $0.wiring.nodeID = "tablet-7" }, responder: options)
         #expect(r.status.error == nil)
         #expect(try remote.document(docID("orders/1")) != nil)
         #expect(try remote.document(docID("secrets/1")) == nil)

@@ -185,7 +185,7 @@ func readUntilClosed(_ fd: Int32, timeout: Double = 60) async -> Bool {
         var config = ReplicatorConfiguration()
         config.continuous = true
         config.maxAttempts = 1
-        config.nodeID = client.identity.nodeID
+        config.wiring.nodeID = client.identity.nodeID
         let replicator = Replicator(store: client.store, connector: { try await dial.connect() }, configuration: config, logger: quietLogger())
         let running = Task { await replicator.run() }
         defer { replicator.stop() }

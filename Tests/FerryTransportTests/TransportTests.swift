@@ -54,7 +54,7 @@ func replicate(_ client: TestNode, url: String, pin: PeerTrust, direction: Repli
     var config = ReplicatorConfiguration()
     config.direction = direction
     config.maxAttempts = attempts
-    config.nodeID = client.identity.nodeID
+    config.wiring.nodeID = client.identity.nodeID
     let r = Replicator(store: client.store, connector: connector.connector, configuration: config, logger: quietLogger())
     await r.run()
     return r
