@@ -14,8 +14,12 @@ public final class FerryReplication: Service, Sendable {
     public let target: ReplicationTarget
     public let settings: ReplicationSettings
     let logger: Logger
-    /// The replicator of the current run, and the CouchDB client it uses (made once).
-    private let state: Locked<(replicator: Replicator, couch: CouchReplication?)>
+    /// The replicator of the current run.
+    private let state: Locked<Replicator>
+    /// Makes a replicator for the target from a configuration: parsed and checked once, here.
+    private let makeReplicator: @Sendable (ReplicatorConfiguration) -> Replicator
+    /// The CouchDB client of a `.couchDB` target, made once and shared by every run.
+    private let couch: CouchReplication?
     private let nodeID: String
 
     /// A replication between `store` and `target`; nothing is contacted until it starts.
@@ -29,39 +33,28 @@ public final class FerryReplication: Service, Sendable {
         self.settings = settings
         self.logger = logger
         switch target {
-        case .peer(_, _, let identity): nodeID = identity.nodeID
-        case .couchDB, .endpoint: nodeID = "app-\(store.uuid.prefix(12))"
-        }
-        let couch: CouchReplication?
-        if case .couchDB(let url, let credentials, let pin) = target {
+        case .peer(let url, let pin, let identity):
+            nodeID = identity.nodeID
+            let connector = try WebSocketConnector(url: url, serverTrust: .pinned([pin.lowercased()]), identity: identity)
+            couch = nil
+            makeReplicator = { Replicator(store: store, connector: connector.connector, configuration: $0, logger: logger) }
+        case .couchDB(let url, let credentials, let pin):
+            nodeID = "app-\(store.uuid.prefix(12))"
             var endpoint = try CouchEndpoint.parse(url)
             if let credentials { endpoint.credentials = credentials }
             if let pin { endpoint.trust = .pinned(try CouchEndpoint.normalizedPin(pin)) }
-            couch = CouchReplication(endpoint: endpoint, logger: logger)
-        } else {
-            couch = nil
-        }
-        let first = try Self.replicator(
-            store: store, target: target, couch: couch, configuration: settings.configuration(nodeID: nodeID, resetCheckpoint: false),
-            logger: logger)
-        state = Locked((first, couch))
-    }
-
-    static func replicator(
-        store: DocumentStore, target: ReplicationTarget, couch: CouchReplication?, configuration: ReplicatorConfiguration, logger: Logger
-    ) throws -> Replicator {
-        switch target {
-        case .peer(let url, let pin, let identity):
-            let connector = try WebSocketConnector(url: url, serverTrust: .pinned([pin.lowercased()]), identity: identity)
-            return Replicator(store: store, connector: connector.connector, configuration: configuration, logger: logger)
-        case .couchDB:
-            return couch!.replicator(store: store, configuration: configuration, logger: logger)
+            let client = CouchReplication(endpoint: endpoint, logger: logger)
+            couch = client
+            makeReplicator = { client.replicator(store: store, configuration: $0, logger: logger) }
         case .endpoint(let open):
-            return Replicator(store: store, connector: open, configuration: configuration, logger: logger)
+            nodeID = "app-\(store.uuid.prefix(12))"
+            couch = nil
+            makeReplicator = { Replicator(store: store, connector: open, configuration: $0, logger: logger) }
         }
+        state = Locked(makeReplicator(settings.configuration(nodeID: nodeID, resetCheckpoint: false)))
     }
 
-    private var current: Replicator { state.withLock { $0.replicator } }
+    private var current: Replicator { state.withLock { $0 } }
 
     // MARK: Running
 
@@ -89,23 +82,17 @@ public final class FerryReplication: Service, Sendable {
     /// document again (nothing is sent twice: the other side says what it has). Only while
     /// stopped: a running replication answers an error.
     public func resetCheckpoint() throws(SyncError) {
-        try state.withLock { s throws(SyncError) in
-            guard s.replicator.status.activity == .stopped else {
+        try state.withLock { replicator throws(SyncError) in
+            guard replicator.status.activity == .stopped else {
                 throw SyncError(.badRequest, message: "stop the replication before resetting its checkpoint", isTransient: false)
             }
-            do {
-                s.replicator = try Self.replicator(
-                    store: store, target: target, couch: s.couch,
-                    configuration: settings.configuration(nodeID: nodeID, resetCheckpoint: true), logger: logger)
-            } catch {
-                throw SyncError.from(error)
-            }
+            replicator = makeReplicator(settings.configuration(nodeID: nodeID, resetCheckpoint: true))
         }
     }
 
     /// Closes the CouchDB client's connections; call once the replication has stopped for good.
     public func shutdown() async {
-        if let couch = state.withLock({ $0.couch }) { await couch.shutdown() }
+        if let couch { await couch.shutdown() }
     }
 
     // MARK: Observing
