@@ -60,7 +60,7 @@ let package = Package(
         .target(
             name: "FerrySync",
             dependencies: [
-                "FerryCore", "FerryStore",
+                "FerryCore", "FerryQuery", "FerryStore",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),

@@ -53,6 +53,7 @@ struct AdminAPI: Sendable {
         router.get("/metrics") { _, _ in metrics() }
         addBlobRoutes(to: router)
         addCouchUserRoutes(to: router)
+        addAccessRoutes(to: router)
         return router
     }
 
@@ -78,6 +79,10 @@ struct AdminAPI: Sendable {
             "database": .string(node.store.uuid), "docCount": .int(Int64(info.documentCount)),
             "deletedCount": .int(Int64(info.deletedCount)), "conflictedCount": .int(Int64(info.conflictedCount)),
             "lastSequence": .int(Int64(info.lastSequence)), "digest": .string(try node.store.contentDigest()),
+            "access": .object([
+                "version": .string(node.access.version), "rules": .int(Int64(node.access.snapshot.rules.count)),
+                "removed": .int(try node.store.accessRemovals().total),
+            ]),
         ])
     }
 

@@ -59,6 +59,8 @@ public final class FerryNode: Sendable {
     public let couchUsers: CouchUserStore
     /// The node's group: signed member entries, invitations and the join exchange.
     public let membership: GroupMembership
+    /// The group's access rules and roles: what each member and CouchDB user may read and write.
+    public let access: GroupAccess
     /// The secret every admin API request carries (DATA/admin.key).
     public let adminKey: AdminKey
     public let metrics = NodeMetrics()
@@ -110,9 +112,13 @@ public final class FerryNode: Sendable {
         storeOptions.maxBodyBytes = configuration.limits.maxDocumentBytes
         // Membership entries are checked first: only signed entries of this node's group go in.
         let ledger = try MembershipLedger(dataDirectory: dataDirectory)
+        identity = try NodeIdentity.loadOrCreate(directory: dataDirectory, name: configuration.name)
+        let access = GroupAccess(ledger: ledger, nodeID: identity.nodeID)
+        self.access = access
         let rule = configuration.validation
         storeOptions.validator = Validator { proposed in
             if let reason = ledger.validate(proposed) { return reason }
+            if let reason = access.validateHolding(proposed) { return reason }
             return rule?.violation(id: proposed.id, deleted: proposed.deleted, body: proposed.body, size: proposed.body.canonicalBytes.count)
         }
         store = try DocumentStore.open(directory: dataDirectory, options: storeOptions)
@@ -123,10 +129,10 @@ public final class FerryNode: Sendable {
             logger.info("removed old partial blobs", metadata: ["count": "\(tidied.count)", "bytes": "\(tidied.bytes)"])
         }
         digests = MeshDigests(store: store, clock: clock)
-        identity = try NodeIdentity.loadOrCreate(directory: dataDirectory, name: configuration.name)
         adminKey = try AdminKey.loadOrCreate(dataDirectory: dataDirectory)
-        trust = try TrustStore(dataDirectory: dataDirectory, configuration: configuration)
+        trust = try TrustStore(dataDirectory: dataDirectory, configuration: configuration, access: access)
         couchUsers = try CouchUserStore(dataDirectory: dataDirectory, configuration: configuration)
+        couchUsers.table.groupRestriction.withLock { $0 = { name, policy in access.restrict(policy, principal: "user:" + name) } }
         replicationRegistry = try ReplicationRegistry(dataDirectory: dataDirectory)
         let (interface, port) = (configuration.interface, listenerPort)
         membership = GroupMembership(
@@ -137,6 +143,8 @@ public final class FerryNode: Sendable {
                 listenAddresses: { port.value.map { GroupMembership.listenAddresses(interface: interface, port: $0) } ?? [] }),
             clock: clock, logger: logger)
         try membership.loadFromStore()
+        try access.load(from: store)
+        access.recompute()
     }
 
     var nodeFile: String { "\(dataDirectory)/node.json" }
@@ -247,6 +255,7 @@ public final class FerryNode: Sendable {
                 directory: dataDirectory, database: (dataDirectory as NSString).appendingPathComponent(DocumentStore.databaseFileName),
                 clock: clock, logger: logger))
         services.append(MembershipFollower(membership: membership, store: store))
+        services.append(AccessFollower(access: access, store: store, policiesChanged: { manager.trustChanged() }, logger: logger))
         services.append(makeIndexBuilder())
         if let collector = makeBlobCollector() { services.append(collector) }
         services.append(

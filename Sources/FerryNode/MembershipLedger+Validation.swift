@@ -8,6 +8,7 @@ extension MembershipLedger {
     /// documents pass (nil).
     public func validate(_ proposed: ProposedRevision) -> String? {
         if let node = MemberAddresses.node(inDocument: proposed.id) { return validateAddresses(proposed, node: node) }
+        if proposed.id.rawValue.hasPrefix(GroupAccess.documentPrefix) { return validateAccess(proposed) }
         guard let node = MemberEntry.node(inDocument: proposed.id) else { return nil }
         if proposed.deleted { return "membership entries are never deleted (an admin writes a removed entry instead)" }
         let entry: MemberEntry
@@ -46,5 +47,36 @@ extension MembershipLedger {
             guard view.isActiveMember(node) || node == group else { return "node \(node.prefix(12)) is not a member of the group" }
             return nil
         }
+    }
+
+    /// The validator's part for `_ferry/access/`: a rule or role assignment for this node's
+    /// group, well formed (selectors included), signed by an admin active now; deletions are
+    /// refused (a removed rule is an entry with state removed, a withdrawn assignment one
+    /// with no roles).
+    func validateAccess(_ proposed: ProposedRevision) -> String? {
+        if proposed.deleted { return "access entries are never deleted (an admin writes a removed rule, or an assignment with no roles)" }
+        let group: String
+        let signer: String
+        do {
+            if let name = AccessRuleEntry.name(inDocument: proposed.id) {
+                let r = try AccessRuleEntry(parsing: proposed.body)
+                guard r.name == name else { return "the rule is named \(r.name), not its document's \(name)" }
+                try r.verifySignature()
+                (group, signer) = (r.group, r.signer)
+            } else if let p = RoleAssignment.principal(inDocument: proposed.id) {
+                let a = try RoleAssignment(parsing: proposed.body)
+                guard a.principal == p else { return "the assignment names \(a.principal), not its document's \(p)" }
+                try a.verifySignature()
+                (group, signer) = (a.group, a.signer)
+            } else {
+                return "\(proposed.id) is neither a rule (\(AccessRuleEntry.documentPrefix)NAME) nor a role assignment (\(RoleAssignment.documentPrefix)PRINCIPAL)"
+            }
+        } catch { return error.description }
+        guard let mine = self.group else { return "this node belongs to no group, so it takes no access entries" }
+        guard group == mine else { return "the entry is for group \(group.prefix(12)), not this node's \(mine.prefix(12))" }
+        guard activeAdmins().contains(signer) else {
+            return "signer \(signer.prefix(12)) is neither the founder nor an active admin of the group"
+        }
+        return nil
     }
 }

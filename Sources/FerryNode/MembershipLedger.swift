@@ -37,3 +37,14 @@ public final class MembershipLedger: Sendable {
 
     public var group: String? { state.withLock { $0.group } }
 }
+
+extension MembershipLedger {
+    /// The founder and the admins active now (empty without a group).
+    public func activeAdmins() -> Set<String> {
+        state.withLock { s in
+            guard let group = s.group else { return [] }
+            let view = s.view ?? MembershipView(group: group, entries: s.ledger.values.joined(), signaturesChecked: true)
+            return view.activeAdmins
+        }
+    }
+}

@@ -283,7 +283,7 @@ public final class PeerManager: Service, Sendable {
     }
 
     func currentTrust() -> [String: PeerPolicy] {
-        Dictionary(trust.entries.map { ($0.nodeID, $0.policy) }, uniquingKeysWith: { a, _ in a })
+        Dictionary(trust.entries.map { ($0.nodeID, trust.policy(for: $0.nodeID) ?? $0.policy) }, uniquingKeysWith: { a, _ in a })
     }
 
     /// Dials `url` over TLS, accepting only `peerID`'s certificate.

@@ -61,8 +61,12 @@ public struct ReplicationFactory: Sendable {
     /// relays them. Deletions of them are refused by that validation.
     static func carryingMembership(_ policy: PeerPolicy) -> PeerPolicy {
         var p = policy
-        if !p.read.admitsEverything { p.read.idPrefixes += ReservedNamespace.replicatedPrefixes }
-        if !p.write.admitsEverything { p.write.idPrefixes += ReservedNamespace.replicatedPrefixes }
+        func carry(_ rule: inout AccessRule) {
+            if !rule.ownCriteriaEmpty { rule.idPrefixes += ReservedNamespace.replicatedPrefixes }
+            rule.grant = rule.grant?.admitting(prefixes: ReservedNamespace.replicatedPrefixes)
+        }
+        carry(&p.read)
+        carry(&p.write)
         return p
     }
 

@@ -54,9 +54,12 @@ public final class TrustStore: Sendable {
     let groupMembers = Locked<[String: String?]>([:])
     /// The IDs the TLS listener admits.
     public let ids = TrustedIDs()
+    /// The group's access rules, which narrow every entry's policy (nil: none apply).
+    let access: GroupAccess?
 
     /// Loads DATA/trust.json (absent means empty) beside the config's entries.
-    public init(dataDirectory: String, configuration: NodeConfiguration) throws(ConfigError) {
+    public init(dataDirectory: String, configuration: NodeConfiguration, access: GroupAccess? = nil) throws(ConfigError) {
+        self.access = access
         let file = "\(dataDirectory)/trust.json"
         var fixed: [String: Entry] = [:]
         for p in configuration.peers { fixed[p.nodeID] = Entry(nodeID: p.nodeID, name: p.name, policy: .trusted, source: .peer) }
@@ -108,7 +111,11 @@ public final class TrustStore: Sendable {
         refreshIDs()
     }
     public func isTrusted(_ id: String) -> Bool { entry(id) != nil }
-    public func policy(for id: String) -> PeerPolicy? { entry(id)?.policy }
+    /// The policy `id` is judged by: its entry's, narrowed by the group's rules for it.
+    public func policy(for id: String) -> PeerPolicy? {
+        guard let p = entry(id)?.policy else { return nil }
+        return access?.restrict(p, principal: id) ?? p
+    }
     /// Whether a TOFU entry exists already (TOFU pins only the first node seen).
     public var hasTOFUEntry: Bool { added.all.values.contains { $0.source == .tofu } }
 

@@ -20,6 +20,8 @@ public final class DocumentStore: Sendable {
     let poller = ForeignCommitPoller()
     /// Parsed Mango index definitions, shared by transactions and scans.
     let mangoDefinitions = MangoDefinitionCache()
+    /// Revisions purged for access, refused if they come back.
+    let accessRemovedRevisions = AccessRemovedRevisions()
 
     /// The database file name inside a data directory.
     public static let databaseFileName = "ferry.sqlite"

@@ -264,7 +264,7 @@ public final class StoreTransaction {
 
     // MARK: Helpers
 
-    private func fetch(_ id: DocumentID) throws(StoreError) -> StoredDocument? {
+    func fetch(_ id: DocumentID) throws(StoreError) -> StoredDocument? {
         try wrap { try StoredDocument.fetch(FastStatement(db, statement: selectStatement.get()), id: id) }
     }
 
@@ -348,6 +348,18 @@ public final class StoreTransaction {
     }
 
     private func validate(_ proposed: ProposedRevision) throws(StoreError) {
+        let journal = { [self] () throws(StoreError) -> JSON? in
+            let data = try wrap {
+                try Data.fetchOne(
+                    db.cachedStatement(sql: "SELECT body FROM local_documents WHERE id = ?"), arguments: [DocumentStore.accessRemovalJournal])
+            }
+            return try wrap { try data.map { try StoredDocument.decodeBody(Array($0)) } }
+        }
+        if let reason = try store.accessRemovalRefusal(
+            proposed, journal: journal, held: { [self] () throws(StoreError) in try fetch(proposed.id) != nil })
+        {
+            throw .rejected(proposed.id, reason: reason)
+        }
         if let validator = store.options.validator, let reason = validator.check(proposed) {
             throw .rejected(proposed.id, reason: reason)
         }

@@ -25,7 +25,7 @@ public struct DocumentAccess: Sendable {
     public var writesEverything: Bool { policy.write.admitsEverything && policy.mayDelete }
 
     /// Whether a rule's verdict can depend on bodies (it names types).
-    public static func needsBodies(_ rule: AccessRule) -> Bool { !rule.admitsEverything && !rule.types.isEmpty }
+    public static func needsBodies(_ rule: AccessRule) -> Bool { rule.needsBodies }
 
     // MARK: Reading
 
@@ -114,7 +114,7 @@ public enum ReservedNamespace {
     public static let prefix = "_ferry/"
     /// The group's signed documents: member entries and members' address records (each
     /// checked by the node's validator).
-    public static let replicatedPrefixes = ["_ferry/members/", "_ferry/addresses/"]
+    public static let replicatedPrefixes = ["_ferry/members/", "_ferry/addresses/", "_ferry/access/"]
 
     /// True when `id` is in the reserved namespace and replication may not carry it.
     public static func refusesReplicated(_ id: DocumentID) -> Bool {

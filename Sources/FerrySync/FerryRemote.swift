@@ -22,6 +22,8 @@ struct FerryRemote: RemoteDatabase {
             coverage: reply.coverage)
         var opened = identity
         opened.reportsSkips = reply.features.contains(SyncProtocol.skipReportsFeature)
+        opened.acceptsRemovals =
+            features.contains(SyncProtocol.accessRemovalFeature) && reply.features.contains(SyncProtocol.accessRemovalFeature)
         opened.blobChunks =
             features.contains(SyncProtocol.blobChunksFeature) && reply.features.contains(SyncProtocol.blobChunksFeature)
         return FerryRemote(connection: connection, identity: opened)
@@ -63,7 +65,13 @@ struct FerryRemote: RemoteDatabase {
             changes: changes, lastSequence: RemoteSequence(reply.lastSeq), caughtUp: reply.caughtUp, skipped: reply.skipped,
             skipsLost: reply.skipsLost)
         page.pending = reply.pending
+        page.removed = reply.removed
         return page
+    }
+
+    /// Sends removal notices (the peer listed `accessRemoval` in its hello reply).
+    func tellAccessRemoved(_ notices: [RemovalNotice]) async throws {
+        _ = try await ask(AccessRemovedRequest(removed: notices))
     }
 
     func revsDiff(_ docs: [DocumentID: [RevisionID]]) async throws -> [DocumentID: MissingRevisions] {

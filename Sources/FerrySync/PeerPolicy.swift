@@ -1,44 +1,158 @@
 import FerryCore
+import FerryQuery
 
 /// Which documents a rule admits: by ID prefix, by ID glob pattern, or by `type`;
 /// a document passes if any listed criterion admits it. No criteria admits everything.
+/// A `grant` (the group's rules for the principal) narrows that further: a document must
+/// then be admitted by both, so a node's own policy and the group's combine by intersection.
 public struct AccessRule: Sendable, Equatable {
     public var idPrefixes: [String]
     /// Globs over the whole ID: `*` matches any run of characters, `?` one character.
     public var idPatterns: [String]
     /// Values of the body's `type` member.
     public var types: [String]
+    /// What the group's rules admit for this principal; nil when the group has no rules.
+    public var grant: AccessGrant?
 
-    public init(idPrefixes: [String] = [], idPatterns: [String] = [], types: [String] = []) {
+    public init(idPrefixes: [String] = [], idPatterns: [String] = [], types: [String] = [], grant: AccessGrant? = nil) {
         self.idPrefixes = idPrefixes
         self.idPatterns = idPatterns
         self.types = types
+        self.grant = grant
     }
 
     public static let all = AccessRule()
     public static let none = AccessRule(idPrefixes: ["\u{0}never"])
 
-    public var admitsEverything: Bool { idPrefixes.isEmpty && idPatterns.isEmpty && types.isEmpty }
+    /// True when the node's own criteria are empty (whatever the grant says).
+    public var ownCriteriaEmpty: Bool { idPrefixes.isEmpty && idPatterns.isEmpty && types.isEmpty }
+
+    public var admitsEverything: Bool { ownCriteriaEmpty && grant == nil }
+
+    /// Whether a verdict can depend on bodies: the rule names types or the grant selectors.
+    public var needsBodies: Bool {
+        (!ownCriteriaEmpty && !types.isEmpty) || (grant?.needsBodies ?? false)
+    }
+
+    /// This rule narrowed by `grant` (intersected with any grant it already has); a grant
+    /// that admits everything changes nothing.
+    public func restricted(by grant: AccessGrant?) -> AccessRule {
+        guard let grant, !grant.admitsEverything else { return self }
+        var r = self
+        r.grant = self.grant.map { $0.intersection(grant) } ?? grant
+        return r
+    }
 
     /// True for a rule that admits no application document: `AccessRule.none`, perhaps with
     /// Ferry's own `_ferry/` entries added (which never refer to blobs).
     public var admitsNoApplicationDocument: Bool {
-        idPatterns.isEmpty && types.isEmpty && !idPrefixes.isEmpty
+        if let grant, grant.admitsNothing { return true }
+        return idPatterns.isEmpty && types.isEmpty && !idPrefixes.isEmpty
             && idPrefixes.allSatisfy { $0 == Self.none.idPrefixes[0] || $0.hasPrefix("_ferry/") }
     }
 
     /// A stable text naming what the rule admits (order of criteria does not matter).
     public var fingerprint: String {
-        [idPrefixes.sorted(), idPatterns.sorted(), types.sorted()].map { $0.joined(separator: "\u{1}") }.joined(separator: "\u{2}")
+        var parts = [idPrefixes.sorted(), idPatterns.sorted(), types.sorted()].map { $0.joined(separator: "\u{1}") }
+        if let grant { parts.append("grant:" + grant.fingerprint) }
+        return parts.joined(separator: "\u{2}")
     }
 
     public func admits(id: DocumentID, body: JSON?) -> Bool {
-        if admitsEverything { return true }
+        if let grant, !grant.admits(id: id, body: body) { return false }
+        return admitsOwn(id: id, body: body)
+    }
+
+    func admitsOwn(id: DocumentID, body: JSON?) -> Bool {
+        if ownCriteriaEmpty { return true }
         if idPrefixes.contains(where: { id.rawValue.hasPrefix($0) }) { return true }
         if idPatterns.contains(where: { Glob.matches($0, id.rawValue) }) { return true }
         if let type = body?["type"]?.stringValue, types.contains(type) { return true }
         return false
     }
+}
+
+/// What the group's rules admit for one principal: a document passes when any clause admits
+/// it (one clause per rule of the principal's roles). No clauses admits nothing.
+public struct AccessGrant: Sendable, Equatable {
+    /// The clauses, any of which admits; a clause is itself the conjunction of its parts.
+    public var clauses: [AccessClause]
+    /// Further grants every one of which must admit too (an intersection of group grants).
+    public var also: [AccessGrant]
+
+    public init(clauses: [AccessClause], also: [AccessGrant] = []) {
+        self.clauses = clauses
+        self.also = also
+    }
+
+    /// A grant that admits no document.
+    public static let nothing = AccessGrant(clauses: [])
+
+    public var admitsNothing: Bool { clauses.isEmpty || also.contains(where: \.admitsNothing) }
+    /// True when some clause admits every document (no ID patterns, no selector) and so does every `also`.
+    public var admitsEverything: Bool {
+        clauses.contains(where: \.admitsEverything) && also.allSatisfy(\.admitsEverything)
+    }
+    public var needsBodies: Bool {
+        !admitsEverything && (clauses.contains(where: { $0.selector != nil }) || also.contains(where: \.needsBodies))
+    }
+
+    /// This grant also admitting the documents under `prefixes` (whatever its `also` says).
+    public func admitting(prefixes: [String]) -> AccessGrant {
+        var g = self
+        let clause = try! AccessClause(idPatterns: prefixes.map { $0 + "*" })
+        g.clauses.append(clause)
+        g.also = g.also.map { $0.admitting(prefixes: prefixes) }
+        return g
+    }
+
+    public func intersection(_ other: AccessGrant) -> AccessGrant {
+        var g = self
+        g.also.append(other)
+        return g
+    }
+
+    public func admits(id: DocumentID, body: JSON?) -> Bool {
+        clauses.contains(where: { $0.admits(id: id, body: body) }) && also.allSatisfy { $0.admits(id: id, body: body) }
+    }
+
+    /// Stable across the clauses' order.
+    public var fingerprint: String {
+        let own = clauses.map(\.fingerprint).sorted().joined(separator: "|")
+        return ([own] + also.map { "&(" + $0.fingerprint + ")" }).joined()
+    }
+}
+
+/// One rule's test: the document's ID matches one of `idPatterns` (none listed: any ID) and
+/// its body matches `selector` (none: any body).
+public struct AccessClause: Sendable, Equatable {
+    /// Globs over the whole ID (`*`, `?`).
+    public var idPatterns: [String]
+    public var selector: MangoSelector?
+    /// The selector as written (for fingerprints and display).
+    public var selectorJSON: JSON?
+
+    public init(idPatterns: [String] = [], selector: JSON? = nil) throws(MangoError) {
+        self.idPatterns = idPatterns
+        self.selectorJSON = selector
+        self.selector = try selector.map { v throws(MangoError) in try MangoSelector(parsing: v) }
+    }
+
+    public var admitsEverything: Bool { idPatterns.isEmpty && (selector == nil || selector == .matchAll) }
+
+    /// A body unknown (nil) never matches a selector: a document is admitted by what it holds.
+    public func admits(id: DocumentID, body: JSON?) -> Bool {
+        if !idPatterns.isEmpty && !idPatterns.contains(where: { Glob.matches($0, id.rawValue) }) { return false }
+        guard let selector, selector != .matchAll else { return true }
+        guard let body else { return false }
+        return selector.matches(body)
+    }
+
+    public var fingerprint: String {
+        idPatterns.sorted().joined(separator: "\u{1}") + "\u{3}" + (selectorJSON.map { String(decoding: $0.canonicalBytes, as: UTF8.self) } ?? "")
+    }
+
+    public static func == (a: AccessClause, b: AccessClause) -> Bool { a.fingerprint == b.fingerprint }
 }
 
 /// What one peer may read from and write to this database.

@@ -18,6 +18,8 @@ public enum SyncProtocol {
         public static let putBlob = "putBlob"
         /// No-reply liveness probe, sent by either side (docs/protocol.md §3 heartbeat).
         public static let heartbeat = "heartbeat"
+        /// Documents the receiver may no longer read (docs/protocol.md §3, access removal).
+        public static let accessRemoved = "accessRemoved"
     }
     /// `inline`: changes replies carry small fresh revisions, and caught-up pushes send them
     /// without revsDiff (docs/protocol.md §3.4). `heartbeat`: both sides send heartbeats on an
@@ -25,7 +27,11 @@ public enum SyncProtocol {
     /// `skipReports`: changes replies and push checkpoint writes list the revisions left out
     /// as relays, so coverage never claims them early (docs/protocol.md §6).
     /// `blobChunks`: blobs move in ranged chunks and resume where they stopped (docs/protocol.md §3.7).
-    public static let features = ["deltas", "blobs", "inline", heartbeatFeature, skipReportsFeature, blobChunksFeature]
+    /// `accessRemoval`: changes replies and pushes carry removal notices (docs/protocol.md §3.9).
+    public static let features = [
+        "deltas", "blobs", "inline", heartbeatFeature, skipReportsFeature, blobChunksFeature, accessRemovalFeature,
+    ]
+    public static let accessRemovalFeature = "accessRemoval"
     public static let heartbeatFeature = "heartbeat"
     public static let blobChunksFeature = "blobChunks"
     /// The most bytes one blob chunk carries. 256 KiB: at 2 Mbit/s it still crosses in about

@@ -117,6 +117,9 @@ final class Puller: Sendable {
                 return
             }
             prefetched = nil
+            if !page.removed.isEmpty {
+                progress.accessRemoved(try AccessRemovalApplier.apply(page.removed, writer: configuration.remotePolicy, store: context.store))
+            }
             let lastSeq = page.lastSequence
             // Relays the other side left out (live pages only): coverage waits until they are held.
             if intakeComplete && (!page.skipped.isEmpty || page.skipsLost) {

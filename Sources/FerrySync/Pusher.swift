@@ -163,6 +163,7 @@ final class Pusher: Sendable {
     /// Asks the peer which of these leaves it lacks, then sends those (as deltas when smaller).
     private func announce(_ docs: [DocumentID: [RevisionID]]) async throws {
         let access = DocumentAccess(configuration.remotePolicy)
+        try await sendRemovalNotices(docs, access)
         let docs = try readableByPeer(docs, access)
         guard !docs.isEmpty else { return }
         let answer = try await remote.revsDiff(docs)
@@ -203,12 +204,27 @@ final class Pusher: Sendable {
                 rest.append((change, leaves))
                 continue
             }
-            // What the peer may not read is dropped here, never named to it.
-            guard access.readsEverything || access.mayRead(change.id, revision: leaves[0], in: tree) else { continue }
+            // What the peer may not read is never named to it here (the usual path drops it, or
+            // sends a removal notice when the peer may have held it).
+            guard access.readsEverything || access.mayRead(change.id, revision: leaves[0], in: tree) else {
+                rest.append((change, leaves))
+                continue
+            }
             if pushFilterAdmits(wire, id: change.id, revision: leaves[0], tree: tree) { wires.append((wire, wire.isDelta)) }
         }
         try await putInChunks(wires, trees: trees)
         return rest
+    }
+
+    /// Tells a peer that takes them which of these documents it may have held and may no
+    /// longer read (their bodies changed), so that it purges them.
+    private func sendRemovalNotices(_ docs: [DocumentID: [RevisionID]], _ access: DocumentAccess) async throws {
+        guard remote.identity.acceptsRemovals, access.policy.read.needsBodies, let ferry = remote as? FerryRemote, !docs.isEmpty
+        else { return }
+        let trees = try store.revisionTrees(Array(docs.keys))
+        let notices = docs.keys.sorted().compactMap { id in trees[id].flatMap { access.removalNotice(id, tree: $0) } }
+        guard !notices.isEmpty else { return }
+        try await ferry.tellAccessRemoved(notices)
     }
 
     /// The documents and leaves of `docs` that the peer's read policy admits (all of them

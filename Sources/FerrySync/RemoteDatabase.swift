@@ -134,6 +134,8 @@ package struct RemoteIdentity: Sendable, Equatable {
     package var coverage: CoverageSnapshot? = nil
     /// Whether both sides offered `blobChunks` in hello.
     package var blobChunks = false
+    /// Whether the other side takes removal notices (`accessRemoval`).
+    package var acceptsRemovals = false
 
     package init(
         databaseID: String, peerID: String, allowsPull: Bool, allowsPush: Bool, inline: Bool, heartbeat: Bool = false,
@@ -211,6 +213,8 @@ package struct RemoteChanges: Sendable {
     package var skipsLost = false
     /// How many changes follow this page, when the other side says (a progress total).
     package var pending: Int?
+    /// Documents this side may no longer read, by the other side's word.
+    package var removed: [RemovalNotice] = []
 
     package init(
         changes: [RemoteChange], lastSequence: RemoteSequence, caughtUp: Bool, skipped: [SkippedRelay] = [], skipsLost: Bool = false

@@ -104,6 +104,14 @@ final class ReplicationProgress: Sendable {
         eventBroadcaster.send(DocumentEvent(direction: direction, id: id, revision: rev, deleted: deleted, rejection: rejection.description))
     }
 
+    /// Reports documents purged here because this node may no longer read them.
+    func accessRemoved(_ removals: [AccessRemoval]) {
+        for r in removals {
+            logger.info("access removed", metadata: ["id": "\(LogText.escape(r.id))", "reason": "\(r.reason)"])
+            eventBroadcaster.send(DocumentEvent(direction: .pull, id: r.id, revision: "", deleted: false, rejection: nil, accessRemoved: true))
+        }
+    }
+
     func finish() {
         statusBroadcaster.finish()
         eventBroadcaster.finish()

@@ -213,6 +213,7 @@ final class ResponderSession: Sendable {
             case SyncProtocol.Profile.hasBlobs: reply = try hasBlobs(request)
             case SyncProtocol.Profile.getBlob: reply = try await getBlob(request)
             case SyncProtocol.Profile.putBlob: reply = try await putBlob(request)
+            case SyncProtocol.Profile.accessRemoved: reply = try accessRemoved(request)
             default: throw SyncError(.unknownRequest, message: "unknown request \"\(profile)\"", isTransient: false)
             }
             return reply
@@ -340,6 +341,17 @@ final class ResponderSession: Sendable {
         let sent = out.count(where: { !$0.missing })
         counts.withLock { $0.pushed += sent }
         return Message(kind: .response, number: request.number, body: WireRevision.encodeBatch(out))
+    }
+
+    /// Purges what the pusher says this node may no longer read, within the pusher's write policy.
+    func accessRemoved(_ request: Message) throws -> Message {
+        try requirePush()
+        let asked = try AccessRemovedRequest(try request.json())
+        let removals = try AccessRemovalApplier.apply(asked.removed, writer: policy, store: store)
+        for r in removals {
+            responder.logger.info("access removed", metadata: ["peer": "\(peerForLog)", "id": "\(LogText.escape(r.id))"])
+        }
+        return reply(request, .object([:]))
     }
 
     /// Inserts pushed revisions through the trust boundary; answers per revision.

@@ -130,6 +130,8 @@ public struct DocumentEvent: Sendable, Equatable {
     public let deleted: Bool
     /// Set when the revision was refused at the trust boundary or by the peer.
     public let rejection: String?
+    /// Set when the document was purged here because this node may no longer read it.
+    public var accessRemoved = false
 }
 
 /// Totals of one replicator's work.

@@ -11,6 +11,8 @@ final class ResponderCatchUp: Sendable {
         var peerCoverage: CoverageSnapshot?
         /// The peer lists the relays its pushes leave out (`skipReports`).
         var peerReportsSkips = false
+        /// Whether the peer's hello lists `accessRemoval`.
+        var peerAcceptsRemovals = false
         /// Those relays, until this store holds them: coverage stays below them.
         var hold = CoverageHold()
         /// The sequence of the peer's last push checkpoint write (where an unreported skip may start after).
@@ -31,12 +33,16 @@ final class ResponderCatchUp: Sendable {
 extension ResponderSession {
     var gate: CatchUpGate? { options.catchUpGate }
 
+    /// Whether the peer's hello lists `accessRemoval`.
+    var acceptsRemovals: Bool { catchUp.state.withLock { $0.peerAcceptsRemovals } }
+
     /// Notes the peer's database and stated coverage from its hello.
     func noteHello(_ hello: HelloRequest) {
         catchUp.state.withLock {
             $0.peerDatabase = hello.database
             $0.peerCoverage = hello.coverage
             $0.peerReportsSkips = hello.features.contains(SyncProtocol.skipReportsFeature)
+            $0.peerAcceptsRemovals = hello.features.contains(SyncProtocol.accessRemovalFeature)
         }
     }
 

@@ -23,6 +23,7 @@ extension ResponderSession {
         var page = try store.changesWithLeaves(since: since, limit: limit)
         var entries: [ChangeEntry] = []
         var skipped: [SkippedRelay] = []
+        var removed: [RemovalNotice] = []
         // Documents skipped earlier whose skip no longer holds (docs/protocol.md §6.6).
         var reoffered = try reofferedEntries(at: since, docIDs: docIDs)
         var readOn = Self.maxPagesReadOn
@@ -36,12 +37,12 @@ extension ResponderSession {
             }
             entries = try changeEntries(
                 page, docIDs: docIDs, inlineLimit: inlineLimit, inlineDeltas: inlineDeltas, skipRelays: live, echoes: echoes,
-                skipped: &skipped)
+                skipped: &skipped, removed: &removed)
             scanned = page.last?.0.sequence ?? scanned
             // A full page whose every entry is left out (hidden from the peer, or the echo of
             // its own push) is not the end of the feed: read on here, for a bounded number of
             // pages, rather than answer nothing and cost the peer a round trip per page.
-            if entries.isEmpty, reoffered.isEmpty, page.count == limit, readOn > 0 {
+            if entries.isEmpty, reoffered.isEmpty, removed.isEmpty, page.count == limit, readOn > 0 {
                 readOn -= 1
                 page = try store.changesWithLeaves(since: scanned, limit: limit)
                 continue
@@ -50,7 +51,7 @@ extension ResponderSession {
             // change is hidden or already held by the peer (in a mesh, the echo of what it
             // just sent us) goes on waiting from past it, instead of costing the peer a
             // round trip per change for nothing.
-            guard live, entries.isEmpty, reoffered.isEmpty, !page.isEmpty, page.count < limit, elapsed() < wait else { break }
+            guard live, entries.isEmpty, reoffered.isEmpty, removed.isEmpty, !page.isEmpty, page.count < limit, elapsed() < wait else { break }
             page = []  // the wait reads the next page, at once if a commit is already past it
         }
         if !reoffered.isEmpty {
@@ -66,6 +67,7 @@ extension ResponderSession {
         }
         answer.skipped = Array(skipped.prefix(SkippedRelay.maxReported))
         answer.skipsLost = skipped.count > SkippedRelay.maxReported
+        answer.removed = Array(removed.prefix(RemovalNotice.maxPerMessage))
         return reply(request, answer.json)
     }
 
@@ -79,7 +81,7 @@ extension ResponderSession {
     /// added to `skipped`. Entries in `echoes` hold a single leaf the peer pushed: left out.
     func changeEntries(
         _ page: [(Change, [RevisionID])], docIDs: Set<String>?, inlineLimit: Int, inlineDeltas: Bool, skipRelays: Bool,
-        echoes: EchoRanges = EchoRanges(), skipped: inout [SkippedRelay]
+        echoes: EchoRanges = EchoRanges(), skipped: inout [SkippedRelay], removed: inout [RemovalNotice]
     ) throws -> [ChangeEntry] {
         var entries: [ChangeEntry] = []
         // Read per page, after any wait: a policy changed during a long-poll applies to its answer.
@@ -101,7 +103,12 @@ extension ResponderSession {
         for (change, leaves) in candidates {
             if !access.readsEverything {
                 if DocumentAccess.needsBodies(readRule) {
-                    guard let tree = trees[change.id], access.mayRead(change.id, tree: tree) else { continue }
+                    guard let tree = trees[change.id] else { continue }
+                    guard access.mayRead(change.id, tree: tree) else {
+                        // A document it may have held, no longer readable: it learns so and purges it.
+                        if acceptsRemovals, let notice = access.removalNotice(change.id, tree: tree) { removed.append(notice) }
+                        continue
+                    }
                 } else if !access.mayRead(change.id, body: nil) {
                     continue
                 }

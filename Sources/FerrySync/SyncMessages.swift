@@ -321,12 +321,15 @@ struct ChangesReply: SyncJSONReply {
     /// How many changes follow this page in the feed (catching-up pages of an unfiltered,
     /// unrestricted feed only): a progress bar's total. Optional; older peers send none.
     var pending: Int?
+    /// Documents the requester may no longer read (to a requester listing `accessRemoval`).
+    var removed: [RemovalNotice] = []
 
     var json: JSON {
         var o: [String: JSON] = ["changes": .array(changes.map(\.json)), "lastSeq": .int(Int64(lastSeq))]
         if caughtUp { o["caughtUp"] = true }
         if let pending { o["pending"] = .int(Int64(pending)) }
         SkippedRelay.encode(skipped, lost: skipsLost, into: &o)
+        RemovalNotice.encode(removed, into: &o)
         return .object(o)
     }
 
@@ -346,6 +349,7 @@ struct ChangesReply: SyncJSONReply {
         self.init(changes: changes, lastSeq: UInt64(max(0, last)), caughtUp: o["caughtUp"] == .bool(true))
         (skipped, skipsLost) = SkippedRelay.decode(o)
         if let p = o["pending"]?.intValue, p >= 0 { pending = Int(min(p, Int64(Int.max))) }
+        removed = RemovalNotice.decode(o)
     }
 }
 

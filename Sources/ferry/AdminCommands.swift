@@ -31,6 +31,9 @@ struct Status: AsyncParsableCommand {
             let members = group["members"]?.items.filter { $0["state"]?.stringValue == "member" }.count ?? 0
             Output.line("members  group \(id.prefix(12)): \(members) active\(group["admin"]?.boolValue == true ? ", this node is an admin" : "")")
         }
+        if let access = info["access"], let version = access["version"]?.stringValue, version != "none" {
+            Output.line("access   rules version \(version): \(access["rules"]?.intValue ?? 0) rules, \(access["removed"]?.intValue ?? 0) documents removed here")
+        }
         PeerTable.print(peers["peers"])
         if case .array(let list)? = replications["replications"], !list.isEmpty {
             Output.line("replications:")

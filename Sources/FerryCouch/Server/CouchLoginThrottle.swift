@@ -43,13 +43,13 @@ extension CouchFrontDoor {
         // evaluation, but is still refused while the throttle refuses.
         if let user = access.users.remembered(name: name, password: password, now: now) {
             if let refusal = throttle.check(account: name, address: address) { throw Self.throttled(refusal) }
-            return .user(name: user.name, policy: user.policy)
+            return .user(name: user.name, policy: access.users.policy(of: user))
         }
         let attempt = try Self.reserve(throttle, account: name, address: address)
         let user = await verify(name: name, password: password, now: now)
         throttle.finish(attempt, succeeded: user != nil)
         guard let user else { throw .unauthorized("Name or password is incorrect.") }
-        return .user(name: user.name, policy: user.policy)
+        return .user(name: user.name, policy: access.users.policy(of: user))
     }
 
     static func reserve(_ throttle: LoginThrottle, account: String, address: String) throws(CouchError) -> LoginThrottle.Attempt {

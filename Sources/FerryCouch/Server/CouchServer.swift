@@ -152,7 +152,7 @@ public struct CouchFrontDoor: HTTPResponder {
         let (name, expires) = found
         if name == "admin" { return (.admin, expires) }
         guard let user = access.users.user(named: name) else { return nil }
-        return (.user(name: user.name, policy: user.policy), expires)
+        return (.user(name: user.name, policy: access.users.policy(of: user)), expires)
     }
 
     /// What a session cookie is bound to: the user's password hash, or the admin key's digest.

@@ -126,11 +126,20 @@ public final class CouchUserTable: Sendable {
     }
 
     private let current: Locked<Users>
+    /// Narrows a user's own policy by what the node's group grants the user (set once, by
+    /// the node that serves the table); nil: the user's own policy alone.
+    public let groupRestriction = Locked<(@Sendable (String, PeerPolicy) -> PeerPolicy)?>(nil)
     private let cacheKey = SymmetricKey(size: .bits256)
     private let verified = Locked<[Data: Date]>([:])
     /// How long a verified password skips PBKDF2.
     let rememberFor: TimeInterval
     static let maxRemembered = 4096
+
+    /// The policy a request by `user` is judged by: the user's own, narrowed by the group's rules.
+    public func policy(of user: CouchUser) -> PeerPolicy {
+        guard let restrict = groupRestriction.withLock({ $0 }) else { return user.policy }
+        return restrict(user.name, user.policy)
+    }
 
     public init(_ users: [CouchUser], rememberFor: TimeInterval = 600) {
         current = Locked(Users(users))

@@ -1,0 +1,94 @@
+import FerryCore
+import FerryStore
+
+/// A sender's word that a document is no longer readable by the receiver: the revisions the
+/// receiver may have been sent of it (readable ones, with their ancestors). The receiver
+/// purges its copy only when every leaf it holds is among them, so an edit of its own the
+/// sender never saw is never lost to a notice.
+///
+/// Sent only for a document whose kept history holds a revision the receiver could read: a
+/// reader is never told of a document it could never have held.
+public struct RemovalNotice: Sendable, Equatable {
+    public let id: String
+    public let revisions: [String]
+
+    public init(id: String, revisions: [String]) {
+        self.id = id
+        self.revisions = revisions
+    }
+
+    var json: JSON { .array([.string(id), .array(revisions.map(JSON.string))]) }
+
+    init?(_ v: JSON) {
+        guard case .array(let a) = v, a.count == 2, let id = a[0].stringValue, case .array(let revs) = a[1] else { return nil }
+        self.init(id: id, revisions: revs.compactMap(\.stringValue).filter { (try? RevisionID($0)) != nil })
+    }
+
+    static func encode(_ notices: [RemovalNotice], into o: inout [String: JSON]) {
+        if !notices.isEmpty { o["removed"] = .array(notices.map(\.json)) }
+    }
+
+    static func decode(_ o: JSON) -> [RemovalNotice] {
+        guard case .array(let a)? = o["removed"] else { return [] }
+        return a.prefix(maxPerMessage).compactMap(RemovalNotice.init)
+    }
+
+    /// The most notices one message carries (more are dropped: the notice is advisory).
+    static let maxPerMessage = 10_000
+}
+
+extension DocumentAccess {
+    /// The notice to send a reader that may not read the document now, or nil when it never
+    /// could have read a revision this node keeps a body of (or may read it now).
+    public func removalNotice(_ id: DocumentID, tree: RevisionTree) -> RemovalNotice? {
+        let rule = policy.read
+        guard !rule.admitsEverything, rule.needsBodies, !mayRead(id, tree: tree) else { return nil }
+        var known = Set<Int>()
+        for (i, r) in tree.revisions.enumerated() where r.body != nil && !known.contains(i) {
+            guard rule.admits(id: id, body: Self.judgedBody(at: i, in: tree)) else { continue }
+            var cursor: Int? = i
+            while let c = cursor, known.insert(c).inserted { cursor = tree.revisions[c].parent }
+        }
+        guard !known.isEmpty else { return nil }
+        return RemovalNotice(id: id.rawValue, revisions: known.sorted().map { tree.revisions[$0].id.description })
+    }
+}
+
+/// Applies removal notices from one peer: a document is purged (and journaled) when every
+/// leaf held here is among the notice's revisions and the peer's write policy admits the
+/// document as held, so a notice gives the peer no power it lacks already: a peer that may
+/// write a document could as well replace its content.
+enum AccessRemovalApplier {
+    static func apply(_ notices: [RemovalNotice], writer: PeerPolicy, store: DocumentStore) throws -> [AccessRemoval] {
+        var revisions: [DocumentID: Set<String>] = [:]
+        for n in notices {
+            guard let id = try? DocumentID(n.id), !n.revisions.isEmpty else { continue }
+            revisions[id, default: []].formUnion(n.revisions)
+        }
+        guard !revisions.isEmpty else { return [] }
+        let rule = writer.write
+        return try store.purgeForAccess(Array(revisions.keys), reason: "no longer readable by this node (told by its peer)") { id, tree in
+            guard let known = revisions[id], !tree.isEmpty else { return false }
+            guard tree.leaves.allSatisfy({ known.contains($0.id.description) }) else { return false }
+            return DocumentAccess.admitsDocument(rule, id, tree: tree)
+        }
+    }
+}
+
+/// Tells the responder that documents it may have are no longer readable by it (sent by a
+/// pusher whose hello and reply both list `accessRemoval`); the reply is an empty object.
+struct AccessRemovedRequest: SyncRequestBody {
+    typealias Reply = Acknowledgement
+    static let profile = SyncProtocol.Profile.accessRemoved
+    var removed: [RemovalNotice]
+    var json: JSON {
+        var o: [String: JSON] = [:]
+        RemovalNotice.encode(removed, into: &o)
+        return .object(o)
+    }
+    init(removed: [RemovalNotice]) { self.removed = removed }
+    init(_ o: JSON) throws(SyncError) {
+        guard o.objectValue != nil else { throw .protocolViolation("accessRemoved is not an object") }
+        removed = RemovalNotice.decode(o)
+    }
+}
