@@ -249,7 +249,7 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "IntegrationHarness", "Ferry", "FerryCore", "FerrySync", "FerryTransport", "ferry",
+                "IntegrationHarness", "Ferry", "FerryCore", "FerryStore", "FerrySync", "FerryTransport", "FerryNode", "ferry",
                 .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
             ],
             path: "Integration/Scenarios"),
