@@ -155,6 +155,7 @@ public final class FerryNode: Sendable {
             store: store, nodeID: identity.nodeID, trust: trust, configuration: configuration, metrics: metrics.sync, clock: clock,
             logger: logger)
         factory.catchUpGate = catchUpGate
+        factory.access = access
         factory.mesh = mesh
         factory.digests = digests
         let fetcher = DeferredBlobFetcher(store: store, replicators: liveReplicators.list, logger: logger)

@@ -276,7 +276,8 @@ extension GroupAccess {
             after = last.id
             let candidates = page.map(\.id).filter { !$0.rawValue.hasPrefix(ReservedNamespace.prefix) }
             let reason = "this node's roles no longer admit it (access \(version))"
-            removed += try store.purgeForAccess(candidates, reason: reason) { id, tree in
+            // The rules themselves refuse these revisions now; once they admit them again, they return.
+            removed += try store.purgeForAccess(candidates, reason: reason, refusingReturn: false) { id, tree in
                 !DocumentAccess(PeerPolicy(read: rule)).mayRead(id, tree: tree)
             }
         }

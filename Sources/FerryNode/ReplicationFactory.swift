@@ -19,6 +19,9 @@ public struct ReplicationFactory: Sendable {
     public var logger: Logger
     /// The node's one catch-up lease, shared by every replicator and responder it builds; nil: none.
     public var catchUpGate: CatchUpGate?
+    /// The group's access rules: when this node's own reading is narrowed by content, each
+    /// pull first checks what it holds (nil: no group rules apply).
+    public var access: GroupAccess?
     /// The node's one mesh view and relay ledger, given to every replicator and responder
     /// (heartbeats carry links; relays a peer gets elsewhere are skipped). nil: neither.
     public var mesh: MeshRelay?
@@ -122,6 +125,7 @@ public struct ReplicationFactory: Sendable {
         rc.wiring.digests = digests
         rc.wiring.liveness = liveness
         rc.blobPolicy = blobPolicy
+        rc.checksHeldAccess = access?.own?.read.needsBodies ?? false
         configure(&rc)
         return Replicator(store: store, connector: connector, configuration: rc, clock: clock, logger: logger ?? self.logger)
     }

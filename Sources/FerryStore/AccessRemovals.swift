@@ -10,7 +10,7 @@ public struct AccessRemoval: Sendable, Equatable {
     public let reason: String
     /// Seconds since 1970.
     public let time: Double
-    /// The revisions held when it was purged: replicated back, they are refused.
+    /// The revisions held when it was purged, when they are refused if they come back.
     public let revisions: [String]
 
     var json: JSON { .array([.int(number), .string(id), .string(reason), .double(time), .array(revisions.map(JSON.string))]) }
@@ -36,7 +36,7 @@ final class AccessRemovedRevisions: Sendable {
     func revisions(of id: String, loading: () throws(StoreError) -> [AccessRemoval]) throws(StoreError) -> Set<String>? {
         if let loaded = byID.withLock({ $0 }) { return loaded[id] }
         var map: [String: Set<String>] = [:]
-        for r in try loading() { map[r.id, default: []].formUnion(r.revisions) }
+        for r in try loading() where !r.revisions.isEmpty { map[r.id, default: []].formUnion(r.revisions) }
         byID.withLock { $0 = $0 ?? map }
         return map[id]
     }
@@ -44,7 +44,7 @@ final class AccessRemovedRevisions: Sendable {
     func add(_ removals: [AccessRemoval]) {
         byID.withLock { m in
             guard m != nil else { return }  // loaded from the journal on first use
-            for r in removals { m![r.id, default: []].formUnion(r.revisions) }
+            for r in removals where !r.revisions.isEmpty { m![r.id, default: []].formUnion(r.revisions) }
         }
     }
 }
@@ -59,9 +59,11 @@ extension DocumentStore {
     public static let accessRemovalJournalLimit = 1000
 
     /// Purges each of `ids` for which `shouldRemove`, judged on the document's tree as stored
-    /// inside the transaction, holds; returns those purged, journaled with `reason`.
+    /// inside the transaction, holds; returns those purged, journaled with `reason`. With
+    /// `refusingReturn`, the purged revisions are refused if they come back (a document whose
+    /// newer revision this node may not read: the ones it held are still readable by its rules).
     public func purgeForAccess(
-        _ ids: [DocumentID], reason: String, shouldRemove: (DocumentID, RevisionTree) -> Bool
+        _ ids: [DocumentID], reason: String, refusingReturn: Bool, shouldRemove: (DocumentID, RevisionTree) -> Bool
     ) throws(StoreError) -> [AccessRemoval] {
         guard !ids.isEmpty else { return [] }
         let removals = try write { txn -> [AccessRemoval] in
@@ -76,7 +78,8 @@ extension DocumentStore {
                 guard let stored = try txn.fetch(id), shouldRemove(id, stored.tree), try txn.purge(id) else { continue }
                 total += 1
                 let r = AccessRemoval(
-                    number: total, id: id.rawValue, reason: reason, time: now, revisions: stored.tree.revisions.map(\.id.description))
+                    number: total, id: id.rawValue, reason: reason, time: now,
+                    revisions: refusingReturn ? stored.tree.revisions.map(\.id.description) : [])
                 removed.append(r)
                 recent.append(r.json)
             }

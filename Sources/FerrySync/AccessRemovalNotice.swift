@@ -67,7 +67,8 @@ enum AccessRemovalApplier {
         }
         guard !revisions.isEmpty else { return [] }
         let rule = writer.write
-        return try store.purgeForAccess(Array(revisions.keys), reason: "no longer readable by this node (told by its peer)") { id, tree in
+        let reason = "no longer readable by this node (told by its peer)"
+        return try store.purgeForAccess(Array(revisions.keys), reason: reason, refusingReturn: true) { id, tree in
             guard let known = revisions[id], !tree.isEmpty else { return false }
             guard tree.leaves.allSatisfy({ known.contains($0.id.description) }) else { return false }
             return DocumentAccess.admitsDocument(rule, id, tree: tree)
@@ -90,5 +91,57 @@ struct AccessRemovedRequest: SyncRequestBody {
     init(_ o: JSON) throws(SyncError) {
         guard o.objectValue != nil else { throw .protocolViolation("accessRemoved is not an object") }
         removed = RemovalNotice.decode(o)
+    }
+}
+
+/// Asks the responder which of the documents this side holds it may no longer read (sent by
+/// a restricted puller once per session, before its changes feed, when both hellos list
+/// `accessRemoval`): notices in the changes feed reach a reader only while the sender keeps
+/// a revision body it could read; this finds what changed beyond that while it was away.
+struct AccessCheckRequest: SyncRequestBody {
+    typealias Reply = AccessCheckReply
+    static let profile = SyncProtocol.Profile.accessCheck
+    /// Documents held, with their leaves.
+    var held: [HeldDocument]
+    var json: JSON { .object(["held": .array(held.map { .array([.string($0.id), .array($0.leaves.map(JSON.string))]) })]) }
+    init(held: [HeldDocument]) { self.held = held }
+    init(_ o: JSON) throws(SyncError) {
+        guard case .array(let a)? = o["held"] else { throw .protocolViolation("accessCheck lacks held") }
+        guard a.count <= Self.maxHeld else { throw .protocolViolation("accessCheck lists more than \(Self.maxHeld) documents") }
+        held = a.compactMap { v in
+            guard case .array(let e) = v, e.count == 2, let id = e[0].stringValue, case .array(let leaves) = e[1] else { return nil }
+            return HeldDocument(id: id, leaves: leaves.prefix(Self.maxLeaves).compactMap(\.stringValue))
+        }
+    }
+    static let maxHeld = 1000
+    static let maxLeaves = 100
+
+    struct HeldDocument {
+        var id: String
+        var leaves: [String]
+    }
+}
+
+/// The documents of an access check that the requester may no longer read.
+struct AccessCheckReply: SyncJSONReply {
+    var removed: [RemovalNotice]
+    var json: JSON {
+        var o: [String: JSON] = [:]
+        RemovalNotice.encode(removed, into: &o)
+        return .object(o)
+    }
+    init(removed: [RemovalNotice]) { self.removed = removed }
+    init(_ o: JSON) throws(SyncError) { removed = RemovalNotice.decode(o) }
+}
+
+extension DocumentAccess {
+    /// The notice for a document the reader holds, or nil: when this node holds the document
+    /// and the reader may not read it as it stands here. The notice names the reader's own
+    /// leaves, so its copy goes whole, with any edit of its own: such an edit is one every
+    /// node holding the document refuses (the reader may write nothing it may not read), and
+    /// the refusal already told it the document exists.
+    func removalNotice(_ id: DocumentID, held: AccessCheckRequest.HeldDocument, tree: RevisionTree) -> RemovalNotice? {
+        guard !held.leaves.isEmpty, !policy.read.admitsEverything, !tree.isEmpty, !mayRead(id, tree: tree) else { return nil }
+        return RemovalNotice(id: id.rawValue, revisions: held.leaves)
     }
 }

@@ -11,8 +11,9 @@ import FerryStore
 ///   document: not its ID, its revisions, nor that it exists. A revision of a readable
 ///   document is served only when the rule admits that revision too.
 /// - **Write.** A revision is admitted when the write rule admits it, every leaf the document
-///   already has, and every ancestor of it that is held: a writer may not turn, hide or
-///   out-rank a document it could not have written.
+///   already has, and every ancestor of it that is held (by the node's own criteria; a group
+///   grant judges the revision and the leaves): a writer may not turn, hide or out-rank a
+///   document it could not have written.
 /// - A tombstone without fields is judged by the nearest ancestor whose body is kept, so a
 ///   rule by `type` still sees what was deleted.
 public struct DocumentAccess: Sendable {
@@ -81,9 +82,13 @@ public struct DocumentAccess: Sendable {
                 return "\"\(id)\" holds revision \(r.id), which this writer may not write"
             }
         }
+        // Held ancestors are judged by the node's own criteria only: a group grant is by
+        // content, and a document an admin moved (to another ward) is its new readers' to edit.
+        let ancestorRule = AccessRule(idPrefixes: rule.idPrefixes, idPatterns: rule.idPatterns, types: rule.types)
+        guard !ancestorRule.admitsEverything, ancestorRule.needsBodies else { return nil }
         for a in ancestors {
             guard let i = tree.index(of: a), tree.revisions[i].body != nil else { continue }
-            if !rule.admits(id: id, body: Self.judgedBody(at: i, in: tree)) {
+            if !ancestorRule.admits(id: id, body: Self.judgedBody(at: i, in: tree)) {
                 return "\"\(id)\" descends from revision \(a), which this writer may not write"
             }
         }

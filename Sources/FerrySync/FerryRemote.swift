@@ -69,6 +69,11 @@ struct FerryRemote: RemoteDatabase {
         return page
     }
 
+    /// Asks which of these held documents this side may no longer read.
+    func checkAccess(_ held: [AccessCheckRequest.HeldDocument]) async throws -> [RemovalNotice] {
+        try await ask(AccessCheckRequest(held: held)).removed
+    }
+
     /// Sends removal notices (the peer listed `accessRemoval` in its hello reply).
     func tellAccessRemoved(_ notices: [RemovalNotice]) async throws {
         _ = try await ask(AccessRemovedRequest(removed: notices))

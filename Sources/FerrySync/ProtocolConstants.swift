@@ -20,6 +20,8 @@ public enum SyncProtocol {
         public static let heartbeat = "heartbeat"
         /// Documents the receiver may no longer read (docs/protocol.md §3, access removal).
         public static let accessRemoved = "accessRemoved"
+        /// Which documents the requester holds it may no longer read (docs/protocol.md §3).
+        public static let accessCheck = "accessCheck"
     }
     /// `inline`: changes replies carry small fresh revisions, and caught-up pushes send them
     /// without revsDiff (docs/protocol.md §3.4). `heartbeat`: both sides send heartbeats on an

@@ -45,6 +45,9 @@ final class Puller: Sendable {
         if let gate, let ticket { try await gate.acquire(ticket) }
         let floor = try Coverage.of(remoteDB, in: context.store)
         var since = try await checkpoint.start(reset: configuration.resetCheckpoint, floor: floor)
+        if configuration.checksHeldAccess, remote.identity.acceptsRemovals, let ferry = remote as? FerryRemote {
+            try await checkHeldAccess(ferry)
+        }
         var catchingUp = true
         /// The first catch-up of this connection ended: take over the remote's coverage
         /// (this store now holds everything the remote held at hello) and pass the lease on.
@@ -228,6 +231,27 @@ final class Puller: Sendable {
 
     /// Reads the other side's whole feed from its start, ignoring checkpoints and coverage,
     /// and fetches whatever this store lacks (anti-entropy). Returns the revisions stored.
+    /// Asks the peer, a page at a time, which of the live documents held here this node may no
+    /// longer read, and purges those it names (within its write policy).
+    func checkHeldAccess(_ ferry: FerryRemote) async throws {
+        var since: UInt64 = 0
+        while true {
+            let page = try context.store.changesWithLeaves(since: since, limit: AccessCheckRequest.maxHeld)
+            guard let last = page.last else { return }
+            since = last.0.sequence
+            let held = page.filter { !$0.0.deleted && !$0.0.id.rawValue.hasPrefix(ReservedNamespace.prefix) }.map { change, leaves in
+                AccessCheckRequest.HeldDocument(id: change.id.rawValue, leaves: leaves.map(\.description))
+            }
+            if !held.isEmpty {
+                let notices = try await ferry.checkAccess(held)
+                if !notices.isEmpty {
+                    progress.accessRemoved(try AccessRemovalApplier.apply(notices, writer: configuration.remotePolicy, store: context.store))
+                }
+            }
+            if page.count < AccessCheckRequest.maxHeld { return }
+        }
+    }
+
     func sweep() async throws -> Int {
         let before = progress.summary.pulled
         var since = RemoteSequence.start

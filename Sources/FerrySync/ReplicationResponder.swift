@@ -214,6 +214,7 @@ final class ResponderSession: Sendable {
             case SyncProtocol.Profile.getBlob: reply = try await getBlob(request)
             case SyncProtocol.Profile.putBlob: reply = try await putBlob(request)
             case SyncProtocol.Profile.accessRemoved: reply = try accessRemoved(request)
+            case SyncProtocol.Profile.accessCheck: reply = try accessCheck(request)
             default: throw SyncError(.unknownRequest, message: "unknown request \"\(profile)\"", isTransient: false)
             }
             return reply
@@ -352,6 +353,23 @@ final class ResponderSession: Sendable {
             responder.logger.info("access removed", metadata: ["peer": "\(peerForLog)", "id": "\(LogText.escape(r.id))"])
         }
         return reply(request, .object([:]))
+    }
+
+    /// Answers which of the documents the peer holds it may no longer read here.
+    func accessCheck(_ request: Message) throws -> Message {
+        try requirePull()
+        let asked = try AccessCheckRequest(try request.json())
+        let access = DocumentAccess(policy)
+        guard !access.readsEverything else { return reply(request, AccessCheckReply(removed: []).json) }
+        let ids = asked.held.compactMap { try? DocumentID($0.id) }
+        let trees = try store.revisionTrees(ids)
+        var removed: [RemovalNotice] = []
+        for held in asked.held {
+            guard let doc = try? DocumentID(held.id), let tree = trees[doc], let notice = access.removalNotice(doc, held: held, tree: tree)
+            else { continue }
+            removed.append(notice)
+        }
+        return reply(request, AccessCheckReply(removed: removed).json)
     }
 
     /// Inserts pushed revisions through the trust boundary; answers per revision.

@@ -26,6 +26,10 @@ public struct ReplicatorConfiguration: Sendable {
     public var remoteSelector: JSON?
     /// What the remote peer may write here (checked on pull, before the pull filter).
     public var remotePolicy = PeerPolicy.trusted
+    /// Whether this node's own read access is narrowed by content (group rules with
+    /// selectors): each pull session then first asks the peer which held documents it may no
+    /// longer read (docs/protocol.md §3, accessCheck).
+    public var checksHeldAccess = false
     /// Conflict resolvers by document type. Default: keep conflicts visible.
     public var resolvers = ResolverSet()
     /// Consecutive failed attempts before giving up; nil means 10 for one-shot and
