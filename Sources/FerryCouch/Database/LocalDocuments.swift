@@ -34,7 +34,8 @@ enum CouchLocalDocuments {
 
 extension CouchDatabase {
     /// `GET|HEAD|PUT|DELETE /{db}/_local/{id}`: open to every authenticated principal, as
-    /// replicators keep their checkpoints there; `_rev` must name the current version.
+    /// replicators keep their checkpoints there (a user whose reading is restricted reads only
+    /// its own); `_rev` must name the current version.
     func localDocument(_ request: Request, context: CouchRequestContext, id: String) async throws -> Response {
         _ = try context.requirePrincipal()
         guard !id.isEmpty else { throw CouchError.badRequest("Local document ID must not be empty.") }
@@ -43,6 +44,12 @@ extension CouchDatabase {
         switch request.method {
         case .get, .head:
             guard let stored = try store.localDocument(key) else { throw CouchError.notFound("missing") }
+            // A restricted reader sees only its own: another's may hold anything.
+            if case .user(let name, let policy) = try context.requirePrincipal(), !policy.read.admitsEverything,
+                let owner = stored["owner"]?.stringValue, owner != name
+            {
+                throw CouchError.notFound("missing")
+            }
             var response = CouchResponse.json(CouchLocalDocuments.rendered(id: id, stored: stored))
             response.headers[.eTag] = "\"0-\(stored["rev"]?.intValue ?? 0)\""
             return headless(response, request)
