@@ -130,6 +130,7 @@ struct Clinic {
         let listing = try await ferry(wardA, ["access", "removed"])
         #expect(listing.stdout.contains("accessRemoved patient-1"), "\(listing.stdout)")
         #expect(try await wardA.admin.get("/")["access"]?["removed"]?.intValue ?? 0 >= 1)
+        #expect(try await wardA.admin.metric("ferry_access_removed_documents") >= 1)
         // Its later edit of the purged patient is refused where it is typed.
         let edit = try await wardA.admin.call("PUT", "/docs/patient-1", body: #"{"ward":"a"}"#)
         #expect(edit.status == 403, "\(edit.text)")

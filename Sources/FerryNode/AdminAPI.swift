@@ -387,7 +387,8 @@ struct AdminAPI: Sendable {
         let text = node.metrics.render(
             connectedPeers: manager.connectedCount,
             inboundConnections: listener.connections.count,
-            storeBytes: node.store.sizeOnDisk(), documents: info?.documentCount ?? 0, lastSequence: info?.lastSequence ?? 0)
+            storeBytes: node.store.sizeOnDisk(), documents: info?.documentCount ?? 0, lastSequence: info?.lastSequence ?? 0,
+            accessRules: node.access.snapshot.rules.count, accessRemoved: (try? node.store.accessRemovals().total) ?? 0)
         return Response(
             status: .ok, headers: [.contentType: "text/plain; version=0.0.4"],
             body: .init(byteBuffer: ByteBuffer(string: text)))

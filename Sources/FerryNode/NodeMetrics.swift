@@ -28,6 +28,8 @@ public final class NodeMetrics: Sendable {
         "ferry_replication_errors_total": "Replication attempts that failed, by whether the error was transient",
         "ferry_connected_peers": "Peers with a live connection either way",
         "ferry_inbound_connections": "Live listener connections",
+        "ferry_access_rules": "Group access rules in force (0: every member reads and writes everything)",
+        "ferry_access_removed_documents": "Documents ever purged here because this node lost access to them (accessRemoved)",
         "ferry_store_size_bytes": "Database files and blobs on disk",
         "ferry_documents": "Live documents",
         "ferry_last_sequence": "The store's last sequence",
@@ -47,6 +49,7 @@ public final class NodeMetrics: Sendable {
 
     static let gauges: Set<String> = [
         "ferry_connected_peers", "ferry_inbound_connections", "ferry_store_size_bytes", "ferry_documents", "ferry_last_sequence",
+        "ferry_access_rules", "ferry_access_removed_documents",
     ]
 
     public init() {
@@ -62,7 +65,12 @@ public final class NodeMetrics: Sendable {
     }
 
     /// Records the scrape-time gauges, then renders the Prometheus text format.
-    func render(connectedPeers: Int, inboundConnections: Int, storeBytes: Int64, documents: Int, lastSequence: UInt64) -> String {
+    func render(
+        connectedPeers: Int, inboundConnections: Int, storeBytes: Int64, documents: Int, lastSequence: UInt64, accessRules: Int = 0,
+        accessRemoved: Int64 = 0
+    ) -> String {
+        Gauge(label: "ferry_access_rules", factory: factory).record(accessRules)
+        Gauge(label: "ferry_access_removed_documents", factory: factory).record(accessRemoved)
         Gauge(label: "ferry_connected_peers", factory: factory).record(connectedPeers)
         Gauge(label: "ferry_inbound_connections", factory: factory).record(inboundConnections)
         Gauge(label: "ferry_store_size_bytes", factory: factory).record(storeBytes)

@@ -301,6 +301,8 @@ struct Watch: AsyncParsableCommand {
         }
         // SIGINT and SIGTERM end the watch (ProcessSignals holds them blocked and hands them here).
         let stop = AsyncStream<Void> { continuation in ProcessSignals.deliver { _ in continuation.finish() } }
+        // Documents purged for access leave no change behind: their journal is followed beside the feed.
+        let removedBefore = try store.accessRemovals().total
         try await Race.first(
             {
                 let poll = LiveChanges.Poll(interval: .milliseconds(250))
@@ -311,6 +313,21 @@ struct Watch: AsyncParsableCommand {
                         Output.line(Output.changeLine(c))
                     }
                     fflush(nil)
+                }
+            },
+            {
+                var seen = removedBefore
+                while !Task.isCancelled {
+                    for r in try store.accessRemovals(after: seen).removals {
+                        seen = r.number
+                        if global.json {
+                            Output.json(["event": "accessRemoved", "id": .string(r.id), "reason": .string(r.reason)])
+                        } else {
+                            Output.line("accessRemoved \(LogText.escape(r.id)): \(r.reason)")
+                        }
+                        fflush(nil)
+                    }
+                    try await Task.sleep(for: .milliseconds(250))
                 }
             },
             { for await _ in stop {} })
