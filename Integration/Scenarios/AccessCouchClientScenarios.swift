@@ -8,11 +8,6 @@ import Testing
 /// real `ferry serve` that founded the group and typed the rules.
 @Suite(.serialized, .timeLimit(.minutes(10))) struct AccessCouchClientScenarios {
     @Test func aRestrictedUserSeesOnlyItsWardThroughEveryReadRouteAndIsRefusedOtherWrites() async throws {
-        let python = CouchSuite.python
-        guard FileManager.default.isExecutableFile(atPath: python) else {
-            Issue.record("\(python) is missing: run scripts/install-deps.sh to create .venv-couch")
-            return
-        }
         let cluster = Cluster("access-couch")
         defer { cluster.cleanUp() }
         let a = cluster.add("a")
@@ -28,19 +23,12 @@ import Testing
         try await ferry(["access", "rule", "add", "ward-a", "--role", "ward-a", "--read-selector", #"{"ward":"a"}"#, "--write-selector", #"{"ward":"a"}"#])
         try await ferry(["couch-user", "add", "nurse"], stdin: "nurse-pass-4711\n")
         try await ferry(["access", "roles", "user:nurse", "ward-a"])
-        var environment = ProcessInfo.processInfo.environment
-        environment["FERRY_COUCH_URL"] = try CouchSuite.couchURL(a)
-        environment["FERRY_COUCH_DB"] = try await a.admin.get("/")["group"]?.stringValue ?? "ferry"
-        environment["FERRY_ADMIN_KEY"] = try CouchSuite.adminKey(a)
-        environment["FERRY_USER"] = "nurse"
-        environment["FERRY_USER_PASSWORD"] = "nurse-pass-4711"
-        environment["PYTHONDONTWRITEBYTECODE"] = "1"
-        let result = try await Shell.run(
-            ["-m", "pytest", CouchSuite.directory + "/test_access.py", "-q", "-p", "no:cacheprovider", "-rfE"],
-            executable: python, environment: environment, timeout: 300)
-        if result.status != 0 {
-            Issue.record("pytest test_access.py exited \(result.status):\n\(result.stdout.suffix(6000))\n\(result.stderr.suffix(2000))")
-        }
+        try await CouchSuite.pytest(
+            CouchSuite.directory + "/test_access.py",
+            environment: [
+                "FERRY_COUCH_URL": try CouchSuite.couchURL(a), "FERRY_COUCH_DB": try await a.admin.get("/")["group"]?.stringValue ?? "ferry",
+                "FERRY_ADMIN_KEY": try CouchSuite.adminKey(a), "FERRY_USER": "nurse", "FERRY_USER_PASSWORD": "nurse-pass-4711",
+            ])
         await finish(cluster, allowing: expectedRefusals + ["forbidden"])
     }
 }

@@ -123,19 +123,12 @@ import Testing
         try #"{"discovery":{"enabled":false},"couch":{"users":[\#(JSON.object(user).canonicalString)]}}"#
             .write(toFile: config, atomically: true, encoding: .utf8)
         try await a.start(["--config", config, "--couch-port", "0"])
-        var environment = ProcessInfo.processInfo.environment
-        environment["FERRY_COUCH_URL"] = try CouchSuite.couchURL(a)
-        environment["FERRY_COUCH_DB"] = try await a.admin.get("/")["group"]?.stringValue ?? "ferry"
-        environment["FERRY_ADMIN_KEY"] = try CouchSuite.adminKey(a)
-        environment["FERRY_USER"] = "nurse"
-        environment["FERRY_USER_PASSWORD"] = "nurse-pass-4711"
-        environment["PYTHONDONTWRITEBYTECODE"] = "1"
-        let result = try await Shell.run(
-            ["-m", "pytest", CouchSuite.root + "/Integration/attacks/test_policy.py", "-q", "-p", "no:cacheprovider", "-rfE"],
-            executable: python, environment: environment, timeout: 300)
-        if result.status != 0 {
-            Issue.record("pytest test_policy.py exited \(result.status):\n\(result.stdout.suffix(6000))\n\(result.stderr.suffix(2000))")
-        }
+        try await CouchSuite.pytest(
+            CouchSuite.root + "/Integration/attacks/test_policy.py",
+            environment: [
+                "FERRY_COUCH_URL": try CouchSuite.couchURL(a), "FERRY_COUCH_DB": try await a.admin.get("/")["group"]?.stringValue ?? "ferry",
+                "FERRY_ADMIN_KEY": try CouchSuite.adminKey(a), "FERRY_USER": "nurse", "FERRY_USER_PASSWORD": "nurse-pass-4711",
+            ])
         await finish(cluster, allowing: expectedRefusals + ["revision refused", "forbidden"])
     }
 }

@@ -168,6 +168,27 @@ enum CouchSuite {
     }
 
     /// The node's admin key, from the file its node.json names (else DATA/admin.key).
+    /// Runs one pytest file with `environment` added (the node's CouchDB URL, users...) and
+    /// records pytest's output as an issue when it fails.
+    static func pytest(
+        _ file: String, environment extra: [String: String], timeout: Double = 300, sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws {
+        guard FileManager.default.isExecutableFile(atPath: python) else {
+            Issue.record("\(python) is missing: run scripts/install-deps.sh to create .venv-couch", sourceLocation: sourceLocation)
+            return
+        }
+        var environment = ProcessInfo.processInfo.environment
+        environment["PYTHONDONTWRITEBYTECODE"] = "1"
+        environment.merge(extra) { _, new in new }
+        let result = try await Shell.run(
+            ["-m", "pytest", file, "-q", "-p", "no:cacheprovider", "-rfE"], executable: python, environment: environment, timeout: timeout)
+        if result.status != 0 {
+            let name = (file as NSString).lastPathComponent
+            Issue.record(
+                "pytest \(name) exited \(result.status):\n\(result.stdout.suffix(6000))\n\(result.stderr.suffix(2000))", sourceLocation: sourceLocation)
+        }
+    }
+
     static func adminKey(_ node: Node) throws -> String {
         let path = node.info["adminKeyFile"]?.stringValue ?? node.dataDirectory + "/admin.key"
         guard let key = try? String(contentsOfFile: path, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines),

@@ -71,14 +71,18 @@ extension GroupAccess {
         return snapshot.explain(id: id, body: judged, principal: principal)
     }
 
-    /// A member reference or `user:NAME` as the principal ID rules name.
+    /// A member reference, a whole node ID (a peer trusted by hand need not be a member), or
+    /// `user:NAME`, as the principal ID rules name.
     func resolvePrincipal(_ who: String, membership: GroupMembership) throws -> String {
         if who.hasPrefix("user:") {
             try AccessNames.checkPrincipal(who)
             return who
         }
         guard let view = membership.view else { throw AccessError.noGroup }
-        return try membership.resolve(who, in: view)
+        do { return try membership.resolve(who, in: view) } catch {
+            if who.utf8.count == 64, NodeIDFormat.normalized(who) == who.lowercased() { return who.lowercased() }
+            throw error
+        }
     }
 
     func adminContext(_ membership: GroupMembership) throws -> (String, NodeIdentity) {

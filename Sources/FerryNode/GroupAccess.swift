@@ -192,7 +192,8 @@ public final class GroupAccess: Sendable {
     public func recompute() -> AccessSnapshot? {
         let group = ledger.group
         let admins = ledger.activeAdmins()
-        let next = entries.withLock { e in Self.snapshot(e, group: group, admins: admins) }
+        let removed = ledger.removedMembers()
+        let next = entries.withLock { e in Self.snapshot(e, group: group, admins: admins, removed: removed) }
         let changed = current.withLock { c -> Bool in
             guard c != next else { return false }
             c = next
@@ -203,11 +204,15 @@ public final class GroupAccess: Sendable {
         return next
     }
 
-    static func snapshot(_ e: Entries, group: String?, admins: Set<String>) -> AccessSnapshot {
+    /// The rules and roles in force: signed by an admin active now, for this group; a node
+    /// removed from the group keeps no role.
+    static func snapshot(_ e: Entries, group: String?, admins: Set<String>, removed: Set<String> = []) -> AccessSnapshot {
         guard let group else { return .empty }
         var s = AccessSnapshot()
         for (name, r) in e.rules where r.group == group && r.state == .active && admins.contains(r.signer) { s.rules[name] = r }
-        for (p, a) in e.roles where a.group == group && admins.contains(a.signer) && !a.roles.isEmpty { s.roles[p] = a.roles }
+        for (p, a) in e.roles where a.group == group && admins.contains(a.signer) && !a.roles.isEmpty && !removed.contains(p) {
+            s.roles[p] = a.roles
+        }
         return s
     }
 
@@ -216,7 +221,7 @@ public final class GroupAccess: Sendable {
         var e = entries.withLock { $0 }
         if let rule { e.rules[rule.name] = rule }
         if let roles { e.roles[roles.principal] = roles }
-        return Self.snapshot(e, group: ledger.group, admins: ledger.activeAdmins())
+        return Self.snapshot(e, group: ledger.group, admins: ledger.activeAdmins(), removed: ledger.removedMembers())
     }
 
     /// The stored rule and assignment entries (active or not), for listing.

@@ -39,6 +39,15 @@ public final class MembershipLedger: Sendable {
 }
 
 extension MembershipLedger {
+    /// The nodes whose selected entry says they were removed from the group.
+    public func removedMembers() -> Set<String> {
+        state.withLock { s in
+            guard let group = s.group else { return [] }
+            let view = s.view ?? MembershipView(group: group, entries: s.ledger.values.joined(), signaturesChecked: true)
+            return Set(view.selected.values.filter { $0.state == .removed }.map(\.node))
+        }
+    }
+
     /// The founder and the admins active now (empty without a group).
     public func activeAdmins() -> Set<String> {
         state.withLock { s in

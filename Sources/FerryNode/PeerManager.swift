@@ -249,7 +249,9 @@ public final class PeerManager: Service, Sendable {
         let (toStop, toStart, kept): (ReplicationLink?, ReplicationLink?, ReplicationLink?) = state.withLock { s in
             guard !s.stopping, var p = s.peers[id] else { return (nil, nil, nil) }
             let url = dialURL(p)
-            if let link = p.link, link.url == url, link.policy == policy { return (nil, nil, link) }
+            if let link = p.link, link.url == url, link.policy == policy, link.ownAccess == replicators.ownAccessStamp {
+                return (nil, nil, link)
+            }
             let old = p.link
             p.link = url.map { makeLink(url: $0, peerID: id, spec: nil) }
             s.peers[id] = p
@@ -311,7 +313,8 @@ public final class PeerManager: Service, Sendable {
             // every 1.5 s (at most) to a peer that is gone costs nothing measurable.
             rc.maxAttemptWait = Self.maxRedialWait
         }
-        return ReplicationLink(url: url, peerID: peerID, policy: policy, replicator: replicator, clock: clock, logger: logger)
+        return ReplicationLink(
+            url: url, peerID: peerID, policy: policy, ownAccess: replicators.ownAccessStamp, replicator: replicator, clock: clock, logger: logger)
     }
 
     /// The longest wait between dials of a peer whose link is down.

@@ -22,6 +22,14 @@ public struct ReplicationFactory: Sendable {
     /// The group's access rules: when this node's own reading is narrowed by content, each
     /// pull first checks what it holds (nil: no group rules apply).
     public var access: GroupAccess?
+
+    /// What this node's own roles let it read, as a stable text ("" without rules, or when
+    /// they admit everything).
+    public var ownAccessStamp: String {
+        guard let own = access?.own else { return "" }
+        let rule = AccessRule.all.restricted(by: own.read)
+        return rule.admitsEverything ? "" : rule.fingerprint
+    }
     /// The node's one mesh view and relay ledger, given to every replicator and responder
     /// (heartbeats carry links; relays a peer gets elsewhere are skipped). nil: neither.
     public var mesh: MeshRelay?
@@ -126,6 +134,7 @@ public struct ReplicationFactory: Sendable {
         rc.wiring.liveness = liveness
         rc.blobPolicy = blobPolicy
         rc.checksHeldAccess = access?.own?.read.needsBodies ?? false
+        rc.ownReadFingerprint = ownAccessStamp.isEmpty ? nil : ownAccessStamp
         configure(&rc)
         return Replicator(store: store, connector: connector, configuration: rc, clock: clock, logger: logger ?? self.logger)
     }

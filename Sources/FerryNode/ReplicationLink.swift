@@ -23,6 +23,9 @@ final class ReplicationLink: Sendable {
     let peerID: String
     /// The peer's policy in the trust store when the link was made (nil: not in it).
     let policy: PeerPolicy?
+    /// What this node's own roles let it hold when the link was made (the group's rules): a
+    /// change starts the link again, with checkpoints that re-examine what it may now read.
+    let ownAccess: String
     private let current: Locked<Run>
     /// Makes the replicator anew for each restart (a CouchDB replication re-reads its
     /// credentials file or variable, which may have been fixed); nil: the same one runs again.
@@ -37,10 +40,14 @@ final class ReplicationLink: Sendable {
     /// Wait after a replicator stops on a permanent error before starting it again.
     static let restartWait: Duration = .seconds(30)
 
-    init(url: String, peerID: String, policy: PeerPolicy?, replicator: Replicator, clock: any Clock<Duration>, logger: Logger) {
+    init(
+        url: String, peerID: String, policy: PeerPolicy?, ownAccess: String = "", replicator: Replicator, clock: any Clock<Duration>,
+        logger: Logger
+    ) {
         self.url = url
         self.peerID = peerID
         self.policy = policy
+        self.ownAccess = ownAccess
         current = Locked(Run(replicator: replicator))
         rebuild = nil
         self.clock = clock
@@ -52,6 +59,7 @@ final class ReplicationLink: Sendable {
         self.url = url
         self.peerID = peerID
         self.policy = policy
+        ownAccess = ""
         current = Locked(make())
         rebuild = make
         self.clock = clock

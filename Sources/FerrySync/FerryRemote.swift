@@ -22,6 +22,7 @@ struct FerryRemote: RemoteDatabase {
             coverage: reply.coverage)
         var opened = identity
         opened.reportsSkips = reply.features.contains(SyncProtocol.skipReportsFeature)
+        opened.accessEpoch = reply.accessEpoch
         opened.acceptsRemovals =
             features.contains(SyncProtocol.accessRemovalFeature) && reply.features.contains(SyncProtocol.accessRemovalFeature)
         opened.blobChunks =

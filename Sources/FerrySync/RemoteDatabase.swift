@@ -136,6 +136,8 @@ package struct RemoteIdentity: Sendable, Equatable {
     package var blobChunks = false
     /// Whether the other side takes removal notices (`accessRemoval`).
     package var acceptsRemovals = false
+    /// How many documents the other side ever purged for access (nil: none, or it does not say).
+    package var accessEpoch: Int64?
 
     package init(
         databaseID: String, peerID: String, allowsPull: Bool, allowsPush: Bool, inline: Bool, heartbeat: Bool = false,

@@ -244,14 +244,13 @@ final class ResponderSession: Sendable {
         peer.withLock { $0 = authenticatedPeer ?? hello.nodeID }
         noteHello(hello)
         armLiveness(peerOffers: hello.features)
-        return reply(
-            request,
-            HelloReply(
-                nodeID: options.nodeID, database: store.uuid, protocolVersion: version,
-                features: SyncProtocol.features(liveness: options.liveness),
-                allowPush: options.allowPush && !options.readOnly, allowPull: options.allowPull,
-                coverage: coverageForHello(peerDatabase: hello.database)
-            ).json)
+        var answer = HelloReply(
+            nodeID: options.nodeID, database: store.uuid, protocolVersion: version,
+            features: SyncProtocol.features(liveness: options.liveness),
+            allowPush: options.allowPush && !options.readOnly, allowPull: options.allowPull,
+            coverage: coverageForHello(peerDatabase: hello.database))
+        if let removed = try? store.accessRemovals().total, removed > 0 { answer.accessEpoch = removed }
+        return reply(request, answer.json)
     }
 
     /// The smallest pushed batch whose echo is recorded.

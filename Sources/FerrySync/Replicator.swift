@@ -37,6 +37,8 @@ public final class Replicator: Sendable {
     struct RunState {
         var task: Task<Void, Never>?
         var remoteDatabase: String?
+        /// The other side's access epoch as its last hello said.
+        var remoteEpoch: Int64?
         /// How far the push worker of the current connection has pushed, ahead of a deferred local checkpoint.
         var pushedThrough: UInt64 = 0
         /// `retryNow()` was called; the next wait before an attempt ends at once.
@@ -320,6 +322,7 @@ public final class Replicator: Sendable {
         let remoteDB = remote.identity.databaseID
         state.withLock {
             $0.remoteDatabase = remoteDB
+            $0.remoteEpoch = remote.identity.accessEpoch
             $0.liveRemote = remote
         }
         defer { state.withLock { $0.liveRemote = nil } }
@@ -341,7 +344,7 @@ public final class Replicator: Sendable {
         try await withThrowingTaskGroup(of: Bool.self) { group in
             var workers = 0
             if direction.pulls {
-                let key = checkpointKey(remoteDB: remoteDB, direction: .pull)
+                let key = checkpointKey(remoteDB: remoteDB, direction: .pull, remoteEpoch: remote.identity.accessEpoch)
                 group.addTask {
                     try await puller.run(checkpointKey: key)
                     return true
@@ -349,7 +352,7 @@ public final class Replicator: Sendable {
                 workers += 1
             }
             if direction.pushes {
-                let key = checkpointKey(remoteDB: remoteDB, direction: .push)
+                let key = checkpointKey(remoteDB: remoteDB, direction: .push, remoteEpoch: remote.identity.accessEpoch)
                 group.addTask {
                     try await pusher.run(checkpointKey: key) { seq in
                         self.state.withLock { $0.pushedThrough = seq }
@@ -382,12 +385,18 @@ public final class Replicator: Sendable {
 
     // MARK: Checkpoints
 
-    func checkpointKey(remoteDB: String, direction: CheckpointDirection) -> String {
+    /// `remoteEpoch`: how many documents the other side ever purged for access (its hello).
+    func checkpointKey(remoteDB: String, direction: CheckpointDirection, remoteEpoch: Int64?) -> String {
         var filter = direction == .pull ? configuration.pullFilter?.name : configuration.pushFilter?.name
         // A restricted peer's policy is part of the key: widening it starts over, so what it
         // newly admits moves (a trusted peer's key has no such part, and never restarts).
         let rule = direction == .pull ? configuration.remotePolicy.write : configuration.remotePolicy.read
         if !rule.admitsEverything { filter = (filter ?? "") + "\u{0}policy:" + rule.fingerprint }
+        if direction == .pull, let own = configuration.ownReadFingerprint { filter = (filter ?? "") + "\u{0}own:" + own }
+        // A side that purged documents for access holds less than its checkpoints say: a new
+        // key after each purge re-examines the feed (revsDiff keeps what it holds from moving).
+        let epoch = direction == .push ? remoteEpoch : (try? store.accessRemovals().total)
+        if let epoch, epoch > 0 { filter = (filter ?? "") + "\u{0}epoch:\(epoch)" }
         return Checkpointer<UInt64>.key(
             localDatabase: store.uuid, remoteDatabase: remoteDB, direction: direction, filterName: filter,
             documentIDs: configuration.documentIDs)
@@ -402,9 +411,9 @@ public final class Replicator: Sendable {
     /// document-ID list and push filter). Before the first connection, every document is pending.
     public func pendingDocumentIDs() throws -> Set<DocumentID> {
         var since: UInt64 = 0
-        let (remote, pushed) = state.withLock { ($0.remoteDatabase, $0.pushedThrough) }
+        let (remote, pushed, epoch) = state.withLock { ($0.remoteDatabase, $0.pushedThrough, $0.remoteEpoch) }
         if let remote {
-            since = max(try localCheckpoint(checkpointKey(remoteDB: remote, direction: .push)) ?? 0, pushed)
+            since = max(try localCheckpoint(checkpointKey(remoteDB: remote, direction: .push, remoteEpoch: epoch)) ?? 0, pushed)
         }
         var pending = Set<DocumentID>()
         while true {

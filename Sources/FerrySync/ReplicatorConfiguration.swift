@@ -30,6 +30,10 @@ public struct ReplicatorConfiguration: Sendable {
     /// selectors): each pull session then first asks the peer which held documents it may no
     /// longer read (docs/protocol.md §3, accessCheck).
     public var checksHeldAccess = false
+    /// What this node's own roles let it read (group rules), when narrowed: part of the pull
+    /// checkpoint key, so a change of its roles re-examines the peer's feed for what it may
+    /// now hold.
+    public var ownReadFingerprint: String?
     /// Conflict resolvers by document type. Default: keep conflicts visible.
     public var resolvers = ResolverSet()
     /// Consecutive failed attempts before giving up; nil means 10 for one-shot and

@@ -100,6 +100,9 @@ struct HelloReply: SyncJSONReply {
     var allowPull: Bool
     /// The responder's coverage, when it serves this peer's pulls unrestricted (optional; docs/protocol.md, "Join catch-up").
     var coverage: CoverageSnapshot?
+    /// How many documents the responder ever purged for access (optional; absent: none): a
+    /// pusher's checkpoint is keyed by it, so what the responder purged is offered again.
+    var accessEpoch: Int64?
 
     var json: JSON {
         var o: [String: JSON] = [
@@ -107,6 +110,7 @@ struct HelloReply: SyncJSONReply {
             "features": .array(features.map { .string($0) }), "allowPush": .bool(allowPush), "allowPull": .bool(allowPull),
         ]
         if let coverage { o["coverage"] = coverage.json }
+        if let accessEpoch { o["accessEpoch"] = .int(accessEpoch) }
         return .object(o)
     }
 
@@ -132,6 +136,7 @@ struct HelloReply: SyncJSONReply {
         allowPush = o["allowPush"] == .bool(true)
         allowPull = o["allowPull"] == .bool(true)
         coverage = CoverageSnapshot(o["coverage"])
+        if let e = o["accessEpoch"]?.intValue, e > 0 { accessEpoch = e }
     }
 }
 

@@ -169,6 +169,41 @@ enum AccessFixture {
         _ = b
     }
 
+    @Test func aRuleStopsCountingWhenItsSignerIsNoLongerAnAdmin() throws {
+        let a = try MembershipFixture.node("a")
+        let b = try MembershipFixture.node("b")
+        let invitation = try a.membership.invite(admin: true, lifetime: 60, addresses: nil)
+        let request: JSON = ["secret": .string(Base64URL.encode(invitation.code.secret)), "database": "ferry", "addresses": ["127.0.0.1:5000"], "name": "b"]
+        _ = try a.membership.acceptJoin(request, peer: b.identity.nodeID)
+        _ = try a.access.setRoles("a", roles: ["supervisor"], membership: a.membership)
+        _ = try a.access.setRule("all", roles: ["supervisor"], read: AccessMatch(), write: AccessMatch(), delete: true, membership: a.membership)
+        // B, an admin, signs a rule; it reaches A as replication would.
+        let byB = try AccessRuleEntry.signed(
+            group: a.identity.nodeID, name: "notes", roles: ["clerk"], read: AccessMatch(ids: ["note-*"]), write: nil, delete: false,
+            state: .active, version: 1, by: b.identity)
+        try a.store.put(AccessRuleEntry.documentID("notes"), body: byB.body)
+        try a.access.reread([AccessRuleEntry.documentID("notes")], from: a.store)
+        a.access.recompute()
+        #expect(a.access.snapshot.rules["notes"] != nil)
+        // B is removed: what it signed no longer counts, and a new entry it signs is refused.
+        _ = try a.membership.remove("b")
+        a.access.recompute()
+        #expect(a.access.snapshot.rules["notes"] == nil)
+        let later = try AccessRuleEntry.signed(
+            group: a.identity.nodeID, name: "more", roles: ["clerk"], read: AccessMatch(), write: nil, delete: false, state: .active,
+            version: 1, by: b.identity)
+        #expect(throws: StoreError.self) { try a.store.put(AccessRuleEntry.documentID("more"), body: later.body) }
+    }
+
+    @Test func aRemovedMemberKeepsNoRole() throws {
+        let (a, b) = try AccessFixture.clinic()
+        #expect(a.access.snapshot.roles[b.identity.nodeID] == ["ward-a"])
+        _ = try a.membership.remove("b")
+        a.access.recompute()
+        #expect(a.access.snapshot.roles[b.identity.nodeID] == nil)
+        #expect(!a.access.restrict(.trusted, principal: b.identity.nodeID).read.admits(id: AccessFixture.doc("p"), body: ["ward": "a"]))
+    }
+
     @Test func explainNamesTheAdmittingRuleOrSaysWhyNone() throws {
         let (a, b) = try AccessFixture.clinic()
         try a.store.put(AccessFixture.doc("p2"), body: ["ward": "b"])

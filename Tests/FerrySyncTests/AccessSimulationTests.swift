@@ -144,25 +144,10 @@ final class AccessSimulation: @unchecked Sendable {
         config.remotePolicy = Self.policy(role(b))
         config.checksHeldAccess = Self.policy(role(a)).read.needsBodies
         if faulty { config.direction = [.push, .pull, .pushAndPull][random(3)] }
-        let unreachable = partitioned.contains(a) || partitioned.contains(b)
-        let failAfter: Int? = faulty && random(3) == 0 ? 2 + random(20) : nil
-        let duplicate = faulty && random(3) == 0
-        let yields = faulty ? random(4) : 0
         var options = ReplicationResponder.Options()
         options.defaultPolicy = Self.policy(role(a))
-        var link = Link(to: nodes[b], options: options, quiet: true)
-        link.faults = { _ in
-            let deliver: @Sendable ([UInt8]) async -> [[UInt8]] = { bytes in
-                for _ in 0..<yields { await Task.yield() }
-                return duplicate ? [bytes, bytes] : [bytes]
-            }
-            return (.init(failAfterMessages: failAfter, deliver: deliver), .init(deliver: deliver))
-        }
-        let inner = link.connector
-        let connector: Replicator.Connector = {
-            if unreachable { throw SyncError.disconnected("partitioned") }
-            return try await inner()
-        }
+        let connector = simulatedConnector(
+            to: nodes[b], options: options, faulty: faulty, unreachable: partitioned.contains(a) || partitioned.contains(b), using: &rng)
         var quiet = Logger(label: "ferry.sim")
         quiet.logLevel = .critical
         await Replicator(store: nodes[a], connector: connector, configuration: config, clock: ImmediateClock(), logger: quiet).run()

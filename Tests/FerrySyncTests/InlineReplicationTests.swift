@@ -354,7 +354,7 @@ struct RecordedReplication {
         }
         r.replicator.start()
         _ = await r.requests(through: "changes", 2)  // caught up: written at once
-        let key = r.replicator.checkpointKey(remoteDB: remote.uuid, direction: .pull)
+        let key = r.replicator.checkpointKey(remoteDB: remote.uuid, direction: .pull, remoteEpoch: nil)
         let peerCopy = { try remote.localDocument("checkpoint/peer/anonymous/\(key)")?["seq"]?.intValue }
         #expect(try peerCopy() == 1)
         try remote.put(docID("doc"), body: bigBody("two"), parent: first)
@@ -379,7 +379,7 @@ struct RecordedReplication {
         await r.idle(statuses)
         try local.put(docID("new"), body: ["v": 1])
         for await e in events where e.direction == .push { break }
-        let key = r.replicator.checkpointKey(remoteDB: remote.uuid, direction: .push)
+        let key = r.replicator.checkpointKey(remoteDB: remote.uuid, direction: .push, remoteEpoch: nil)
         #expect(try r.replicator.localCheckpoint(key) == nil)  // deferred
         #expect(try r.replicator.pendingDocumentIDs().isEmpty)  // yet nothing is pending
         r.replicator.stop()
@@ -400,7 +400,7 @@ struct RecordedReplication {
         try remote.put(docID("doc"), body: bigBody("two"), parent: first)
         let afterChange = await r.requests(through: "changes")
         #expect(afterChange == ["setCheckpoint", "changes"])
-        let key = r.replicator.checkpointKey(remoteDB: remote.uuid, direction: .pull)
+        let key = r.replicator.checkpointKey(remoteDB: remote.uuid, direction: .pull, remoteEpoch: nil)
         #expect(try remote.localDocument("checkpoint/peer/anonymous/\(key)")?["seq"]?.intValue == 2)
         r.replicator.stop()
         await r.replicator.waitUntilStopped()

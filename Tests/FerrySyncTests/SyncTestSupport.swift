@@ -132,3 +132,27 @@ func runSeeds(_ seeds: [UInt64], name: String, filter: String, _ run: @escaping 
         if failures >= 3 { break }
     }
 }
+
+/// A connector to `store`'s responder through an in-memory link that, when `faulty`, may
+/// break after some messages, duplicate every message and reorder them (the seeded
+/// simulations' network), and that fails at once while `unreachable` (a partition).
+func simulatedConnector(
+    to store: DocumentStore, options: ReplicationResponder.Options, faulty: Bool, unreachable: Bool, using rng: inout SeededGenerator
+) -> Replicator.Connector {
+    let failAfter: Int? = faulty && Int.random(in: 0..<3, using: &rng) == 0 ? 2 + Int.random(in: 0..<20, using: &rng) : nil
+    let duplicate = faulty && Int.random(in: 0..<3, using: &rng) == 0
+    let yields = faulty ? Int.random(in: 0..<4, using: &rng) : 0
+    var link = Link(to: store, options: options, quiet: true)
+    link.faults = { _ in
+        let deliver: @Sendable ([UInt8]) async -> [[UInt8]] = { bytes in
+            for _ in 0..<yields { await Task.yield() }  // reorders against concurrent messages
+            return duplicate ? [bytes, bytes] : [bytes]
+        }
+        return (.init(failAfterMessages: failAfter, deliver: deliver), .init(deliver: deliver))
+    }
+    let inner = link.connector
+    return {
+        if unreachable { throw SyncError.disconnected("partitioned") }
+        return try await inner()
+    }
+}
