@@ -139,6 +139,9 @@ public final class GroupAccess: Sendable {
     public let nodeID: String
     let entries = Locked(Entries())
     let current = Locked(AccessSnapshot.empty)
+    /// Each principal's grants under the current snapshot, made once (selectors parsed once):
+    /// every request of every peer asks.
+    private let grantCache = Locked<[String: PrincipalGrants]>([:])
     private let changes = Broadcaster<AccessSnapshot>()
 
     public init(ledger: MembershipLedger, nodeID: String) {
@@ -153,10 +156,27 @@ public final class GroupAccess: Sendable {
     public func snapshots() -> AsyncStream<AccessSnapshot> { changes.subscribe() }
 
     /// `policy` narrowed by the group's rules for `principal`.
-    public func restrict(_ policy: PeerPolicy, principal: String) -> PeerPolicy { snapshot.restrict(policy, principal: principal) }
+    public func restrict(_ policy: PeerPolicy, principal: String) -> PeerPolicy {
+        guard let g = grants(for: principal) else { return policy }
+        return PeerPolicy(
+            read: policy.read.restricted(by: g.read), write: policy.write.restricted(by: g.write), mayDelete: policy.mayDelete && g.mayDelete)
+    }
+
+    /// What the rules in force grant `principal` (nil without rules), cached per snapshot.
+    public func grants(for principal: String) -> PrincipalGrants? {
+        let (snapshot, cached) = current.withLock { c in (c, grantCache.withLock { $0[principal] }) }
+        guard snapshot.hasRules else { return nil }
+        if let cached { return cached }
+        guard let made = snapshot.grants(for: principal) else { return nil }
+        current.withLock { c in
+            // Kept only while the snapshot it was made from is still the current one.
+            if c == snapshot { grantCache.withLock { $0[principal] = made } }
+        }
+        return made
+    }
 
     /// What this node itself may hold (read) and write; nil without rules.
-    public var own: PrincipalGrants? { snapshot.grants(for: nodeID) }
+    public var own: PrincipalGrants? { grants(for: nodeID) }
 
     /// Re-reads every access document from the store.
     public func load(from store: DocumentStore) throws {
@@ -197,6 +217,7 @@ public final class GroupAccess: Sendable {
         let changed = current.withLock { c -> Bool in
             guard c != next else { return false }
             c = next
+            grantCache.withLock { $0.removeAll() }
             return true
         }
         guard changed else { return nil }
