@@ -2,7 +2,7 @@
 SWIFT ?= swift
 DATA ?= ferry-data
 
-.PHONY: all deps build run test readme-test integration soak sanitize fuzz bench release install deb deb-check clean help
+.PHONY: all deps build run test readme-test integration soak sanitize fuzz bench release install deb deb-check clean help screenshots
 
 all: build
 
@@ -15,6 +15,7 @@ help:
 	@echo "make sanitize   the unit, in-process and simulation suites under ThreadSanitizer and AddressSanitizer"
 	@echo "make fuzz   each decoder under libFuzzer for FUZZ_SECONDS (default 60) seconds"
 	@echo "make bench  release-build and run the benchmarks"
+	@echo "make screenshots   retake the dashboard's pictures in docs/dashboard/ (a real headless Chromium)"
 	@echo "make release   an optimized ferry with the Swift runtime inside it (.build-release/release/ferry)"
 	@echo "make install   install that binary in PREFIX/bin (default /usr/local) and its systemd unit"
 	@echo "make deb    a Debian package of it in dist/ (dpkg -i installs, creates the ferry user)"
@@ -56,7 +57,7 @@ ATTACKS = Attack[A-Za-z]*Scenarios|ListenerLimitsTests|CouchListenerLimitsTests
 # Suites that move hundreds of megabytes of blobs, kill avahi-daemon or time signals, and
 # the chunk tests whose links time out in real time: one suite at a time (beside the main
 # phase they took both cores and starved its long-polls and joins past their limits).
-BULK = AccessScenarios|MeshSoakScenarios|BackupScenarios|KillFaultScenarios|ClockJumpScenarios|BlobSyncInterruptCLITests|CouchLargeAttachmentTests|CouchTransferLivenessTests|DocumentsLargeAttachmentTests|LazyBlobScenarios|BlobChunkTests|BlobPolicyTests|DiscoveryFaultScenarios|DNSSDFaultTests|DNSSDDaemonLossTests|SignalCLITests|SyncProgressCLITests
+BULK = AccessScenarios|DashboardScenarios|MeshSoakScenarios|BackupScenarios|KillFaultScenarios|ClockJumpScenarios|BlobSyncInterruptCLITests|CouchLargeAttachmentTests|CouchTransferLivenessTests|DocumentsLargeAttachmentTests|LazyBlobScenarios|BlobChunkTests|BlobPolicyTests|DiscoveryFaultScenarios|DNSSDFaultTests|DNSSDDaemonLossTests|SignalCLITests|SyncProgressCLITests
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build --filter '$(TIMED)'
@@ -87,6 +88,11 @@ integration: deps
 # simulation (`make test` runs 100, 200, 30 and 20); then a 100,000-document pull and a blob
 # transfer each killed at 100 random points (`make test`: 20,000 documents, 12 kills); then an
 # hour of a five-node mesh under writes, SIGKILLs, SIGSTOPs and avahi restarts (`make test`: a minute).
+# The dashboard's browser test, keeping its pictures of each page in docs/dashboard/.
+screenshots: deps
+	$(SWIFT) build --build-tests
+	FERRY_SCREENSHOTS=$(CURDIR)/docs/dashboard $(SWIFT) test --skip-build --filter DashboardScenarios
+
 SOAK_SEEDS ?= 1000
 SOAK_SIM_SEEDS ?= 10000
 SOAK_MESH_SECONDS ?= 3600

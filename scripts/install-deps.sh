@@ -30,6 +30,9 @@ command -v dpkg-deb >/dev/null || need+=(dpkg)
 command -v systemd-analyze >/dev/null || need+=(systemd)
 # libfaketime: the clock-jump scenario moves a running node's wall clock (Integration/).
 compgen -G '/usr/lib/*/faketime/libfaketimeMT.so.1' >/dev/null || need+=(faketime)
+# The dashboard's browser tests (Integration/ui): a real headless Chromium and its driver.
+command -v chromium >/dev/null || need+=(chromium)
+command -v chromedriver >/dev/null || need+=(chromium-driver)
 # The CouchDB API suite (Integration/couch) runs in a Python virtualenv.
 { command -v python3 >/dev/null && python3 -c 'import ensurepip' 2>/dev/null; } || need+=(python3-venv)
 # `make bench` only (scripts/install-deps.sh --bench): Syncthing, the side-by-side peer of P7.

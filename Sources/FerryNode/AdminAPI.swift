@@ -31,7 +31,7 @@ struct AdminAPI: Sendable {
         router.add(middleware: APIErrorMiddleware(logger: node.logger))
         router.add(middleware: AdminGuard<BasicRequestContext>(
             key: node.adminKey, allowedOrigins: node.configuration.adminAllowedOrigins,
-            publicMetrics: node.configuration.adminPublicMetrics))
+            publicMetrics: node.configuration.adminPublicMetrics, sessions: node.dashboardSessions))
         router.get("/") { _, _ in try nodeInfo() }
         router.get("/docs") { request, _ in try listDocuments(request) }
         router.get("/docs/**") { request, ctx in try getDocument(request, id: try documentID(ctx, allowReserved: true)) }
@@ -54,6 +54,9 @@ struct AdminAPI: Sendable {
         addBlobRoutes(to: router)
         addCouchUserRoutes(to: router)
         addAccessRoutes(to: router)
+        addDashboardRoutes(to: router)
+        router.get("/conflicts") { request, _ in try conflicts(request) }
+        router.post("/find") { request, _ in try await find(request) }
         return router
     }
 
@@ -71,9 +74,11 @@ struct AdminAPI: Sendable {
 
     // MARK: node
 
-    func nodeInfo() throws -> Response {
+    func nodeInfo() throws -> Response { json(try nodeInfoJSON()) }
+
+    func nodeInfoJSON() throws -> JSON {
         let info = try node.store.info()
-        return json([
+        return .object([
             "id": .string(node.identity.nodeID), "name": .string(node.configuration.name), "version": .string(FerryVersion.current),
             "group": .string(node.configuration.group), "port": .int(Int64(listener.boundPort ?? 0)),
             "database": .string(node.store.uuid), "docCount": .int(Int64(info.documentCount)),
@@ -183,9 +188,11 @@ struct AdminAPI: Sendable {
 
     // MARK: peers and replications
 
-    func peers() -> Response {
+    func peers() -> Response { json(peersJSON()) }
+
+    func peersJSON() -> JSON {
         let iso = ISO8601DateFormatter()
-        return json(["peers": .array(manager.peers.map { p in
+        return .object(["peers": .array(manager.peers.map { p in
             var o: [String: JSON] = [
                 "id": .string(p.nodeID), "name": p.name.map(JSON.string) ?? .null,
                 "addresses": .array(p.addresses.map(JSON.string)), "port": p.port.map { .int(Int64($0)) } ?? .null,
@@ -319,13 +326,15 @@ struct AdminAPI: Sendable {
     // MARK: group
 
     /// `GET /group`: the group, this node's role, and every node with a counting entry.
-    func groupInfo() -> Response {
+    func groupInfo() -> Response { json(groupInfoJSON()) }
+
+    func groupInfoJSON() -> JSON {
         let m = node.membership
         let me = node.identity.nodeID
         guard let group = m.group, let view = m.view else {
-            return json(["group": .null, "self": .string(me), "admin": false, "members": []])
+            return ["group": .null, "self": .string(me), "admin": false, "members": []]
         }
-        return json([
+        return .object([
             "group": .string(group), "self": .string(me), "admin": .bool(view.isAdmin(me)),
             "members": .array(view.selected.values.sorted { $0.node < $1.node }.map { e in
                 [

@@ -6,24 +6,32 @@ import FerryTransport
 import Foundation
 import Hummingbird
 import HummingbirdCore
+import HTTPTypes
 import Logging
 import NIOCore
 import NIOHTTP1
 import ServiceLifecycle
 
 /// Refuses, before routing, every request that does not come from a local client holding
-/// the admin key: a foreign `Host` (DNS rebinding), an unlisted `Origin` (a web page), a
-/// missing or wrong key, and a body that is not JSON (what an HTML form can send).
+/// the admin key or a dashboard session: a foreign `Host` (DNS rebinding), an unlisted
+/// `Origin` (a web page elsewhere), a missing or wrong key, a session's change without its
+/// CSRF token, and a body that is not JSON (what an HTML form can send). The dashboard's
+/// own pages (`/ui/…`) check their session themselves.
 struct AdminGuard<Context: RequestContext>: RouterMiddleware {
     let key: AdminKey
     let allowedOrigins: Set<String>
     let publicMetrics: Bool
+    let sessions: DashboardSessions
 
-    init(key: AdminKey, allowedOrigins: [String], publicMetrics: Bool) {
+    init(key: AdminKey, allowedOrigins: [String], publicMetrics: Bool, sessions: DashboardSessions = DashboardSessions()) {
         self.key = key
         self.allowedOrigins = Set(allowedOrigins.map(AdminRequestRules.normalizedOrigin))
         self.publicMetrics = publicMetrics
+        self.sessions = sessions
     }
+
+    /// The header a dashboard page sends its session's CSRF token in.
+    static var csrfHeader: String { "X-CSRF-Token" }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         typealias Rules = AdminRequestRules
@@ -44,17 +52,33 @@ struct AdminGuard<Context: RequestContext>: RouterMiddleware {
                 .misdirectedRequest, "misdirected",
                 "the request names more than one authority (\(LogText.escape(authorities.joined(separator: ", "))))")
         }
-        for origin in request.headers[values: .origin] where !allowedOrigins.contains(Rules.normalizedOrigin(origin)) {
-            throw APIError(.forbidden, "forbidden_origin", "requests from the web origin \(origin) are refused (see admin.allowedOrigins)")
+        // The dashboard's own origin (this very host) is always allowed: only its pages are served here.
+        let ownOrigin = Rules.normalizedOrigin("http://" + (request.head.authority ?? headerHosts.first ?? ""))
+        for origin in request.headers[values: .origin] {
+            let o = Rules.normalizedOrigin(origin)
+            guard allowedOrigins.contains(o) || o == ownOrigin else {
+                throw APIError(.forbidden, "forbidden_origin", "requests from the web origin \(origin) are refused (see admin.allowedOrigins)")
+            }
         }
-        let open = publicMetrics && request.method == .get && request.uri.path == "/metrics"
+        let path = request.uri.path
+        let dashboardPage = (path == "/ui" || path.hasPrefix("/ui/")) && path != "/ui/tokens"
+        let open = (publicMetrics && request.method == .get && path == "/metrics") || dashboardPage
         if !open {
-            // Bearer KEY, or HTTP Basic admin:KEY: one credential scheme for all of a node's HTTP APIs.
-            guard let presented = Rules.presentedAdminKey(request.headers[.authorization]), key.matches(presented) else {
+            // Bearer KEY, or HTTP Basic admin:KEY: one credential scheme for all of a node's
+            // HTTP APIs; or a dashboard session, whose changes carry its CSRF token.
+            if let presented = Rules.presentedAdminKey(request.headers[.authorization]), key.matches(presented) {
+            } else if let cookie = DashboardSessions.cookie(in: request.headers[.cookie]), let csrf = sessions.csrf(cookie: cookie) {
+                if request.method != .get && request.method != .head {
+                    let sent = request.headers[HTTPField.Name(Self.csrfHeader)!] ?? ""
+                    guard AdminKey(value: csrf).matches(sent) else {
+                        throw APIError(.forbidden, "csrf", "a change from a dashboard session must carry its CSRF token (\(Self.csrfHeader))")
+                    }
+                }
+            } else {
                 throw APIError(.unauthorized, "unauthorized", "send the node's admin key (DATA/admin.key) as Authorization: Bearer KEY or Basic admin:KEY")
             }
         }
-        if Rules.carriesBody(request), !Rules.isJSON(request.headers[.contentType]) {
+        if !dashboardPage, Rules.carriesBody(request), !Rules.isJSON(request.headers[.contentType]) {
             throw APIError(
                 .unsupportedMediaType, "unsupported_media_type",
                 "request bodies must be Content-Type: application/json, not \(request.headers[.contentType] ?? "none")")

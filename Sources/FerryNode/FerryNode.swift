@@ -63,6 +63,8 @@ public final class FerryNode: Sendable {
     public let access: GroupAccess
     /// The secret every admin API request carries (DATA/admin.key).
     public let adminKey: AdminKey
+    /// The web dashboard's sessions and one-time login links (in memory).
+    public let dashboardSessions = DashboardSessions()
     public let metrics = NodeMetrics()
     /// One link at a time catches this node up (docs/protocol.md, "Join catch-up").
     let catchUpGate = CatchUpGate(logger: Logger(label: "ferry.sync.catchup"))

@@ -211,3 +211,25 @@ struct AccessRemoved: AsyncParsableCommand {
         }
     }
 }
+
+/// `ferry ui`: a one-time login link to the running node's web dashboard.
+struct UICommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "ui",
+        abstract: "Print a one-time login link to the running node's web dashboard (valid two minutes, single use).",
+        discussion: "Open it in a browser on this machine (the dashboard is on the loopback admin listener; from elsewhere, through an SSH tunnel: docs/operations.md).")
+
+    @OptionGroup var global: GlobalOptions
+
+    func run() async throws {
+        let node = try NodeClient.required(on: global.dataDirectory)
+        let r = try await node.call("POST", "/ui/tokens", body: [:])
+        let base = node.adminURL.hasSuffix("/") ? String(node.adminURL.dropLast()) : node.adminURL
+        let url = base + (r["path"]?.stringValue ?? "/ui/")
+        if global.json {
+            Output.json(["url": .string(url), "expiresSeconds": r["expiresSeconds"] ?? .null])
+        } else {
+            Output.line(url)
+        }
+    }
+}

@@ -46,7 +46,7 @@ struct Ferry: AsyncParsableCommand {
             Put.self, Get.self, Remove.self, List.self, Changes.self, Conflicts.self, Purge.self, Info.self,
             Import.self, BlobCommand.self, Compact.self, Check.self, Watch.self, Backup.self, Restore.self, Sync.self, ID.self, Serve.self,
             Status.self, Peers.self, Trust.self, Invite.self, Join.self, GroupCommand.self, CouchUserCommand.self, Find.self,
-            IndexCommand.self, AccessCommand.self,
+            IndexCommand.self, AccessCommand.self, UICommand.self,
         ]
     )
 

@@ -1,0 +1,214 @@
+"""The web dashboard in a real headless Chromium (Debian's chromium and chromedriver, PyPI selenium).
+
+Run by Integration/Scenarios/DashboardScenarios.swift against three `ferry serve` nodes of one
+group on loopback (A, B, C). Environment: FERRY_A_ADMIN, FERRY_A_KEY, FERRY_A_COUCH (A's
+CouchDB API base URL), FERRY_DB, FERRY_B_ADMIN, FERRY_B_KEY, FERRY_C_PID, and
+FERRY_SCREENSHOTS (a directory for one PNG per page).
+"""
+
+import json
+import os
+import signal
+import time
+import urllib.parse
+
+import pytest
+import requests
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as ec
+from selenium.webdriver.support.ui import WebDriverWait
+
+A = os.environ["FERRY_A_ADMIN"].rstrip("/")
+A_KEY = os.environ["FERRY_A_KEY"]
+B = os.environ["FERRY_B_ADMIN"].rstrip("/")
+B_KEY = os.environ["FERRY_B_KEY"]
+COUCH = os.environ["FERRY_A_COUCH"].rstrip("/")
+DB = os.environ["FERRY_DB"]
+SHOTS = os.environ.get("FERRY_SCREENSHOTS")
+
+
+def admin(base, key, method, path, body=None):
+    r = requests.request(method, base + path, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    return r
+
+
+def wait_for(condition, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for arg in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1100,760", "--disable-gpu"]:
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    yield driver
+    driver.quit()
+
+
+def shot(driver, name):
+    if SHOTS:
+        os.makedirs(SHOTS, exist_ok=True)
+        driver.save_screenshot(os.path.join(SHOTS, name + ".png"))
+
+
+def page(driver, hash_):
+    driver.get(A + "/ui/#" + hash_)
+    driver.refresh()  # a hash change alone does not reload the view's data
+
+
+def test_a_page_without_the_session_cookie_gets_the_login_page(browser):
+    browser.delete_all_cookies()
+    browser.get(A + "/ui/")
+    assert browser.current_url.endswith("/ui/login"), browser.current_url
+    assert browser.find_element(By.ID, "login")
+    shot(browser, "login")
+
+
+def test_a_cross_origin_post_is_refused():
+    r = requests.post(A + "/ui/login", data={"key": A_KEY}, headers={"Origin": "http://evil.example"}, timeout=30, allow_redirects=False)
+    assert r.status_code == 403, r.text
+    r = requests.put(A + "/docs/evil", json={"x": 1}, headers={"Origin": "http://evil.example", "Authorization": f"Bearer {A_KEY}"}, timeout=30)
+    assert r.status_code == 403, r.text
+    # A session's change without its CSRF token is refused too.
+    login = requests.post(A + "/ui/login", data={"key": A_KEY}, timeout=30, allow_redirects=False)
+    cookie = login.cookies.get("ferry_session")
+    assert cookie and "HttpOnly" in login.headers["Set-Cookie"] and "SameSite=Strict" in login.headers["Set-Cookie"]
+    r = requests.put(A + "/docs/no-csrf", json={"x": 1}, cookies={"ferry_session": cookie}, timeout=30)
+    assert r.status_code == 403 and "csrf" in r.text, r.text
+    assert requests.get(A + "/ui/", timeout=30, allow_redirects=False).headers["Content-Security-Policy"].startswith("default-src 'none'")
+
+
+def test_a_wrong_key_is_refused(browser):
+    browser.delete_all_cookies()
+    browser.get(A + "/ui/login")
+    browser.find_element(By.ID, "key").send_keys("not-the-key")
+    browser.find_element(By.ID, "login").submit()
+    error = WebDriverWait(browser, 10).until(ec.presence_of_element_located((By.ID, "login-error")))
+    assert "not this node's admin key" in error.text
+
+
+def test_the_dashboard_end_to_end(browser):
+    wait = WebDriverWait(browser, 10)
+    # Log in with the key.
+    browser.get(A + "/ui/login")
+    browser.find_element(By.ID, "key").send_keys(A_KEY)
+    browser.find_element(By.ID, "login").submit()
+    wait.until(ec.presence_of_element_located((By.ID, "peers")))
+
+    # The mesh: both other members connected.
+    def connected_rows():
+        rows = browser.find_elements(By.CSS_SELECTOR, "#peers tr[data-peer]")
+        return [r for r in rows if r.find_elements(By.CSS_SELECTOR, "td[data-state^='connected']")]
+    wait_for(lambda: len(connected_rows()) == 2, 20, "two connected peers in the mesh view")
+    assert browser.find_elements(By.CSS_SELECTOR, "#mesh-graph line")
+    shot(browser, "mesh")
+
+    # Cut a link: C stops; its row shows offline within 5 s.
+    c_rows = [r.get_attribute("data-peer") for r in connected_rows()]
+    os.kill(int(os.environ["FERRY_C_PID"]), signal.SIGTERM)
+    wait_for(lambda: len(connected_rows()) == 1, 5, "the stopped node shown offline")
+    offline = [r for r in browser.find_elements(By.CSS_SELECTOR, "#peers tr[data-peer]") if r.get_attribute("data-peer") in c_rows
+               and r.find_elements(By.CSS_SELECTOR, "td[data-state^='offline']")]
+    assert offline, browser.find_element(By.ID, "peers").text
+    shot(browser, "mesh-offline")
+
+    # A conflict, made on A through its CouchDB API with new_edits=false, reaches B too.
+    auth = ("admin", A_KEY)
+    base = admin(A, A_KEY, "PUT", "/docs/patient-7", {"name": "Ada", "ward": "a"}).json()["rev"]
+    gen, h = base.split("-")
+    for letter, ward in (("e", "b"), ("f", "c")):
+        doc = {"_id": "patient-7", "_rev": f"2-{letter * 32}", "name": "Ada", "ward": ward,
+               "_revisions": {"start": 2, "ids": [letter * 32, h]}}
+        r = requests.put(f"{COUCH}/{DB}/patient-7?new_edits=false", json=doc, auth=auth, timeout=30)
+        assert r.status_code == 201, r.text
+    def conflicts_on(base_url, key):
+        d = admin(base_url, key, "GET", "/docs/patient-7?conflicts=true").json()
+        return d.get("_conflicts", [])
+    wait_for(lambda: len(conflicts_on(B, B_KEY)) >= 1, 20, "the conflict to reach B")
+    page(browser, "conflicts")
+    section = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "section[data-conflict='patient-7']")))
+    assert section.find_elements(By.CSS_SELECTOR, ".diff"), "the differing field is highlighted"
+    shot(browser, "conflicts")
+    keep = section.find_elements(By.CSS_SELECTOR, "button[data-keep]")
+    kept = keep[-1].get_attribute("data-keep")
+    keep[-1].click()
+    wait.until(ec.presence_of_element_located((By.ID, "no-conflicts")))
+    def resolved(base_url, key):
+        d = admin(base_url, key, "GET", "/docs/patient-7?conflicts=true").json()
+        return d["_rev"] == kept and not d.get("_conflicts")
+    wait_for(lambda: resolved(A, A_KEY) and resolved(B, B_KEY), 20, "A and B to converge on the kept leaf")
+
+    # A Mango query, with the index it used.
+    page(browser, "documents")
+    box = wait.until(ec.presence_of_element_located((By.ID, "mango")))
+    box.clear()
+    box.send_keys(json.dumps({"selector": {"name": "Ada"}}))
+    browser.find_element(By.ID, "mango-run").click()
+    found = wait.until(ec.presence_of_element_located((By.ID, "mango-docs")))
+    assert "patient-7" in found.text
+    assert "Index used" in browser.find_element(By.ID, "mango-index").text
+    shot(browser, "documents")
+
+    # An edit on a stale revision is refused in plain words; a fresh one saves.
+    page(browser, "doc/patient-7")
+    editor = wait.until(ec.presence_of_element_located((By.ID, "doc-editor")))
+    current = admin(A, A_KEY, "GET", "/docs/patient-7").json()
+    admin(A, A_KEY, "PUT", "/docs/patient-7?rev=" + current["_rev"], {"name": "Ada", "ward": "d"})
+    editor.clear()
+    editor.send_keys(json.dumps({"name": "Ada", "ward": "e"}))
+    browser.find_element(By.ID, "doc-save").click()
+    message = wait.until(lambda d: d.find_element(By.ID, "doc-message").text and d.find_element(By.ID, "doc-message"))
+    assert "stale" in message.text, message.text
+    assert admin(A, A_KEY, "GET", "/docs/patient-7").json()["ward"] == "d"
+    shot(browser, "document")
+    page(browser, "doc/patient-7")
+    editor = wait.until(ec.presence_of_element_located((By.ID, "doc-editor")))
+    editor.clear()
+    editor.send_keys(json.dumps({"name": "Ada", "ward": "f"}))
+    browser.find_element(By.ID, "doc-save").click()
+    wait_for(lambda: admin(A, A_KEY, "GET", "/docs/patient-7").json().get("ward") == "f", 10, "the fresh edit to be saved")
+
+    # The group, with an invitation code; health; replications.
+    page(browser, "group")
+    wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#members tr[data-member]")))
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#members tr[data-member]")) == 3
+    browser.find_element(By.ID, "invite").click()
+    wait_for(lambda: "ferry1-" in browser.find_element(By.ID, "invite-code").text, 10, "an invitation code")
+    shot(browser, "group")
+    page(browser, "health")
+    wait.until(ec.presence_of_element_located((By.ID, "chart-writes")))
+    for i in range(4):  # a few writes, a second apart, so the charts have something to draw
+        admin(A, A_KEY, "PUT", f"/docs/health-{i}", {"i": i})
+        time.sleep(1)
+    assert "writes/s" in browser.find_element(By.ID, "chart-writes").text
+    shot(browser, "health")
+    page(browser, "replications")
+    wait.until(ec.presence_of_element_located((By.ID, "replications")))
+    shot(browser, "replications")
+
+    # Logging out ends the session: the page asks for the key again.
+    browser.find_element(By.ID, "logout-button").click()
+    wait.until(ec.presence_of_element_located((By.ID, "login")))
+    browser.get(A + "/ui/")
+    assert browser.current_url.endswith("/ui/login")
+
+
+def test_a_one_time_link_logs_in_once(browser):
+    r = requests.post(A + "/ui/tokens", headers={"Authorization": f"Bearer {A_KEY}", "Content-Type": "application/json"}, data="{}", timeout=30)
+    assert r.status_code == 200, r.text
+    path = r.json()["path"]
+    browser.delete_all_cookies()
+    browser.get(A + path)
+    WebDriverWait(browser, 10).until(ec.presence_of_element_located((By.ID, "view")))
+    assert browser.current_url.endswith("/ui/"), browser.current_url
+    second = requests.get(A + path, timeout=30, allow_redirects=False)
+    assert second.status_code == 401, "a used link opens nothing"

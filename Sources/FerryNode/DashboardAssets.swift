@@ -1,0 +1,328 @@
+import FerryCore
+
+// The dashboard's page, login form, style and script, built into the binary: the LAN has no
+// internet (no CDN, no fonts, no build step). Hand-written: no listed library renders HTML,
+// and the script is plain browser JavaScript with no framework. No inline script or style
+// anywhere, so the Content-Security-Policy can forbid both.
+
+/// The dashboard's HTML, CSS and JavaScript.
+enum DashboardAssets {
+    static func escape(_ s: String) -> String {
+        s.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
+            .replacingOccurrences(of: ">", with: "&gt;").replacingOccurrences(of: "\"", with: "&quot;")
+    }
+
+    static func login(error: String?) -> String {
+        """
+        <!doctype html>
+        <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+        <title>Ferry: log in</title><link rel="stylesheet" href="/ui/app.css"></head>
+        <body class="login"><main>
+        <h1>Ferry</h1>
+        <form method="post" action="/ui/login" id="login">
+        <label for="key">This node's admin key</label>
+        <input type="password" id="key" name="key" autocomplete="current-password" autofocus required>
+        <button type="submit">Log in</button>
+        </form>
+        \(error.map { "<p class=\"error\" id=\"login-error\">\(escape($0))</p>" } ?? "")
+        <p class="hint">The key is in <code>DATA/admin.key</code>. Or run <code>ferry ui</code> on this machine for a one-time login link.</p>
+        </main></body></html>
+        """
+    }
+
+    static func shell(csrf: String, nodeName: String) -> String {
+        """
+        <!doctype html>
+        <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+        <meta name="csrf-token" content="\(escape(csrf))">
+        <title>Ferry: \(escape(nodeName))</title><link rel="stylesheet" href="/ui/app.css"></head>
+        <body>
+        <header><span class="brand">Ferry</span> <span id="node-name">\(escape(nodeName))</span>
+        <nav id="nav">
+        <a href="#mesh" id="nav-mesh">Mesh</a><a href="#replications" id="nav-replications">Replications</a>
+        <a href="#conflicts" id="nav-conflicts">Conflicts</a><a href="#documents" id="nav-documents">Documents</a>
+        <a href="#group" id="nav-group">Group</a><a href="#health" id="nav-health">Health</a>
+        </nav>
+        <form method="post" action="/ui/logout" id="logout"><input type="hidden" name="csrf" value="\(escape(csrf))"><button type="submit" id="logout-button">Log out</button></form>
+        </header>
+        <main id="view" tabindex="-1"></main>
+        <p id="status" role="status" aria-live="polite"></p>
+        <script src="/ui/app.js"></script>
+        </body></html>
+        """
+    }
+
+    static let style = """
+        :root { --fg: #1d2430; --muted: #5b6675; --line: #d5dbe3; --ok: #1f7a3a; --bad: #b42318; --warn: #b54708; --accent: #1849a9; }
+        * { box-sizing: border-box; }
+        body { margin: 0; font: 15px/1.45 system-ui, sans-serif; color: var(--fg); background: #f7f9fb; }
+        header { display: flex; flex-wrap: wrap; align-items: center; gap: .75rem; padding: .6rem 1rem; background: #fff; border-bottom: 1px solid var(--line); }
+        .brand { font-weight: 700; }
+        nav { display: flex; flex-wrap: wrap; gap: .25rem; flex: 1; }
+        nav a { padding: .35rem .6rem; border-radius: .35rem; color: var(--accent); text-decoration: none; }
+        nav a.active, nav a:focus { background: #e8eefc; outline: none; }
+        main { padding: 1rem; max-width: 1200px; }
+        h1 { font-size: 1.3rem; margin: .2rem 0 1rem; }
+        h2 { font-size: 1.1rem; margin: 1.2rem 0 .5rem; }
+        table { border-collapse: collapse; width: 100%; background: #fff; }
+        th, td { text-align: left; padding: .35rem .5rem; border-bottom: 1px solid var(--line); vertical-align: top; }
+        th { font-weight: 600; color: var(--muted); }
+        button { font: inherit; padding: .3rem .7rem; border: 1px solid var(--line); border-radius: .35rem; background: #fff; cursor: pointer; }
+        button:focus, input:focus, textarea:focus, select:focus { outline: 2px solid var(--accent); }
+        input, textarea, select { font: inherit; padding: .3rem .4rem; border: 1px solid var(--line); border-radius: .35rem; }
+        textarea { width: 100%; min-height: 12rem; font-family: ui-monospace, monospace; font-size: 13px; }
+        pre { background: #fff; border: 1px solid var(--line); padding: .5rem; overflow: auto; font-size: 13px; margin: 0; }
+        .ok { color: var(--ok); } .bad { color: var(--bad); } .warn { color: var(--warn); } .muted { color: var(--muted); }
+        .error { color: var(--bad); font-weight: 600; }
+        .row { display: flex; flex-wrap: wrap; gap: 1rem; }
+        .leaf { flex: 1 1 20rem; }
+        .diff { background: #fff3c4; }
+        .bar { height: .6rem; background: var(--line); border-radius: .3rem; min-width: 6rem; }
+        .bar > span { display: block; height: 100%; background: var(--accent); border-radius: .3rem; }
+        svg { background: #fff; border: 1px solid var(--line); max-width: 100%; }
+        .chart { width: 100%; height: 120px; }
+        .login main { max-width: 26rem; margin: 4rem auto; background: #fff; padding: 1.5rem; border: 1px solid var(--line); border-radius: .5rem; }
+        .login label, .login input { display: block; width: 100%; margin-bottom: .6rem; }
+        .hint { color: var(--muted); font-size: 13px; }
+        #status { position: fixed; bottom: 0; right: 1rem; margin: .5rem; }
+        @media (max-width: 700px) { header { gap: .3rem; } main { padding: .5rem; } th, td { padding: .25rem; } }
+        """
+
+    static let script = #"""
+        "use strict";
+        const csrf = document.querySelector('meta[name="csrf-token"]').content;
+        const view = document.getElementById("view");
+        const state = { snapshot: null, history: [], docsAfter: "" };
+
+        function el(tag, attrs, ...children) {
+          const e = document.createElement(tag);
+          for (const [k, v] of Object.entries(attrs || {})) {
+            if (k.startsWith("on")) e.addEventListener(k.slice(2), v); else if (v !== undefined && v !== null) e.setAttribute(k, v);
+          }
+          for (const c of children.flat()) if (c !== undefined && c !== null) e.append(c instanceof Node ? c : String(c));
+          return e;
+        }
+        function svg(tag, attrs) {
+          const e = document.createElementNS("http://www.w3.org/2000/svg", tag);
+          for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+          return e;
+        }
+        function say(text, bad) { const s = document.getElementById("status"); s.textContent = text; s.className = bad ? "bad" : "ok"; }
+
+        async function api(method, path, body) {
+          const options = { method, credentials: "same-origin", headers: {} };
+          if (method !== "GET") options.headers["X-CSRF-Token"] = csrf;
+          if (body !== undefined) { options.headers["Content-Type"] = "application/json"; options.body = JSON.stringify(body); }
+          const r = await fetch(path, options);
+          if (r.status === 401) { location.href = "/ui/login"; throw new Error("logged out"); }
+          const text = await r.text();
+          let json = null; try { json = JSON.parse(text); } catch (e) {}
+          if (!r.ok) { const err = new Error((json && (json.reason || json.error)) || text || r.statusText); err.status = r.status; throw err; }
+          return json;
+        }
+
+        const short = (id) => (id || "").slice(0, 12);
+        const bytes = (n) => n > 1048576 ? (n / 1048576).toFixed(1) + " MiB" : n > 1024 ? (n / 1024).toFixed(1) + " KiB" : Math.round(n) + " B";
+
+        function linkState(p) {
+          const r = p.replication || {};
+          if (!p.trusted) return ["not trusted", "muted"];
+          if (r.error && !r.errorTransient) return ["refused: " + r.error, "bad"];
+          if (p.connected) return [r.activity === "busy" ? "connected, syncing" : "connected", "ok"];
+          if (r.activity === "offline" || r.error) return ["offline" + (r.error ? ": " + r.error : ""), "warn"];
+          return ["offline", "warn"];
+        }
+
+        // A member with no live link is offline; a removed one, removed.
+        function memberState(o) {
+          if (o.member === "removed") return ["removed from the group", "muted"];
+          if (o.peer) return linkState(o.peer);
+          return ["offline", "warn"];
+        }
+
+        function renderMesh() {
+          const s = state.snapshot;
+          view.replaceChildren(el("h1", {}, "Mesh"));
+          if (!s) { view.append(el("p", { class: "muted" }, "Waiting for the node…")); return; }
+          const members = (s.group && s.group.members) || [];
+          const peers = s.peers || [];
+          const ids = new Map();
+          for (const m of members) if (m.id !== s.node.id) ids.set(m.id, { id: m.id, name: m.name, member: m.state });
+          for (const p of peers) ids.set(p.id, Object.assign(ids.get(p.id) || {}, { id: p.id, name: p.name || (ids.get(p.id) || {}).name, peer: p }));
+          const others = [...ids.values()];
+          const w = 640, h = 360, cx = w / 2, cy = h / 2, r = Math.min(w, h) / 2 - 50;
+          const g = svg("svg", { viewBox: `0 0 ${w} ${h}`, width: w, height: h, id: "mesh-graph", role: "img", "aria-label": "mesh graph" });
+          others.forEach((o, i) => {
+            const a = (2 * Math.PI * i) / Math.max(1, others.length) - Math.PI / 2;
+            o.x = cx + r * Math.cos(a); o.y = cy + r * Math.sin(a);
+            const [text, cls] = memberState(o);
+            const color = cls === "ok" ? "#1f7a3a" : cls === "bad" ? "#b42318" : cls === "warn" ? "#b54708" : "#98a2b3";
+            g.append(svg("line", { x1: cx, y1: cy, x2: o.x, y2: o.y, stroke: color, "stroke-width": 3, "stroke-dasharray": cls === "ok" ? "" : "6 4", "data-peer": o.id, "data-state": text }));
+          });
+          const node = (x, y, label, fill) => { g.append(svg("circle", { cx: x, cy: y, r: 18, fill, stroke: "#1d2430" })); const t = svg("text", { x, y: y + 34, "text-anchor": "middle", "font-size": 13 }); t.textContent = label; g.append(t); };
+          node(cx, cy, (s.node.name || short(s.node.id)) + " (this node)", "#e8eefc");
+          for (const o of others) node(o.x, o.y, o.name || short(o.id), "#fff");
+          view.append(g);
+          const rows = others.map((o) => {
+            const p = o.peer || {}; const rep = p.replication || {};
+            const [text, cls] = memberState(o);
+            return el("tr", { "data-peer": o.id }, el("td", {}, o.name || "-"), el("td", {}, el("code", {}, short(o.id))),
+              el("td", { class: cls, "data-state": text }, text), el("td", {}, p.dialled ? "dialled" : p.connected ? "dialled us" : "-"),
+              el("td", {}, rep.activity || "-"), el("td", {}, p.digestMatches === true ? "equal" : p.digestMatches === false ? "differs" : "-"),
+              el("td", {}, rep.bytesSent !== undefined ? bytes(rep.bytesSent) + " / " + bytes(rep.bytesReceived) : "-"));
+          });
+          view.append(el("table", { id: "peers" }, el("tr", {}, ["Name", "ID", "Link", "Direction", "Activity", "Digest", "Sent / received"].map((t) => el("th", {}, t))), rows));
+        }
+
+        async function renderReplications() {
+          const r = await api("GET", "/replications");
+          view.replaceChildren(el("h1", {}, "Replications"));
+          const rows = (r.replications || []).map((x) => {
+            const st = x.status || {}; const pct = st.total ? Math.min(100, Math.round((100 * st.completed) / st.total)) : (st.activity === "idle" ? 100 : 0);
+            const bar = el("div", { class: "bar", title: pct + "%" }, el("span")); bar.firstChild.style.width = pct + "%";
+            return el("tr", { "data-replication": x.id }, el("td", {}, x.id), el("td", {}, x.url || x.peer || "-"), el("td", {}, st.activity || "-"), el("td", {}, bar),
+              el("td", { class: st.error ? "bad" : "" }, st.error || "-"),
+              el("td", {}, x.source === "api" ? el("button", { onclick: async () => { await api("DELETE", "/replications/" + encodeURIComponent(x.id)); say("removed " + x.id); renderReplications(); } }, "Remove") : "config"));
+          });
+          view.append(el("table", { id: "replications" }, el("tr", {}, ["ID", "Target", "Activity", "Progress", "Last error", ""].map((t) => el("th", {}, t))), rows));
+          const url = el("input", { id: "rep-url", placeholder: "http://127.0.0.1:5984/db", size: 40, "aria-label": "CouchDB database URL" });
+          const cred = el("input", { id: "rep-credentials", placeholder: "credentials file (optional)", "aria-label": "credentials file" });
+          const dir = el("select", { id: "rep-direction", "aria-label": "direction" }, ["pushAndPull", "push", "pull"].map((d) => el("option", { value: d }, d)));
+          const form = el("form", { onsubmit: async (e) => { e.preventDefault();
+            const body = { url: url.value, direction: dir.value, continuous: true }; if (cred.value) body.credentialsFile = cred.value;
+            try { await api("POST", "/replications", body); say("replication added"); renderReplications(); } catch (err) { say(err.message, true); } } },
+            url, " ", dir, " ", cred, " ", el("button", { type: "submit" }, "Add a CouchDB replication"));
+          view.append(el("h2", {}, "Add"), form);
+        }
+
+        function keysDiffer(a, b, k) { return JSON.stringify((a || {})[k]) !== JSON.stringify((b || {})[k]); }
+
+        async function renderConflicts() {
+          const r = await api("GET", "/conflicts");
+          view.replaceChildren(el("h1", {}, "Conflicts"));
+          if (!r.conflicts.length) { view.append(el("p", { id: "no-conflicts" }, "No conflicts.")); return; }
+          for (const c of r.conflicts) {
+            const leaves = c.leaves;
+            const boxes = leaves.map((leaf) => {
+              const others = leaves.filter((l) => l !== leaf);
+              const lines = Object.keys(leaf.body || {}).sort().map((k) => el("div", { class: others.some((o) => keysDiffer(leaf.body, o.body, k)) ? "diff" : "" }, k + ": " + JSON.stringify(leaf.body[k])));
+              const keep = el("button", { "data-keep": leaf.rev, onclick: async () => {
+                try { for (const o of others) await api("DELETE", "/docs/" + encodeURIComponent(c.id) + "?rev=" + encodeURIComponent(o.rev));
+                  say("kept " + leaf.rev + " of " + c.id); renderConflicts(); } catch (err) { say(err.message, true); } } }, "Keep this one");
+              return el("div", { class: "leaf" }, el("p", {}, el("code", {}, leaf.rev.slice(0, 18)), leaf.winner ? " (winner)" : ""), el("pre", {}, lines), keep);
+            });
+            view.append(el("section", { "data-conflict": c.id }, el("h2", {}, c.id), el("div", { class: "row" }, boxes)));
+          }
+        }
+
+        async function renderDocuments() {
+          view.replaceChildren(el("h1", {}, "Documents"));
+          const prefix = el("input", { id: "doc-prefix", placeholder: "ID prefix", "aria-label": "ID prefix" });
+          const list = el("table", { id: "documents" });
+          const load = async () => {
+            const r = await api("GET", "/docs?limit=1000");
+            const rows = (r.rows || []).filter((d) => d.id.startsWith(prefix.value)).slice(0, 200);
+            list.replaceChildren(el("tr", {}, el("th", {}, "ID"), el("th", {}, "Revision")),
+              rows.map((d) => el("tr", {}, el("td", {}, el("a", { href: "#doc/" + encodeURIComponent(d.id), "data-doc": d.id }, d.id)), el("td", {}, el("code", {}, d.rev.slice(0, 18))))));
+          };
+          prefix.addEventListener("input", load);
+          const query = el("textarea", { id: "mango", "aria-label": "Mango query" }); query.value = '{"selector": {}, "limit": 20}';
+          const results = el("div", { id: "mango-results" });
+          const run = el("button", { id: "mango-run", onclick: async () => {
+            try { const r = await api("POST", "/find", JSON.parse(query.value));
+              const idx = r.index ? (r.index.ddoc ? r.index.ddoc + "/" : "") + r.index.name : "none";
+              results.replaceChildren(el("p", { id: "mango-index" }, "Index used: " + idx + "; " + r.docs.length + " documents"),
+                el("pre", { id: "mango-docs" }, JSON.stringify(r.docs, null, 2)));
+            } catch (err) { results.replaceChildren(el("p", { class: "error" }, err.message)); } } }, "Run query");
+          view.append(el("p", {}, prefix), list, el("h2", {}, "Mango query"), query, run, results);
+          await load();
+        }
+
+        async function renderDocument(id) {
+          view.replaceChildren(el("h1", {}, id));
+          let doc;
+          try { doc = await api("GET", "/docs/" + encodeURIComponent(id) + "?conflicts=true"); } catch (err) { view.append(el("p", { class: "error" }, err.message)); return; }
+          const rev = doc._rev; const body = Object.assign({}, doc);
+          for (const k of ["_id", "_rev", "_conflicts", "_deleted"]) delete body[k];
+          const editor = el("textarea", { id: "doc-editor", "aria-label": "document JSON" }); editor.value = JSON.stringify(body, null, 2);
+          const message = el("p", { id: "doc-message" });
+          const save = el("button", { id: "doc-save", onclick: async () => {
+            let parsed; try { parsed = JSON.parse(editor.value); } catch (err) { message.textContent = "Not JSON: " + err.message; message.className = "error"; return; }
+            try { const r = await api("PUT", "/docs/" + encodeURIComponent(id) + "?rev=" + encodeURIComponent(rev), parsed);
+              message.textContent = "Saved as " + r.rev; message.className = "ok"; setTimeout(() => renderDocument(id), 400);
+            } catch (err) {
+              message.className = "error";
+              message.textContent = err.status === 409 ? "Not saved: the document changed since you opened it (stale revision " + rev.slice(0, 12) + "). Reload it to edit the current revision." : "Not saved: " + err.message;
+            } } }, "Save");
+          const history = el("ul", { id: "doc-revisions" }, el("li", {}, "current: ", el("code", {}, rev)), (doc._conflicts || []).map((c) => el("li", {}, "conflict: ", el("code", {}, c))));
+          view.append(el("p", {}, el("a", { href: "#documents" }, "← Documents")), editor, save, message, el("h2", {}, "Revisions"), history);
+        }
+
+        async function renderGroup() {
+          const g = await api("GET", "/group");
+          view.replaceChildren(el("h1", {}, "Group"));
+          if (!g.group) { view.append(el("p", {}, "This node belongs to no group yet: inviting a node founds one.")); }
+          const rows = (g.members || []).map((m) => el("tr", { "data-member": m.id }, el("td", {}, m.name || "-"), el("td", {}, el("code", {}, short(m.id))),
+            el("td", {}, m.admin ? "admin" : "member"), el("td", {}, m.state + (m.founder ? " (founder)" : "")),
+            el("td", {}, g.admin && !m.founder && m.state === "member" && m.id !== g.self ? el("button", { onclick: async () => {
+              if (!confirm("Remove " + (m.name || short(m.id)) + " from the group?")) return;
+              try { await api("DELETE", "/group/members/" + m.id); say("removed"); renderGroup(); } catch (err) { say(err.message, true); } } }, "Remove") : "")));
+          view.append(el("table", { id: "members" }, el("tr", {}, ["Name", "ID", "Role", "State", ""].map((t) => el("th", {}, t))), rows));
+          const code = el("p", { id: "invite-code" });
+          view.append(el("h2", {}, "Invite"), el("button", { id: "invite", onclick: async () => {
+            try { const r = await api("POST", "/group/invitations", {}); code.replaceChildren("Code (single use, expires " + (r.expires || "soon") + "): ", el("code", {}, r.code)); }
+            catch (err) { say(err.message, true); } } }, "Invite a node"), code);
+          const trust = await api("GET", "/trust");
+          view.append(el("h2", {}, "Trust and policies"), el("table", { id: "trust" }, el("tr", {}, ["Name", "ID", "Source", "Policy"].map((t) => el("th", {}, t))),
+            (trust.trusted || []).map((t) => el("tr", {}, el("td", {}, t.name || "-"), el("td", {}, el("code", {}, short(t.id))), el("td", {}, t.source || "-"), el("td", {}, JSON.stringify(t.policy || "all"))))));
+        }
+
+        function chart(id, label, values, format) {
+          const w = 600, h = 110, max = Math.max(1, ...values);
+          const g = svg("svg", { viewBox: `0 0 ${w} ${h}`, class: "chart", id, role: "img", "aria-label": label });
+          const pts = values.map((v, i) => `${(i * w) / Math.max(1, values.length - 1)},${h - 8 - ((h - 16) * v) / max}`).join(" ");
+          g.append(svg("polyline", { points: pts, fill: "none", stroke: "#1849a9", "stroke-width": 2 }));
+          const t = svg("text", { x: 6, y: 16, "font-size": 13 }); t.textContent = label + ": " + format(values[values.length - 1] || 0); g.append(t);
+          return g;
+        }
+
+        function renderHealth() {
+          view.replaceChildren(el("h1", {}, "Health"));
+          const s = state.snapshot; if (!s) return;
+          const hist = state.history;
+          const rate = (key) => hist.map((x, i) => i === 0 ? 0 : Math.max(0, (x.m[key] - hist[i - 1].m[key]) / Math.max(0.001, x.t - hist[i - 1].t)));
+          const writes = rate("ferry_last_sequence");
+          const sent = rate("ferry_bytes_sent_total"), received = rate("ferry_bytes_received_total");
+          view.append(el("table", { id: "health" },
+            el("tr", {}, el("th", {}, "Version"), el("td", {}, s.node.version)),
+            el("tr", {}, el("th", {}, "Documents"), el("td", {}, s.node.docCount)),
+            el("tr", {}, el("th", {}, "Data size"), el("td", {}, bytes(s.metrics.ferry_store_size_bytes || 0))),
+            el("tr", {}, el("th", {}, "Disk free"), el("td", {}, bytes(s.metrics.freeBytes || 0))),
+            el("tr", {}, el("th", {}, "Access rules"), el("td", {}, s.node.access ? s.node.access.version : "none"))),
+            chart("chart-writes", "writes/s", writes, (v) => v.toFixed(1)),
+            chart("chart-bytes", "bytes/s", sent.map((v, i) => v + received[i]), bytes),
+            chart("chart-peers", "peers connected", hist.map((x) => x.m.ferry_connected_peers || 0), (v) => String(v)));
+        }
+
+        const routes = { mesh: renderMesh, replications: renderReplications, conflicts: renderConflicts, documents: renderDocuments, group: renderGroup, health: renderHealth };
+        async function route() {
+          const hash = location.hash.slice(1) || "mesh";
+          for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.getAttribute("href") === "#" + hash.split("/")[0]);
+          try {
+            if (hash.startsWith("doc/")) await renderDocument(decodeURIComponent(hash.slice(4)));
+            else await (routes[hash] || renderMesh)();
+          } catch (err) { if (err.message !== "logged out") view.replaceChildren(el("p", { class: "error" }, err.message)); }
+        }
+        window.addEventListener("hashchange", route);
+
+        const events = new EventSource("/ui/events");
+        events.onmessage = (e) => {
+          state.snapshot = JSON.parse(e.data);
+          state.history.push({ t: state.snapshot.time, m: state.snapshot.metrics });
+          if (state.history.length > 60) state.history.shift();
+          const hash = location.hash.slice(1) || "mesh";
+          if (hash === "mesh") renderMesh(); else if (hash === "health") renderHealth();
+        };
+        route();
+        """#
+}
