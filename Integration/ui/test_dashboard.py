@@ -177,6 +177,22 @@ def test_the_dashboard_end_to_end(browser):
     browser.find_element(By.ID, "doc-save").click()
     wait_for(lambda: admin(A, A_KEY, "GET", "/docs/patient-7").json().get("ward") == "f", 10, "the fresh edit to be saved")
 
+    # An attachment: uploaded from the page, downloaded byte for byte, and on B too.
+    upload = os.path.join(os.environ.get("TMPDIR", "/tmp"), "ferry-scan-%d.txt" % os.getpid())
+    with open(upload, "wb") as f:
+        f.write(b"scan of patient 7\n" * 100)
+    page(browser, "doc/patient-7")
+    wait.until(ec.presence_of_element_located((By.ID, "attach-file"))).send_keys(upload)
+    browser.find_element(By.ID, "attach").click()
+    link = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#attachments a[data-digest]")))
+    session = {"ferry_session": browser.get_cookie("ferry_session")["value"]}
+    content = requests.get(A + link.get_attribute("href").split(A, 1)[-1], cookies=session, timeout=30).content
+    with open(upload, "rb") as f:
+        assert content == f.read()
+    digest = link.get_attribute("data-digest")
+    wait_for(lambda: admin(B, B_KEY, "GET", "/blobs/" + digest).content == content, 20, "the attachment to reach B")
+    os.remove(upload)
+
     # The group, with an invitation code; health; replications.
     page(browser, "group")
     wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#members tr[data-member]")))

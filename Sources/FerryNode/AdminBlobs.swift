@@ -16,6 +16,23 @@ extension AdminAPI {
         router.get("/blobs/:digest") { _, ctx in try await blobContent(try blobDigest(ctx)) }
         router.get("/blobs/:digest/state") { _, ctx in blobState(try blobDigest(ctx)) }
         router.post("/blobs/:digest/fetch") { _, ctx in try await fetchBlob(try blobDigest(ctx)) }
+        router.post("/blobs") { request, _ in try await uploadBlob(request) }
+    }
+
+    /// The largest blob `POST /blobs` takes (held in memory; `ferry blob put` streams any size).
+    static let maxUploadBytes = 64 << 20
+
+    /// `POST /blobs` with the content as the body (any `Content-Type`, kept as the blob's):
+    /// 201 with the reference a document embeds, `{"@type":"blob","digest","length"}`.
+    func uploadBlob(_ request: Request) async throws -> Response {
+        let buffer: ByteBuffer
+        do { buffer = try await request.body.collect(upTo: Self.maxUploadBytes) } catch {
+            throw APIError(.contentTooLarge, "too_large", "an upload here is at most \(Self.maxUploadBytes >> 20) MiB; use `ferry blob put FILE` for larger ones")
+        }
+        let type = request.headers[.contentType].flatMap { $0 == "application/octet-stream" ? nil : $0 }
+        let ref = try node.store.blobs.put(Array(buffer.readableBytesView), contentType: type)
+        node.logger.info("blob uploaded", metadata: ["digest": "\(ref.digest)", "length": "\(ref.length)"])
+        return json(ref.json, status: .created)
     }
 
     func blobDigest(_ ctx: BasicRequestContext) throws -> BlobDigest {

@@ -78,7 +78,9 @@ struct AdminGuard<Context: RequestContext>: RouterMiddleware {
                 throw APIError(.unauthorized, "unauthorized", "send the node's admin key (DATA/admin.key) as Authorization: Bearer KEY or Basic admin:KEY")
             }
         }
-        if !dashboardPage, Rules.carriesBody(request), !Rules.isJSON(request.headers[.contentType]) {
+        // A blob upload is its raw content; every other body is JSON.
+        let upload = request.method == .post && path == "/blobs"
+        if !dashboardPage, !upload, Rules.carriesBody(request), !Rules.isJSON(request.headers[.contentType]) {
             throw APIError(
                 .unsupportedMediaType, "unsupported_media_type",
                 "request bodies must be Content-Type: application/json, not \(request.headers[.contentType] ?? "none")")

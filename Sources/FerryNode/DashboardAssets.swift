@@ -254,8 +254,30 @@ enum DashboardAssets {
               message.className = "error";
               message.textContent = err.status === 409 ? "Not saved: the document changed since you opened it (stale revision " + rev.slice(0, 12) + "). Reload it to edit the current revision." : "Not saved: " + err.message;
             } } }, "Save");
+          // Attachments: blob references anywhere in the body, each with a download link; an upload
+          // stores the file as a blob and saves the document with it under "attachments".
+          const refs = [];
+          (function walk(v, path) {
+            if (v && typeof v === "object") {
+              if (v["@type"] === "blob" && v.digest) refs.push([path, v]);
+              else for (const [k, x] of Object.entries(v)) walk(x, path ? path + "." + k : k);
+            }
+          })(body, "");
+          const file = el("input", { type: "file", id: "attach-file", "aria-label": "file to attach" });
+          const attach = el("button", { id: "attach", onclick: async () => {
+            const f = file.files[0]; if (!f) { message.textContent = "Choose a file first."; message.className = "error"; return; }
+            try {
+              const r = await fetch("/blobs", { method: "POST", credentials: "same-origin", headers: { "X-CSRF-Token": csrf, "Content-Type": f.type || "application/octet-stream" }, body: f });
+              const ref = await r.json(); if (!r.ok) throw new Error(ref.reason || r.statusText);
+              const next = Object.assign({}, body); next.attachments = Object.assign({}, body.attachments || {}); next.attachments[f.name] = ref;
+              const saved = await api("PUT", "/docs/" + encodeURIComponent(id) + "?rev=" + encodeURIComponent(rev), next);
+              message.textContent = "Attached " + f.name + "; saved as " + saved.rev; message.className = "ok"; setTimeout(() => renderDocument(id), 400);
+            } catch (err) { message.className = "error"; message.textContent = (err.status === 409 ? "Not saved (stale revision): " : "Not attached: ") + err.message; } } }, "Attach");
+          const attachments = el("ul", { id: "attachments" }, refs.map(([path, ref]) => el("li", {},
+            el("a", { href: "/blobs/" + ref.digest, download: path.split(".").pop() || ref.digest, "data-digest": ref.digest }, path), " (" + bytes(ref.length) + ")")));
           const history = el("ul", { id: "doc-revisions" }, el("li", {}, "current: ", el("code", {}, rev)), (doc._conflicts || []).map((c) => el("li", {}, "conflict: ", el("code", {}, c))));
-          view.append(el("p", {}, el("a", { href: "#documents" }, "← Documents")), editor, save, message, el("h2", {}, "Revisions"), history);
+          view.append(el("p", {}, el("a", { href: "#documents" }, "← Documents")), editor, save, message,
+            el("h2", {}, "Attachments"), attachments, el("p", {}, file, " ", attach), el("h2", {}, "Revisions"), history);
         }
 
         async function renderGroup() {
