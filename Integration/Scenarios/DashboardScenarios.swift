@@ -18,8 +18,8 @@ import Testing
         defer { cluster.cleanUp() }
         let (a, b, c) = (cluster.add("a"), cluster.add("b"), cluster.add("c"))
         let noAvahi = ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=/nonexistent/ferry-no-dbus"]
-        try await a.start(["--discovery", "--couch-port", "0"], environment: noAvahi)
-        for n in [b, c] { try await n.start(["--discovery"], environment: noAvahi) }
+        for n in [a, b] { try await n.start(["--discovery", "--couch-port", "0"], environment: noAvahi) }
+        try await c.start(["--discovery"], environment: noAvahi)
         for n in [b, c] {
             let invite = try await Ferry.run(["--data", a.dataDirectory, "invite", "--json"])
             let code = try JSON.parse(invite.stdout.trimmingCharacters(in: .whitespacesAndNewlines))["code"]?.stringValue ?? ""
@@ -33,7 +33,7 @@ import Testing
             environment: [
                 "FERRY_A_ADMIN": a.info["adminURL"]?.stringValue ?? "", "FERRY_A_KEY": a.adminKey ?? "",
                 "FERRY_B_ADMIN": b.info["adminURL"]?.stringValue ?? "", "FERRY_B_KEY": b.adminKey ?? "",
-                "FERRY_A_COUCH": try CouchSuite.couchURL(a), "FERRY_DB": try await a.admin.get("/")["group"]?.stringValue ?? "ferry",
+                "FERRY_A_COUCH": try CouchSuite.couchURL(a), "FERRY_B_COUCH": try CouchSuite.couchURL(b), "FERRY_DB": try await a.admin.get("/")["group"]?.stringValue ?? "ferry",
                 "FERRY_C_PID": "\(c.pid ?? 0)", "FERRY_SCREENSHOTS": shots,
             ], timeout: 400)
         await finish(cluster, allowing: expectedRefusals + ["dashboard login refused", "replication offline", "connect_failed"])

@@ -15,6 +15,7 @@ import urllib.parse
 import pytest
 import requests
 from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
@@ -58,6 +59,19 @@ def shot(driver, name):
     if SHOTS:
         os.makedirs(SHOTS, exist_ok=True)
         driver.save_screenshot(os.path.join(SHOTS, name + ".png"))
+
+
+def click(driver, css, timeout=10):
+    """Clicks the element `css` names, again if a live re-render replaced it meanwhile."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            driver.find_element(By.CSS_SELECTOR, css).click()
+            return
+        except (StaleElementReferenceException, NoSuchElementException):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def page(driver, hash_):
@@ -147,6 +161,20 @@ def test_the_dashboard_end_to_end(browser):
         return d["_rev"] == kept and not d.get("_conflicts")
     wait_for(lambda: resolved(A, A_KEY) and resolved(B, B_KEY), 20, "A and B to converge on the kept leaf")
 
+    # A second conflict, resolved by the merge resolver from the page; both converge.
+    base = admin(A, A_KEY, "PUT", "/docs/patient-8", {"name": "Bo"}).json()["rev"]
+    h = base.split("-")[1]
+    for letter, field in (("a", "allergy"), ("b", "bed")):
+        doc = {"_id": "patient-8", "_rev": f"2-{letter * 32}", "name": "Bo", field: "yes", "_revisions": {"start": 2, "ids": [letter * 32, h]}}
+        assert requests.put(f"{COUCH}/{DB}/patient-8?new_edits=false", json=doc, auth=auth, timeout=30).status_code == 201
+    page(browser, "conflicts")
+    wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "section[data-conflict='patient-8'] button[data-resolver='merge']")))
+    click(browser, "section[data-conflict='patient-8'] button[data-resolver='merge']")
+    def merged(base_url, key):
+        d = admin(base_url, key, "GET", "/docs/patient-8?conflicts=true").json()
+        return not d.get("_conflicts") and d.get("allergy") == "yes" and d.get("bed") == "yes"
+    wait_for(lambda: merged(A, A_KEY) and merged(B, B_KEY), 20, "the merged patient on A and B")
+
     # A Mango query, with the index it used.
     page(browser, "documents")
     box = wait.until(ec.presence_of_element_located((By.ID, "mango")))
@@ -207,9 +235,26 @@ def test_the_dashboard_end_to_end(browser):
         time.sleep(1)
     assert "writes/s" in browser.find_element(By.ID, "chart-writes").text
     shot(browser, "health")
+    # A CouchDB replication added from the page (to B's CouchDB API), paused, resumed, reset.
     page(browser, "replications")
-    wait.until(ec.presence_of_element_located((By.ID, "replications")))
+    b_couch = os.environ["FERRY_B_COUCH"].rstrip("/").replace("://", "://admin:" + B_KEY + "@", 1)
+    wait.until(ec.presence_of_element_located((By.ID, "rep-url"))).send_keys(f"{b_couch}/{DB}")
+    browser.find_element(By.ID, "rep-add").click()
+    row = "#replications tr[data-replication]"
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, row), 10, "the new replication listed")
+    rep_id = browser.find_element(By.CSS_SELECTOR, row).get_attribute("data-replication")
+    def rep():
+        return next(r for r in admin(A, A_KEY, "GET", "/replications").json()["replications"] if r["id"] == rep_id)
+    wait_for(lambda: rep()["status"]["activity"] == "idle", 20, "the replication to go idle")
+    assert ":" + B_KEY + "@" not in browser.page_source, "the replication's password is never shown"
+    click(browser, row + " button[data-action='pause']")
+    wait_for(lambda: rep()["paused"], 10, "the replication paused")
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, row + " button[data-action='resume']"), 10, "a Resume button")
     shot(browser, "replications")
+    click(browser, row + " button[data-action='resume']")
+    wait_for(lambda: not rep()["paused"], 10, "the replication resumed")
+    click(browser, row + " button[data-action='reset']")
+    wait_for(lambda: not rep()["paused"] and rep()["status"]["activity"] in ("idle", "busy"), 10, "the replication run again from the start")
 
     # Logging out ends the session: the page asks for the key again.
     browser.find_element(By.ID, "logout-button").click()

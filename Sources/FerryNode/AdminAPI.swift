@@ -42,6 +42,9 @@ struct AdminAPI: Sendable {
         router.get("/replications") { _, _ in replications() }
         router.post("/replications") { request, _ in try await addReplication(request) }
         router.delete("/replications/:id") { _, ctx in try removeReplication(ctx.parameters.require("id")) }
+        router.post("/replications/:id/pause") { _, ctx in try replicationAction(ctx.parameters.require("id"), "pause") }
+        router.post("/replications/:id/resume") { _, ctx in try replicationAction(ctx.parameters.require("id"), "resume") }
+        router.post("/replications/:id/reset") { _, ctx in try replicationAction(ctx.parameters.require("id"), "reset") }
         router.get("/trust") { _, _ in trustList() }
         router.post("/trust") { request, _ in try await addTrust(request) }
         router.put("/trust/:id") { request, ctx in try await setTrust(request, id: ctx.parameters.require("id")) }
@@ -56,6 +59,7 @@ struct AdminAPI: Sendable {
         addAccessRoutes(to: router)
         addDashboardRoutes(to: router)
         router.get("/conflicts") { request, _ in try conflicts(request) }
+        router.post("/conflicts/resolve") { request, _ in try await resolveConflict(request) }
         router.post("/find") { request, _ in try await find(request) }
         return router
     }
@@ -204,6 +208,8 @@ struct AdminAPI: Sendable {
                 "digestMatches": node.digests.matches(p.nodeID).map(JSON.bool) ?? .null,
             ]
             if let url = p.url { o["url"] = .string(url) }
+            // The peer's own live links, as its heartbeats last reported them (a view of the whole group).
+            if let links = node.mesh.view.links(of: p.nodeID) { o["links"] = .array(links.sorted().map(JSON.string)) }
             // `replication` is the link this node dialled, else the peer's link to this node;
             // `inbound` the latter when there are both.
             let inbound = p.inbound.map { link -> JSON in
@@ -249,6 +255,7 @@ struct AdminAPI: Sendable {
             o["kind"] = .string(r.spec.isCouch ? "couchdb" : "ferry")
             o["source"] = .string(r.source.rawValue)
             o["status"] = statusJSON(r.status, r.summary)
+            o["paused"] = .bool(manager.isPaused(r.spec.id))
             return .object(o)
         })])
     }
@@ -268,6 +275,20 @@ struct AdminAPI: Sendable {
         }
         manager.startReplication(spec, source: .api)
         return json(spec.publicJSON, status: .created)
+    }
+
+    /// `POST /replications/{id}/pause|resume|reset`: stop it until resumed; run it again from
+    /// its checkpoint; run it again from the beginning (its checkpoint reset).
+    func replicationAction(_ id: String, _ action: String) throws -> Response {
+        let known: Bool
+        switch action {
+        case "pause": known = manager.pauseReplication(id)
+        case "resume": known = manager.resumeReplication(id, resetCheckpoint: false)
+        default: known = manager.resumeReplication(id, resetCheckpoint: true)
+        }
+        guard known else { throw APIError(.notFound, "not_found", "no replication \(id)") }
+        node.logger.info("replication \(action)", metadata: ["id": "\(LogText.escape(id))"])
+        return json(["id": .string(id), "paused": .bool(manager.isPaused(id))])
     }
 
     func removeReplication(_ id: String) throws -> Response {

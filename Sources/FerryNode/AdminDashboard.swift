@@ -3,6 +3,7 @@ import FerryCouch
 import FerryCouchDocuments
 import FerryQuery
 import FerryStore
+import FerrySync
 import Foundation
 import Hummingbird
 import HummingbirdCore
@@ -206,6 +207,25 @@ extension AdminAPI {
             rows.append(["id": .string(id.rawValue), "rev": .string(doc.revision.description), "leaves": .array(leaves)])
         }
         return json(["conflicts": .array(rows)])
+    }
+
+    /// `POST /conflicts/resolve` `{"id", "resolver": "merge" | "lastWriteWins" | "deletesWin"}`:
+    /// resolves one document's conflict now; the result replicates like any write.
+    func resolveConflict(_ request: Request) async throws -> Response {
+        let body = try await readJSON(request)
+        guard let text = body["id"]?.stringValue, let name = body["resolver"]?.stringValue else {
+            throw APIError(.badRequest, "bad_request", "the body must be {\"id\": ID, \"resolver\": \"merge\" | \"lastWriteWins\" | \"deletesWin\"}")
+        }
+        let id: DocumentID
+        do { id = try DocumentID(text) } catch { throw APIError(.badRequest, "bad_id", error.description) }
+        let resolvers: [String: ConflictResolver] = ["merge": .merge, "lastWriteWins": .lastWriteWins, "deletesWin": .deletesWin]
+        guard let resolver = resolvers[name] else {
+            throw APIError(.badRequest, "bad_request", "unknown resolver \"\(LogText.escape(name))\": merge, lastWriteWins or deletesWin")
+        }
+        guard try node.store.revisionTree(id) != nil else { throw StoreError.notFound(id) }
+        let written = try node.store.resolveConflict(id, with: resolver, logger: node.logger)
+        let doc = try node.store.document(id)
+        return json(["id": .string(id.rawValue), "written": .int(Int64(written)), "rev": doc.map { .string($0.revision.description) } ?? .null])
     }
 
     /// `POST /find`: a Mango query (CouchDB's `_find` body) with the index that served it.

@@ -185,17 +185,26 @@ extension PeerManager {
     /// client and a replicator (a start that cannot, such as for a missing credentials file,
     /// shows why in the status and is tried again at the link's next restart), and closes
     /// the client once that replicator has stopped.
-    func makeCouchLink(_ spec: ReplicationSpec) -> ReplicationLink {
+    func makeCouchLink(_ spec: ReplicationSpec, resetCheckpoint: Bool = false) -> ReplicationLink {
         let replicators = self.replicators, logger = self.logger.with("replication", spec.id).with("url", spec.displayURL)
+        // A reset applies to the first run only, not to every restart after an error.
+        let reset = Locked(resetCheckpoint)
         let make: @Sendable () -> ReplicationLink.Run = {
-            Self.couchRun(spec, replicators: replicators, logger: logger)
+            let once = reset.withLock { r in
+                defer { r = false }
+                return r
+            }
+            return Self.couchRun(spec, replicators: replicators, logger: logger, resetCheckpoint: once)
         }
         return ReplicationLink(url: spec.displayURL, peerID: "", policy: spec.couch?.policy, make: make, clock: clock, logger: logger)
     }
 
-    static func couchRun(_ spec: ReplicationSpec, replicators: ReplicationFactory, logger: Logger) -> ReplicationLink.Run {
+    static func couchRun(_ spec: ReplicationSpec, replicators: ReplicationFactory, logger: Logger, resetCheckpoint: Bool = false)
+        -> ReplicationLink.Run
+    {
         let options = spec.couch ?? CouchReplicationOptions()
         let configure: (inout ReplicatorConfiguration) -> Void = { rc in
+            rc.resetCheckpoint = resetCheckpoint
             rc.direction = spec.direction
             rc.continuous = spec.continuous
             rc.documentIDs = spec.documentIDs.map { Set($0.compactMap { try? DocumentID($0) }) }

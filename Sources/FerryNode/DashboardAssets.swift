@@ -112,7 +112,8 @@ enum DashboardAssets {
         async function api(method, path, body) {
           const options = { method, credentials: "same-origin", headers: {} };
           if (method !== "GET") options.headers["X-CSRF-Token"] = csrf;
-          if (body !== undefined) { options.headers["Content-Type"] = "application/json"; options.body = JSON.stringify(body); }
+          // Every POST and PUT carries a JSON body (the admin API takes no other), `{}` when it has nothing to say.
+          if (body !== undefined || method === "POST" || method === "PUT") { options.headers["Content-Type"] = "application/json"; options.body = JSON.stringify(body === undefined ? {} : body); }
           const r = await fetch(path, options);
           if (r.status === 401) { location.href = "/ui/login"; throw new Error("logged out"); }
           const text = await r.text();
@@ -159,30 +160,48 @@ enum DashboardAssets {
             const color = cls === "ok" ? "#1f7a3a" : cls === "bad" ? "#b42318" : cls === "warn" ? "#b54708" : "#98a2b3";
             g.append(svg("line", { x1: cx, y1: cy, x2: o.x, y2: o.y, stroke: color, "stroke-width": 3, "stroke-dasharray": cls === "ok" ? "" : "6 4", "data-peer": o.id, "data-state": text }));
           });
+          // The links the peers report of their own (heartbeats): the whole group's mesh.
+          const at = new Map(others.map((o) => [o.id, o]));
+          const drawn = new Set();
+          for (const o of others) for (const to of ((o.peer || {}).links || [])) {
+            const t = at.get(to); const key = [o.id, to].sort().join(" ");
+            if (!t || drawn.has(key)) continue; drawn.add(key);
+            g.append(svg("line", { x1: o.x, y1: o.y, x2: t.x, y2: t.y, stroke: "#98a2b3", "stroke-width": 1.5, "data-link": key }));
+          }
           const node = (x, y, label, fill) => { g.append(svg("circle", { cx: x, cy: y, r: 18, fill, stroke: "#1d2430" })); const t = svg("text", { x, y: y + 34, "text-anchor": "middle", "font-size": 13 }); t.textContent = label; g.append(t); };
           node(cx, cy, (s.node.name || short(s.node.id)) + " (this node)", "#e8eefc");
           for (const o of others) node(o.x, o.y, o.name || short(o.id), "#fff");
           view.append(g);
           const rows = others.map((o) => {
             const p = o.peer || {}; const rep = p.replication || {};
+            const before = ((state.previous || {}).peers || []).find((x) => x.id === o.id);
+            const dt = state.previous ? Math.max(0.001, s.time - state.previous.time) : 0;
+            const rateOf = (k) => before && before.replication && rep[k] !== undefined ? Math.max(0, (rep[k] - before.replication[k]) / dt) : 0;
+            const behind = rep.total > rep.completed ? (rep.total - rep.completed) + " behind" : rep.activity ? "in step" : "-";
             const [text, cls] = memberState(o);
             return el("tr", { "data-peer": o.id }, el("td", {}, o.name || "-"), el("td", {}, el("code", {}, short(o.id))),
               el("td", { class: cls, "data-state": text }, text), el("td", {}, p.dialled ? "dialled" : p.connected ? "dialled us" : "-"),
               el("td", {}, rep.activity || "-"), el("td", {}, p.digestMatches === true ? "equal" : p.digestMatches === false ? "differs" : "-"),
-              el("td", {}, rep.bytesSent !== undefined ? bytes(rep.bytesSent) + " / " + bytes(rep.bytesReceived) : "-"));
+              el("td", {}, behind),
+              el("td", {}, rep.bytesSent !== undefined ? bytes(rateOf("bytesSent")) + "/s / " + bytes(rateOf("bytesReceived")) + "/s" : "-"));
           });
-          view.append(el("table", { id: "peers" }, el("tr", {}, ["Name", "ID", "Link", "Direction", "Activity", "Digest", "Sent / received"].map((t) => el("th", {}, t))), rows));
+          view.append(el("table", { id: "peers" }, el("tr", {}, ["Name", "ID", "Link", "Direction", "Activity", "Digest", "Behind", "Sent / received"].map((t) => el("th", {}, t))), rows));
         }
 
         async function renderReplications() {
           const r = await api("GET", "/replications");
           view.replaceChildren(el("h1", {}, "Replications"));
+          const act = (x, what, label) => el("button", { "data-action": what, onclick: async () => {
+            try { await api(what === "remove" ? "DELETE" : "POST", "/replications/" + encodeURIComponent(x.id) + (what === "remove" ? "" : "/" + what)); say(label + ": " + x.id); renderReplications(); }
+            catch (err) { say(err.message, true); } } }, label);
+          const actions = (x) => [x.paused ? act(x, "resume", "Resume") : act(x, "pause", "Pause"), " ", act(x, "reset", "Reset checkpoint"),
+            " ", x.source === "api" ? act(x, "remove", "Remove") : el("span", { class: "muted" }, "(config)")];
           const rows = (r.replications || []).map((x) => {
             const st = x.status || {}; const pct = st.total ? Math.min(100, Math.round((100 * st.completed) / st.total)) : (st.activity === "idle" ? 100 : 0);
             const bar = el("div", { class: "bar", title: pct + "%" }, el("span")); bar.firstChild.style.width = pct + "%";
-            return el("tr", { "data-replication": x.id }, el("td", {}, x.id), el("td", {}, x.url || x.peer || "-"), el("td", {}, st.activity || "-"), el("td", {}, bar),
+            return el("tr", { "data-replication": x.id }, el("td", {}, x.id), el("td", {}, x.url || x.peer || "-"), el("td", {}, x.paused ? "paused" : st.activity || "-"), el("td", {}, bar),
               el("td", { class: st.error ? "bad" : "" }, st.error || "-"),
-              el("td", {}, x.source === "api" ? el("button", { onclick: async () => { await api("DELETE", "/replications/" + encodeURIComponent(x.id)); say("removed " + x.id); renderReplications(); } }, "Remove") : "config"));
+              el("td", {}, actions(x)));
           });
           view.append(el("table", { id: "replications" }, el("tr", {}, ["ID", "Target", "Activity", "Progress", "Last error", ""].map((t) => el("th", {}, t))), rows));
           const url = el("input", { id: "rep-url", placeholder: "http://127.0.0.1:5984/db", size: 40, "aria-label": "CouchDB database URL" });
@@ -191,7 +210,7 @@ enum DashboardAssets {
           const form = el("form", { onsubmit: async (e) => { e.preventDefault();
             const body = { url: url.value, direction: dir.value, continuous: true }; if (cred.value) body.credentialsFile = cred.value;
             try { await api("POST", "/replications", body); say("replication added"); renderReplications(); } catch (err) { say(err.message, true); } } },
-            url, " ", dir, " ", cred, " ", el("button", { type: "submit" }, "Add a CouchDB replication"));
+            url, " ", dir, " ", cred, " ", el("button", { type: "submit", id: "rep-add" }, "Add a CouchDB replication"));
           view.append(el("h2", {}, "Add"), form);
         }
 
@@ -211,7 +230,11 @@ enum DashboardAssets {
                   say("kept " + leaf.rev + " of " + c.id); renderConflicts(); } catch (err) { say(err.message, true); } } }, "Keep this one");
               return el("div", { class: "leaf" }, el("p", {}, el("code", {}, leaf.rev.slice(0, 18)), leaf.winner ? " (winner)" : ""), el("pre", {}, lines), keep);
             });
-            view.append(el("section", { "data-conflict": c.id }, el("h2", {}, c.id), el("div", { class: "row" }, boxes)));
+            const resolve = (name) => el("button", { "data-resolver": name, onclick: async () => {
+              try { const r = await api("POST", "/conflicts/resolve", { id: c.id, resolver: name }); say(name + " resolved " + c.id + " as " + (r.rev || "").slice(0, 12)); renderConflicts(); }
+              catch (err) { say(err.message, true); } } }, name === "merge" ? "Merge all" : "Last writer wins");
+            view.append(el("section", { "data-conflict": c.id }, el("h2", {}, c.id), el("div", { class: "row" }, boxes),
+              el("p", {}, "Or resolve with a resolver: ", resolve("merge"), " ", resolve("lastWriteWins"))));
           }
         }
 
@@ -339,6 +362,7 @@ enum DashboardAssets {
 
         const events = new EventSource("/ui/events");
         events.onmessage = (e) => {
+          state.previous = state.snapshot;
           state.snapshot = JSON.parse(e.data);
           state.history.push({ t: state.snapshot.time, m: state.snapshot.metrics });
           if (state.history.length > 60) state.history.shift();

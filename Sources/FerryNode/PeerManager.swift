@@ -80,6 +80,8 @@ public final class PeerManager: Service, Sendable {
         var peers: [String: PeerState] = [:]
         var instances: [String: String] = [:]  // DNS-SD instance → node ID
         var replications: [String: (spec: ReplicationSpec, source: PeerSource, link: ReplicationLink)] = [:]
+        /// Replications paused (their links stopped, their entries kept) until resumed or restarted.
+        var paused: Set<String> = []
         var stopping = false
         /// The trust store as last seen, to tell which entries a change touched.
         var trustSeen: [String: PeerPolicy] = [:]
@@ -300,7 +302,7 @@ public final class PeerManager: Service, Sendable {
         }
     }
 
-    func makeLink(url: String, peerID: String, spec: ReplicationSpec?) -> ReplicationLink {
+    func makeLink(url: String, peerID: String, spec: ReplicationSpec?, resetCheckpoint: Bool = false) -> ReplicationLink {
         let policy = trust.policy(for: peerID)
         let connector = dialler(url: url, peerID: peerID)
         let replicator = replicators.replicator(peerID: peerID, connector: connector, logger: logger.with("peer", peerID)) { rc in
@@ -312,6 +314,7 @@ public final class PeerManager: Service, Sendable {
             // A dead link must be back within seconds of the network healing; a failed dial
             // every 1.5 s (at most) to a peer that is gone costs nothing measurable.
             rc.maxAttemptWait = Self.maxRedialWait
+            rc.resetCheckpoint = resetCheckpoint
         }
         return ReplicationLink(
             url: url, peerID: peerID, policy: policy, ownAccess: replicators.ownAccessStamp, replicator: replicator, clock: clock, logger: logger)
@@ -339,16 +342,40 @@ public final class PeerManager: Service, Sendable {
     // MARK: persistent replications
 
     /// Starts a replication; `source` is `.config` or `.api`.
-    func startReplication(_ spec: ReplicationSpec, source: PeerSource) {
-        let link = spec.peerID.map { makeLink(url: spec.url, peerID: $0, spec: spec) } ?? makeCouchLink(spec)
+    func startReplication(_ spec: ReplicationSpec, source: PeerSource, resetCheckpoint: Bool = false) {
+        let link =
+            spec.peerID.map { makeLink(url: spec.url, peerID: $0, spec: spec, resetCheckpoint: resetCheckpoint) }
+            ?? makeCouchLink(spec, resetCheckpoint: resetCheckpoint)
         let old = state.withLock { s -> ReplicationLink? in
             let old = s.replications[spec.id]?.link
             s.replications[spec.id] = (spec, source, link)
+            s.paused.remove(spec.id)
             return old
         }
         old?.stop()
         link.start()
     }
+
+    /// Stops a replication until it is resumed (not across a restart of the node); false if unknown.
+    func pauseReplication(_ id: String) -> Bool {
+        guard let link = state.withLock({ s -> ReplicationLink? in
+            guard let entry = s.replications[id] else { return nil }
+            s.paused.insert(id)
+            return entry.link
+        }) else { return false }
+        link.stop()
+        return true
+    }
+
+    /// Runs a (paused or running) replication again, from its checkpoint or, with
+    /// `resetCheckpoint`, from the beginning; false if unknown.
+    func resumeReplication(_ id: String, resetCheckpoint: Bool) -> Bool {
+        guard let entry = state.withLock({ $0.replications[id] }) else { return false }
+        startReplication(entry.spec, source: entry.source, resetCheckpoint: resetCheckpoint)
+        return true
+    }
+
+    func isPaused(_ id: String) -> Bool { state.withLock { $0.paused.contains(id) } }
 
     /// Stops and forgets a replication; false if unknown.
     func stopReplication(_ id: String) -> Bool {

@@ -240,3 +240,11 @@ extension DocumentStore {
         }
     }
 }
+
+extension DocumentStore {
+    /// Resolves one document's conflict now with `resolver` (an operator's choice, in the
+    /// admin API or the dashboard); returns how many revisions it wrote (0: no live conflict).
+    public func resolveConflict(_ id: DocumentID, with resolver: ConflictResolver, logger: Logger) throws(StoreError) -> Int {
+        try resolveConflicts(in: [id], using: ResolverSet(fallback: resolver), logger: logger).written
+    }
+}
