@@ -197,6 +197,9 @@ def test_the_dashboard_end_to_end(browser):
     message = wait.until(lambda d: d.find_element(By.ID, "doc-message").text and d.find_element(By.ID, "doc-message"))
     assert "stale" in message.text, message.text
     assert admin(A, A_KEY, "GET", "/docs/patient-7").json()["ward"] == "d"
+    # The revision tree shows both branches of the resolved conflict and the winner.
+    tree = browser.find_element(By.ID, "doc-revisions")
+    assert len(tree.find_elements(By.CSS_SELECTOR, "li[data-rev]")) >= 4 and "winner" in tree.text, tree.text
     shot(browser, "document")
     page(browser, "doc/patient-7")
     editor = wait.until(ec.presence_of_element_located((By.ID, "doc-editor")))

@@ -104,9 +104,26 @@ struct AdminAPI: Sendable {
 
     func getDocument(_ request: Request, id: DocumentID) throws -> Response {
         let q = request.uri.queryParameters
+        if q.get("tree") == "true" { return try revisionTree(id) }
         let rev = try q.get("rev").map(revision)
         guard let doc = try node.store.document(id, revision: rev) else { throw StoreError.notFound(id) }
         return json(doc.json(includeConflicts: q.get("conflicts") == "true"))
+    }
+
+    /// `GET /docs/{id}?tree=true`: every revision held, parents first:
+    /// `{"id","revisions":[{"rev","parent","deleted","leaf","winner","bodyKept"}]}`.
+    func revisionTree(_ id: DocumentID) throws -> Response {
+        guard let tree = try node.store.revisionTree(id) else { throw StoreError.notFound(id) }
+        let winner = tree.winnerIndex
+        return json([
+            "id": .string(id.rawValue),
+            "revisions": .array(tree.revisions.enumerated().map { i, r in
+                [
+                    "rev": .string(r.id.description), "parent": r.parent.map { .string(tree.revisions[$0].id.description) } ?? .null,
+                    "deleted": .bool(r.deleted), "leaf": .bool(r.isLeaf), "winner": .bool(i == winner), "bodyKept": .bool(r.body != nil),
+                ]
+            }),
+        ])
     }
 
     func putDocument(_ request: Request, id: DocumentID) async throws -> Response {

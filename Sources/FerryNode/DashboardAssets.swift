@@ -198,7 +198,11 @@ enum DashboardAssets {
             " ", x.source === "api" ? act(x, "remove", "Remove") : el("span", { class: "muted" }, "(config)")];
           const rows = (r.replications || []).map((x) => {
             const st = x.status || {}; const pct = st.total ? Math.min(100, Math.round((100 * st.completed) / st.total)) : (st.activity === "idle" ? 100 : 0);
-            const bar = el("div", { class: "bar", title: pct + "%" }, el("span")); bar.firstChild.style.width = pct + "%";
+            const bar = el("div", { class: "bar", title: pct + "% of documents" }, el("span")); bar.firstChild.style.width = pct + "%";
+            // Blob bytes, once large blobs stream.
+            const blobTotal = (st.blobBytesToReceive || 0) + (st.blobBytesToSend || 0);
+            const blobDone = (st.blobBytesReceived || 0) + (st.blobBytesSent || 0);
+            if (blobTotal > 0) { const b = el("div", { class: "bar", title: bytes(blobDone) + " of " + bytes(blobTotal) + " of blobs" }, el("span")); b.firstChild.style.width = Math.min(100, Math.round((100 * blobDone) / blobTotal)) + "%"; bar.after(b); }
             return el("tr", { "data-replication": x.id }, el("td", {}, x.id), el("td", {}, x.url || x.peer || "-"), el("td", {}, x.paused ? "paused" : st.activity || "-"), el("td", {}, bar),
               el("td", { class: st.error ? "bad" : "" }, st.error || "-"),
               el("td", {}, actions(x)));
@@ -298,7 +302,15 @@ enum DashboardAssets {
             } catch (err) { message.className = "error"; message.textContent = (err.status === 409 ? "Not saved (stale revision): " : "Not attached: ") + err.message; } } }, "Attach");
           const attachments = el("ul", { id: "attachments" }, refs.map(([path, ref]) => el("li", {},
             el("a", { href: "/blobs/" + ref.digest, download: path.split(".").pop() || ref.digest, "data-digest": ref.digest }, path), " (" + bytes(ref.length) + ")")));
-          const history = el("ul", { id: "doc-revisions" }, el("li", {}, "current: ", el("code", {}, rev)), (doc._conflicts || []).map((c) => el("li", {}, "conflict: ", el("code", {}, c))));
+          // The revision tree, children under their parents; leaves and the winner marked.
+          const tree = await api("GET", "/docs/" + encodeURIComponent(id) + "?tree=true");
+          const children = new Map();
+          for (const r of tree.revisions) { const k = r.parent || ""; if (!children.has(k)) children.set(k, []); children.get(k).push(r); }
+          const branch = (parent) => el("ul", {}, (children.get(parent) || []).map((r) => el("li", { "data-rev": r.rev },
+            el("code", {}, r.rev.slice(0, 20)), r.winner ? " winner" : r.leaf ? " leaf" : "", r.deleted ? " (deleted)" : "", r.bodyKept ? "" : " (body not kept)",
+            children.has(r.rev) ? branch(r.rev) : null)));
+          const roots = tree.revisions.filter((r) => !r.parent || !tree.revisions.some((x) => x.rev === r.parent)).map((r) => r.parent || "");
+          const history = el("div", { id: "doc-revisions" }, [...new Set(roots)].map(branch));
           view.append(el("p", {}, el("a", { href: "#documents" }, "← Documents")), editor, save, message,
             el("h2", {}, "Attachments"), attachments, el("p", {}, file, " ", attach), el("h2", {}, "Revisions"), history);
         }
