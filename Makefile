@@ -144,6 +144,7 @@ bench:
 	.build/release/ferry-bench syncthing --report $(REPORT)
 	.build/release/ferry-bench couch-api --report $(REPORT)
 	.build/release/ferry-bench couch --report $(REPORT)
+	.build/release/ferry-bench access --report $(REPORT)
 	.build/release/ferry-bench find --report $(REPORT)
 	.build/release/ferry-bench blob --report $(REPORT)
 	@if [ "$$(id -u)" = 0 ]; then .build/release/ferry-bench lan --report $(REPORT); \

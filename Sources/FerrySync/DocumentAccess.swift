@@ -42,6 +42,8 @@ public struct DocumentAccess: Sendable {
         guard Self.admitsDocument(rule, id, tree: tree) else { return false }
         guard Self.needsBodies(rule) else { return true }  // by ID alone: already judged
         guard let index = tree.index(of: revision) else { return false }
+        // A live leaf was judged with the document (every live leaf is): no second parse.
+        if tree.revisions[index].isLeaf && !tree.revisions[index].deleted { return true }
         return rule.admits(id: id, body: Self.judgedBody(at: index, in: tree))
     }
 
