@@ -36,10 +36,14 @@ def admin(base, key, method, path, body=None):
 
 
 def wait_for(condition, timeout, what):
+    """Polls `condition`; an element a live re-render replaced meanwhile counts as not yet."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if condition():
-            return
+        try:
+            if condition():
+                return
+        except StaleElementReferenceException:
+            pass
         time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
@@ -127,27 +131,35 @@ def test_the_dashboard_end_to_end(browser):
     shot(browser, "mesh")
 
     # Cut a link: C stops; its row shows offline within 5 s.
-    c_rows = [r.get_attribute("data-peer") for r in connected_rows()]
+    c_rows = []
+    def both_ids():
+        c_rows[:] = [r.get_attribute("data-peer") for r in connected_rows()]
+        return len(c_rows) == 2
+    wait_for(both_ids, 10, "the connected peers' IDs")
     os.kill(int(os.environ["FERRY_C_PID"]), signal.SIGTERM)
     wait_for(lambda: len(connected_rows()) == 1, 5, "the stopped node shown offline")
-    offline = [r for r in browser.find_elements(By.CSS_SELECTOR, "#peers tr[data-peer]") if r.get_attribute("data-peer") in c_rows
-               and r.find_elements(By.CSS_SELECTOR, "td[data-state^='offline']")]
-    assert offline, browser.find_element(By.ID, "peers").text
+    def offline():
+        return [r for r in browser.find_elements(By.CSS_SELECTOR, "#peers tr[data-peer]") if r.get_attribute("data-peer") in c_rows
+                and r.find_elements(By.CSS_SELECTOR, "td[data-state^='offline']")]
+    wait_for(lambda: offline(), 5, "the stopped node's row to say offline")
     shot(browser, "mesh-offline")
 
-    # A conflict, made on A through its CouchDB API with new_edits=false, reaches B too.
+    # A conflict made on two nodes: one edit on A, another of the same revision on B (each
+    # through its CouchDB API, as two writers at once would), meeting as they replicate.
     auth = ("admin", A_KEY)
     base = admin(A, A_KEY, "PUT", "/docs/patient-7", {"name": "Ada", "ward": "a"}).json()["rev"]
     gen, h = base.split("-")
-    for letter, ward in (("e", "b"), ("f", "c")):
+    wait_for(lambda: admin(B, B_KEY, "GET", "/docs/patient-7").status_code == 200, 20, "patient-7 to reach B")
+    b_couch = os.environ["FERRY_B_COUCH"].rstrip("/")
+    for letter, ward, couch, key in (("e", "b", COUCH, A_KEY), ("f", "c", b_couch, B_KEY)):
         doc = {"_id": "patient-7", "_rev": f"2-{letter * 32}", "name": "Ada", "ward": ward,
                "_revisions": {"start": 2, "ids": [letter * 32, h]}}
-        r = requests.put(f"{COUCH}/{DB}/patient-7?new_edits=false", json=doc, auth=auth, timeout=30)
+        r = requests.put(f"{couch}/{DB}/patient-7?new_edits=false", json=doc, auth=("admin", key), timeout=30)
         assert r.status_code == 201, r.text
     def conflicts_on(base_url, key):
         d = admin(base_url, key, "GET", "/docs/patient-7?conflicts=true").json()
         return d.get("_conflicts", [])
-    wait_for(lambda: len(conflicts_on(B, B_KEY)) >= 1, 20, "the conflict to reach B")
+    wait_for(lambda: len(conflicts_on(A, A_KEY)) >= 1 and len(conflicts_on(B, B_KEY)) >= 1, 20, "the conflict on both nodes")
     page(browser, "conflicts")
     section = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "section[data-conflict='patient-7']")))
     assert section.find_elements(By.CSS_SELECTOR, ".diff"), "the differing field is highlighted"
@@ -175,8 +187,14 @@ def test_the_dashboard_end_to_end(browser):
         return not d.get("_conflicts") and d.get("allergy") == "yes" and d.get("bed") == "yes"
     wait_for(lambda: merged(A, A_KEY) and merged(B, B_KEY), 20, "the merged patient on A and B")
 
-    # A Mango query, with the index it used.
+    # A Mango query, with the index it used; the list by ID prefix.
     page(browser, "documents")
+    wait.until(ec.presence_of_element_located((By.ID, "doc-prefix"))).send_keys("patient-8")
+    listed = lambda: [a.get_attribute("data-doc") for a in browser.find_elements(By.CSS_SELECTOR, "#documents a[data-doc]")]
+    try:
+        wait_for(lambda: listed() == ["patient-8"], 10, "the prefix to list patient-8 alone")
+    except AssertionError:
+        raise AssertionError(f"the prefix lists {listed()}, {browser.find_element(By.ID, 'view').text[:300]!r}")
     box = wait.until(ec.presence_of_element_located((By.ID, "mango")))
     box.clear()
     box.send_keys(json.dumps({"selector": {"name": "Ada"}}))

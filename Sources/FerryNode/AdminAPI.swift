@@ -153,7 +153,7 @@ struct AdminAPI: Sendable {
         return json(["id": .string(id.rawValue), "rev": .string(rev.description), "deleted": true])
     }
 
-    /// `GET /docs?limit=N&after=ID&deleted=true` → `{"rows":[{"id","rev"[,"deleted"]}],"next":ID|null}`.
+    /// `GET /docs?limit=N&after=ID&prefix=P&deleted=true` → `{"rows":[{"id","rev"[,"deleted"]}],"next":ID|null}`.
     func listDocuments(_ request: Request) throws -> Response {
         let q = request.uri.queryParameters
         let limit = try intParameter(q.get("limit"), "limit", default: 1000, 1...10_000)
@@ -161,7 +161,28 @@ struct AdminAPI: Sendable {
         if let s = q.get("after") {
             do { after = try DocumentID(s, allowReserved: true) } catch { throw APIError(.badRequest, "bad_id", error.description) }
         }
-        let rows = try node.store.allDocuments(after: after, limit: limit + 1, includeDeleted: q.get("deleted") == "true")
+        let deleted = q.get("deleted") == "true"
+        var rows: [(id: DocumentID, revision: RevisionID, deleted: Bool)]
+        if let prefix = q.get("prefix"), !prefix.isEmpty {
+            // From just below the prefix (IDs sort by their bytes), a page at a time, to its end.
+            rows = []
+            var cursor = after ?? (prefix.count > 1 ? try? DocumentID(String(prefix.dropLast()), allowReserved: true) : nil)
+            scan: while rows.count <= limit {
+                let page = try node.store.allDocuments(after: cursor, limit: 1000, includeDeleted: deleted)
+                for d in page {
+                    if d.id.rawValue.hasPrefix(prefix) {
+                        rows.append(d)
+                        if rows.count > limit { break scan }
+                    } else if d.id.rawValue > prefix {
+                        break scan
+                    }
+                }
+                guard page.count == 1000, let last = page.last else { break }
+                cursor = last.id
+            }
+        } else {
+            rows = try node.store.allDocuments(after: after, limit: limit + 1, includeDeleted: deleted)
+        }
         let page = rows.prefix(limit)
         return json([
             "rows": .array(page.map { d in

@@ -92,7 +92,7 @@ enum DashboardAssets {
         "use strict";
         const csrf = document.querySelector('meta[name="csrf-token"]').content;
         const view = document.getElementById("view");
-        const state = { snapshot: null, history: [], docsAfter: "" };
+        const state = { snapshot: null, history: [], docsTicket: 0 };
 
         function el(tag, attrs, ...children) {
           const e = document.createElement(tag);
@@ -247,10 +247,14 @@ enum DashboardAssets {
           const prefix = el("input", { id: "doc-prefix", placeholder: "ID prefix", "aria-label": "ID prefix" });
           const list = el("table", { id: "documents" });
           const load = async () => {
-            const r = await api("GET", "/docs?limit=1000");
-            const rows = (r.rows || []).filter((d) => d.id.startsWith(prefix.value)).slice(0, 200);
+            // One request per keystroke: only the answer to the latest may draw the list.
+            const ticket = ++state.docsTicket;
+            const r = await api("GET", "/docs?limit=200" + (prefix.value ? "&prefix=" + encodeURIComponent(prefix.value) : ""));
+            if (ticket !== state.docsTicket) return;
+            const rows = r.rows || [];
+            // Spread: replaceChildren takes nodes, not arrays (it would print one as text).
             list.replaceChildren(el("tr", {}, el("th", {}, "ID"), el("th", {}, "Revision")),
-              rows.map((d) => el("tr", {}, el("td", {}, el("a", { href: "#doc/" + encodeURIComponent(d.id), "data-doc": d.id }, d.id)), el("td", {}, el("code", {}, d.rev.slice(0, 18))))));
+              ...rows.map((d) => el("tr", {}, el("td", {}, el("a", { href: "#doc/" + encodeURIComponent(d.id), "data-doc": d.id }, d.id)), el("td", {}, el("code", {}, d.rev.slice(0, 18))))));
           };
           prefix.addEventListener("input", load);
           const query = el("textarea", { id: "mango", "aria-label": "Mango query" }); query.value = '{"selector": {}, "limit": 20}';
