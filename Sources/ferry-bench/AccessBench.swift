@@ -69,27 +69,7 @@ struct AccessBench: AsyncParsableCommand {
 
     /// `count` documents of about `size` bytes, each with a `ward` of 20 values, as NDJSON.
     static func writeWardDocuments(_ count: Int, size: Int, to path: String) throws -> Int {
-        let generator = DocumentGenerator(size: max(0, size - 14))
-        FileManager.default.createFile(atPath: path, contents: nil)
-        guard let out = FileHandle(forWritingAtPath: path) else { throw BenchError("cannot write \(path)") }
-        defer { try? out.close() }
-        var chunk: [UInt8] = []
-        var total = 0
-        for i in 0..<count {
-            let (id, body) = generator.document(i)
-            var o = body.objectValue!
-            o["ward"] = .string(wards[i % wards.count])
-            total += JSON.object(o).canonicalBytes.count
-            o["_id"] = .string(id.rawValue)
-            chunk.append(contentsOf: JSON.object(o).canonicalBytes)
-            chunk.append(0x0A)
-            if chunk.count > 1 << 20 {
-                try out.write(contentsOf: chunk)
-                chunk.removeAll(keepingCapacity: true)
-            }
-        }
-        try out.write(contentsOf: chunk)
-        return total
+        try DocumentGenerator(size: max(0, size - 14)).writeNDJSON(count, edit: { i, o in o["ward"] = .string(wards[i % wards.count]) }, to: path)
     }
 
     /// P1 with rules: a whole `ferry sync --pull` from a source that enforces 20 rules

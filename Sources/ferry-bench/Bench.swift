@@ -235,15 +235,22 @@ struct DocumentGenerator {
     }
 
     /// Writes documents 0..<count as NDJSON (each with "_id") for `ferry import`, streaming;
-    /// those `skipping` names are left out.
-    func writeNDJSON(_ count: Int, skipping: (Int) -> Bool = { _ in false }, to path: String) throws {
+    /// those `skipping` names are left out, and `edit` may change each body first. Returns
+    /// the bodies' canonical bytes (without "_id").
+    @discardableResult
+    func writeNDJSON(
+        _ count: Int, skipping: (Int) -> Bool = { _ in false }, edit: (Int, inout [String: JSON]) -> Void = { _, _ in }, to path: String
+    ) throws -> Int {
         FileManager.default.createFile(atPath: path, contents: nil)
         guard let out = FileHandle(forWritingAtPath: path) else { throw BenchError("cannot write \(path)") }
         defer { try? out.close() }
         var chunk: [UInt8] = []
+        var total = 0
         for i in 0..<count where !skipping(i) {
             let (id, body) = document(i)
             var o = body.objectValue!
+            edit(i, &o)
+            total += JSON.object(o).canonicalBytes.count
             o["_id"] = .string(id.rawValue)
             chunk.append(contentsOf: JSON.object(o).canonicalBytes)
             chunk.append(0x0A)
@@ -253,6 +260,7 @@ struct DocumentGenerator {
             }
         }
         try out.write(contentsOf: chunk)
+        return total
     }
 }
 
