@@ -50,13 +50,6 @@ public struct AccessSnapshot: Sendable, Equatable {
         return g
     }
 
-    /// `policy` (a node's own for the peer or user) narrowed by what the group grants `principal`.
-    public func restrict(_ policy: PeerPolicy, principal: String) -> PeerPolicy {
-        guard let g = grants(for: principal) else { return policy }
-        return PeerPolicy(
-            read: policy.read.restricted(by: g.read), write: policy.write.restricted(by: g.write), mayDelete: policy.mayDelete && g.mayDelete)
-    }
-
     /// Which rule admits the document for the principal, side by side, or why none does.
     public func explain(id: DocumentID, body: JSON?, principal: String) -> AccessExplanation {
         guard hasRules, let g = grants(for: principal) else {
