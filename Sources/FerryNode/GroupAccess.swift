@@ -38,7 +38,8 @@ public struct AccessSnapshot: Sendable, Equatable {
     public func grants(for principal: String) -> PrincipalGrants? {
         guard hasRules else { return nil }
         let mine = Set(roles[principal] ?? [])
-        var g = PrincipalGrants(roles: (roles[principal] ?? []).sorted(), read: .nothing, write: .nothing, mayDelete: false, rules: [])
+        var g = PrincipalGrants(
+            roles: (roles[principal] ?? []).sorted(), read: .nothing, write: .nothing, mayDelete: false, rules: [], version: version)
         for (name, rule) in rules.sorted(by: { $0.key < $1.key }) where !mine.isDisjoint(with: rule.roles) {
             g.rules.append(name)
             if let c = try? rule.read?.clause() { g.read.clauses.append(c) }
@@ -89,6 +90,8 @@ public struct PrincipalGrants: Sendable, Equatable {
     public var mayDelete: Bool
     /// The names of the rules that apply.
     public var rules: [String]
+    /// The version of the rules and roles these grants were made from (`AccessSnapshot.version`).
+    public var version: String
 }
 
 /// An answer to "may this principal read, write, delete this document, and by which rule".
@@ -152,7 +155,8 @@ public final class GroupAccess: Sendable {
     public func restrict(_ policy: PeerPolicy, principal: String) -> PeerPolicy {
         guard let g = grants(for: principal) else { return policy }
         return PeerPolicy(
-            read: policy.read.restricted(by: g.read), write: policy.write.restricted(by: g.write), mayDelete: policy.mayDelete && g.mayDelete)
+            read: policy.read.restricted(by: g.read), write: policy.write.restricted(by: g.write), mayDelete: policy.mayDelete && g.mayDelete,
+            groupRules: GroupRulesApplied(version: g.version, unnarrowed: policy.admitsEverything))
     }
 
     /// What the rules in force grant `principal` (nil without rules), cached per snapshot.

@@ -41,6 +41,16 @@ final class AccessRemovedRevisions: Sendable {
         return map[id]
     }
 
+    /// Whether any document's revisions are refused.
+    func isEmpty(loading: () throws(StoreError) -> [AccessRemoval]) throws(StoreError) -> Bool {
+        if let loaded = byID.withLock({ $0 }) { return loaded.isEmpty }
+        _ = try revisions(of: "", loading: loading)
+        return byID.withLock { $0?.isEmpty ?? true }
+    }
+
+    /// Forgets the loaded map: the next question reloads it from the journal.
+    func invalidate() { byID.withLock { $0 = nil } }
+
     func add(_ removals: [AccessRemoval]) {
         byID.withLock { m in
             guard m != nil else { return }  // loaded from the journal on first use
@@ -94,6 +104,35 @@ extension DocumentStore {
         return removals
     }
 
+    /// Stops refusing the purged revisions of each document in `offers` (its leaves as a peer
+    /// that may send it here holds them) when one of those leaves is neither held here nor
+    /// among its purged revisions: the peer knows of a newer revision, so whatever made the
+    /// document unreadable here may be gone, and the revisions it lists are legitimate again
+    /// (a conflicting branch that was deleted, say). A peer that knows no more than this node
+    /// did when it purged (one that had not seen the change) lifts nothing. Returns how many
+    /// documents it lifted.
+    @discardableResult
+    public func liftAccessRefusals(offered offers: [DocumentID: [RevisionID]]) throws(StoreError) -> Int {
+        // Most nodes never purge: no write transaction for them.
+        guard !offers.isEmpty else { return 0 }
+        let loading = { [self] () throws(StoreError) -> [AccessRemoval] in Self.removals(inJournal: try localDocument(Self.accessRemovalJournal)) }
+        if try accessRemovedRevisions.isEmpty(loading: loading) { return 0 }
+        return try write { txn -> Int in
+            var lifted = 0
+            for (id, leaves) in offers where try txn.offersUnknownLeaf(id, leaves) {
+                try txn.liftAccessRefusals(of: id)
+                lifted += 1
+            }
+            return lifted
+        }
+    }
+
+    /// Whether revisions of `id` are refused as purged for access.
+    func refusesPurgedRevisions(of id: DocumentID, journal: () throws(StoreError) -> JSON?) throws(StoreError) -> Bool {
+        let loading = { () throws(StoreError) -> [AccessRemoval] in Self.removals(inJournal: try journal()) }
+        return try accessRemovedRevisions.revisions(of: id.rawValue, loading: loading) != nil
+    }
+
     /// Why a revision of a document purged here for access may not be stored, or nil.
     func accessRemovalRefusal(
         _ proposed: ProposedRevision, journal: () throws(StoreError) -> JSON?, held: () throws(StoreError) -> Bool
@@ -116,6 +155,17 @@ extension DocumentStore {
     public func accessRemovals(after: Int64 = 0) throws(StoreError) -> (total: Int64, removals: [AccessRemoval]) {
         guard let journal = try localDocument(Self.accessRemovalJournal) else { return (0, []) }
         return (journal["total"]?.intValue ?? 0, Self.removals(inJournal: journal).filter { $0.number > after })
+    }
+
+    /// The journal with the purged revisions of `id` no longer refused (each entry stays).
+    static func journal(_ journal: JSON, liftingRefusalsOf id: DocumentID) -> JSON {
+        guard case .array(let recent)? = journal["recent"], var out = journal.objectValue else { return journal }
+        out["recent"] = .array(
+            recent.map { entry in
+                guard let r = AccessRemoval(entry), r.id == id.rawValue, !r.revisions.isEmpty else { return entry }
+                return AccessRemoval(number: r.number, id: r.id, reason: r.reason, time: r.time, revisions: []).json
+            })
+        return .object(out)
     }
 
     static func removals(inJournal journal: JSON?) -> [AccessRemoval] {

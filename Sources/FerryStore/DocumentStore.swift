@@ -208,14 +208,14 @@ public final class DocumentStore: Sendable {
     public func insertRevisions(_ revisions: [IncomingRevision], durability: StoreOptions.Durability? = nil) throws(StoreError)
         -> [InsertOutcome]
     {
-        try write(durability: durability) { txn in revisions.map { txn.insertExisting($0) } }
+        try write(durability: durability) { txn in txn.insertAll(revisions) }
     }
 
     /// `insertRevisions`, suspending the caller instead of blocking its thread.
     public func insertRevisionsSuspending(_ revisions: [IncomingRevision], durability: StoreOptions.Durability? = nil)
         async throws(StoreError) -> [InsertOutcome]
     {
-        try await writeSuspending(durability: durability) { txn in revisions.map { txn.insertExisting($0) } }
+        try await writeSuspending(durability: durability) { txn in txn.insertAll(revisions) }
     }
 
     // MARK: Reading

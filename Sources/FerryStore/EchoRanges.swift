@@ -77,7 +77,7 @@ extension DocumentStore {
         throws(StoreError) -> [InsertOutcome]
     {
         try write(durability: durability) { txn in
-            let outcomes = revisions.map { txn.insertExisting($0) }
+            let outcomes = txn.insertAll(revisions)
             if let echoKey, !echoKey.isEmpty { try txn.recordEcho(outcomes, key: echoKey) }
             return outcomes
         }

@@ -14,6 +14,8 @@ public final class StoreTransaction {
     private let startSequence: UInt64
     /// The Mango index definitions this transaction maintains (MangoIndexMaintenance.swift).
     var mango = MangoTransactionState()
+    /// Documents whose purged revisions this transaction stopped refusing.
+    var liftedRefusals = Set<DocumentID>()
     private var latestHLC: HLCTimestamp
     /// Documents read or changed by replicated inserts in this transaction, with their trees:
     /// a batch then decodes a document's tree once and writes its row (re-encoding the whole
@@ -220,7 +222,52 @@ public final class StoreTransaction {
         }
         lastSequence += 1
         row.sequence = lastSequence
+        try liftAccessRefusals(of: id)
         return .inserted(sequence: lastSequence, branched: row.tree.leafCount > 1)
+    }
+
+    /// Inserts each revision in order. One refused as purged for access before a later one of
+    /// its document lifted that refusal, in the same batch, is tried again.
+    func insertAll(_ revisions: [IncomingRevision]) -> [InsertOutcome] {
+        var outcomes = revisions.map { insertExisting($0) }
+        guard !liftedRefusals.isEmpty else { return outcomes }
+        for i in outcomes.indices where liftedRefusals.contains(revisions[i].id) {
+            if case .rejected = outcomes[i] { outcomes[i] = insertExisting(revisions[i]) }
+        }
+        return outcomes
+    }
+
+    /// A new revision of a document purged here for access was stored: a peer that may send
+    /// this node the document sent what the node lacked, and its body passed validation. The
+    /// document is readable again, so the revisions purged with it are no longer refused (a
+    /// conflicting branch that made it unreadable may be gone: its leaves are legitimate again).
+    func liftAccessRefusals(of id: DocumentID) throws(StoreError) {
+        guard !liftedRefusals.contains(id), try store.refusesPurgedRevisions(of: id, journal: accessRemovalJournal) else { return }
+        liftedRefusals.insert(id)
+        guard let journal = try accessRemovalJournal() else { return }
+        let lifted = DocumentStore.journal(journal, liftingRefusalsOf: id)
+        try wrap {
+            try db.cachedStatement(sql: "INSERT OR REPLACE INTO local_documents (id, body) VALUES (?, ?)")
+                .execute(arguments: [DocumentStore.accessRemovalJournal, Data(lifted.canonicalBytes)])
+        }
+        // Reloaded from the journal as this transaction left it (or, rolled back, as it was).
+        store.accessRemovedRevisions.invalidate()
+    }
+
+    /// Whether `id`'s purged revisions are refused and `leaves` names one neither held nor among them.
+    func offersUnknownLeaf(_ id: DocumentID, _ leaves: [RevisionID]) throws(StoreError) -> Bool {
+        let loading = { [self] () throws(StoreError) -> [AccessRemoval] in DocumentStore.removals(inJournal: try accessRemovalJournal()) }
+        guard let refused = try store.accessRemovedRevisions.revisions(of: id.rawValue, loading: loading) else { return false }
+        let tree = try fetch(id)?.tree
+        return leaves.contains { !refused.contains($0.description) && !(tree?.contains($0) ?? false) }
+    }
+
+    /// The access-removal journal as this transaction sees it.
+    private func accessRemovalJournal() throws(StoreError) -> JSON? {
+        let data = try wrap {
+            try Data.fetchOne(db.cachedStatement(sql: "SELECT body FROM local_documents WHERE id = ?"), arguments: [DocumentStore.accessRemovalJournal])
+        }
+        return try wrap { try data.map { try StoredDocument.decodeBody(Array($0)) } }
     }
 
     /// A document as replicated inserts of this transaction left it, not yet written.
@@ -348,15 +395,8 @@ public final class StoreTransaction {
     }
 
     private func validate(_ proposed: ProposedRevision) throws(StoreError) {
-        let journal = { [self] () throws(StoreError) -> JSON? in
-            let data = try wrap {
-                try Data.fetchOne(
-                    db.cachedStatement(sql: "SELECT body FROM local_documents WHERE id = ?"), arguments: [DocumentStore.accessRemovalJournal])
-            }
-            return try wrap { try data.map { try StoredDocument.decodeBody(Array($0)) } }
-        }
         if let reason = try store.accessRemovalRefusal(
-            proposed, journal: journal, held: { [self] () throws(StoreError) in try fetch(proposed.id) != nil })
+            proposed, journal: accessRemovalJournal, held: { [self] () throws(StoreError) in try fetch(proposed.id) != nil })
         {
             throw .rejected(proposed.id, reason: reason)
         }

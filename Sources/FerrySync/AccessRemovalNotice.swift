@@ -8,20 +8,39 @@ import FerryStore
 ///
 /// Sent only for a document whose kept history holds a revision the receiver could read: a
 /// reader is never told of a document it could never have held.
+///
+/// A notice naming revisions the sender may not hold (the receiver's own leaves, in an access
+/// check's answer or for a refused revision) carries the sender's leaves too: the receiver
+/// then purges only when it lacks one of them. A sender whose every leaf the receiver knows
+/// is behind it (say, it has not yet got an admin's move back into the receiver's ward) and
+/// is no judge of what the receiver holds.
 public struct RemovalNotice: Sendable, Equatable {
     public let id: String
     public let revisions: [String]
+    /// The sender's leaves of the document; nil when the notice names only revisions the sender holds.
+    public let senderLeaves: [String]?
 
-    public init(id: String, revisions: [String]) {
+    public init(id: String, revisions: [String], senderLeaves: [String]? = nil) {
         self.id = id
         self.revisions = revisions
+        self.senderLeaves = senderLeaves
     }
 
-    var json: JSON { .array([.string(id), .array(revisions.map(JSON.string))]) }
+    var json: JSON {
+        var a: [JSON] = [.string(id), .array(revisions.map(JSON.string))]
+        if let senderLeaves { a.append(.array(senderLeaves.map(JSON.string))) }
+        return .array(a)
+    }
 
     init?(_ v: JSON) {
-        guard case .array(let a) = v, a.count == 2, let id = a[0].stringValue, case .array(let revs) = a[1] else { return nil }
-        self.init(id: id, revisions: revs.compactMap(\.stringValue).filter { (try? RevisionID($0)) != nil })
+        guard case .array(let a) = v, a.count == 2 || a.count == 3, let id = a[0].stringValue, case .array(let revs) = a[1] else { return nil }
+        var leaves: [String]?
+        if a.count == 3 {
+            guard case .array(let l) = a[2] else { return nil }
+            leaves = l.compactMap(\.stringValue).filter { (try? RevisionID($0)) != nil }
+            guard leaves?.isEmpty == false else { return nil }
+        }
+        self.init(id: id, revisions: revs.compactMap(\.stringValue).filter { (try? RevisionID($0)) != nil }, senderLeaves: leaves)
     }
 
     static func encode(_ notices: [RemovalNotice], into o: inout [String: JSON]) {
@@ -55,15 +74,18 @@ extension DocumentAccess {
 }
 
 /// Applies removal notices from one peer: a document is purged (and journaled) when every
-/// leaf held here is among the notice's revisions and the peer's write policy admits the
+/// leaf held here is among the notice's revisions, the peer knows a revision of it this node
+/// lacks (when the notice lists the peer's leaves), and the peer's write policy admits the
 /// document as held, so a notice gives the peer no power it lacks already: a peer that may
 /// write a document could as well replace its content.
 enum AccessRemovalApplier {
     static func apply(_ notices: [RemovalNotice], writer: PeerPolicy, store: DocumentStore) throws -> [AccessRemoval] {
         var revisions: [DocumentID: Set<String>] = [:]
+        var senderLeaves: [DocumentID: [String]] = [:]
         for n in notices {
             guard let id = try? DocumentID(n.id), !n.revisions.isEmpty else { continue }
             revisions[id, default: []].formUnion(n.revisions)
+            if let leaves = n.senderLeaves { senderLeaves[id, default: []] += leaves }
         }
         guard !revisions.isEmpty else { return [] }
         let rule = writer.write
@@ -71,6 +93,11 @@ enum AccessRemovalApplier {
         return try store.purgeForAccess(Array(revisions.keys), reason: reason, refusingReturn: true) { id, tree in
             guard let known = revisions[id], !tree.isEmpty else { return false }
             guard tree.leaves.allSatisfy({ known.contains($0.id.description) }) else { return false }
+            if let leaves = senderLeaves[id] {
+                // A peer all of whose leaves this node knows is behind it here: no judge.
+                let newer = leaves.contains { text in (try? RevisionID(text)).map { tree.revision($0) == nil } ?? false }
+                guard newer else { return false }
+            }
             return DocumentAccess.admitsDocument(rule, id, tree: tree)
         }
     }
@@ -142,6 +169,6 @@ extension DocumentAccess {
     /// the refusal already told it the document exists.
     func removalNotice(_ id: DocumentID, held: AccessCheckRequest.HeldDocument, tree: RevisionTree) -> RemovalNotice? {
         guard !held.leaves.isEmpty, !policy.read.admitsEverything, !tree.isEmpty, !mayRead(id, tree: tree) else { return nil }
-        return RemovalNotice(id: id.rawValue, revisions: held.leaves)
+        return RemovalNotice(id: id.rawValue, revisions: held.leaves, senderLeaves: tree.leaves.map(\.id.description))
     }
 }

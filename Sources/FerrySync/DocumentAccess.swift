@@ -37,14 +37,22 @@ public struct DocumentAccess: Sendable {
 
     /// Whether the reader may be sent this revision of the document.
     public func mayRead(_ id: DocumentID, revision: RevisionID, in tree: RevisionTree) -> Bool {
+        mayRead(id, revisions: [revision], in: tree)
+    }
+
+    /// Whether the reader may be sent every one of these revisions of the document; with
+    /// `documentJudged`, the caller already found the document readable (`mayRead(_:tree:)`).
+    public func mayRead(_ id: DocumentID, revisions: [RevisionID], in tree: RevisionTree, documentJudged: Bool = false) -> Bool {
         let rule = policy.read
         if rule.admitsEverything { return true }
-        guard Self.admitsDocument(rule, id, tree: tree) else { return false }
+        guard documentJudged || Self.admitsDocument(rule, id, tree: tree) else { return false }
         guard Self.needsBodies(rule) else { return true }  // by ID alone: already judged
-        guard let index = tree.index(of: revision) else { return false }
-        // A live leaf was judged with the document (every live leaf is): no second parse.
-        if tree.revisions[index].isLeaf && !tree.revisions[index].deleted { return true }
-        return rule.admits(id: id, body: Self.judgedBody(at: index, in: tree))
+        return revisions.allSatisfy { revision in
+            guard let index = tree.index(of: revision) else { return false }
+            // A live leaf was judged with the document (every live leaf is): no second parse.
+            if tree.revisions[index].isLeaf && !tree.revisions[index].deleted { return true }
+            return rule.admits(id: id, body: Self.judgedBody(at: index, in: tree))
+        }
     }
 
     /// Whether the read rule alone admits a document whose only known body is `body` (for

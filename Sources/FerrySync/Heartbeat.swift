@@ -47,6 +47,11 @@ struct LivenessPlan: Sendable {
     var mesh: MeshRelay?
     /// Whether this side's half of the connection replicates every document both ways.
     var localFull: Bool
+    /// The version of the group's access rules this node judges the peer by; nil: no rules.
+    var rules: String? = nil
+    /// Whether this side's half replicates, both ways, every document those rules grant the
+    /// peer, nothing narrowed by hand (`PeerPolicy.followsGroupRules`).
+    var localGrant = false
     /// Where this node's digest comes from and the peer's goes; nil: none sent or kept.
     var digests: MeshDigests? = nil
 }
@@ -61,7 +66,7 @@ struct LivenessState {
     var task: Task<Void, Never>?
     /// The links in the last heartbeat that carried them; nil before the first.
     var linksSent: [String]?
-    /// The peer said both its halves replicate everything; this connection then counts as a link.
+    /// This connection counts as a link in the mesh view (`countsAsLink`).
     var registeredLink = false
     var watchToken: Int?
     var ended = false
@@ -70,10 +75,30 @@ struct LivenessState {
     var linksApplied: UInt64 = 0
     /// The peer said its half replicates everything (kept with or without a mesh view).
     var peerFull = false
+    /// The peer said its half replicates what its rules of this version grant; nil: it did not.
+    var peerGrant: String?
     /// The digest in the last heartbeat that carried one.
     var digestSent: String?
     /// Heartbeats sent since the last that carried the digest.
     var sinceDigest = 0
+}
+
+extension LivenessState {
+    /// Whether this connection counts as a link for relay suppression: both halves replicate
+    /// everything, or both replicate what the same version of the group's rules grants (every
+    /// node holding that version then sends the peer what this node would).
+    var countsAsLink: Bool {
+        (peerFull && plan.localFull) || (plan.localGrant && plan.rules != nil && peerGrant == plan.rules)
+    }
+}
+
+extension HeartbeatMessage {
+    /// Says what this side's half of the connection replicates.
+    mutating func statesHalf(of plan: LivenessPlan) {
+        full = plan.localFull
+        rules = plan.rules
+        grant = plan.localGrant && plan.rules != nil
+    }
 }
 
 extension Connection {
@@ -137,7 +162,8 @@ extension Connection {
     public var heartbeatsRunning: Bool { state.withLock { $0.liveness?.running == true && $0.closedWith == nil } }
 
     /// Whether both halves of this connection replicate every document both ways, as the
-    /// heartbeats said: only then must the two nodes hold the same documents.
+    /// heartbeats said: only then must the two nodes hold the same documents (digests and
+    /// anti-entropy; a link complete under the group's rules is not enough for that).
     var isFullLink: Bool {
         state.withLock { s in
             guard let l = s.liveness, l.running, !l.ended, s.closedWith == nil else { return false }
@@ -161,17 +187,20 @@ extension Connection {
         let change = state.withLock { s -> (plan: LivenessPlan, register: Bool?)? in
             guard var l = s.liveness, !l.ended, message.number > l.linksApplied else { return nil }
             l.linksApplied = message.number
-            if let full = decoded.full { l.peerFull = full }
+            if let full = decoded.full {
+                l.peerFull = full
+                l.peerGrant = decoded.grant ? decoded.rules : nil
+            }
             guard let mesh = l.plan.mesh else {
                 s.liveness = l
                 return nil
             }
-            if let links = decoded.links { mesh.peerReported(l.plan.peerID, links: Set(links)) }
-            guard let full = decoded.full else {
+            if let links = decoded.links { mesh.peerReported(l.plan.peerID, links: Set(links), rules: decoded.rules) }
+            guard decoded.full != nil else {
                 s.liveness = l
                 return (l.plan, nil)
             }
-            let want = full && l.plan.localFull
+            let want = l.countsAsLink
             let register: Bool? = want != l.registeredLink ? want : nil
             l.registeredLink = want
             s.liveness = l
@@ -197,12 +226,12 @@ extension Connection {
                 let links = mesh.view.localLinks.sorted()
                 if links != l.linksSent {
                     body.links = links
-                    body.full = l.plan.localFull
+                    body.statesHalf(of: l.plan)
                     l.linksSent = links
                 }
             } else if l.linksSent == nil {
                 // No mesh view: the first heartbeat still says whether this half is full.
-                body.full = l.plan.localFull
+                body.statesHalf(of: l.plan)
                 l.linksSent = []
             }
             if onlyIfLinksChanged && body.links == nil { return nil }
@@ -212,7 +241,7 @@ extension Connection {
             l.sinceDigest += 1
             if let digest, digest != l.digestSent || l.sinceDigest >= Liveness.digestRepeat {
                 body.digest = digest
-                body.full = l.plan.localFull
+                body.statesHalf(of: l.plan)
                 l.digestSent = digest
                 l.sinceDigest = 0
             } else if digest == nil, l.digestSent != nil, l.plan.digests != nil, !onlyIfLinksChanged {

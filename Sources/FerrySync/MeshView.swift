@@ -3,14 +3,18 @@ import FerryCore
 /// A node's picture of the mesh around it: which of its peers it is linked to now, and, for
 /// each peer, the live links that peer last reported in a heartbeat.
 ///
-/// A link counts only when both of its ends replicate every document both ways ("full"),
-/// since relay suppression relies on it to deliver. What a peer reported is forgotten when
-/// this node's last connection to it ends: an unknown view means "do not rely on it".
+/// A link counts only when both of its ends replicate every document both ways ("full"), or
+/// every document the same version of the group's access rules grants, since relay
+/// suppression relies on it to deliver. A report is relied on only by a node judging by the
+/// same rules as the reporter. What a peer reported is forgotten when this node's last
+/// connection to it ends: an unknown view means "do not rely on it".
 public final class MeshView: Sendable {
     /// The view and the watchers of this node's own links, behind one lock.
     struct State {
         /// Peer → the links it reported last.
         var reported: [String: Set<String>] = [:]
+        /// Peer → the version of the group's rules it judged by when it reported them (absent: none).
+        var reportedRules: [String: String] = [:]
         /// Peer → full links to it up now (two while one connection replaces another).
         var fullLinks: [String: Int] = [:]
         /// Peer → connections to it with heartbeats (full or not).
@@ -33,12 +37,21 @@ public final class MeshView: Sendable {
     /// The links `peer` reported last; nil when it reported none since this node's link to it came up.
     public func links(of peer: String) -> Set<String>? { state.withLock { $0.reported[peer] } }
 
-    /// Records `peer`'s report; links it no longer lists are passed to `linksLost`.
-    func peerReported(_ peer: String, links: Set<String>) {
+    /// The links `peer` reported last, if it judged by the same group rules (`rules`, nil for
+    /// none) as the caller: only then does it read what the caller would send it.
+    func links(of peer: String, judgedBy rules: String?) -> Set<String>? {
+        state.withLock { s in s.reportedRules[peer] == rules ? s.reported[peer] : nil }
+    }
+
+    /// Records `peer`'s report; links it no longer lists (or all it listed, when it now judges
+    /// by other rules) are passed to `linksLost`.
+    func peerReported(_ peer: String, links: Set<String>, rules: String? = nil) {
         let lost = state.withLock { s -> Set<String> in
             let before = s.reported[peer] ?? []
+            let rulesChanged = s.reportedRules[peer] != rules
             s.reported[peer] = links
-            return before.subtracting(links)
+            s.reportedRules[peer] = rules
+            return rulesChanged ? before : before.subtracting(links)
         }
         if !lost.isEmpty { linksLost(peer, lost) }
     }
@@ -54,6 +67,7 @@ public final class MeshView: Sendable {
                 return nil
             }
             s.connections[peer] = nil
+            s.reportedRules[peer] = nil
             return s.reported.removeValue(forKey: peer)
         }
         if let lost, !lost.isEmpty { linksLost(peer, lost) }

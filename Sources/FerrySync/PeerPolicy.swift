@@ -161,14 +161,39 @@ public struct PeerPolicy: Sendable, Equatable {
     public var write: AccessRule
     /// Whether the peer may send tombstones.
     public var mayDelete: Bool
+    /// Set when the group's access rules narrowed this policy; nil when the group has none.
+    public var groupRules: GroupRulesApplied?
 
-    public init(read: AccessRule = .all, write: AccessRule = .all, mayDelete: Bool = true) {
+    public init(read: AccessRule = .all, write: AccessRule = .all, mayDelete: Bool = true, groupRules: GroupRulesApplied? = nil) {
         self.read = read
         self.write = write
         self.mayDelete = mayDelete
+        self.groupRules = groupRules
     }
 
     public static let trusted = PeerPolicy()
+
+    /// Whether the peer reads and writes every document and may delete.
+    public var admitsEverything: Bool { read.admitsEverything && write.admitsEverything && mayDelete }
+
+    /// The version of the group's rules this policy is exactly the grant of (nothing narrowed
+    /// by hand), so that every node holding that version judges the peer alike; nil otherwise.
+    public var followsGroupRules: String? { groupRules.flatMap { $0.unnarrowed ? $0.version : nil } }
+}
+
+/// Which version of the group's access rules made a peer's policy, and whether the node's own
+/// entry for the peer narrowed it further.
+public struct GroupRulesApplied: Sendable, Equatable {
+    /// The rules' version (a digest of the rules and roles in force).
+    public var version: String
+    /// The node's own entry for the peer admitted everything (reads, writes and deletes), so
+    /// the policy is what the group's rules grant and no more.
+    public var unnarrowed: Bool
+
+    public init(version: String, unnarrowed: Bool) {
+        self.version = version
+        self.unnarrowed = unnarrowed
+    }
 }
 
 /// Glob matching over Unicode scalars (`*` any run, `?` any one).

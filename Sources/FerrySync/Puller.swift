@@ -123,6 +123,9 @@ final class Puller: Sendable {
             if !page.removed.isEmpty {
                 progress.accessRemoved(try AccessRemovalApplier.apply(page.removed, writer: configuration.remotePolicy, store: context.store))
             }
+            // A document purged here that the peer offers with a revision newer than any this
+            // node knew is readable again, whole: its purged revisions may come back.
+            try context.store.liftAccessRefusals(offered: Dictionary(page.changes.map { ($0.id, $0.leaves) }, uniquingKeysWith: +))
             let lastSeq = page.lastSequence
             // Relays the other side left out (live pages only): coverage waits until they are held.
             if intakeComplete && (!page.skipped.isEmpty || page.skipsLost) {
@@ -324,6 +327,7 @@ final class Puller: Sendable {
     private func store(_ checked: CheckedChunk, plan: PullPlan, waiting: inout [IncomingRevision]) async throws {
         if checked.deltas > 0 { progress.count { $0.deltasReceived += checked.deltas } }
         for r in checked.rejected { progress.reject(.pull, id: r.id, rev: r.rev, deleted: r.deleted, r.rejection) }
+        try await tellRefusedCopiesUnreadable(checked.rejected)
         // Revisions whose blobs are here (or left for later) are stored first: a document
         // never waits behind another document's blob.
         let (ready, blocked) = try blobs.partition(checked.accepted)
@@ -335,6 +339,32 @@ final class Puller: Sendable {
             let retried = PullPlan.check(full, pipeline: plan.pipeline, trees: fresh, deltas: false)
             try await self.store(retried, plan: plan, waiting: &waiting)
         }
+    }
+
+    /// Tells the peer which of the revisions its write policy refused here belong to documents
+    /// it may not read here (`accessRemoved`). Such a copy is the peer's own edit of a
+    /// document that, as it stands here, is not its to hold (made concurrently with an
+    /// admin's move to another ward, say): every node holding the document refuses it, and
+    /// without a word the peer would keep it, and offer it again, for ever. It purges the copy
+    /// when these are all the leaves it holds, it lacks one of this node's leaves (this node
+    /// is not merely behind it), and this node may write the document.
+    private func tellRefusedCopiesUnreadable(_ rejected: [(id: String, rev: String, deleted: Bool, rejection: Rejection)]) async throws {
+        let access = DocumentAccess(configuration.remotePolicy)
+        guard !access.readsEverything, remote.identity.acceptsRemovals, remote.identity.allowsPush, let ferry = remote as? FerryRemote
+        else { return }
+        var refused: [DocumentID: [String]] = [:]
+        for r in rejected where r.rejection.stage == .policy {
+            if let id = try? DocumentID(r.id) { refused[id, default: []].append(r.rev) }
+        }
+        guard !refused.isEmpty else { return }
+        let trees = try context.store.revisionTrees(Array(refused.keys))
+        let notices = refused.keys.sorted().compactMap { id -> RemovalNotice? in
+            guard let tree = trees[id], !tree.isEmpty, !access.mayRead(id, tree: tree) else { return nil }
+            return RemovalNotice(id: id.rawValue, revisions: refused[id] ?? [], senderLeaves: tree.leaves.map(\.id.description))
+        }
+        guard !notices.isEmpty else { return }
+        context.logger.debug("told the peer its refused copies are not its to hold", metadata: ["documents": "\(notices.count)"])
+        try await ferry.tellAccessRemoved(notices)
     }
 
     /// Stores accepted revisions, reports each outcome and resolves the conflicts they made.

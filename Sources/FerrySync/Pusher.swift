@@ -147,9 +147,20 @@ final class Pusher: Sendable {
         var page = page
         var skipped: [SkippedRelay] = []
         if let ids = configuration.documentIDs { page = page.filter { ids.contains($0.0.id) } }
+        // A restricted peer is skipped only for what it may read (every leaf), so that a skip
+        // report names nothing else: the rest goes the usual way (dropped, or noticed removed).
+        let access = DocumentAccess(configuration.remotePolicy)
+        var judged: [DocumentID: RevisionTree] = [:]
+        if caughtUp, !access.readsEverything, configuration.wiring.mesh != nil {
+            judged = try known ?? store.revisionTrees(page.map(\.0.id))
+        }
         page = page.filter { change, leaves in
             if context.peerHeld.peerHolds(change.id, leaves: leaves) { return false }
-            guard caughtUp, let relied = context.relaySkip(change.id, leaves: leaves, to: target) else { return true }
+            guard caughtUp else { return true }
+            if !access.readsEverything {
+                guard let tree = judged[change.id], access.mayRead(change.id, revisions: leaves, in: tree) else { return true }
+            }
+            guard let relied = context.relaySkip(change.id, leaves: leaves, to: target) else { return true }
             skipped.append(contentsOf: relied.map { SkippedRelay(sequence: change.sequence, id: change.id, revision: $0) })
             return false
         }
@@ -227,18 +238,14 @@ final class Pusher: Sendable {
         try await ferry.tellAccessRemoved(notices)
     }
 
-    /// The documents and leaves of `docs` that the peer's read policy admits (all of them
-    /// for a peer that may read everything, without reading a tree).
+    /// The documents of `docs` that the peer's read policy admits (all of them for a peer
+    /// that may read everything, without reading a tree), each with every leaf, as a changes
+    /// feed lists them: an unreadable leaf (a deleted branch, say) is named, never sent, and
+    /// tells a peer that purged the document that this node knows more than it did.
     private func readableByPeer(_ docs: [DocumentID: [RevisionID]], _ access: DocumentAccess) throws -> [DocumentID: [RevisionID]] {
         guard !access.readsEverything, !docs.isEmpty else { return docs }
         let trees = try store.revisionTrees(Array(docs.keys))
-        var out: [DocumentID: [RevisionID]] = [:]
-        for (id, leaves) in docs {
-            guard let tree = trees[id], access.mayRead(id, tree: tree) else { continue }
-            let readable = leaves.filter { access.mayRead(id, revision: $0, in: tree) }
-            if !readable.isEmpty { out[id] = readable }
-        }
-        return out
+        return docs.filter { id, _ in trees[id].map { access.mayRead(id, tree: $0) } ?? false }
     }
 
     /// Delta bases the peer says it holds, less any it may not read: a delta against a
@@ -293,6 +300,7 @@ final class Pusher: Sendable {
         let results = try await remote.storeRevisions(chunk.map(\.0))
         guard results.count == chunk.count else { throw SyncError.protocolViolation("the other side did not answer every revision") }
         var resend: [(WireRevision, Bool)] = []
+        var refused = Set<String>()
         for ((wire, usedDelta), result) in zip(chunk, results) {
             switch result.status {
             case .stored, .exists:
@@ -319,8 +327,31 @@ final class Pusher: Sendable {
                 resend.append(full)
             case .rejected(let rejection):
                 progress.reject(.push, id: wire.id, rev: wire.rev, deleted: wire.deleted, rejection)
+                if rejection.stage == .policy { refused.insert(wire.id) }
             }
         }
         if !resend.isEmpty { try await putChunk(resend, trees: trees) }
+        try await checkAccess(ofRefused: refused)
+    }
+
+    /// Asks the peer (`accessCheck`) whether this node may still read the documents whose
+    /// revisions its write policy refused, and purges those it names. Such a revision is this
+    /// node's own edit of a document that, as the peer holds it, is not this node's to hold (an
+    /// admin moved it to another ward meanwhile, say): every node holding the document refuses
+    /// it, and without asking this node would keep it, and offer it again, for ever.
+    private func checkAccess(ofRefused refused: Set<String>) async throws {
+        guard !refused.isEmpty, configuration.checksHeldAccess, configuration.direction.pulls, remote.identity.acceptsRemovals,
+            remote.identity.allowsPull, let ferry = remote as? FerryRemote
+        else { return }
+        let ids = refused.compactMap { try? DocumentID($0) }
+        let trees = try store.revisionTrees(ids)
+        let held = ids.sorted().compactMap { id -> AccessCheckRequest.HeldDocument? in
+            guard let leaves = trees[id]?.leaves, !leaves.isEmpty else { return nil }
+            return AccessCheckRequest.HeldDocument(id: id.rawValue, leaves: leaves.map(\.id.description))
+        }
+        guard !held.isEmpty else { return }
+        let notices = try await ferry.checkAccess(held)
+        guard !notices.isEmpty else { return }
+        progress.accessRemoved(try AccessRemovalApplier.apply(notices, writer: configuration.remotePolicy, store: store))
     }
 }

@@ -39,7 +39,7 @@ final class ReplicationContext: Sendable {
     /// else the leaves the skip relies on.
     func relaySkip(_ id: DocumentID, leaves: [RevisionID], to target: String) -> [RevisionID]? {
         guard let mesh = configuration.wiring.mesh else { return nil }
-        return mesh.relaySkip(of: id, leaves: leaves, to: target, peerHeld: peerHeld)
+        return mesh.relaySkip(of: id, leaves: leaves, to: target, peerHeld: peerHeld, rules: configuration.remotePolicy.groupRules?.version)
     }
 
     /// Remembers that `sender` sent this stored revision.
@@ -50,11 +50,12 @@ final class ReplicationContext: Sendable {
     /// Starts heartbeats on a connection whose hello showed both sides offer them.
     func startLiveness(on connection: Connection, remote: RemoteIdentity) {
         guard configuration.wiring.liveness.enabled, remote.heartbeat else { return }
-        let full = configuration.replicatesEverything && remote.allowsPull && remote.allowsPush
+        let both = remote.allowsPull && remote.allowsPush
         connection.startLiveness(
             LivenessPlan(
                 settings: configuration.wiring.liveness, clock: clock, logger: logger, peerID: remote.peerID, mesh: configuration.wiring.mesh,
-                localFull: full, digests: configuration.wiring.digests))
+                localFull: both && configuration.replicatesEverything, rules: configuration.remotePolicy.groupRules?.version,
+                localGrant: both && configuration.replicatesGroupGrant, digests: configuration.wiring.digests))
     }
 
     /// Runs `operation` until it returns (its value), `limit` passes on the clock, or a stop

@@ -298,6 +298,8 @@ final class ResponderSession: Sendable {
     func revsDiff(_ request: Message) throws -> Message {
         try requirePush()
         let query = try RevsDiffRequest(try request.json()).docs
+        // A document purged here offered with a revision this node never knew is readable again.
+        try store.liftAccessRefusals(offered: query)
         var answer = RevsDiffReply(store: try store.revsDiff(query))
         let access = DocumentAccess(policy)
         if !access.readsEverything && !query.isEmpty {

@@ -99,10 +99,15 @@ public struct ReplicatorConfiguration: Sendable {
     /// Whether this side of the link replicates every document both ways, which a mesh
     /// link must for relay suppression to rely on it (the pull filter is node-wide, so the
     /// same whichever peer a revision comes from).
-    var replicatesEverything: Bool {
-        direction == .pushAndPull && continuous && documentIDs == nil && pushFilter == nil
-            && remotePolicy.read.admitsEverything && remotePolicy.write.admitsEverything && remotePolicy.mayDelete
-    }
+    var replicatesEverything: Bool { replicatesWhatPolicyAdmits && remotePolicy.admitsEverything }
+
+    /// Whether this side of the link replicates, both ways, every document the group's access
+    /// rules grant the peer, nothing narrowed by hand: a mesh link under the rules, which
+    /// relay suppression may rely on between nodes judging by the same rules.
+    var replicatesGroupGrant: Bool { replicatesWhatPolicyAdmits && remotePolicy.followsGroupRules != nil }
+
+    /// Continuous, both ways, no document-ID list or push filter: the peer's policy alone says what moves.
+    private var replicatesWhatPolicyAdmits: Bool { direction == .pushAndPull && continuous && documentIDs == nil && pushFilter == nil }
 }
 
 /// What a replicator is doing.

@@ -85,17 +85,24 @@ extension ResponderSession {
     ) throws -> [ChangeEntry] {
         var entries: [ChangeEntry] = []
         // Read per page, after any wait: a policy changed during a long-poll applies to its answer.
+        let policy = self.policy
         let access = DocumentAccess(policy)
         let readRule = policy.read
-        var left: [SkippedRelay] = []
-        let candidates = page.filter { change, leaves in
-            guard (docIDs?.contains(change.id.rawValue) ?? true) && !peerHeld.peerHolds(change.id, leaves: leaves) else { return false }
-            if leaves.count == 1 && echoes.contains(change.sequence) { return false }
-            guard skipRelays, let relied = relaySkip(change.id, leaves: leaves) else { return true }
-            left.append(contentsOf: relied.map { SkippedRelay(sequence: change.sequence, id: change.id, revision: $0) })
-            return false
+        let rules = policy.groupRules?.version
+        func skipsRelay(_ change: Change, _ leaves: [RevisionID]) -> Bool {
+            guard skipRelays, let relied = relaySkip(change.id, leaves: leaves, rules: rules) else { return false }
+            skipped.append(contentsOf: relied.map { SkippedRelay(sequence: change.sequence, id: change.id, revision: $0) })
+            return true
         }
-        skipped.append(contentsOf: left)
+        // A peer that reads everything is skipped before anything is read; a restricted one
+        // only for what it may read (every leaf), so that a skip report names nothing else.
+        var candidates: [(Change, [RevisionID])] = []
+        for (change, leaves) in page {
+            guard (docIDs?.contains(change.id.rawValue) ?? true) && !peerHeld.peerHolds(change.id, leaves: leaves) else { continue }
+            if leaves.count == 1 && echoes.contains(change.sequence) { continue }
+            if access.readsEverything && skipsRelay(change, leaves) { continue }
+            candidates.append((change, leaves))
+        }
         var trees: [DocumentID: RevisionTree] = [:]
         if !candidates.isEmpty && (DocumentAccess.needsBodies(readRule) || inlineLimit > 0) {
             trees = try store.revisionTrees(candidates.map(\.0.id))
@@ -109,7 +116,12 @@ extension ResponderSession {
                         if acceptsRemovals, let notice = access.removalNotice(change.id, tree: tree) { removed.append(notice) }
                         continue
                     }
+                    if skipRelays && access.mayRead(change.id, revisions: leaves, in: tree, documentJudged: true) && skipsRelay(change, leaves) {
+                        continue
+                    }
                 } else if !access.mayRead(change.id, body: nil) {
+                    continue
+                } else if skipsRelay(change, leaves) {
                     continue
                 }
             }

@@ -16,16 +16,15 @@ extension ResponderSession {
             let connection = connection.withLock({ $0 })
         else { return }
         let policy = self.policy
-        // This side's half of a full link: it takes and serves every document of this peer.
-        let full =
-            options.allowPush && options.allowPull && !options.readOnly && policy.read.admitsEverything
-            && policy.write.admitsEverything && policy.mayDelete
+        // This side's half of a full link takes and serves every document of this peer; of a
+        // link under the group's rules, every document they grant it.
+        let both = options.allowPush && options.allowPull && !options.readOnly
         var logger = responder.logger
         logger[metadataKey: "peer"] = "\(LogText.escape(peer))"
         connection.armLiveness(
             LivenessPlan(
-                settings: settings, clock: responder.clock, logger: logger, peerID: peer, mesh: mesh, localFull: full,
-                digests: options.digests))
+                settings: settings, clock: responder.clock, logger: logger, peerID: peer, mesh: mesh, localFull: both && policy.admitsEverything,
+                rules: policy.groupRules?.version, localGrant: both && policy.followsGroupRules != nil, digests: options.digests))
     }
 
     /// Remembers that the peer sent these revisions, before they are inserted: a relay
@@ -39,11 +38,12 @@ extension ResponderSession {
         }
     }
 
-    /// Whether a change need not be offered to this session's peer (`MeshRelay.relaySkip`):
-    /// nil when it is to be offered, else the leaves the skip relies on.
-    func relaySkip(_ id: DocumentID, leaves: [RevisionID]) -> [RevisionID]? {
+    /// Whether a change need not be offered to this session's peer (`MeshRelay.relaySkip`),
+    /// judged by `rules` (the version of the group's rules in the peer's policy): nil when it
+    /// is to be offered, else the leaves the skip relies on.
+    func relaySkip(_ id: DocumentID, leaves: [RevisionID], rules: String?) -> [RevisionID]? {
         guard let mesh, let peer = peerID else { return nil }
-        return mesh.relaySkip(of: id, leaves: leaves, to: peer, peerHeld: peerHeld)
+        return mesh.relaySkip(of: id, leaves: leaves, to: peer, peerHeld: peerHeld, rules: rules)
     }
 
     /// The documents to offer this peer again, as changes entries after `sequence` (their

@@ -669,6 +669,11 @@ struct HeartbeatMessage: Sendable, Equatable {
     var links: [String]?
     /// Whether the sender's half of this connection replicates every document both ways; sent with `links`.
     var full: Bool?
+    /// The version of the group's access rules at the sender (absent without rules); sent with `full`.
+    var rules: String?
+    /// Whether the sender's half replicates, both ways, every document those rules grant the
+    /// peer, with nothing narrowed by hand; sent (true only) with `full`.
+    var grant = false
     /// The sender's content digest (as `GET /` shows it) as of its latest commit; sent when
     /// it changed since the sender's last heartbeat on this connection (anti-entropy).
     var digest: String?
@@ -687,6 +692,8 @@ struct HeartbeatMessage: Sendable, Equatable {
         var o: [String: JSON] = [:]
         if let links { o["links"] = .array(links.map { .string($0) }) }
         if let full { o["full"] = .bool(full) }
+        if let rules { o["rules"] = .string(rules) }
+        if grant { o["grant"] = true }
         if let digest { o["digest"] = .string(digest) } else if digestUnknown { o["digest"] = .null }
         return o.isEmpty ? [] : JSON.object(o).canonicalBytes
     }
@@ -711,6 +718,16 @@ struct HeartbeatMessage: Sendable, Equatable {
         case nil: break
         case .bool(let b)?: full = b
         default: throw .protocolViolation("heartbeat full must be a boolean")
+        }
+        switch o["rules"] {
+        case nil: break
+        case .string(let v)? where !v.isEmpty && v.utf8.count <= 128: rules = v
+        default: throw .protocolViolation("heartbeat rules must be a string of 1 to 128 bytes")
+        }
+        switch o["grant"] {
+        case nil: break
+        case .bool(let b)?: grant = b
+        default: throw .protocolViolation("heartbeat grant must be a boolean")
         }
         switch o["digest"] {
         case nil: break

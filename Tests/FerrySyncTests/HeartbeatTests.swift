@@ -142,6 +142,39 @@ final class Switch: Sendable {
         #expect(b.closeReason?.code == "protocol_error")
     }
 
+    @Test func aHalfFollowingTheGroupsRulesMakesALinkOnlyWithAHalfFollowingTheSameVersion() throws {
+        func link(local: (full: Bool, rules: String?, grant: Bool), peer: HeartbeatMessage) throws -> Bool {
+            var plan = HeartbeatPair().plan("b")
+            (plan.localFull, plan.rules, plan.localGrant) = local
+            var state = LivenessState(plan: plan)
+            // As received: the peer's stated half, decoded from its wire form.
+            let decoded = try HeartbeatMessage(body: peer.bytes)
+            state.peerFull = decoded.full ?? false
+            state.peerGrant = decoded.grant ? decoded.rules : nil
+            return state.countsAsLink
+        }
+        func peer(full: Bool, rules: String?, grant: Bool) -> HeartbeatMessage {
+            var m = HeartbeatMessage(links: [], full: full)
+            (m.rules, m.grant) = (rules, grant)
+            return m
+        }
+        #expect(try link(local: (true, nil, false), peer: peer(full: true, rules: nil, grant: false)))
+        #expect(try link(local: (false, "v1", true), peer: peer(full: false, rules: "v1", grant: true)))
+        // A supervisor's half is full and follows the rules.
+        #expect(try link(local: (true, "v1", true), peer: peer(full: false, rules: "v1", grant: true)))
+        #expect(try !link(local: (false, "v1", true), peer: peer(full: false, rules: "v2", grant: true)))
+        #expect(try !link(local: (false, "v1", true), peer: peer(full: false, rules: "v1", grant: false)))
+        #expect(try !link(local: (false, "v1", false), peer: peer(full: false, rules: "v1", grant: true)))
+        #expect(try !link(local: (true, nil, false), peer: peer(full: false, rules: "v1", grant: true)))
+        // A peer that predates rules in heartbeats says `full` alone.
+        #expect(try !link(local: (false, "v1", true), peer: HeartbeatMessage(links: [], full: false)))
+    }
+
+    @Test(arguments: [#"{"rules":7}"#, #"{"rules":""}"#, #"{"grant":"yes"}"#])
+    func aHeartbeatWithMalformedRulesIsAProtocolError(_ body: String) {
+        #expect(throws: SyncError.self) { try HeartbeatMessage(body: Array(body.utf8)) }
+    }
+
     /// A replicator's connection to a responder, and whether heartbeats run on it.
     func handshake(client: Liveness, responder: Liveness, clock: ManualClock) async throws -> (Connection, RemoteIdentity) {
         var options = ReplicationResponder.Options()

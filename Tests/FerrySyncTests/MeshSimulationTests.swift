@@ -8,12 +8,12 @@ import Testing
 
 /// Messages and bytes on the wire (heartbeats counted apart), and those carrying a marker.
 final class WireTally: Sendable {
-    private let counts = Locked((messages: 0, bytes: 0, marked: 0, heartbeats: 0))
+    private let counts = Locked((messages: 0, bytes: 0, marked: 0, heartbeats: 0, markedOn: [MeshNetwork.Pair: Int]()))
     let marker: [UInt8]?
 
     init(marker: String? = nil) { self.marker = marker.map { Array($0.utf8) } }
 
-    func count(_ bytes: [UInt8]) {
+    func count(_ bytes: [UInt8], on pair: MeshNetwork.Pair? = nil) {
         if (try? Message(decoding: bytes))?.profile == SyncProtocol.Profile.heartbeat {
             counts.withLock { $0.heartbeats += 1 }
             return
@@ -22,7 +22,10 @@ final class WireTally: Sendable {
         counts.withLock {
             $0.messages += 1
             $0.bytes += bytes.count
-            if marked { $0.marked += 1 }
+            if marked {
+                $0.marked += 1
+                if let pair { $0.markedOn[pair, default: 0] += 1 }
+            }
         }
     }
 
@@ -30,6 +33,8 @@ final class WireTally: Sendable {
     var bytes: Int { counts.withLock { $0.bytes } }
     /// Messages that carried the marker.
     var marked: Int { counts.withLock { $0.marked } }
+    /// Messages that carried the marker, by the link they crossed.
+    var markedOn: [MeshNetwork.Pair: Int] { counts.withLock { $0.markedOn } }
     var heartbeats: Int { counts.withLock { $0.heartbeats } }
 }
 
@@ -42,13 +47,18 @@ final class MeshNode: Sendable {
     /// The node's catch-up lease, shared by its responder and its replicators; nil: none.
     let gate: CatchUpGate?
 
-    init(id: String, relayDelay: Duration, gated: Bool = false) throws {
+    /// `policy`: this node's policy for each peer, by node ID (every document both ways by default).
+    init(
+        id: String, relayDelay: Duration, gated: Bool = false, storeOptions: StoreOptions = StoreOptions(),
+        policy: (@Sendable (String) -> PeerPolicy)? = nil
+    ) throws {
         self.id = id
-        store = try DocumentStore.inMemory()
+        store = try DocumentStore.inMemory(options: storeOptions)
         mesh = MeshRelay()
         gate = gated ? CatchUpGate() : nil
         var options = ReplicationResponder.Options()
         options.nodeID = id
+        options.policyLookup = policy
         options.mesh = mesh
         options.catchUpGate = gate
         options.relayDelay = relayDelay
@@ -95,11 +105,29 @@ final class MeshNetwork: Sendable {
         }
     }
 
-    init(count: Int, relayDelay: Duration = .zero, marker: String? = nil, gated: Bool = false) throws {
-        nodes = try (0..<count).map { try MeshNode(id: "node-\($0)", relayDelay: relayDelay, gated: gated) }
+    /// What node `judge` lets node `peer` read, write and delete; every document both ways
+    /// when nil. Each link's dialler and listener both apply it.
+    let policy: (@Sendable (_ judge: Int, _ peer: Int) -> PeerPolicy)?
+
+    /// `storeOptions(i)`: node i's store options (its validator, say).
+    init(
+        count: Int, relayDelay: Duration = .zero, marker: String? = nil, gated: Bool = false,
+        policy: (@Sendable (_ judge: Int, _ peer: Int) -> PeerPolicy)? = nil, storeOptions: (Int) -> StoreOptions = { _ in StoreOptions() }
+    ) throws {
+        var made: [MeshNode] = []
+        for i in 0..<count {
+            var lookup: (@Sendable (String) -> PeerPolicy)?
+            if let policy { lookup = { peer in policy(i, Self.index(of: peer)) } }
+            made.append(try MeshNode(id: "node-\(i)", relayDelay: relayDelay, gated: gated, storeOptions: storeOptions(i), policy: lookup))
+        }
+        nodes = made
         tally = WireTally(marker: marker)
         self.relayDelay = relayDelay
+        self.policy = policy
     }
+
+    /// The index of the node named `id` ("node-i"); -1 for another name.
+    static func index(of id: String) -> Int { id.hasPrefix("node-") ? Int(id.dropFirst(5)) ?? -1 : -1 }
 
     var linked: Set<Pair> { links.withLock { Set($0.keys) } }
 
@@ -112,7 +140,7 @@ final class MeshNetwork: Sendable {
         let muted = self.muted
         let deliver: @Sendable ([UInt8]) async -> [[UInt8]] = { bytes in
             if muted.drops(pair, bytes) { return [] }
-            tally.count(bytes)
+            tally.count(bytes, on: pair)
             return [bytes]
         }
         let responder = listener.responder
@@ -131,6 +159,11 @@ final class MeshNetwork: Sendable {
         config.wiring.mesh = dialer.mesh
         config.wiring.catchUpGate = dialer.gate
         config.relayDelay = relayDelay
+        if let policy {
+            config.remotePolicy = policy(pair.low, pair.high)
+            // A dialler whose own reads the rules narrow asks what it may no longer hold, as a node does.
+            config.checksHeldAccess = policy(pair.high, pair.low).read.needsBodies
+        }
         config.initialAttemptWait = .milliseconds(1)
         config.maxAttemptWait = .milliseconds(20)
         var quiet = Logger(label: "ferry.mesh")

@@ -1,0 +1,165 @@
+import FerryCore
+import FerryStore
+import Foundation
+import IntegrationHarness
+import Testing
+
+@testable import FerrySync
+
+/// A seeded simulation of a live mesh under the group's access rules, with relay suppression
+/// on the links both of whose halves follow the rules: a supervisor that reads and writes
+/// everything and stations that read and write one ward, or both, by a selector. Links drop
+/// and come back while patients are written, edited, moved and deleted; after healing every
+/// station holds exactly what its role admits, at the supervisor's revisions.
+///
+/// `FERRY_ACCESS_MESH_SIM_SEEDS=N` runs N seeds (default 100); `FERRY_SIM_SEED=S` replays one.
+@Suite(.timeLimit(.minutes(10))) struct AccessMeshSimulationTests {
+    @Test func eachStationOfALiveMeshUnderRulesHoldsExactlyWhatItsRoleAdmits() async throws {
+        let seeds = simulationSeeds(count: "FERRY_ACCESS_MESH_SIM_SEEDS", default: 100)
+        let skips = Counter()
+        await runSeeds(seeds, name: "access mesh simulation", filter: "AccessMeshSimulationTests") { seed in
+            let skipped = try await AccessMeshSimulation(seed: seed).run()
+            for _ in 0..<skipped { skips.increment() }
+        }
+        // Relays were skipped on links restricted by the rules (what this simulation is for).
+        if seeds.count >= 20 { #expect(skips.current > 0, "no relay was ever skipped") }
+    }
+}
+
+/// One seeded run.
+final class AccessMeshSimulation: @unchecked Sendable {
+    let seed: UInt64
+    var rng: SeededGenerator
+    let ids = (0..<8).map { docID("patient-\($0)") }
+    /// Each node's wards; nil for the supervisor (the last node, so that stations dial it).
+    let wards: [[String]?]
+
+    init(seed: UInt64) {
+        self.seed = seed
+        var rng = SeededGenerator(seed: seed)
+        let stations = 3 + Int.random(in: 0..<2, using: &rng)
+        wards = (0..<stations).map { _ in [["a"], ["b"], ["a", "b"]][Int.random(in: 0..<3, using: &rng)] } + [nil]
+        self.rng = rng
+    }
+
+    func random(_ n: Int) -> Int { Int.random(in: 0..<n, using: &rng) }
+
+    /// What every node lets `peer` do (one version of the rules everywhere).
+    static func policy(wards: [String]?) -> PeerPolicy {
+        let grant = wards.map { w in AccessGrant(clauses: [try! AccessClause(selector: ["ward": ["$in": .array(w.map(JSON.string))]])]) }
+        return PeerPolicy(
+            read: AccessRule.all.restricted(by: grant), write: AccessRule.all.restricted(by: grant), mayDelete: wards == nil,
+            groupRules: GroupRulesApplied(version: "v1", unnarrowed: true))
+    }
+
+    /// As a node's validator does: hold only what its roles let it read; write locally only
+    /// what they let it write.
+    static func storeOptions(wards: [String]?) -> StoreOptions {
+        var options = StoreOptions()
+        let policy = Self.policy(wards: wards)
+        options.validator = Validator { proposed in
+            let bare = proposed.deleted && (proposed.body.objectValue?.isEmpty ?? true)
+            if proposed.origin == .local && proposed.deleted && !policy.mayDelete { return "may not delete" }
+            if !bare && proposed.origin == .local && !policy.write.admits(id: proposed.id, body: proposed.body) { return "may not write" }
+            if !bare && !policy.read.admits(id: proposed.id, body: proposed.body) { return "may not hold" }
+            return nil
+        }
+        return options
+    }
+
+    /// Runs the seed; returns how many relays were skipped (and still remembered) at the end.
+    func run() async throws -> Int {
+        let wards = self.wards
+        let k = wards.count
+        let supervisor = k - 1
+        let net = try MeshNetwork(
+            count: k, policy: { _, peer in Self.policy(wards: wards[peer]) }, storeOptions: { Self.storeOptions(wards: wards[$0]) })
+        defer { Task { await net.stopAll() } }
+        for i in 0..<k { for j in (i + 1)..<k where random(3) != 0 { net.connect(i, j) } }
+        for _ in 0..<(15 + random(15)) {
+            switch random(12) {
+            case 0...3: try write(net.nodes[supervisor].store, wards: ["a", "b"])
+            case 4...6:
+                let n = random(k - 1)
+                try write(net.nodes[n].store, wards: wards[n] ?? [])
+            case 7: try delete(net.nodes[supervisor].store)
+            case 8:
+                if let pair = net.linked.randomElement(using: &rng) { await net.disconnect(pair.low, pair.high) }
+            case 9:
+                let a = random(k)
+                net.connect(a, (a + 1 + random(k - 1)) % k)
+            default:
+                for _ in 0..<random(20) { await Task.yield() }
+            }
+        }
+        // Heal: every station linked to the supervisor, besides what is left of the mesh.
+        for i in 0..<supervisor { net.connect(i, supervisor) }
+        do {
+            try await waitUntil("every station holds what its role admits", timeout: 30, every: .milliseconds(5)) {
+                try self.mismatch(net) == nil
+            }
+        } catch {
+            let report = (try? mismatch(net)) ?? "matched at the last look"
+            throw SimulationFailure(
+                description: "wards \(wards.map { $0?.joined() ?? "*" }), links \(net.linked.map { "\($0.low)-\($0.high)" }.sorted()): \(report ?? "")")
+        }
+        let skipped = net.nodes.reduce(0) { n, node in n + net.nodes.reduce(0) { $0 + node.mesh.ledger.rememberedSkips(for: $1.id) } }
+        await net.stopAll()
+        return skipped
+    }
+
+    func body(_ ward: String) -> JSON { ["ward": .string(ward), "n": .int(Int64(random(1000)))] }
+
+    /// Creates, edits or moves a patient to one of `wards` (a station's edit of a patient it
+    /// may not write is refused by its own store, as a node refuses it).
+    func write(_ store: DocumentStore, wards: [String]) throws {
+        guard !wards.isEmpty else { return }
+        let id = ids[random(ids.count)]
+        let doc = try store.document(id)
+        _ = try? store.put(id, body: body(wards[random(wards.count)]), parent: doc.flatMap { $0.deleted ? nil : $0.revision })
+    }
+
+    func delete(_ store: DocumentStore) throws {
+        let id = ids[random(ids.count)]
+        guard let doc = try store.document(id), !doc.deleted else { return }
+        _ = try? store.delete(id, revision: doc.revision)
+    }
+
+    /// Live documents and their revisions.
+    func live(_ store: DocumentStore) throws -> [String: String] {
+        Dictionary(uniqueKeysWithValues: try store.allDocuments().map { ($0.id.rawValue, $0.revision.description) })
+    }
+
+    /// The first station that does not hold exactly what its role admits at the supervisor's
+    /// revisions, described; nil when all do.
+    func mismatch(_ net: MeshNetwork) throws -> String? {
+        let supervisor = net.nodes[wards.count - 1].store
+        for n in 0..<(wards.count - 1) {
+            let access = DocumentAccess(Self.policy(wards: wards[n]))
+            var expected: [String: String] = [:]
+            for doc in try supervisor.allDocuments() {
+                guard let tree = try supervisor.revisionTree(doc.id), access.mayRead(doc.id, tree: tree) else { continue }
+                expected[doc.id.rawValue] = doc.revision.description
+            }
+            let held = try live(net.nodes[n].store)
+            guard held != expected else { continue }
+            let more = held.keys.filter { expected[$0] == nil }.sorted()
+            let fewer = expected.keys.filter { held[$0] == nil }.sorted()
+            let stale = held.keys.filter { expected[$0] != nil && expected[$0] != held[$0] }.sorted()
+            var detail = ""
+            for id in (more + fewer + stale).prefix(2) {
+                func shape(_ store: DocumentStore) throws -> String {
+                    guard let tree = try store.revisionTree(docID(id)) else { return "none" }
+                    return tree.revisions.map { r in
+                        let ward = r.body.flatMap { try? JSON.parse($0) }?["ward"]?.stringValue ?? "-"
+                        return "\(r.id.description.prefix(6))\(r.isLeaf ? "*" : "")\(r.deleted ? "x" : "")\(ward)"
+                    }.joined(separator: " ")
+                }
+                let purged = try net.nodes[n].store.accessRemovals().removals.filter { $0.id == id }.map { "\($0.revisions.map { $0.prefix(6) })" }
+                detail += "; \(id): station [\(try shape(net.nodes[n].store))] purged \(purged), supervisor [\(try shape(supervisor))]"
+            }
+            return "station \(n) (wards \(wards[n] ?? [])) holds more \(more), fewer \(fewer), other revisions of \(stale)\(detail)"
+        }
+        return nil
+    }
+}
