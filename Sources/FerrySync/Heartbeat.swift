@@ -66,6 +66,8 @@ struct LivenessState {
     var task: Task<Void, Never>?
     /// The links in the last heartbeat that carried them; nil before the first.
     var linksSent: [String]?
+    /// The number of the last momentary withdrawal (`MeshView.withdrawMomentarily`) sent.
+    var withdrawalsSent = 0
     /// This connection counts as a link in the mesh view (`countsAsLink`).
     var registeredLink = false
     var watchToken: Int?
@@ -219,11 +221,26 @@ extension Connection {
     func sendHeartbeat(onlyIfLinksChanged: Bool) {
         // Read outside the lock: it may read the store.
         let digest = onlyIfLinksChanged ? nil : state.withLock { $0.liveness?.plan }?.digests?.current()
+        var withdrawal: Message?
         let message = state.withLock { s -> Message? in
             guard var l = s.liveness, l.running, !l.ended, s.closedWith == nil else { return nil }
             var body = HeartbeatMessage()
             if let mesh = l.plan.mesh {
                 let links = mesh.view.localLinks.sorted()
+                // A momentary withdrawal goes first, in a heartbeat of its own; this one then
+                // lists the links again.
+                let (withdrawn, newest) = mesh.view.withdrawals(after: l.withdrawalsSent)
+                l.withdrawalsSent = newest
+                if l.linksSent != nil, links.contains(where: withdrawn.contains) {
+                    var drop = HeartbeatMessage()
+                    drop.links = links.filter { !withdrawn.contains($0) }
+                    drop.statesHalf(of: l.plan)
+                    l.linksSent = drop.links
+                    withdrawal = Message(
+                        kind: .request, number: s.nextNumber, flags: Message.flagNoReply,
+                        properties: [("Profile", SyncProtocol.Profile.heartbeat)], body: drop.bytes)
+                    s.nextNumber += 1
+                }
                 if links != l.linksSent {
                     body.links = links
                     body.statesHalf(of: l.plan)
@@ -256,7 +273,10 @@ extension Connection {
                 properties: [("Profile", SyncProtocol.Profile.heartbeat)], body: body.bytes)
         }
         guard let message else { return }
-        Task { try? await self.sendRaw(message) }
+        Task {
+            if let withdrawal { try? await self.sendRaw(withdrawal) }
+            try? await self.sendRaw(message)
+        }
     }
 
     /// Sends heartbeats on an idle connection and closes it when the peer falls silent.

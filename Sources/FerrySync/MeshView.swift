@@ -21,7 +21,13 @@ public final class MeshView: Sendable {
         var connections: [String: Int] = [:]
         var watchers: [Int: @Sendable () -> Void] = [:]
         var nextToken = 0
+        /// Momentary withdrawals, numbered (the newest `maxWithdrawals`).
+        var withdrawals: [(number: Int, peer: String)] = []
+        var withdrawalCount = 0
     }
+
+    /// Withdrawals a connection that fell further behind sees as one of all links.
+    static let maxWithdrawals = 64
 
     private let state = Locked(State())
     /// Told which peer's report dropped which links (the relay ledger re-offers what it skipped).
@@ -89,6 +95,33 @@ public final class MeshView: Sendable {
             return n <= 0
         }
         if changed { notifyWatchers() }
+    }
+
+    /// This node refused a revision `peer` sent, for its write policy: whoever skipped relaying
+    /// to this node because `peer` would deliver it may hold a copy this node never takes
+    /// from `peer`. Every connection's next heartbeat leaves `peer` out of this node's links,
+    /// and the one after it puts it back: each peer that relied on the link offers again
+    /// what it skipped on its account (`RelayLedger.sendersLost`), so it learns the verdict
+    /// for itself, or delivers what this node now takes.
+    func withdrawMomentarily(_ peer: String) {
+        let known = state.withLock { s -> Bool in
+            guard s.fullLinks[peer] != nil else { return false }
+            s.withdrawalCount += 1
+            s.withdrawals.append((s.withdrawalCount, peer))
+            if s.withdrawals.count > Self.maxWithdrawals { s.withdrawals.removeFirst(s.withdrawals.count - Self.maxWithdrawals) }
+            return true
+        }
+        if known { notifyWatchers() }
+    }
+
+    /// The peers withdrawn after withdrawal number `seen` (all linked peers when more than
+    /// were kept), and the newest number.
+    func withdrawals(after seen: Int) -> (peers: Set<String>, newest: Int) {
+        state.withLock { s in
+            guard s.withdrawalCount > seen else { return ([], seen) }
+            if let oldest = s.withdrawals.first?.number, oldest > seen + 1 { return (Set(s.fullLinks.keys), s.withdrawalCount) }
+            return (Set(s.withdrawals.filter { $0.number > seen }.map(\.peer)), s.withdrawalCount)
+        }
     }
 
     /// Calls `changed` whenever this node's own links change, until `unwatch`.

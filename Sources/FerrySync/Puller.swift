@@ -327,6 +327,9 @@ final class Puller: Sendable {
     private func store(_ checked: CheckedChunk, plan: PullPlan, waiting: inout [IncomingRevision]) async throws {
         if checked.deltas > 0 { progress.count { $0.deltasReceived += checked.deltas } }
         for r in checked.rejected { progress.reject(.pull, id: r.id, rev: r.rev, deleted: r.deleted, r.rejection) }
+        if checked.rejected.contains(where: { $0.rejection.stage == .policy }) {
+            configuration.wiring.mesh?.view.withdrawMomentarily(remote.identity.peerID)
+        }
         try await tellRefusedCopiesUnreadable(checked.rejected)
         // Revisions whose blobs are here (or left for later) are stored first: a document
         // never waits behind another document's blob.

@@ -406,6 +406,7 @@ final class ResponderSession: Sendable {
                     ])
                 counts.withLock { $0.rejected += 1 }
                 results.append(PutResult(id: wire.id, rev: wire.rev, status: .rejected(rejection)))
+                if rejection.stage == .policy, let peer = peerID { mesh?.view.withdrawMomentarily(peer) }
             case .needFull:
                 results.append(PutResult(id: wire.id, rev: wire.rev, status: .needFull))
             }

@@ -9,8 +9,14 @@ import Testing
 /// A seeded simulation of a live mesh under the group's access rules, with relay suppression
 /// on the links both of whose halves follow the rules: a supervisor that reads and writes
 /// everything and stations that read and write one ward, or both, by a selector. Links drop
-/// and come back while patients are written, edited, moved and deleted; after healing every
-/// station holds exactly what its role admits, at the supervisor's revisions.
+/// and come back while stations admit patients and the supervisor writes, edits, moves
+/// (often out of a ward and back) and deletes them; after healing every station holds
+/// exactly what its role admits, at the supervisor's revisions.
+///
+/// Stations create documents but do not edit them: a station's edit racing the supervisor's
+/// move is refused by every node holding the move, and how its copy leaves the stations that
+/// hold it is tested on its own (`AccessRefusalTests`): a station that skipped the supervisor
+/// as a relay learns of the refusal only by offering the copy itself.
 ///
 /// `FERRY_ACCESS_MESH_SIM_SEEDS=N` runs N seeds (default 100); `FERRY_SIM_SEED=S` replays one.
 @Suite(.timeLimit(.minutes(10))) struct AccessMeshSimulationTests {
@@ -31,6 +37,8 @@ final class AccessMeshSimulation: @unchecked Sendable {
     let seed: UInt64
     var rng: SeededGenerator
     let ids = (0..<8).map { docID("patient-\($0)") }
+    /// Patients the stations admitted (each station's own, by number).
+    var admitted: [DocumentID] = []
     /// Each node's wards; nil for the supervisor (the last node, so that stations dial it).
     let wards: [[String]?]
 
@@ -49,7 +57,7 @@ final class AccessMeshSimulation: @unchecked Sendable {
         let grant = wards.map { w in AccessGrant(clauses: [try! AccessClause(selector: ["ward": ["$in": .array(w.map(JSON.string))]])]) }
         return PeerPolicy(
             read: AccessRule.all.restricted(by: grant), write: AccessRule.all.restricted(by: grant), mayDelete: wards == nil,
-            groupRules: GroupRulesApplied(version: "v1", unnarrowed: true))
+            groupRules: GroupRulesApplied(version: "v1", unnarrowed: ProcessInfo.processInfo.environment["FERRY_SIM_NARROWED"] == nil))
     }
 
     /// As a node's validator does: hold only what its roles let it read; write locally only
@@ -81,7 +89,7 @@ final class AccessMeshSimulation: @unchecked Sendable {
             case 0...3: try write(net.nodes[supervisor].store, wards: ["a", "b"])
             case 4...6:
                 let n = random(k - 1)
-                try write(net.nodes[n].store, wards: wards[n] ?? [])
+                try admit(net.nodes[n].store, station: n, wards: wards[n] ?? [])
             case 7: try delete(net.nodes[supervisor].store)
             case 8:
                 if let pair = net.linked.randomElement(using: &rng) { await net.disconnect(pair.low, pair.high) }
@@ -110,17 +118,27 @@ final class AccessMeshSimulation: @unchecked Sendable {
 
     func body(_ ward: String) -> JSON { ["ward": .string(ward), "n": .int(Int64(random(1000)))] }
 
-    /// Creates, edits or moves a patient to one of `wards` (a station's edit of a patient it
-    /// may not write is refused by its own store, as a node refuses it).
+    /// The supervisor creates, edits or moves a patient: one of its own, or one a station
+    /// admitted that has reached it (it never writes the ID of one still on its way).
     func write(_ store: DocumentStore, wards: [String]) throws {
-        guard !wards.isEmpty else { return }
-        let id = ids[random(ids.count)]
+        let pool = ids + admitted
+        let id = pool[random(pool.count)]
         let doc = try store.document(id)
+        if doc == nil && !ids.contains(id) { return }
         _ = try? store.put(id, body: body(wards[random(wards.count)]), parent: doc.flatMap { $0.deleted ? nil : $0.revision })
     }
 
+    /// A station admits a new patient to one of its wards.
+    func admit(_ store: DocumentStore, station: Int, wards: [String]) throws {
+        guard !wards.isEmpty else { return }
+        let id = docID("admitted-\(station)-\(admitted.count)")
+        admitted.append(id)
+        _ = try store.put(id, body: body(wards[random(wards.count)]))
+    }
+
     func delete(_ store: DocumentStore) throws {
-        let id = ids[random(ids.count)]
+        let pool = ids + admitted
+        let id = pool[random(pool.count)]
         guard let doc = try store.document(id), !doc.deleted else { return }
         _ = try? store.delete(id, revision: doc.revision)
     }

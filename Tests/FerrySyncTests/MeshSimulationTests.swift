@@ -62,8 +62,8 @@ final class MeshNode: Sendable {
         options.mesh = mesh
         options.catchUpGate = gate
         options.relayDelay = relayDelay
-        var quiet = Logger(label: "ferry.mesh")
-        quiet.logLevel = .critical
+        var quiet = Logger(label: "ferry.mesh.\(id)")
+        quiet.logLevel = ProcessInfo.processInfo.environment["FERRY_SIM_LOG"] != nil ? .debug : .critical
         responder = ReplicationResponder(store: store, options: options, logger: quiet)
     }
 }
@@ -166,8 +166,8 @@ final class MeshNetwork: Sendable {
         }
         config.initialAttemptWait = .milliseconds(1)
         config.maxAttemptWait = .milliseconds(20)
-        var quiet = Logger(label: "ferry.mesh")
-        quiet.logLevel = .critical
+        var quiet = Logger(label: "ferry.mesh.\(dialer.id)->\(listener.id)")
+        quiet.logLevel = ProcessInfo.processInfo.environment["FERRY_SIM_LOG"] != nil ? .debug : .critical
         let replicator = Replicator(store: dialer.store, connector: connector, configuration: config, logger: quiet)
         links.withLock { $0[pair] = replicator }
         replicator.start()
