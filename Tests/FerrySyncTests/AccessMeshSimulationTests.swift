@@ -100,7 +100,12 @@ final class AccessMeshSimulation: @unchecked Sendable {
                 for _ in 0..<random(20) { await Task.yield() }
             }
         }
-        // Heal: every station linked to the supervisor, besides what is left of the mesh.
+        // Heal: every station linked to the supervisor, besides what is left of the mesh, and
+        // every link started again (a pull session starts with its access check: a notice that
+        // reached a station before a stale copy did is not remembered, docs/protocol.md §9).
+        let left = net.linked
+        await net.stopAll()
+        for pair in left { net.connect(pair.low, pair.high) }
         for i in 0..<supervisor { net.connect(i, supervisor) }
         do {
             try await waitUntil("every station holds what its role admits", timeout: 30, every: .milliseconds(5)) {

@@ -79,4 +79,83 @@ import Testing
         #expect(try AccessRemovalApplier.apply([RemovalNotice(id: "q", revisions: [held.description])], writer: noWrite, store: only).isEmpty)
         #expect(try AccessRemovalApplier.apply([RemovalNotice(id: "q", revisions: [held.description])], writer: .trusted, store: only).count == 1)
     }
+
+    @Test func aPeerBehindTheReaderIsNoJudgeOfWhatItHolds() async throws {
+        // The supervisor moved p into ward a; a peer still holds it in ward b.
+        let supervisor = try DocumentStore.inMemory()
+        let first = try supervisor.put(docID("p"), body: ["ward": "b"])
+        let stale = try DocumentStore.inMemory()
+        await sync(supervisor, stale, direction: .push)
+        let moved = try supervisor.put(docID("p"), body: ["ward": "a"], parent: first)
+        let reader = try DocumentStore.inMemory()
+        var options = ReplicationResponder.Options()
+        options.defaultPolicy = Self.wardA
+        await sync(reader, supervisor, direction: .pull, configure: { $0.remotePolicy = .trusted }, responder: options)
+        #expect(try reader.document(docID("p"))?.revision == moved)
+        // The stale peer, asked at the start of a pull session, finds p unreadable as it holds
+        // it; its leaf is the reader's ancestor, so the reader keeps its copy.
+        let r = await sync(reader, stale, direction: .pull, configure: { $0.remotePolicy = .trusted; $0.checksHeldAccess = true }, responder: options)
+        #expect(r.status.error == nil)
+        #expect(try reader.document(docID("p"))?.revision == moved)
+        #expect(try reader.accessRemovals().total == 0)
+        // A peer that knows a newer revision the reader lacks is one.
+        let newer = RemovalNotice(id: "p", revisions: [moved.description], senderLeaves: ["3-" + String(repeating: "e", count: 64)])
+        let behind = RemovalNotice(id: "p", revisions: [moved.description], senderLeaves: [first.description])
+        #expect(try AccessRemovalApplier.apply([behind], writer: .trusted, store: reader).isEmpty)
+        #expect(try AccessRemovalApplier.apply([newer], writer: .trusted, store: reader).count == 1)
+    }
+
+    /// A station edits p while the supervisor moves it to ward b: every node holding the move
+    /// refuses the edit, and the station learns it (and purges its copy) whichever side dials.
+    @Test(arguments: [true, false])
+    func aRefusedEditOfADocumentMovedMeanwhileLeavesItsWriter(stationDials: Bool) async throws {
+        let supervisor = try DocumentStore.inMemory()
+        let station = try DocumentStore.inMemory()
+        let base = try supervisor.put(docID("p"), body: ["ward": "a"])
+        try supervisor.put(docID("kept"), body: ["ward": "a"])
+        var asStation = ReplicationResponder.Options()
+        asStation.defaultPolicy = Self.wardA
+        await sync(station, supervisor, direction: .pull, configure: { $0.remotePolicy = .trusted }, responder: asStation)
+        try supervisor.put(docID("p"), body: ["ward": "b"], parent: base)
+        try station.put(docID("p"), body: ["ward": "a", "note": "edited"], parent: base)
+        let r: Replicator
+        if stationDials {
+            // Its push is refused; it asks whether it may still read p, and purges it.
+            r = await sync(
+                station, supervisor, configure: { $0.remotePolicy = .trusted; $0.checksHeldAccess = true }, responder: asStation)
+        } else {
+            // The supervisor's pull refuses the edit and tells the station.
+            r = await sync(supervisor, station, configure: { $0.remotePolicy = Self.wardA })
+        }
+        #expect(r.status.error == nil)
+        #expect(try station.document(docID("p")) == nil)
+        #expect(try station.document(docID("kept")) != nil)
+        #expect(try station.accessRemovals().removals.map(\.id) == ["p"])
+        #expect(try supervisor.revisionTree(docID("p"))?.leaves.count == 1)
+    }
+
+    @Test func aPurgedDocumentComesBackWhenAPeerOffersARevisionItNeverKnew() async throws {
+        // p is in ward a; a conflicting ward-b leaf makes it unreadable for the reader, which
+        // purges it; the supervisor then deletes that leaf, and p is the reader's again.
+        let supervisor = try DocumentStore.inMemory()
+        let mine = try supervisor.put(docID("p"), body: ["ward": "a"])
+        var asReader = ReplicationResponder.Options()
+        asReader.defaultPolicy = Self.wardA
+        let reader = try DocumentStore.inMemory()
+        await sync(reader, supervisor, direction: .pull, configure: { $0.remotePolicy = .trusted }, responder: asReader)
+        let stale = try DocumentStore.inMemory()
+        await sync(supervisor, stale, direction: .push)
+        let other = try DocumentStore.inMemory()
+        let theirs = try other.put(docID("p"), body: ["ward": "b"])
+        await sync(other, supervisor, direction: .push)
+        await sync(reader, supervisor, direction: .pull, configure: { $0.remotePolicy = .trusted }, responder: asReader)
+        #expect(try reader.document(docID("p")) == nil)
+        // Offered again as it stood, by a peer that knows no more, it is still refused.
+        await sync(reader, stale, direction: .pull, configure: { $0.remotePolicy = .trusted }, responder: asReader)
+        #expect(try reader.document(docID("p")) == nil)
+        try supervisor.delete(docID("p"), revision: theirs)
+        let r = await sync(reader, supervisor, direction: .pull, configure: { $0.remotePolicy = .trusted }, responder: asReader)
+        #expect(r.status.error == nil)
+        #expect(try reader.document(docID("p"))?.revision == mine)
+    }
 }
