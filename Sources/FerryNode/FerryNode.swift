@@ -258,7 +258,15 @@ public final class FerryNode: Sendable {
                 directory: dataDirectory, database: (dataDirectory as NSString).appendingPathComponent(DocumentStore.databaseFileName),
                 clock: clock, logger: logger))
         services.append(MembershipFollower(membership: membership, store: store))
-        services.append(AccessFollower(access: access, store: store, policiesChanged: { manager.trustChanged() }, logger: logger))
+        services.append(
+            AccessFollower(
+                access: access, store: store,
+                policiesChanged: {
+                    manager.trustChanged()
+                    // Inbound sessions stated their half of each link under the old rules
+                    // (relay suppression compares versions): their peers connect again.
+                    listener.closeForReconnect("the group's access rules changed")
+                }, logger: logger))
         services.append(makeIndexBuilder())
         if let collector = makeBlobCollector() { services.append(collector) }
         services.append(

@@ -155,6 +155,19 @@ public final class WebSocketListener: Service, Sendable {
         return doomed.count
     }
 
+    /// Closes every live peer connection with a transient error saying `why`, so that each
+    /// peer connects again at once (its replicator redials) and both hellos state what holds
+    /// now; returns how many were closed.
+    @discardableResult
+    public func closeForReconnect(_ why: String) -> Int {
+        let open = state.withLock { s in s.connections.values.compactMap { s.endpoints[$0.id] } }
+        guard !open.isEmpty else { return 0 }
+        logger.info("closing peer connections so that they connect again", metadata: ["reason": "\(why)", "connections": "\(open.count)"])
+        let error = SyncError(.disconnected, message: why, isTransient: true)
+        Task { for endpoint in open { await endpoint.close(error: error) } }
+        return open.count
+    }
+
     public var boundPort: Int? { state.withLock { $0.boundPort } }
     public var connections: [ConnectionInfo] { state.withLock { Array($0.connections.values).sorted { $0.id < $1.id } } }
 

@@ -193,6 +193,10 @@ struct AccessBench: AsyncParsableCommand {
             try await Task.sleep(for: .seconds(2))
             let idle = zip(m, before).map { (NetBench.cpuMilliseconds($0.process.pid) - $1) / 2000 * 100 }
             print(String(format: "P9-access: mesh with %@ up and quiet; idle CPU per node %@%%", name, idle.map { String(format: "%.1f", $0) }.joined(separator: " ")))
+            // Relay suppression relies on the links peers report: 3 per peer in a mesh of 4.
+            var reported: [String] = []
+            for n in m { reported.append("\(n.name) " + (try await Self.reportedLinks(n)).map(String.init).joined(separator: "/")) }
+            print("P9-access: mesh with \(name): links each node's peers report: \(reported.joined(separator: ", "))")
         }
         let body = String(repeating: "n", count: 1000)
         let writer = 1  // a member, not the founder: with rules, its role writes through a selector
@@ -390,6 +394,11 @@ struct AccessBench: AsyncParsableCommand {
     static func connectedPeers(_ node: MeshNode) async throws -> Set<String> {
         guard case .array(let list)? = try await get(node.admin + "/peers")["peers"] else { return [] }
         return Set(list.filter { $0["trusted"] == true && $0["connected"] == true }.compactMap { $0["id"]?.stringValue })
+    }
+
+    /// How many live links each connected peer of `node` reports in its heartbeats.
+    static func reportedLinks(_ node: MeshNode) async throws -> [Int] {
+        list(try await get(node.admin + "/peers")["peers"]).filter { $0["connected"] == true }.map { list($0["links"]).count }
     }
 
     /// The elements of a JSON array (none for anything else).

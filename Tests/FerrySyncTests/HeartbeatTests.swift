@@ -170,6 +170,32 @@ final class Switch: Sendable {
         #expect(try !link(local: (false, "v1", true), peer: HeartbeatMessage(links: [], full: false)))
     }
 
+    @Test func aWithdrawnLinkIsLeftOutOfOneHeartbeatAndWhatWasSkippedOnItIsOfferedAgain() async throws {
+        // A has a link to S; B skipped relaying a revision to A because of it. A refuses a
+        // revision from S and withdraws the link for one heartbeat.
+        let pair = HeartbeatPair()
+        let (meshA, meshB) = (MeshRelay(), MeshRelay())
+        meshA.view.linkUp("s")
+        func plan(_ peer: String, _ mesh: MeshRelay) -> LivenessPlan {
+            var p = pair.plan(peer)
+            p.mesh = mesh
+            return p
+        }
+        pair.a.startLiveness(plan("b", meshA))
+        pair.b.startLiveness(plan("a", meshB))
+        try await yieldUntil("B knows A's links") { meshB.view.links(of: "a") == ["s"] }
+        let rev = try RevisionID("1-" + String(repeating: "d", count: 64))
+        meshB.ledger.recordReceived(docID("p"), rev, from: "s")
+        #expect(meshB.relay(skips: docID("p"), rev, to: "a"))
+        meshA.view.withdrawMomentarily("s")
+        try await yieldUntil("the skip is due again") { meshB.ledger.hasReoffers(for: "a") }
+        #expect(meshB.ledger.takeReoffers(for: "a") == [docID("p")])
+        try await yieldUntil("the link is listed again") { meshB.view.links(of: "a") == ["s"] }
+        // A peer it has no link to is not withdrawn: nothing is sent.
+        meshA.view.withdrawMomentarily("stranger")
+        #expect(meshA.view.withdrawals(after: 1).peers.isEmpty)
+    }
+
     @Test(arguments: [#"{"rules":7}"#, #"{"rules":""}"#, #"{"grant":"yes"}"#])
     func aHeartbeatWithMalformedRulesIsAProtocolError(_ body: String) {
         #expect(throws: SyncError.self) { try HeartbeatMessage(body: Array(body.utf8)) }
@@ -218,5 +244,12 @@ final class Switch: Sendable {
         #expect(connection.heartbeatsRunning)
         try await yieldUntil("the responder's first heartbeat") { connection.counters.withLock { $0.messagesReceived } >= 2 }
         await connection.close()
+    }
+}
+
+extension MeshRelay {
+    /// Whether this node skips relaying `rev` of `id` to `target` (recording the skip).
+    func relay(skips id: DocumentID, _ rev: RevisionID, to target: String) -> Bool {
+        skipsRelay(of: id, leaves: [rev], to: target, peerHeld: PeerHeldRevisions())
     }
 }
