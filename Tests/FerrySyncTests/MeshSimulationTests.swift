@@ -70,6 +70,7 @@ final class MeshNode: Sendable {
 
 /// Nodes joined by continuous push-and-pull replicators over in-memory links (the lower
 /// index dials), each with the node's mesh view and relay ledger, as a Ferry node wires them.
+/// `FERRY_SIM_LOG=1` logs every node and link at debug level (to replay a failing seed).
 final class MeshNetwork: Sendable {
     let nodes: [MeshNode]
     let tally: WireTally
