@@ -14,6 +14,8 @@ public final class Node: @unchecked Sendable {
     public private(set) var info: JSON = .null
     private var process: ChildProcess?
     private var arguments: [String] = []
+    /// The listen port the next start takes (0, any free one, when nil).
+    private var keptPort: Int?
     private var environment: [String: String] = [:]
     private var launcher: [String] = []
     private var readinessTimeout: Double = 60
@@ -65,9 +67,17 @@ public final class Node: @unchecked Sendable {
         try await launch()
     }
 
+    /// Starts the node again on the listen port it had, so that peers' addresses for it stay
+    /// right (a restart on a new port leans on the address record and discovery to tell them).
+    public func restartOnSamePort() async throws {
+        keptPort = info["port"]?.intValue.map(Int.init)
+        defer { keptPort = nil }
+        try await launch()
+    }
+
     private func launch() async throws {
         try? FileManager.default.removeItem(atPath: dataDirectory + "/node.json")
-        var args = ["--data", dataDirectory, "serve", "--port", "0", "--admin-port", "0", "--couch-port", "0", "--name", name] + arguments
+        var args = ["--data", dataDirectory, "serve", "--port", "\(keptPort ?? 0)", "--admin-port", "0", "--couch-port", "0", "--name", name] + arguments
         if !args.contains("--discovery") && !args.contains("--config") { args.append("--no-discovery") }
         if host == nil && !args.contains("--interface") { args += ["--interface", "127.0.0.1"] }
         let executable = host == nil ? launcher.first ?? Ferry.binary : "/usr/bin/nsenter"

@@ -165,13 +165,18 @@ struct Clinic {
         #expect(await wardA.stop() == 0)
         let forged = try await ferry(wardA, ["put", "patient-12", #"{"ward":"a","name":"forged"}"#])
         #expect(forged.status == 0, "\(forged.stderr)")
-        try await wardA.restart()
+        try await wardA.restartOnSamePort()
         // Whichever comes first: the admin refuses its push, or the station's access check at
         // its first pull learns the admin holds that patient in ward b and purges the forgery.
-        try await waitUntil("the forged write was refused by the admin or purged by its forger", timeout: 60) {
-            let refused = try await admin.admin.metric("ferry_documents_rejected_total", labelsContaining: ["policy"]) > 0
-            let purged = try await !ids(wardA).contains("patient-12")
-            return refused || purged
+        do {
+            try await waitUntil("the forged write was refused by the admin or purged by its forger", timeout: 60) {
+                let refused = try await admin.admin.metric("ferry_documents_rejected_total", labelsContaining: ["policy"]) > 0
+                let purged = try await !ids(wardA).contains("patient-12")
+                return refused || purged
+            }
+        } catch {
+            print("ward-a log:\n\(wardA.logTail(80))\nadmin log:\n\(admin.logTail(80))")
+            throw error
         }
 
         // Ward b's station signs a rule granting itself everything, written into its own store.
@@ -185,7 +190,7 @@ struct Clinic {
             let store = try DocumentStore.openExisting(directory: wardB.dataDirectory)
             try store.put(AccessRuleEntry.documentID("grab"), body: grab.body)
         }
-        try await wardB.restart()
+        try await wardB.restartOnSamePort()
         try await admin.admin.put("patient-13", #"{"ward":"b"}"#)
         try await admin.admin.put("patient-14", #"{"ward":"a"}"#)
         do {
