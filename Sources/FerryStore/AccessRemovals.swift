@@ -111,12 +111,14 @@ extension DocumentStore {
     /// (a conflicting branch that was deleted, say). A peer that knows no more than this node
     /// did when it purged (one that had not seen the change) lifts nothing. Returns how many
     /// documents it lifted.
+    /// `offers` is built only when some document is refused.
     @discardableResult
-    public func liftAccessRefusals(offered offers: [DocumentID: [RevisionID]]) throws(StoreError) -> Int {
-        // Most nodes never purge: no write transaction for them.
-        guard !offers.isEmpty else { return 0 }
+    public func liftAccessRefusals(offered offers: @autoclosure () -> [DocumentID: [RevisionID]]) throws(StoreError) -> Int {
+        // Most nodes never purge: no offer is built and no write transaction made for them.
         let loading = { [self] () throws(StoreError) -> [AccessRemoval] in Self.removals(inJournal: try localDocument(Self.accessRemovalJournal)) }
         if try accessRemovedRevisions.isEmpty(loading: loading) { return 0 }
+        let offers = offers()
+        guard !offers.isEmpty else { return 0 }
         return try write { txn -> Int in
             var lifted = 0
             for (id, leaves) in offers where try txn.offersUnknownLeaf(id, leaves) {
@@ -127,18 +129,17 @@ extension DocumentStore {
         }
     }
 
-    /// Whether revisions of `id` are refused as purged for access.
-    func refusesPurgedRevisions(of id: DocumentID, journal: () throws(StoreError) -> JSON?) throws(StoreError) -> Bool {
-        let loading = { () throws(StoreError) -> [AccessRemoval] in Self.removals(inJournal: try journal()) }
-        return try accessRemovedRevisions.revisions(of: id.rawValue, loading: loading) != nil
+    /// The revisions of `id` refused as purged for access (nil: none), the journal read
+    /// through `journal` when not loaded yet.
+    func refusedRevisions(of id: DocumentID, journal: () throws(StoreError) -> JSON?) throws(StoreError) -> Set<String>? {
+        try accessRemovedRevisions.revisions(of: id.rawValue, loading: { () throws(StoreError) in Self.removals(inJournal: try journal()) })
     }
 
     /// Why a revision of a document purged here for access may not be stored, or nil.
     func accessRemovalRefusal(
         _ proposed: ProposedRevision, journal: () throws(StoreError) -> JSON?, held: () throws(StoreError) -> Bool
     ) throws(StoreError) -> String? {
-        let loading = { () throws(StoreError) -> [AccessRemoval] in Self.removals(inJournal: try journal()) }
-        guard let revs = try accessRemovedRevisions.revisions(of: proposed.id.rawValue, loading: loading) else { return nil }
+        guard let revs = try refusedRevisions(of: proposed.id, journal: journal) else { return nil }
         switch proposed.origin {
         case .replicated:
             if revs.contains(proposed.revision.description) {

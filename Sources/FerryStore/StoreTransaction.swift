@@ -242,7 +242,7 @@ public final class StoreTransaction {
     /// document is readable again, so the revisions purged with it are no longer refused (a
     /// conflicting branch that made it unreadable may be gone: its leaves are legitimate again).
     func liftAccessRefusals(of id: DocumentID) throws(StoreError) {
-        guard !liftedRefusals.contains(id), try store.refusesPurgedRevisions(of: id, journal: accessRemovalJournal) else { return }
+        guard !liftedRefusals.contains(id), try store.refusedRevisions(of: id, journal: accessRemovalJournal) != nil else { return }
         liftedRefusals.insert(id)
         guard let journal = try accessRemovalJournal() else { return }
         let lifted = DocumentStore.journal(journal, liftingRefusalsOf: id)
@@ -256,8 +256,7 @@ public final class StoreTransaction {
 
     /// Whether `id`'s purged revisions are refused and `leaves` names one neither held nor among them.
     func offersUnknownLeaf(_ id: DocumentID, _ leaves: [RevisionID]) throws(StoreError) -> Bool {
-        let loading = { [self] () throws(StoreError) -> [AccessRemoval] in DocumentStore.removals(inJournal: try accessRemovalJournal()) }
-        guard let refused = try store.accessRemovedRevisions.revisions(of: id.rawValue, loading: loading) else { return false }
+        guard let refused = try store.refusedRevisions(of: id, journal: accessRemovalJournal) else { return false }
         let tree = try fetch(id)?.tree
         return leaves.contains { !refused.contains($0.description) && !(tree?.contains($0) ?? false) }
     }

@@ -158,4 +158,14 @@ import Testing
         #expect(r.status.error == nil)
         #expect(try reader.document(docID("p"))?.revision == mine)
     }
+
+    @Test func aNoticeWhoseSenderLeavesAreMalformedIsDropped() throws {
+        let rev = "1-" + String(repeating: "a", count: 64)
+        #expect(RemovalNotice(.array(["p", .array([.string(rev)]), .array([.string(rev)])]))?.senderLeaves == [rev])
+        #expect(RemovalNotice(.array(["p", .array([.string(rev)])]))?.senderLeaves == nil)
+        #expect(RemovalNotice(.array(["p", .array([.string(rev)]), "leaves"])) == nil)
+        // No valid leaf left: the notice could never pass the receiver's check; dropped.
+        #expect(RemovalNotice(.array(["p", .array([.string(rev)]), .array(["not a revision"])])) == nil)
+        #expect(RemovalNotice(.array(["p", .array([.string(rev)]), .array([.string(rev)]), .array([])])) == nil)
+    }
 }
