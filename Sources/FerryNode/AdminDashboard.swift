@@ -15,16 +15,27 @@ import NIOCore
 /// and its assets, built into the binary, under a strict Content-Security-Policy; a live
 /// event stream; logout. The page itself calls the admin API with its session and CSRF token.
 extension AdminAPI {
+    /// The dashboard's paths: the routes are registered under these, and `AdminGuard.openRoutes`
+    /// names the open ones by the same values, so the two cannot drift apart.
+    enum Dashboard {
+        static let page: RouterPath = "/ui/"
+        static let login: RouterPath = "/ui/login"
+        static let logout: RouterPath = "/ui/logout"
+        static let script: RouterPath = "/ui/app.js"
+        static let style: RouterPath = "/ui/app.css"
+        static let events: RouterPath = "/ui/events"
+        static let tokens: RouterPath = "/ui/tokens"
+    }
+
     func addDashboardRoutes(to router: Router<BasicRequestContext>) {
-        router.get("/ui/") { request, _ in dashboardPage(request) }
-        router.get("/ui/login") { request, _ in loginPage(request) }
-        router.post("/ui/login") { request, _ in try await login(request) }
-        router.post("/ui/logout") { request, _ in try await logout(request) }
-        router.get("/ui/app.js") { _, _ in Self.asset(DashboardAssets.script, type: "text/javascript; charset=utf-8") }
-        router.get("/ui/app.css") { _, _ in Self.asset(DashboardAssets.style, type: "text/css; charset=utf-8") }
-        router.get("/ui/events") { request, _ in try events(request) }
-        // Admin key only (the guard checks it): what `ferry ui` prints.
-        router.post("/ui/tokens") { _, _ in loginToken() }
+        router.get(Dashboard.page) { request, _ in dashboardPage(request) }
+        router.get(Dashboard.login) { request, _ in loginPage(request) }
+        router.post(Dashboard.login) { request, _ in try await login(request) }
+        router.post(Dashboard.logout) { request, _ in try await logout(request) }
+        router.get(Dashboard.script) { _, _ in Self.asset(DashboardAssets.script, type: "text/javascript; charset=utf-8") }
+        router.get(Dashboard.style) { _, _ in Self.asset(DashboardAssets.style, type: "text/css; charset=utf-8") }
+        router.get(Dashboard.events) { request, _ in try events(request) }
+        router.post(Dashboard.tokens) { request, _ in try loginToken(request) }
     }
 
     /// The headers every dashboard response carries: nothing from elsewhere may run, frame
@@ -120,8 +131,14 @@ extension AdminAPI {
         return Self.redirect("/ui/login", extra: [Self.sessionCookie("", maxAge: 0)])
     }
 
-    /// `POST /ui/tokens` (admin key): a one-time login link, valid two minutes.
-    func loginToken() -> Response {
+    /// `POST /ui/tokens`: a one-time login link, valid two minutes; the admin key only (what
+    /// `ferry ui` sends). The guard admits the key or a session; this checks the key again
+    /// itself, so a link (a new twelve-hour session) never rests on the guard alone, and a
+    /// session cannot renew itself through one.
+    func loginToken(_ request: Request) throws -> Response {
+        guard try AdminGuard<BasicRequestContext>.credential(of: request, key: node.adminKey, sessions: node.dashboardSessions) == .adminKey else {
+            throw APIError(.unauthorized, "unauthorized", "a dashboard login link needs the node's admin key (DATA/admin.key), as `ferry ui` sends it")
+        }
         let token = node.dashboardSessions.issueToken()
         let port = node.configuration.adminPort
         return json([
@@ -131,13 +148,23 @@ extension AdminAPI {
     }
 
     /// `GET /ui/events`: a server-sent event each second with the node, its peers and the
-    /// group (for the mesh and health views), for a minute; the browser reconnects by itself.
+    /// group (for the mesh and health views), for a minute or until the session ends; the
+    /// browser reconnects by itself. A session holds at most
+    /// `DashboardSessions.maxStreamsPerSession` streams and the node
+    /// `DashboardSessions.maxStreams`; past either, 429 `too_many_streams`.
     func events(_ request: Request) throws -> Response {
-        guard session(request) != nil else { throw APIError(.unauthorized, "unauthorized", "log in at /ui/login") }
-        let shutdown = self.shutdown
+        guard let s = session(request) else { throw APIError(.unauthorized, "unauthorized", "log in at /ui/login") }
+        let slot: StreamSlot
+        do throws(DashboardSessions.StreamRefusal) { slot = try node.dashboardSessions.openStream(cookie: s.cookie) } catch {
+            node.logger.notice("dashboard event stream refused", metadata: ["reason": "\(error)"])
+            throw APIError(.tooManyRequests, "too_many_streams", error.description)
+        }
+        let shutdown = self.shutdown, sessions = node.dashboardSessions, cookie = s.cookie
         let body = ResponseBody { writer in
+            // A write to a connection the client closed throws: the slot is given back then too.
+            defer { slot.release() }
             let started = ContinuousClock.now
-            while !shutdown.isFired && ContinuousClock.now - started < .seconds(60) {
+            while !shutdown.isFired && ContinuousClock.now - started < .seconds(60) && sessions.csrf(cookie: cookie) != nil {
                 let snapshot = (try? self.eventSnapshot()) ?? .object([:])
                 try await writer.write(ByteBuffer(string: "data: \(snapshot.canonicalString)\n\n"))
                 try await Race.first({ try await Task.sleep(for: .seconds(1)) }, { await shutdown.wait() })
