@@ -134,6 +134,15 @@ public struct AccessRuleEntry: Sendable, Equatable {
             try NodeSignature.verify(unsignedBody, signature: signature, certificate: signerCertificate, signer: signer, whose: "the rule's certificate")
         } catch { throw .badSignature(error.description) }
     }
+
+    /// Whether `self` supersedes `other` for the same name: the higher version, and at equal
+    /// versions `removed` over `active`, then the higher signature bytes (so every node picks
+    /// the same), as member entries are selected.
+    public func supersedes(_ other: AccessRuleEntry) -> Bool {
+        if version != other.version { return version > other.version }
+        if state != other.state { return state == .removed }
+        return NodeSignature.greater(signature, other.signature)
+    }
 }
 
 /// The roles of one principal (a member node, by its ID, or a CouchDB user, as `user:NAME`),
@@ -197,6 +206,15 @@ public struct RoleAssignment: Sendable, Equatable {
         do {
             try NodeSignature.verify(unsignedBody, signature: signature, certificate: signerCertificate, signer: signer, whose: "the assignment's certificate")
         } catch { throw .badSignature(error.description) }
+    }
+
+    /// Whether `self` supersedes `other` for the same principal: the higher version, and at
+    /// equal versions a withdrawal (no roles) over an assignment that grants some, then the
+    /// higher signature bytes (so every node picks the same).
+    public func supersedes(_ other: RoleAssignment) -> Bool {
+        if version != other.version { return version > other.version }
+        if roles.isEmpty != other.roles.isEmpty { return roles.isEmpty }
+        return NodeSignature.greater(signature, other.signature)
     }
 }
 

@@ -14,10 +14,9 @@ extension GroupAccess {
         guard !roles.isEmpty else { throw AccessError.malformed("a rule needs at least one role (--role)") }
         if read == nil && write == nil { throw AccessError.malformed("a rule grants nothing without read or write (--read-all, --read-ids, --read-selector, or the --write ones)") }
         if delete && write == nil { throw AccessError.malformed("delete rights need write rights in the same rule") }
-        let previous = storedEntries.rules.first { $0.name == name }
         let entry = try AccessRuleEntry.signed(
             group: group, name: name, roles: roles, read: read, write: write, delete: delete, state: .active,
-            version: (previous?.version ?? 0) + 1, by: identity)
+            version: try nextVersion(ledger.highestAccessVersion(rule: name)), by: identity)
         try checkLockout(proposed(rule: entry))
         try store(entry.body, at: AccessRuleEntry.documentID(name), membership)
         return entry
@@ -27,12 +26,10 @@ extension GroupAccess {
     public func removeRule(_ name: String, membership: GroupMembership) throws -> AccessRuleEntry {
         let (group, identity) = try adminContext(membership)
         try AccessNames.checkRule(name)
-        guard let previous = storedEntries.rules.first(where: { $0.name == name }), previous.state == .active else {
-            throw AccessError.unknownRule(name)
-        }
+        guard let previous = snapshot.rules[name] else { throw AccessError.unknownRule(name) }
         let entry = try AccessRuleEntry.signed(
             group: group, name: name, roles: previous.roles, read: previous.read, write: previous.write, delete: previous.delete,
-            state: .removed, version: previous.version + 1, by: identity)
+            state: .removed, version: try nextVersion(ledger.highestAccessVersion(rule: name)), by: identity)
         try checkLockout(proposed(rule: entry))
         try store(entry.body, at: AccessRuleEntry.documentID(name), membership)
         return entry
@@ -50,9 +47,9 @@ extension GroupAccess {
             try AccessNames.checkRole(r)
             if current.hasRules && !current.knownRoles.contains(r) { throw AccessError.unknownRole(r) }
         }
-        let previous = storedEntries.roles.first { $0.principal == principal }
         let assignment = try RoleAssignment.signed(
-            group: group, principal: principal, roles: roles, version: (previous?.version ?? 0) + 1, by: identity)
+            group: group, principal: principal, roles: roles, version: try nextVersion(ledger.highestAccessVersion(principal: principal)),
+            by: identity)
         try checkLockout(proposed(roles: assignment))
         try store(assignment.body, at: RoleAssignment.documentID(principal), membership)
         return assignment
@@ -92,6 +89,13 @@ extension GroupAccess {
             throw AccessError.notAdmin("only a group admin may change access rules or roles; this node is not one (an admin invites with `ferry invite --admin`)")
         }
         return (group, me)
+    }
+
+    /// One above `highest`, the highest version this node ever accepted for the name (not
+    /// only the entry a tree shows now): every node then takes the new entry over all it knew.
+    func nextVersion(_ highest: Int64) throws(AccessError) -> Int64 {
+        guard highest < Int64.max else { throw .malformed("the entry's version cannot go higher") }
+        return highest + 1
     }
 
     func checkLockout(_ next: AccessSnapshot) throws(AccessError) {

@@ -124,9 +124,17 @@ public struct AccessExplanation: Sendable, Equatable {
 /// The node's copy of the group's access documents: rebuilt from the store's
 /// `_ferry/access/` documents and the ledger's active admins, and asked by every door.
 public final class GroupAccess: Sendable {
+    /// Each access document's winning revision, when it is a well-formed signed entry: kept
+    /// only to list entries that do not count (signed by someone who is no admin).
     struct Entries {
         var rules: [String: AccessRuleEntry] = [:]
         var roles: [String: RoleAssignment] = [:]
+    }
+
+    /// Remembered entries by name (rules) and principal (assignments), each signer's best.
+    struct Known {
+        var rules: [String: [AccessRuleEntry]] = [:]
+        var roles: [String: [RoleAssignment]] = [:]
     }
 
     public static let documentPrefix = "_ferry/access/"
@@ -182,22 +190,38 @@ public final class GroupAccess: Sendable {
         try reread(ids, from: store)
     }
 
-    /// Re-reads these access documents' winning revisions (a signature that does not verify,
-    /// or a deleted document, leaves the entry out).
+    /// Re-reads these access documents: every live leaf signed by an admin active now goes
+    /// into the ledger's memory (which keeps what it knew, so a tree that went back to an old
+    /// body changes nothing), and each document's winning revision is kept for listing (a
+    /// signature that does not verify, or a deleted document, leaves it out).
     public func reread(_ ids: [DocumentID], from store: DocumentStore) throws {
         for id in ids {
-            let doc = try? store.document(id)
-            entries.withLock { e in
+            guard let tree = try store.revisionTree(id) else {
+                entries.withLock { e in
+                    if let name = AccessRuleEntry.name(inDocument: id) { e.rules[name] = nil }
+                    if let p = RoleAssignment.principal(inDocument: id) { e.roles[p] = nil }
+                }
+                continue
+            }
+            let winner = tree.revisions[tree.winnerIndex!].id
+            for leaf in tree.leaves where !leaf.deleted {
+                guard let doc = try? store.document(id, revision: leaf.id) else { continue }
                 if let name = AccessRuleEntry.name(inDocument: id) {
-                    e.rules[name] = doc.flatMap { d in
-                        guard !d.deleted, let r = try? AccessRuleEntry(parsing: d.body), r.name == name, (try? r.verifySignature()) != nil else { return nil }
-                        return r
-                    }
+                    let r = try? AccessRuleEntry(parsing: doc.body)
+                    let valid = r.flatMap { r in r.name == name && (try? r.verifySignature()) != nil ? r : nil }
+                    if let valid { ledger.rememberStored(rule: valid) }
+                    if leaf.id == winner { entries.withLock { $0.rules[name] = valid } }
                 } else if let p = RoleAssignment.principal(inDocument: id) {
-                    e.roles[p] = doc.flatMap { d in
-                        guard !d.deleted, let r = try? RoleAssignment(parsing: d.body), r.principal == p, (try? r.verifySignature()) != nil else { return nil }
-                        return r
-                    }
+                    let a = try? RoleAssignment(parsing: doc.body)
+                    let valid = a.flatMap { a in a.principal == p && (try? a.verifySignature()) != nil ? a : nil }
+                    if let valid { ledger.rememberStored(roles: valid) }
+                    if leaf.id == winner { entries.withLock { $0.roles[p] = valid } }
+                }
+            }
+            if tree.revisions[tree.winnerIndex!].deleted {
+                entries.withLock { e in
+                    if let name = AccessRuleEntry.name(inDocument: id) { e.rules[name] = nil }
+                    if let p = RoleAssignment.principal(inDocument: id) { e.roles[p] = nil }
                 }
             }
         }
@@ -210,7 +234,7 @@ public final class GroupAccess: Sendable {
         let group = ledger.group
         let admins = ledger.activeAdmins()
         let removed = ledger.removedMembers()
-        let next = entries.withLock { e in Self.snapshot(e, group: group, admins: admins, removed: removed) }
+        let next = Self.snapshot(known, group: group, admins: admins, removed: removed)
         let changed = current.withLock { c -> Bool in
             guard c != next else { return false }
             c = next
@@ -222,29 +246,54 @@ public final class GroupAccess: Sendable {
         return next
     }
 
-    /// The rules and roles in force: signed by an admin active now, for this group; a node
-    /// removed from the group keeps no role.
-    static func snapshot(_ e: Entries, group: String?, admins: Set<String>, removed: Set<String> = []) -> AccessSnapshot {
+    /// Every access entry the ledger remembers (each signer's best per name).
+    var known: Known {
+        let (rules, roles) = ledger.knownAccess()
+        return Known(rules: rules, roles: roles)
+    }
+
+    /// The rules and roles in force: for each name, of the entries signed by an admin active
+    /// now for this group, the one with the highest version (a removal, then the greater
+    /// signature, at equal versions), whatever any revision tree says; an active rule counts,
+    /// and so do the roles of an assignment that grants some, but a node removed from the
+    /// group keeps no role.
+    static func snapshot(_ k: Known, group: String?, admins: Set<String>, removed: Set<String> = []) -> AccessSnapshot {
         guard let group else { return .empty }
         var s = AccessSnapshot()
-        for (name, r) in e.rules where r.group == group && r.state == .active && admins.contains(r.signer) { s.rules[name] = r }
-        for (p, a) in e.roles where a.group == group && admins.contains(a.signer) && !a.roles.isEmpty && !removed.contains(p) {
-            s.roles[p] = a.roles
+        for (name, list) in k.rules {
+            let counting = best(list.filter { $0.group == group && admins.contains($0.signer) }) { $0.supersedes($1) }
+            if let r = counting, r.state == .active { s.rules[name] = r }
+        }
+        for (p, list) in k.roles where !removed.contains(p) {
+            let counting = best(list.filter { $0.group == group && admins.contains($0.signer) }) { $0.supersedes($1) }
+            if let a = counting, !a.roles.isEmpty { s.roles[p] = a.roles }
         }
         return s
     }
 
     /// What the snapshot would be with these entries changed (for checks before signing).
     func proposed(rule: AccessRuleEntry? = nil, roles: RoleAssignment? = nil) -> AccessSnapshot {
-        var e = entries.withLock { $0 }
-        if let rule { e.rules[rule.name] = rule }
-        if let roles { e.roles[roles.principal] = roles }
-        return Self.snapshot(e, group: ledger.group, admins: ledger.activeAdmins(), removed: ledger.removedMembers())
+        var k = known
+        if let rule { k.rules[rule.name, default: []].append(rule) }
+        if let roles { k.roles[roles.principal, default: []].append(roles) }
+        return Self.snapshot(k, group: ledger.group, admins: ledger.activeAdmins(), removed: ledger.removedMembers())
     }
 
-    /// The stored rule and assignment entries (active or not), for listing.
+    /// For each name, the entry that counts (else the best remembered, else the stored winner,
+    /// which an admin active now did not sign): for listing, active or not.
     public var storedEntries: (rules: [AccessRuleEntry], roles: [RoleAssignment]) {
-        entries.withLock { e in (e.rules.values.sorted { $0.name < $1.name }, e.roles.values.sorted { $0.principal < $1.principal }) }
+        let admins = ledger.activeAdmins()
+        let k = known
+        let winners = entries.withLock { $0 }
+        var rules = winners.rules
+        for (name, list) in k.rules {
+            rules[name] = best(list.filter { admins.contains($0.signer) }) { $0.supersedes($1) } ?? best(list) { $0.supersedes($1) }
+        }
+        var roles = winners.roles
+        for (p, list) in k.roles {
+            roles[p] = best(list.filter { admins.contains($0.signer) }) { $0.supersedes($1) } ?? best(list) { $0.supersedes($1) }
+        }
+        return (rules.values.sorted { $0.name < $1.name }, roles.values.sorted { $0.principal < $1.principal })
     }
 
     static func documentIDs(in store: DocumentStore) throws -> [DocumentID] {

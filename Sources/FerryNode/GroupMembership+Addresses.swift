@@ -5,18 +5,25 @@ import Logging
 
 // Where members listen: this node's addresses and signed record, the members' records, their dial URLs.
 extension GroupMembership {
-    /// Reads the winning revision of address record documents and keeps each node's newest.
+    /// Reads every live leaf of address record documents and keeps each node's newest record
+    /// (the ledger keeps it even when a tree goes back to an older one).
     func rereadAddresses(_ ids: [DocumentID]) throws {
         let c = context
         var found: [MemberAddresses] = []
         for id in ids {
-            guard let node = MemberAddresses.node(inDocument: id), let doc = try c.store.document(id), !doc.deleted,
-                let record = try? MemberAddresses(parsing: doc.body), record.node == node, (try? record.verifySignature()) != nil
-            else { continue }
-            found.append(record)
+            guard let node = MemberAddresses.node(inDocument: id), let tree = try c.store.revisionTree(id) else { continue }
+            for leaf in tree.leaves where !leaf.deleted {
+                guard let doc = try? c.store.document(id, revision: leaf.id), let record = try? MemberAddresses(parsing: doc.body),
+                    record.node == node, (try? record.verifySignature()) != nil
+                else { continue }
+                found.append(record)
+            }
         }
         state.withLock { s in
-            for r in found where (s.addressRecords[r.node]?.version ?? 0) < r.version { s.addressRecords[r.node] = r }
+            guard let group = s.group else { return }
+            var changed = false
+            for r in found where r.group == group { changed = s.remember(r) || changed }
+            _ = ledger.persist(s, changed: changed)
         }
     }
 

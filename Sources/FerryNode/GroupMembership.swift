@@ -88,7 +88,8 @@ public final class GroupMembership: Sendable {
         return ids
     }
 
-    /// Reads the leaves of these member documents into the ledger.
+    /// Reads the leaves of these member documents into the ledger (which keeps what it knew:
+    /// an entry a tree no longer holds still counts when it is the highest).
     func reread(_ ids: [DocumentID]) throws {
         let c = context
         var found: [String: [MemberEntry]] = [:]
@@ -102,9 +103,10 @@ public final class GroupMembership: Sendable {
             }
         }
         state.withLock { s in
-            for (node, list) in found {
-                for e in list where !(s.ledger[node] ?? []).contains(e) { s.ledger[node, default: []].append(e) }
-            }
+            guard let group = s.group else { return }
+            var changed = false
+            for e in found.values.joined() where e.group == group { changed = s.remember(e) || changed }
+            _ = ledger.persist(s, changed: changed)
         }
     }
 

@@ -96,6 +96,13 @@ public struct MemberAddresses: Sendable, Equatable {
         signature = try base64("signature")
     }
 
+    /// Whether `self` supersedes `other` for the same node: the higher version, then the
+    /// higher signature bytes (so every node picks the same).
+    public func supersedes(_ other: MemberAddresses) -> Bool {
+        if version != other.version { return version > other.version }
+        return NodeSignature.greater(signature, other.signature)
+    }
+
     /// Checks that the record is signed by the node it names.
     /// Only a node may say where it listens: the certificate must be the named node's own.
     public func verifySignature() throws(MembershipError) {

@@ -140,7 +140,7 @@ public struct MemberEntry: Sendable, Equatable {
     func supersedes(_ other: MemberEntry) -> Bool {
         if version != other.version { return version > other.version }
         if state != other.state { return state == .removed }
-        return signature.lexicographicallyPrecedes(other.signature) == false && signature != other.signature
+        return NodeSignature.greater(signature, other.signature)
     }
 }
 

@@ -3,18 +3,24 @@ import FerryStore
 import Foundation
 
 /// Which group this node belongs to (DATA/group.json) and every signature-checked member
-/// entry and address record it has seen: the state the store's validator checks incoming
-/// entries against, made before the store so that the store can be opened with it.
+/// entry, address record and access entry it has seen (DATA/signed-entries.json): the
+/// state the store's validator checks incoming entries against, made before the store so
+/// that the store can be opened with it.
 public final class MembershipLedger: Sendable {
     struct State {
         var group: String?
-        /// Every signature-checked entry seen, by node: read from the store or accepted by the validator.
+        /// Every signature-checked entry seen, by node (each signer's best): read from the store
+        /// or DATA/signed-entries.json, or accepted by the validator.
         var ledger: [String: [MemberEntry]] = [:]
         var view: MembershipView?
         /// Dial URLs learned from a code (the inviter's reachable address), preferred over entries'.
         var urlOverrides: [String: String] = [:]
         /// Each node's newest signature-checked record of where it listens now.
         var addressRecords: [String: MemberAddresses] = [:]
+        /// Access rules by name and role assignments by principal, each signer's best, of
+        /// every entry accepted while its signer was an admin (MembershipLedger+Known).
+        var rules: [String: [AccessRuleEntry]] = [:]
+        var roles: [String: [RoleAssignment]] = [:]
     }
 
     let directory: String
@@ -32,7 +38,9 @@ public final class MembershipLedger: Sendable {
             }
             group = id
         }
-        state = Locked(State(group: group))
+        var s = State(group: group)
+        try Self.loadKnown("\(dataDirectory)/\(Self.knownFileName)", into: &s)
+        state = Locked(s)
     }
 
     public var group: String? { state.withLock { $0.group } }

@@ -2,7 +2,7 @@ import Crypto
 import FerryCore
 import FerryTransport
 
-/// Signs and checks the group's signed documents (member entries, address records): P-256
+/// Signs and checks the group's signed documents (member entries, address records, access entries): P-256
 /// ECDSA over the canonical JSON of the body without its `signature`, checked against the
 /// certificate the body carries, whose SHA-256 must be the node said to have signed it.
 enum NodeSignature {
@@ -26,6 +26,12 @@ enum NodeSignature {
         guard let parsed = try? P256.Signing.ECDSASignature(derRepresentation: signature),
             key.isValidSignature(parsed, for: JSON.object(unsigned).canonicalBytes)
         else { throw .badSignature("the signature does not verify") }
+    }
+
+    /// The tie-break of two signed entries at equal version and state: the lexicographically
+    /// greater signature bytes win, so every node picks the same one.
+    static func greater(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        a != b && !a.lexicographicallyPrecedes(b)
     }
 
     /// The document `prefix` + `node` (node IDs are 64 lowercase hex digits, always a valid

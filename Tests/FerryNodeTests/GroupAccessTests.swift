@@ -250,4 +250,63 @@ enum AccessFixture {
         let outcome = try b.store.insertRevisions([back])
         #expect("\(outcome)".contains("do not let it hold"), "\(outcome)")
     }
+
+    @Test func aReplayedWithdrawnRoleOrRemovedRuleIsRefusedAndChangesNothing() throws {
+        let (a, b) = try AccessFixture.clinic()
+        let rolesID = RoleAssignment.documentID(b.identity.nodeID), ruleID = AccessRuleEntry.documentID("ward-a")
+        // The station kept both bodies while they were current.
+        let oldRoles = try #require(try a.store.document(rolesID)).body
+        let oldRule = try #require(try a.store.document(ruleID)).body
+        _ = try a.access.setRoles("b", roles: [], membership: a.membership)
+        _ = try a.access.removeRule("ward-a", membership: a.membership)
+        let withdrawn = a.access.snapshot
+        #expect(withdrawn.roles[b.identity.nodeID] == nil && withdrawn.rules["ward-a"] == nil)
+        // Pushed back as a child of the current revision, as a conflict branch, or a tombstone: all refused.
+        for (id, body) in [(rolesID, oldRoles), (ruleID, oldRule)] {
+            let child = Replay.rejected(try Replay.push(body, to: id, in: a.store))
+            #expect(child?.contains("superseded") == true, "\(String(describing: child))")
+            #expect(Replay.rejected(try Replay.push(body, to: id, in: a.store, as: .branch))?.contains("superseded") == true)
+            #expect(Replay.rejected(try Replay.push(body, to: id, in: a.store, deleted: true))?.contains("never deleted") == true)
+        }
+        try a.access.load(from: a.store)
+        a.access.recompute()
+        #expect(a.access.snapshot == withdrawn)
+    }
+
+    @Test func aReplayThatSlippedIntoATreeCountsForNothingAfterARestart() throws {
+        let (a, b) = try AccessFixture.clinic()
+        let id = RoleAssignment.documentID(b.identity.nodeID)
+        let granted = try #require(try a.store.document(id)).body
+        _ = try a.access.setRoles("b", roles: [], membership: a.membership)
+        let withdrawn = try #require(try a.store.document(id)).body
+        // A tree that went back to the old body, the withdrawal's body pruned: nothing checked it.
+        let tree = try Replay.bareStore()
+        for body in [granted, withdrawn, granted, granted, granted] { _ = try Replay.push(body, to: id, in: tree) }
+        #expect(try tree.document(id)?.body == granted)
+        // A node reading that tree with what it remembers (DATA/signed-entries.json) keeps the withdrawal.
+        let ledger = try MembershipLedger(dataDirectory: a.dataDirectory)
+        let restarted = GroupAccess(ledger: ledger, nodeID: a.identity.nodeID)
+        try restarted.load(from: tree)
+        restarted.recompute()
+        #expect(restarted.snapshot.roles[b.identity.nodeID] == nil)
+        #expect(restarted.snapshot.rules == a.access.snapshot.rules)
+    }
+
+    @Test func anAdminsNextEntryGoesAboveTheHighestVersionKnownNotTheTreesWinner() throws {
+        let (a, b) = try AccessFixture.clinic()
+        let id = RoleAssignment.documentID(b.identity.nodeID)
+        // A higher version arrives on a branch that loses the tree (generation 1 against 2).
+        _ = try a.access.setRoles("b", roles: ["ward-a"], membership: a.membership)
+        let high = try RoleAssignment.signed(group: a.identity.nodeID, principal: b.identity.nodeID, roles: [], version: 9, by: a.identity)
+        #expect(Replay.rejected(try Replay.push(high.body, to: id, in: a.store, as: .root)) == nil)
+        try a.access.reread([id], from: a.store)
+        a.access.recompute()
+        #expect(try RoleAssignment(parsing: try #require(try a.store.document(id)).body).version == 2, "the tree shows the older entry")
+        #expect(a.access.snapshot.roles[b.identity.nodeID] == nil, "version 9 counts")
+        let next = try a.access.setRoles("b", roles: ["ward-a"], membership: a.membership)
+        #expect(next.version == 10)
+        #expect(a.access.snapshot.roles[b.identity.nodeID] == ["ward-a"])
+        let rule = try a.access.setRule("ward-a", roles: ["ward-a"], read: AccessMatch(), write: nil, delete: false, membership: a.membership)
+        #expect(rule.version == 2)
+    }
 }

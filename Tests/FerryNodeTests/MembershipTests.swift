@@ -375,6 +375,58 @@ enum MembershipFixture {
         #expect(a.membership.view?.isAdmin(member.nodeID) == false)
     }
 
+    @Test func aReplayedMemberEntryIsRefusedAndTheRemovalStillCountsAfterARestart() throws {
+        let a = try MembershipFixture.node("a")
+        _ = try a.membership.invite(admin: false, lifetime: 60, addresses: nil)
+        let member = try MembershipFixture.identity()
+        let id = MemberEntry.documentID(member.nodeID)
+        let joined = try MembershipFixture.entry(group: a.identity, node: member.nodeID, version: 1)
+        try a.membership.write(joined)
+        _ = try a.membership.remove(member.nodeID)
+        #expect(!a.trust.isTrusted(member.nodeID))
+        // Its old entry pushed back as a child of the removal, as a conflict branch, or a tombstone: refused.
+        #expect(Replay.rejected(try Replay.push(joined.body, to: id, in: a.store))?.contains("superseded") == true)
+        #expect(Replay.rejected(try Replay.push(joined.body, to: id, in: a.store, as: .branch))?.contains("superseded") == true)
+        #expect(Replay.rejected(try Replay.push(joined.body, to: id, in: a.store, deleted: true))?.contains("never deleted") == true)
+        try a.membership.loadFromStore()
+        #expect(a.membership.view?.isActiveMember(member.nodeID) == false)
+        // A tree where the old entry slipped in on top and the removal's body was pruned.
+        let removal = try #require(try a.store.document(id)).body
+        let founder = try #require(try a.store.document(MemberEntry.documentID(a.identity.nodeID))).body
+        let tree = try Replay.bareStore()
+        _ = try Replay.push(founder, to: MemberEntry.documentID(a.identity.nodeID), in: tree)
+        for body in [joined.body, removal, joined.body, joined.body, joined.body] { _ = try Replay.push(body, to: id, in: tree) }
+        // Read alone, that tree makes the removed node a member again; what the node remembers does not.
+        let forgetful = try MembershipLedger(dataDirectory: try Replay.forgetfulDirectory(group: a.identity.nodeID))
+        try Replay.loadMembers(tree, into: forgetful)
+        #expect(forgetful.state.withLock { s in MembershipView(group: a.identity.nodeID, entries: s.ledger.values.joined()).isActiveMember(member.nodeID) })
+        let restarted = try MembershipLedger(dataDirectory: a.dataDirectory)
+        try Replay.loadMembers(tree, into: restarted)
+        #expect(restarted.removedMembers().contains(member.nodeID))
+    }
+
+    @Test func aReplayedAddressRecordIsRefusedAndTheNewestStillCountsAfterARestart() throws {
+        let a = try MembershipFixture.node("a")
+        _ = try a.membership.invite(admin: false, lifetime: 60, addresses: nil)
+        let member = try MembershipFixture.identity()
+        try a.membership.write(try MembershipFixture.entry(group: a.identity, node: member.nodeID, version: 1))
+        let id = MemberAddresses.documentID(member.nodeID)
+        let old = try MemberAddresses.signed(group: a.identity.nodeID, addresses: ["127.0.0.1:6001"], version: 5, by: member)
+        let new = try MemberAddresses.signed(group: a.identity.nodeID, addresses: ["127.0.0.1:6002"], version: 6, by: member)
+        #expect(Replay.rejected(try Replay.push(old.body, to: id, in: a.store)) == nil)
+        #expect(Replay.rejected(try Replay.push(new.body, to: id, in: a.store)) == nil)
+        #expect(Replay.rejected(try Replay.push(old.body, to: id, in: a.store))?.contains("superseded") == true)
+        #expect(Replay.rejected(try Replay.push(old.body, to: id, in: a.store, as: .branch))?.contains("superseded") == true)
+        #expect(Replay.rejected(try Replay.push(old.body, to: id, in: a.store, deleted: true))?.contains("never deleted") == true)
+        try a.membership.loadFromStore()
+        #expect(a.membership.state.withLock { $0.addressRecords[member.nodeID] } == new)
+        let tree = try Replay.bareStore()
+        for body in [old.body, new.body, old.body, old.body, old.body] { _ = try Replay.push(body, to: id, in: tree) }
+        let restarted = try MembershipLedger(dataDirectory: a.dataDirectory)
+        try Replay.loadMembers(tree, into: restarted)
+        #expect(restarted.state.withLock { $0.addressRecords[member.nodeID] } == new)
+    }
+
     @Test func removalDropsTheMemberFromTrustButKeepsManualTrust() throws {
         let a = try MembershipFixture.node("a")
         _ = try a.membership.invite(admin: false, lifetime: 60, addresses: nil)
