@@ -60,6 +60,64 @@ import Testing
         }
     }
 
+    @Test func localDocsListsARestrictedUserOnlyWhatItCouldReadOneByOneInEveryForm() async throws {
+        let f = try DatabaseFixture()
+        let ward = { (name: String, type: String) in
+            CouchPrincipal.user(name: name, policy: PeerPolicy(read: AccessRule(types: [type]), write: AccessRule(types: [type])))
+        }
+        let nurseA = ward("nurse-a", "a")
+        let nurseB = ward("nurse-b", "b")
+        try await f.test { c async throws in
+            #expect(try await c.put("/ferry/_local/admin-cp", #"{"secret":"admin-only"}"#).status == 201)
+        }
+        try await f.test(as: nurseA) { c async throws in
+            for id in ["a-cp", "a-cp2"] { #expect(try await c.put("/ferry/_local/\(id)", #"{"secret":"ward-a"}"#).status == 201) }
+        }
+        try await f.test(as: nurseB) { c async throws in
+            for id in ["b-cp", "b-cp2"] { #expect(try await c.put("/ferry/_local/\(id)", #"{"mine":"ward-b"}"#).status == 201) }
+            // The one predicate: each row listed is a document GET would answer, and no other.
+            for id in ["admin-cp", "a-cp", "a-cp2"] { #expect(try await c.get("/ferry/_local/\(id)").status == 404) }
+            let all = try await c.get("/ferry/_local_docs?include_docs=true")
+            #expect(all.status == 200)
+            #expect(all.rows.map { $0["id"] } == ["_local/b-cp", "_local/b-cp2"], "\(all.text)")
+            #expect(all.rows.map { $0["doc"]?["mine"] } == ["ward-b", "ward-b"])
+            #expect(all["total_rows"] == .null && all["offset"] == .null)
+            let keyed = try await c.post(
+                "/ferry/_local_docs", #"{"keys":["_local/a-cp","_local/admin-cp","_local/b-cp"],"include_docs":true}"#)
+            #expect(keyed.rows == [
+                ["key": "_local/a-cp", "error": "not_found"], ["key": "_local/admin-cp", "error": "not_found"],
+                ["id": "_local/b-cp", "key": "_local/b-cp", "value": ["rev": "0-1"],
+                 "doc": ["_id": "_local/b-cp", "_rev": "0-1", "mine": "ward-b"]],
+            ], "\(keyed.text)")
+            let keyedGet = try await c.get("/ferry/_local_docs?include_docs=true&keys=%5B%22_local%2Fa-cp%22%5D")
+            #expect(keyedGet.rows == [["key": "_local/a-cp", "error": "not_found"]], "\(keyedGet.text)")
+            let one = try await c.get("/ferry/_local_docs?include_docs=true&key=%22_local%2Fadmin-cp%22")
+            #expect(one.rows == [["key": "_local/admin-cp", "error": "not_found"]], "\(one.text)")
+            // Pages and ranges skip over hidden documents as if they were absent.
+            let paged = try await c.get("/ferry/_local_docs?include_docs=true&skip=1&limit=5")
+            #expect(paged.rows.map { $0["id"] } == ["_local/b-cp2"], "\(paged.text)")
+            let ranged = try await c.get("/ferry/_local_docs?include_docs=true&startkey=%22_local%2Fa%22&endkey=%22_local%2Fb-cp%22")
+            #expect(ranged.rows.map { $0["id"] } == ["_local/b-cp"], "\(ranged.text)")
+            let down = try await c.post("/ferry/_local_docs", #"{"descending":true,"limit":1,"include_docs":true}"#)
+            #expect(down.rows.map { $0["id"] } == ["_local/b-cp2"], "\(down.text)")
+            for answer in [all, keyed, keyedGet, one, paged, ranged, down] {
+                #expect(!answer.text.contains("admin-only") && !answer.text.contains("ward-a"), "\(answer.text)")
+            }
+        }
+        // Whoever reads everything lists everything, as GET serves it.
+        try await f.test { c async throws in
+            let all = try await c.get("/ferry/_local_docs")
+            #expect(all.rows.map { $0["id"] } == ["_local/a-cp", "_local/a-cp2", "_local/admin-cp", "_local/b-cp", "_local/b-cp2"])
+            let ranged = try await c.get("/ferry/_local_docs?startkey=%22_local%2Fb%22&descending=true")
+            #expect(ranged.rows.map { $0["id"] } == ["_local/admin-cp", "_local/a-cp2", "_local/a-cp"], "\(ranged.text)")
+        }
+        let reader = CouchPrincipal.user(name: "reader", policy: PeerPolicy(read: .all, write: .none, mayDelete: false))
+        try await f.test(as: reader) { c async throws in
+            #expect(try await c.get("/ferry/_local_docs").rows.count == 5)
+            #expect(try await c.get("/ferry/_local/a-cp").status == 200)
+        }
+    }
+
     @Test func deletingALocalDocumentWithoutARevisionSucceedsAsInCouchDB3() async throws {
         let f = try DatabaseFixture()
         try await f.test { c async throws in

@@ -24,6 +24,16 @@ enum CouchLocalDocuments {
         return n
     }
 
+    /// Whether `principal` may see the stored `_local` document at all (read, list, count):
+    /// a user whose read rule is restricted sees only the ones it owns and those stored before
+    /// owners were recorded, since another's may hold anything. The one predicate of
+    /// `GET /{db}/_local/{id}` and `_local_docs`.
+    static func isVisible(_ stored: JSON, to principal: CouchPrincipal) -> Bool {
+        guard case .user(let name, let policy) = principal, !policy.read.admitsEverything else { return true }
+        guard let owner = stored["owner"]?.stringValue else { return true }
+        return owner == name
+    }
+
     static func rendered(id: String, stored: JSON) -> JSON {
         var fields = stored["doc"]?.objectValue ?? [:]
         fields["_id"] = .string("_local/" + id)
@@ -43,13 +53,9 @@ extension CouchDatabase {
         let p = CouchParameters(request)
         switch request.method {
         case .get, .head:
-            guard let stored = try store.localDocument(key) else { throw CouchError.notFound("missing") }
-            // A restricted reader sees only its own: another's may hold anything.
-            if case .user(let name, let policy) = try context.requirePrincipal(), !policy.read.admitsEverything,
-                let owner = stored["owner"]?.stringValue, owner != name
-            {
-                throw CouchError.notFound("missing")
-            }
+            guard let stored = try store.localDocument(key),
+                CouchLocalDocuments.isVisible(stored, to: try context.requirePrincipal())
+            else { throw CouchError.notFound("missing") }
             var response = CouchResponse.json(CouchLocalDocuments.rendered(id: id, stored: stored))
             response.headers[.eTag] = "\"0-\(stored["rev"]?.intValue ?? 0)\""
             return headless(response, request)
@@ -132,26 +138,55 @@ extension CouchDatabase {
         return n
     }
 
-    /// `GET|POST /{db}/_local_docs`: the local documents in ID order, as `_all_docs` lists documents.
+    /// `GET|POST /{db}/_local_docs`: the local documents in ID order, with `_all_docs`' options
+    /// (`keys`, `key`, key ranges, `descending`, `skip`, `limit`, `include_docs`). Only those
+    /// `GET /{db}/_local/{id}` would show the principal are listed, matched by `keys` or
+    /// skipped over; `total_rows` and `offset` are null, as in CouchDB 3, so nothing is counted.
     func localDocs(_ request: Request, principal: CouchPrincipal) async throws -> Response {
         var p = CouchParameters(request)
         if request.method == .post { p.merge(body: try await readOptionalObject(request)) }
-        let descending = try p.bool("descending")
-        let includeDocs = try p.bool("include_docs")
-        let skip = try p.count("skip") ?? 0
-        let limit = try p.count("limit") ?? .max
-        var all = try store.localDocuments(prefix: CouchLocalDocuments.keyPrefix)
-        if descending { all.reverse() }
-        let rows: [JSON] = all.dropFirst(skip).prefix(limit).map { entry in
-            let id = String(entry.id.dropFirst(CouchLocalDocuments.keyPrefix.count))
+        let options = try AllDocsOptions(p)
+        let visible: [(id: String, body: JSON)] = try store.localDocuments(prefix: CouchLocalDocuments.keyPrefix).compactMap { entry in
+            guard CouchLocalDocuments.isVisible(entry.body, to: principal) else { return nil }
+            return ("_local/" + entry.id.dropFirst(CouchLocalDocuments.keyPrefix.count), entry.body)
+        }
+        func row(_ id: String, _ stored: JSON) -> JSON {
             var row: [String: JSON] = [
-                "id": .string("_local/" + id), "key": .string("_local/" + id),
-                "value": ["rev": .string("0-\(entry.body["rev"]?.intValue ?? 0)")],
+                "id": .string(id), "key": .string(id), "value": ["rev": .string("0-\(stored["rev"]?.intValue ?? 0)")],
             ]
-            if includeDocs { row["doc"] = CouchLocalDocuments.rendered(id: id, stored: entry.body) }
+            if options.includeDocs {
+                row["doc"] = CouchLocalDocuments.rendered(id: String(id.dropFirst("_local/".count)), stored: stored)
+            }
             return .object(row)
         }
+        var rows: [JSON] = []
+        if let keys = options.keys {
+            // Keyed by bytes: IDs are byte strings, and `String` keys merge equivalent forms.
+            let byID = Dictionary(visible.map { (Array($0.id.utf8), $0.body) }, uniquingKeysWith: { a, _ in a })
+            let ordered = options.range.descending ? Array(keys.reversed()) : keys
+            for key in ordered.dropFirst(options.skip).prefix(options.limit) {
+                rows.append(byID[Array(key.utf8)].map { row(key, $0) } ?? ["key": .string(key), "error": "not_found"])
+            }
+        } else {
+            var listed = visible.filter { options.range.admits($0.id) }
+            if options.range.descending { listed.reverse() }
+            rows = listed.dropFirst(options.skip).prefix(options.limit).map { row($0.id, $0.body) }
+        }
         return headless(CouchResponse.json(["total_rows": .null, "offset": .null, "rows": .array(rows)]), request)
+    }
+}
+
+extension DocumentIDRange {
+    /// Whether `id` lies within the range, comparing raw UTF-8 bytes as the store orders IDs.
+    func admits(_ id: String) -> Bool {
+        func before(_ a: String, _ b: String) -> Bool { a.utf8.lexicographicallyPrecedes(b.utf8) }
+        // In iteration order: ascending, low to high; descending, high to low.
+        func precedes(_ a: String, _ b: String) -> Bool { descending ? before(b, a) : before(a, b) }
+        // Bytes, not `==`: Swift's string equality would merge canonically equivalent IDs.
+        func same(_ a: String, _ b: String) -> Bool { a.utf8.elementsEqual(b.utf8) }
+        if let start, precedes(id, start) || (!startInclusive && same(id, start)) { return false }
+        if let end, precedes(end, id) || (!endInclusive && same(id, end)) { return false }
+        return true
     }
 }
 
