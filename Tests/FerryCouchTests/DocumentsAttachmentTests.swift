@@ -223,4 +223,37 @@ import Testing
             #expect(try await c.get("/ferry/b").status == .notFound)
         }
     }
+
+    @Test func everyAnswerCarryingAttachmentBytesIsSandboxedAndNotSniffed() async throws {
+        let f = try CouchFixture()
+        try await f.run { c in
+            let page = "<script>fetch('/ferry/_all_docs?include_docs=true')</script>"
+            let rev = try await c.put(
+                "page", ["_attachments": ["x.html": ["content_type": "text/html", "data": .string(base64(page))]]])
+            func sandboxed(_ reply: CouchReply, _ what: String) {
+                #expect(reply.headers[.contentSecurityPolicy] == "sandbox", "\(what): \(reply.headers)")
+                #expect(reply.headers[.xContentTypeOptions] == "nosniff", "\(what): \(reply.headers)")
+            }
+            let got = try await c.get("/ferry/page/x.html")
+            #expect(got.status == .ok && got.text == page && got.headers[.contentType] == "text/html")
+            sandboxed(got, "GET")
+            sandboxed(try await c.send(.head, "/ferry/page/x.html"), "HEAD")
+            sandboxed(try await c.get("/ferry/page/x.html?rev=\(rev)"), "GET ?rev=")
+            let part = try await c.get("/ferry/page/x.html", headers: [.range: "bytes=0-7"])
+            #expect(part.status == .partialContent)
+            sandboxed(part, "Range")
+            sandboxed(try await c.get("/ferry/page/x.html", headers: [.range: "bytes=999-"]), "416")
+            // The multipart forms carry the same bytes raw in a part.
+            let related = try await c.get("/ferry/page?attachments=true", headers: [.accept: "multipart/related"])
+            #expect(related.headers[.contentType]?.hasPrefix("multipart/related") == true && related.text.contains(page))
+            sandboxed(related, "multipart/related")
+            let mixed = try await c.get("/ferry/page?open_revs=all", headers: [.accept: "multipart/mixed"])
+            #expect(mixed.headers[.contentType]?.hasPrefix("multipart/mixed") == true && mixed.text.contains(page))
+            sandboxed(mixed, "open_revs multipart/mixed")
+            let bulk = try await c.send(
+                .post, "/ferry/_bulk_get?attachments=true", json: ["docs": [["id": "page"]]], headers: [.accept: "multipart/related"])
+            #expect(bulk.text.contains(page), "\(bulk.text)")
+            sandboxed(bulk, "_bulk_get multipart")
+        }
+    }
 }

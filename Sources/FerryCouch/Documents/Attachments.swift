@@ -49,7 +49,7 @@ extension CouchDatabase {
             throw CouchError(.internalServerError, "missing_blob", "The content of this attachment is not on this node.")
         }
         let total = reader.length
-        var headers = HTTPFields()
+        var headers = Self.rawContentHeaders
         headers[.contentType] = att.contentType
         headers[.eTag] = "\"\(att.md5Base64)\""
         headers[.couchContentMD5] = att.md5Base64
@@ -65,7 +65,7 @@ extension CouchDatabase {
                 range = Int64(r.lowerBound)..<Int64(r.upperBound)
                 headers[.contentRange] = "bytes \(r.lowerBound)-\(r.upperBound - 1)/\(total)"
             case .unsatisfiable:
-                var h = HTTPFields()
+                var h = Self.rawContentHeaders
                 h[.contentRange] = "bytes */\(total)"
                 return Response(status: .rangeNotSatisfiable, headers: h, body: .init())
             }
@@ -73,6 +73,17 @@ extension CouchDatabase {
         headers[.contentLength] = String(range.count)
         if request.method == .head { return Response(status: status, headers: headers, body: .init()) }
         return Response(status: status, headers: headers, body: Self.streamedBody(reader, range: range, verify: range == 0..<total))
+    }
+
+    /// The headers of every answer that carries attachment bytes as they were stored (an
+    /// attachment, a multipart document): as in CouchDB 3, content a user uploaded (HTML, SVG)
+    /// opened in a browser runs sandboxed, in an opaque origin, so its scripts cannot use the
+    /// reader's session cookie on this API; nor does the browser sniff it into another type.
+    static var rawContentHeaders: HTTPFields {
+        var h = HTTPFields()
+        h[.contentSecurityPolicy] = "sandbox"
+        h[.xContentTypeOptions] = "nosniff"
+        return h
     }
 
     /// Bytes read from a blob file per write: memory holds about one chunk per response

@@ -180,7 +180,7 @@ extension CouchDatabase {
         if multipart {
             let boundary = Multipart.newBoundary()
             let type = accepts(request, "multipart/mixed") ? "multipart/mixed" : "multipart/related"
-            var headers = HTTPFields()
+            var headers = Self.rawContentHeaders
             headers[.contentType] = "\(type); boundary=\"\(boundary)\""
             return Response(
                 status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: Multipart.write(parts, boundary: boundary))))

@@ -155,6 +155,7 @@ extension CouchDatabase {
         if wantsRelated && !rendered.follows.isEmpty {
             let boundary = Multipart.newBoundary()
             let bytes = Multipart.write(try relatedParts(rendered.json, rendered.follows), boundary: boundary)
+            headers.append(contentsOf: Self.rawContentHeaders)
             headers[.contentType] = "multipart/related; boundary=\"\(boundary)\""
             response = Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
         } else {
@@ -225,7 +226,7 @@ extension CouchDatabase {
             parts.append(([("Content-Type", "application/json; error=\"true\"")], JSON.object(["missing": .string(rev)]).canonicalBytes))
         }
         let boundary = Multipart.newBoundary()
-        var headers = HTTPFields()
+        var headers = Self.rawContentHeaders
         headers[.contentType] = "multipart/mixed; boundary=\"\(boundary)\""
         let body = Multipart.write(parts, boundary: boundary)
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: body)))
