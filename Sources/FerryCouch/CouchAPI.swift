@@ -304,11 +304,25 @@ extension CouchDatabase {
     /// Reads the body as JSON, with CouchDB's `bad_request` for malformed JSON.
     public func readJSON(_ request: Request) async throws -> JSON {
         let buffer = try await readBody(request)
-        do {
-            return try JSON.parse(Array(buffer.readableBytesView))
-        } catch {
-            throw CouchError.badRequest("invalid UTF-8 JSON")
-        }
+        return try Self.parseJSON(buffer.readableBytesView)
+    }
+
+    /// Parses a request's JSON: what is wrong, and where, is CouchDB's `bad_request` reason.
+    static func parseJSON(_ bytes: some Collection<UInt8>) throws(CouchError) -> JSON {
+        do throws(JSONParseError) { return try JSON.parse(bytes) } catch { throw CouchError.invalidJSON(error) }
+    }
+}
+
+extension CouchError {
+    /// The longest parser reason sent back: a duplicate key is quoted, and may be huge.
+    static let maxJSONReasonLength = 300
+
+    /// `400 bad_request` naming the parser's reason and its position (nesting too deep, a
+    /// number out of range, a duplicate key, invalid UTF-8, a syntax error).
+    static func invalidJSON(_ error: JSONParseError) -> CouchError {
+        var reason = error.description
+        if reason.count > maxJSONReasonLength { reason = reason.prefix(maxJSONReasonLength) + "…" }
+        return .badRequest(reason)
     }
 }
 

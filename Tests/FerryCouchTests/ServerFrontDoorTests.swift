@@ -163,6 +163,20 @@ import Testing
         }
     }
 
+    @Test func aJSONLoginTheParserRefusesIsABadRequestNamingTheReason() async throws {
+        let app = Application(responder: try Self.frontDoor())
+        try await app.test(.router) { client in
+            try await client.execute(
+                uri: "/_session", method: .post, headers: [.contentType: "application/json"],
+                body: ByteBuffer(string: #"{"name":"reader","name":"writer","password":"r-pass"}"#)
+            ) { response in
+                #expect(response.status == .badRequest && response.headers[.setCookie] == nil)
+                #expect(self.json(response)["error"] == "bad_request")
+                #expect(self.json(response)["reason"]?.stringValue?.contains(#"duplicate key "name""#) == true, "\(self.json(response))")
+            }
+        }
+    }
+
     @Test func theLANListenerRefusesTheAdminKeyAndAcceptsUsers() async throws {
         let app = Application(responder: try Self.frontDoor(.lan))
         try await app.test(.router) { client in

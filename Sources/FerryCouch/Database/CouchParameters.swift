@@ -59,10 +59,10 @@ struct CouchParameters {
     func json(_ name: String) throws(CouchError) -> JSON? {
         if let v = body[name] { return v }
         guard let text = query[name] else { return nil }
-        do {
+        do throws(JSONParseError) {
             return try JSON.parse(Array(text.utf8))
         } catch {
-            throw CouchError.badRequest("Query parameter `\(name)` must be JSON, not \"\(text)\".")
+            throw CouchError.badRequest("Query parameter `\(name)` must be JSON, not \"\(text)\": \(error.reason).")
         }
     }
 
@@ -85,12 +85,7 @@ extension CouchDatabase {
     func readOptionalObject(_ request: Request) async throws -> [String: JSON] {
         let buffer = try await readBody(request)
         if buffer.readableBytes == 0 { return [:] }
-        let value: JSON
-        do {
-            value = try JSON.parse(Array(buffer.readableBytesView))
-        } catch {
-            throw CouchError.badRequest("invalid UTF-8 JSON")
-        }
+        let value = try Self.parseJSON(buffer.readableBytesView)
         guard let fields = value.objectValue else { throw CouchError.badRequest("Request body must be a JSON object") }
         return fields
     }

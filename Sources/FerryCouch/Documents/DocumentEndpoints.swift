@@ -347,8 +347,7 @@ extension CouchDatabase {
             spooled = parts.dropFirst().map { MultipartSpool.Part(headers: $0.headers, content: .bytes($0.body)) }
         }
         guard let first = document else { throw CouchError.badRequest("multipart body has no document part") }
-        let json: JSON
-        do { json = try JSON.parse(first) } catch { throw CouchError.badRequest("invalid UTF-8 JSON") }
+        let json = try Self.parseJSON(first)
         var input = try CouchDocumentInput(parsing: json)
         var pending = (input.attachments ?? [:]).filter { $0.value.follows }
         var unnamed: [MultipartSpool.Part] = []

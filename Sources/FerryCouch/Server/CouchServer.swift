@@ -194,7 +194,9 @@ public struct CouchFrontDoor: HTTPResponder {
         var fields: [String: String] = [:]
         switch media {
         case "application/json":
-            guard let json = try? JSON.parse(bytes), case .object(let o) = json else { throw CouchError.badRequest("invalid UTF-8 JSON") }
+            guard case .object(let o) = try CouchDatabase.parseJSON(bytes) else {
+                throw CouchError.badRequest("A login must be a JSON object with name and password.")
+            }
             for key in ["name", "password"] {
                 if let v = o[key] {
                     guard let s = v.stringValue else { throw CouchError.badRequest("\(key) must be a string") }
