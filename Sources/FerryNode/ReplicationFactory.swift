@@ -26,10 +26,12 @@ public struct ReplicationFactory: Sendable {
     /// What this node's own roles let it read, as a stable text ("" without rules, or when
     /// they admit everything).
     public var ownAccessStamp: String {
-        guard let own = access?.own else { return "" }
-        let rule = AccessRule.all.restricted(by: own.read)
+        let rule = Self.ownRead(access)
         return rule.admitsEverything ? "" : rule.fingerprint
     }
+
+    /// What this node's own roles let it hold now (`.all` without rules).
+    static func ownRead(_ access: GroupAccess?) -> AccessRule { AccessRule.all.restricted(by: access?.own?.read) }
     /// The node's one mesh view and relay ledger, given to every replicator and responder
     /// (heartbeats carry links; relays a peer gets elsewhere are skipped). nil: neither.
     public var mesh: MeshRelay?
@@ -105,6 +107,8 @@ public struct ReplicationFactory: Sendable {
         r.sessionEnded = sessionEnded
         r.fetchDeferredBlob = fetchDeferredBlob
         r.nodeID = nodeID
+        let access = self.access
+        r.ownRead = { Self.ownRead(access) }
         r.readOnly = readOnly
         let trust = self.trust
         r.policyLookup = { trust.policy(for: $0).map(Self.carryingMembership) }
@@ -135,6 +139,8 @@ public struct ReplicationFactory: Sendable {
         rc.blobPolicy = blobPolicy
         rc.checksHeldAccess = access?.own?.read.needsBodies ?? false
         rc.ownReadFingerprint = ownAccessStamp.isEmpty ? nil : ownAccessStamp
+        let access = self.access
+        rc.ownRead = { Self.ownRead(access) }
         configure(&rc)
         return Replicator(store: store, connector: connector, configuration: rc, clock: clock, logger: logger ?? self.logger)
     }

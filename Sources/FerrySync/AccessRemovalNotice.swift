@@ -1,23 +1,21 @@
 import FerryCore
 import FerryStore
 
-/// A sender's word that a document is no longer readable by the receiver: the revisions the
-/// receiver may have been sent of it (readable ones, with their ancestors). The receiver
-/// purges its copy only when every leaf it holds is among them, so an edit of its own the
-/// sender never saw is never lost to a notice.
+/// A sender's word that it holds a revision of a document the receiver lacks, and that as
+/// it holds the document the receiver may not read it: the revisions the receiver may hold
+/// of it (readable ones with their ancestors, or the receiver's own leaves). Names no revision
+/// the receiver may not read: revision IDs hash bodies, so one would confirm a guessed body.
 ///
-/// Sent only for a document whose kept history holds a revision the receiver could read: a
-/// reader is never told of a document it could never have held.
+/// The receiver cannot verify the claim (it may not be sent the newer revision), so it takes
+/// it only where the sender's right covers a purge anyway (`AccessRemovalApplier`).
 ///
-/// A notice naming revisions the sender may not hold (the receiver's own leaves, in an access
-/// check's answer or for a refused revision) carries the sender's leaves too: the receiver
-/// then purges only when it lacks one of them. A sender whose every leaf the receiver knows
-/// is behind it (say, it has not yet got an admin's move back into the receiver's ward) and
-/// is no judge of what the receiver holds.
+/// Sent only for a document whose kept history holds a revision the receiver could read, or
+/// that the receiver named itself: a reader is never told of a document it could never have held.
 public struct RemovalNotice: Sendable, Equatable {
     public let id: String
     public let revisions: [String]
-    /// The sender's leaves of the document; nil when the notice names only revisions the sender holds.
+    /// The sender's leaves, in the form older senders used (new senders never send them: they
+    /// would name revisions the receiver may not read); nil otherwise.
     public let senderLeaves: [String]?
 
     public init(id: String, revisions: [String], senderLeaves: [String]? = nil) {
@@ -73,13 +71,20 @@ extension DocumentAccess {
     }
 }
 
-/// Applies removal notices from one peer: a document is purged (and journaled) when every
-/// leaf held here is among the notice's revisions, the peer knows a revision of it this node
-/// lacks (when the notice lists the peer's leaves), and the peer's write policy admits the
-/// document as held, so a notice gives the peer no power it lacks already: a peer that may
-/// write a document could as well replace its content.
+/// Applies removal notices from one peer. A notice is a purge on another node's word, so it
+/// counts only where the receiver's own checks leave the sender nothing to gain:
+/// - this node's own roles do not let it read everything (a node that may hold every
+///   document has nothing a peer could rightly tell it to drop);
+/// - the peer may delete documents here, and its write policy admits the document as held
+///   (it could replace this copy by a tombstone that every node would keep; a purge is less);
+/// - every leaf held here is among the notice's revisions (an edit the sender never saw is
+///   never lost to a notice);
+/// - for a notice in the older form that lists the sender's leaves, one of them is unknown here.
+/// What the sender claims beyond that (a newer revision this node may not read) is taken on
+/// that right alone: the receiver cannot verify a revision it may not be sent.
 enum AccessRemovalApplier {
-    static func apply(_ notices: [RemovalNotice], writer: PeerPolicy, store: DocumentStore) throws -> [AccessRemoval] {
+    static func apply(_ notices: [RemovalNotice], writer: PeerPolicy, own: AccessRule, store: DocumentStore) throws -> [AccessRemoval] {
+        guard !own.admitsEverything, writer.mayDelete else { return [] }
         var revisions: [DocumentID: Set<String>] = [:]
         var senderLeaves: [DocumentID: [String]] = [:]
         for n in notices {
@@ -101,6 +106,10 @@ enum AccessRemovalApplier {
             return DocumentAccess.admitsDocument(rule, id, tree: tree)
         }
     }
+
+    /// Whether a peer with this policy could have a notice of this node's count at all: what
+    /// an access check or a refused copy's notice is asked of, or told to.
+    static func mayTell(writer: PeerPolicy, own: AccessRule) -> Bool { !own.admitsEverything && writer.mayDelete }
 }
 
 /// Tells the responder that documents it may have are no longer readable by it (sent by a
@@ -128,24 +137,69 @@ struct AccessRemovedRequest: SyncRequestBody {
 struct AccessCheckRequest: SyncRequestBody {
     typealias Reply = AccessCheckReply
     static let profile = SyncProtocol.Profile.accessCheck
-    /// Documents held, with their leaves.
+    /// Documents held, with their leaves and each leaf's kept ancestors.
     var held: [HeldDocument]
-    var json: JSON { .object(["held": .array(held.map { .array([.string($0.id), .array($0.leaves.map(JSON.string))]) })]) }
+    var json: JSON {
+        .object([
+            "held": .array(
+                held.map { h in
+                    var e: [JSON] = [.string(h.id), .array(h.leaves.map(JSON.string))]
+                    if !h.histories.isEmpty { e.append(.array(h.histories.map { .array($0.map(JSON.string)) })) }
+                    return .array(e)
+                })
+        ])
+    }
     init(held: [HeldDocument]) { self.held = held }
     init(_ o: JSON) throws(SyncError) {
         guard case .array(let a)? = o["held"] else { throw .protocolViolation("accessCheck lacks held") }
         guard a.count <= Self.maxHeld else { throw .protocolViolation("accessCheck lists more than \(Self.maxHeld) documents") }
         held = a.compactMap { v in
-            guard case .array(let e) = v, e.count == 2, let id = e[0].stringValue, case .array(let leaves) = e[1] else { return nil }
-            return HeldDocument(id: id, leaves: leaves.prefix(Self.maxLeaves).compactMap(\.stringValue))
+            guard case .array(let e) = v, e.count == 2 || e.count == 3, let id = e[0].stringValue, case .array(let leaves) = e[1] else { return nil }
+            var histories: [[String]] = []
+            if e.count == 3 {
+                guard case .array(let listed) = e[2], listed.count <= leaves.count else { return nil }
+                for h in listed {
+                    guard case .array(let chain) = h else { return nil }
+                    histories.append(chain.prefix(Self.maxHistory).compactMap(\.stringValue))
+                }
+            }
+            return HeldDocument(id: id, leaves: leaves.prefix(Self.maxLeaves).compactMap(\.stringValue), histories: histories)
         }
     }
     static let maxHeld = 1000
     static let maxLeaves = 100
+    /// Ancestors listed per leaf (a tree is pruned to far fewer by default).
+    static let maxHistory = 1000
 
     struct HeldDocument {
         var id: String
         var leaves: [String]
+        /// Each leaf's kept ancestors, newest first (parallel to `leaves`; may be shorter, or
+        /// empty when not told), so the responder can tell whether it holds a revision the
+        /// requester lacks.
+        var histories: [[String]] = []
+
+        /// Every leaf of the document as `tree` holds it, with its ancestors.
+        init(id: DocumentID, tree: RevisionTree) {
+            self.id = id.rawValue
+            let leafIndices = tree.revisions.indices.filter { tree.revisions[$0].isLeaf }
+            leaves = leafIndices.prefix(AccessCheckRequest.maxLeaves).map { tree.revisions[$0].id.description }
+            histories = leafIndices.prefix(AccessCheckRequest.maxLeaves).map { i in
+                var chain: [String] = []
+                var cursor = tree.revisions[i].parent
+                while let c = cursor, chain.count < AccessCheckRequest.maxHistory {
+                    chain.append(tree.revisions[c].id.description)
+                    cursor = tree.revisions[c].parent
+                }
+                return chain
+            }
+        }
+
+        init(id: String, leaves: [String], histories: [[String]] = []) {
+            self.id = id
+            self.leaves = leaves
+            self.histories = histories
+        }
     }
 }
 
@@ -162,13 +216,46 @@ struct AccessCheckReply: SyncJSONReply {
 }
 
 extension DocumentAccess {
-    /// The notice for a document the reader holds, or nil: when this node holds the document
-    /// and the reader may not read it as it stands here. The notice names the reader's own
-    /// leaves, so its copy goes whole, with any edit of its own: such an edit is one every
-    /// node holding the document refuses (the reader may write nothing it may not read), and
-    /// the refusal already told it the document exists.
+    /// The notice for a document the reader holds, or nil: when this node holds a revision of
+    /// it the reader lacks (`holdsRevisionBeyond`) and the reader may not read the document as
+    /// it stands here. The notice names the reader's own leaves, so its copy goes whole, with
+    /// any edit of its own: such an edit is one every node holding the document refuses (the
+    /// reader may write nothing it may not read), and the refusal already told it the
+    /// document exists. It names none of this node's revisions.
     func removalNotice(_ id: DocumentID, held: AccessCheckRequest.HeldDocument, tree: RevisionTree) -> RemovalNotice? {
         guard !held.leaves.isEmpty, !policy.read.admitsEverything, !tree.isEmpty, !mayRead(id, tree: tree) else { return nil }
-        return RemovalNotice(id: id.rawValue, revisions: held.leaves, senderLeaves: tree.leaves.map(\.id.description))
+        let leaves = held.leaves.compactMap { try? RevisionID($0) }
+        guard leaves.count == held.leaves.count else { return nil }
+        let histories = held.histories.map { $0.compactMap { try? RevisionID($0) } }
+        guard Self.holdsRevisionBeyond(leaves, histories: histories, in: tree) else { return nil }
+        return RemovalNotice(id: id.rawValue, revisions: held.leaves)
+    }
+
+    /// Whether `tree` holds a revision that a node whose leaves are `theirs` surely lacks: a
+    /// leaf here that is none of theirs nor an ancestor of one. `histories[i]` lists the
+    /// kept ancestors of `theirs[i]`, newest first (missing: none told). Of a leaf of theirs
+    /// whose history touches nothing held here, the ancestors below what was listed are
+    /// unknown (pruned, or not told), so a leaf here lower in generation than all of that
+    /// leaf's listed history might be one of them, and does not count. A node this one is
+    /// behind (it has not yet got a move back into the reader's ward, say) is so no judge.
+    static func holdsRevisionBeyond(_ theirs: [RevisionID], histories: [[RevisionID]] = [], in tree: RevisionTree) -> Bool {
+        var known = Set<Int>()
+        var listed = Set<RevisionID>()
+        var floor = 0
+        for (n, leaf) in theirs.enumerated() {
+            let chain = [leaf] + (n < histories.count ? histories[n] : [])
+            listed.formUnion(chain)
+            var touches = false
+            for r in chain {
+                guard var cursor = tree.index(of: r) else { continue }
+                touches = true
+                while known.insert(cursor).inserted, let p = tree.revisions[cursor].parent { cursor = p }
+            }
+            if !touches { floor = max(floor, chain.map(\.generation).min() ?? 0) }
+        }
+        return tree.revisions.indices.contains { i in
+            let r = tree.revisions[i]
+            return r.isLeaf && !known.contains(i) && !listed.contains(r.id) && r.id.generation >= floor
+        }
     }
 }

@@ -87,9 +87,10 @@ public struct DocumentAccess: Sendable {
             return "this writer may not write \"\(id)\""
         }
         guard let tree = existing, held, Self.needsBodies(rule) else { return nil }
-        for (i, r) in tree.revisions.enumerated() where r.isLeaf {
+        for i in tree.revisions.indices where tree.revisions[i].isLeaf {
             if !rule.admits(id: id, body: Self.judgedBody(at: i, in: tree)) {
-                return "\"\(id)\" holds revision \(r.id), which this writer may not write"
+                // Names no revision: the writer may not read this one, and its ID hashes its body.
+                return "\"\(id)\" is held here in a form this writer may not write"
             }
         }
         // Held ancestors are judged by the node's own criteria only: a group grant is by

@@ -90,13 +90,13 @@ struct PullPlan: Sendable {
             switch outcome {
             case .accepted(let rev): checked.accepted.append(rev)
             case .rejected(let id, let rev, let rejection):
-                checked.rejected.append((id, rev, wire.deleted, rejection))
+                checked.rejected.append((id, rev, wire.deleted, rejection, wire.history))
             case .needFull(let id, let rev):
                 if deltas, let docID = try? DocumentID(id, allowReserved: true), let revID = try? RevisionID(rev) {
                     checked.retryFull.append(RevisionRequest(id: docID, rev: revID, ancestors: []))
                 } else {
                     checked.rejected.append(
-                        (id, rev, wire.deleted, Rejection(stage: .structure, reason: "body could not be reconstructed")))
+                        (id, rev, wire.deleted, Rejection(stage: .structure, reason: "body could not be reconstructed"), wire.history))
                 }
             }
         }
@@ -107,7 +107,8 @@ struct PullPlan: Sendable {
 /// The trust boundary's verdicts on one chunk, reached apart from storing it.
 struct CheckedChunk: Sendable {
     var accepted: [IncomingRevision] = []
-    var rejected: [(id: String, rev: String, deleted: Bool, rejection: Rejection)] = []
+    /// Refused revisions, with their histories as sent (newest first).
+    var rejected: [(id: String, rev: String, deleted: Bool, rejection: Rejection, history: [String])] = []
     /// Deltas that could not be applied, to be fetched again in full.
     var retryFull: [RevisionRequest] = []
     var deltas = 0

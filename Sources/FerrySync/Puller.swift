@@ -45,7 +45,9 @@ final class Puller: Sendable {
         if let gate, let ticket { try await gate.acquire(ticket) }
         let floor = try Coverage.of(remoteDB, in: context.store)
         var since = try await checkpoint.start(reset: configuration.resetCheckpoint, floor: floor)
-        if configuration.checksHeldAccess, remote.identity.acceptsRemovals, let ferry = remote as? FerryRemote {
+        if configuration.checksHeldAccess, AccessRemovalApplier.mayTell(writer: configuration.remotePolicy, own: configuration.ownRead()),
+            remote.identity.acceptsRemovals, let ferry = remote as? FerryRemote
+        {
             try await checkHeldAccess(ferry)
         }
         var catchingUp = true
@@ -121,7 +123,7 @@ final class Puller: Sendable {
             }
             prefetched = nil
             if !page.removed.isEmpty {
-                progress.accessRemoved(try AccessRemovalApplier.apply(page.removed, writer: configuration.remotePolicy, store: context.store))
+                progress.accessRemoved(try AccessRemovalApplier.apply(page.removed, writer: configuration.remotePolicy, own: configuration.ownRead(), store: context.store))
             }
             // A document purged here that the peer offers with a revision newer than any this
             // node knew is readable again, whole: its purged revisions may come back.
@@ -232,29 +234,38 @@ final class Puller: Sendable {
         }
     }
 
-    /// Reads the other side's whole feed from its start, ignoring checkpoints and coverage,
-    /// and fetches whatever this store lacks (anti-entropy). Returns the revisions stored.
     /// Asks the peer, a page at a time, which of the live documents held here this node may no
-    /// longer read, and purges those it names (within its write policy).
+    /// longer read, and purges those it names (within its write policy). Only documents the
+    /// peer may read and write as held here are listed: the list names their revisions, and
+    /// no other notice from it would count.
     func checkHeldAccess(_ ferry: FerryRemote) async throws {
+        let peer = DocumentAccess(configuration.remotePolicy)
         var since: UInt64 = 0
         while true {
             let page = try context.store.changesWithLeaves(since: since, limit: AccessCheckRequest.maxHeld)
             guard let last = page.last else { return }
             since = last.0.sequence
-            let held = page.filter { !$0.0.deleted && !$0.0.id.rawValue.hasPrefix(ReservedNamespace.prefix) }.map { change, leaves in
-                AccessCheckRequest.HeldDocument(id: change.id.rawValue, leaves: leaves.map(\.description))
+            let ids = page.filter { !$0.0.deleted && !$0.0.id.rawValue.hasPrefix(ReservedNamespace.prefix) }.map(\.0.id)
+            let trees = ids.isEmpty ? [:] : try context.store.revisionTrees(ids)
+            let held = ids.compactMap { id -> AccessCheckRequest.HeldDocument? in
+                guard let tree = trees[id], !tree.isEmpty, peer.mayRead(id, tree: tree),
+                    DocumentAccess.admitsDocument(configuration.remotePolicy.write, id, tree: tree)
+                else { return nil }
+                return AccessCheckRequest.HeldDocument(id: id, tree: tree)
             }
             if !held.isEmpty {
                 let notices = try await ferry.checkAccess(held)
                 if !notices.isEmpty {
-                    progress.accessRemoved(try AccessRemovalApplier.apply(notices, writer: configuration.remotePolicy, store: context.store))
+                    progress.accessRemoved(
+                        try AccessRemovalApplier.apply(notices, writer: configuration.remotePolicy, own: configuration.ownRead(), store: context.store))
                 }
             }
             if page.count < AccessCheckRequest.maxHeld { return }
         }
     }
 
+    /// Reads the other side's whole feed from its start, ignoring checkpoints and coverage,
+    /// and fetches whatever this store lacks (anti-entropy). Returns the revisions stored.
     func sweep() async throws -> Int {
         let before = progress.summary.pulled
         var since = RemoteSequence.start
@@ -349,21 +360,27 @@ final class Puller: Sendable {
     /// document that, as it stands here, is not its to hold (made concurrently with an
     /// admin's move to another ward, say): every node holding the document refuses it, and
     /// without a word the peer would keep it, and offer it again, for ever. It purges the copy
-    /// when these are all the leaves it holds, it lacks one of this node's leaves (this node
-    /// is not merely behind it), and this node may write the document.
-    private func tellRefusedCopiesUnreadable(_ rejected: [(id: String, rev: String, deleted: Bool, rejection: Rejection)]) async throws {
+    /// when these are all the leaves it holds and this node may delete the document there; the
+    /// notice goes only when this node holds a revision the peer lacks (it is not merely
+    /// behind it), and names none of this node's revisions.
+    private func tellRefusedCopiesUnreadable(
+        _ rejected: [(id: String, rev: String, deleted: Bool, rejection: Rejection, history: [String])]
+    ) async throws {
         let access = DocumentAccess(configuration.remotePolicy)
         guard !access.readsEverything, remote.identity.acceptsRemovals, remote.identity.allowsPush, let ferry = remote as? FerryRemote
         else { return }
-        var refused: [DocumentID: [String]] = [:]
+        var refused: [DocumentID: [(rev: RevisionID, history: [RevisionID])]] = [:]
         for r in rejected where r.rejection.stage == .policy {
-            if let id = try? DocumentID(r.id) { refused[id, default: []].append(r.rev) }
+            if let id = try? DocumentID(r.id), let rev = try? RevisionID(r.rev) {
+                refused[id, default: []].append((rev, r.history.compactMap { try? RevisionID($0) }))
+            }
         }
         guard !refused.isEmpty else { return }
         let trees = try context.store.revisionTrees(Array(refused.keys))
         let notices = refused.keys.sorted().compactMap { id -> RemovalNotice? in
-            guard let tree = trees[id], !tree.isEmpty, !access.mayRead(id, tree: tree) else { return nil }
-            return RemovalNotice(id: id.rawValue, revisions: refused[id] ?? [], senderLeaves: tree.leaves.map(\.id.description))
+            guard let tree = trees[id], !tree.isEmpty, !access.mayRead(id, tree: tree), let revs = refused[id] else { return nil }
+            guard DocumentAccess.holdsRevisionBeyond(revs.map(\.rev), histories: revs.map(\.history), in: tree) else { return nil }
+            return RemovalNotice(id: id.rawValue, revisions: revs.map(\.rev.description))
         }
         guard !notices.isEmpty else { return }
         context.logger.debug("told the peer its refused copies are not its to hold", metadata: ["documents": "\(notices.count)"])

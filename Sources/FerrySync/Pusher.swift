@@ -341,17 +341,22 @@ final class Pusher: Sendable {
     /// it, and without asking this node would keep it, and offer it again, for ever.
     private func checkAccess(ofRefused refused: Set<String>) async throws {
         guard !refused.isEmpty, configuration.checksHeldAccess, configuration.direction.pulls, remote.identity.acceptsRemovals,
+            AccessRemovalApplier.mayTell(writer: configuration.remotePolicy, own: configuration.ownRead()),
             remote.identity.allowsPull, let ferry = remote as? FerryRemote
         else { return }
         let ids = refused.compactMap { try? DocumentID($0) }
         let trees = try store.revisionTrees(ids)
+        // Only what the peer may read and write as held here: the list names its revisions.
+        let peer = DocumentAccess(configuration.remotePolicy)
         let held = ids.sorted().compactMap { id -> AccessCheckRequest.HeldDocument? in
-            guard let leaves = trees[id]?.leaves, !leaves.isEmpty else { return nil }
-            return AccessCheckRequest.HeldDocument(id: id.rawValue, leaves: leaves.map(\.id.description))
+            guard let tree = trees[id], !tree.isEmpty, peer.mayRead(id, tree: tree),
+                DocumentAccess.admitsDocument(configuration.remotePolicy.write, id, tree: tree)
+            else { return nil }
+            return AccessCheckRequest.HeldDocument(id: id, tree: tree)
         }
         guard !held.isEmpty else { return }
         let notices = try await ferry.checkAccess(held)
         guard !notices.isEmpty else { return }
-        progress.accessRemoved(try AccessRemovalApplier.apply(notices, writer: configuration.remotePolicy, store: store))
+        progress.accessRemoved(try AccessRemovalApplier.apply(notices, writer: configuration.remotePolicy, own: configuration.ownRead(), store: store))
     }
 }

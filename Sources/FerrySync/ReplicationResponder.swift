@@ -19,6 +19,9 @@ public final class ReplicationResponder: Sendable {
         public var policyLookup: (@Sendable (String) -> PeerPolicy?)?
         /// This node's identity, sent in hello.
         public var nodeID = "anonymous"
+        /// What this node's own roles let it hold now (the group's rules; `.all` without
+        /// them): a node that may hold everything drops nothing on a peer's word.
+        public var ownRead: @Sendable () -> AccessRule = { .all }
         /// Resolvers applied to documents that pushed revisions put in conflict (the same
         /// deterministic resolvers the node's replicators use).
         public var resolvers = ResolverSet()
@@ -349,7 +352,7 @@ final class ResponderSession: Sendable {
     func accessRemoved(_ request: Message) throws -> Message {
         try requirePush()
         let asked = try AccessRemovedRequest(try request.json())
-        let removals = try AccessRemovalApplier.apply(asked.removed, writer: policy, store: store)
+        let removals = try AccessRemovalApplier.apply(asked.removed, writer: policy, own: responder.options.ownRead(), store: store)
         for r in removals {
             responder.logger.info("access removed", metadata: ["peer": "\(peerForLog)", "id": "\(LogText.escape(r.id))"])
         }

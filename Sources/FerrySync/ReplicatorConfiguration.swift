@@ -34,6 +34,9 @@ public struct ReplicatorConfiguration: Sendable {
     /// checkpoint key, so a change of its roles re-examines the peer's feed for what it may
     /// now hold.
     public var ownReadFingerprint: String?
+    /// What this node's own roles let it hold now (the group's rules; `.all` without them):
+    /// removal notices count only on a node they do not let read everything.
+    public var ownRead: @Sendable () -> AccessRule = { .all }
     /// Conflict resolvers by document type. Default: keep conflicts visible.
     public var resolvers = ResolverSet()
     /// Consecutive failed attempts before giving up; nil means 10 for one-shot and

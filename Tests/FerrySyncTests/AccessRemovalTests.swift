@@ -7,7 +7,9 @@ import Testing
 
 /// Removal notices: a reader that may no longer read a document it held learns so from the
 /// changes feed or from a push, and purges it; a notice never names what it never held,
-/// never costs it an edit of its own, and gives a sender no power it lacks.
+/// never costs it an edit of its own, and gives a sender no power it lacks: a node whose
+/// roles read everything, or a sender that may not delete, purges nothing, and no answer
+/// names a revision the asker may not read.
 @Suite(.timeLimit(.minutes(2))) struct AccessRemovalTests {
     /// Read and write `{"ward": "a"}` documents only (a group grant).
     static let wardA: PeerPolicy = {
@@ -15,6 +17,19 @@ import Testing
         let grant = AccessGrant(clauses: [clause])
         return PeerPolicy(read: AccessRule.all.restricted(by: grant), write: AccessRule.all.restricted(by: grant), mayDelete: false)
     }()
+    /// What a ward-a station's own roles let it hold.
+    static let ownWardA: @Sendable () -> AccessRule = { wardA.read }
+    /// A responder serving a ward-a station, and one that is the station.
+    static var servingWardA: ReplicationResponder.Options {
+        var o = ReplicationResponder.Options()
+        o.defaultPolicy = wardA
+        return o
+    }
+    static var asWardAStation: ReplicationResponder.Options {
+        var o = ReplicationResponder.Options()
+        o.ownRead = ownWardA
+        return o
+    }
 
     @Test func aGrantWithASelectorJudgesBodiesAndAnAllAdmittingGrantRestrictsNothing() throws {
         #expect(Self.wardA.read.needsBodies)
@@ -37,7 +52,7 @@ import Testing
         await sync(reader, sender, direction: .pull, responder: options)
         #expect(try reader.document(docID("p1")) != nil && reader.document(docID("p3")) == nil)
         try sender.put(docID("p1"), body: ["ward": "b"], parent: moved)
-        let r = await sync(reader, sender, direction: .pull, configure: { $0.remotePolicy = .trusted }, responder: options)
+        let r = await sync(reader, sender, direction: .pull, configure: { $0.remotePolicy = .trusted; $0.ownRead = Self.ownWardA }, responder: options)
         #expect(r.status.error == nil)
         #expect(try reader.document(docID("p1")) == nil, "the moved document is purged")
         #expect(try reader.document(docID("p2")) != nil)
@@ -53,7 +68,7 @@ import Testing
         await sync(pusher, reader, direction: .push) { $0.remotePolicy = Self.wardA }
         #expect(try reader.document(docID("p1")) != nil)
         try pusher.put(docID("p1"), body: ["ward": "b"], parent: rev)
-        let r = await sync(pusher, reader, direction: .push) { $0.remotePolicy = Self.wardA }
+        let r = await sync(pusher, reader, direction: .push, configure: { $0.remotePolicy = Self.wardA }, responder: Self.asWardAStation)
         #expect(r.status.error == nil)
         #expect(try reader.document(docID("p1")) == nil)
     }
@@ -70,14 +85,15 @@ import Testing
         let base = try reader.put(docID("p"), body: ["ward": "a"])
         try reader.put(docID("p"), body: ["ward": "a", "note": "mine"], parent: base)
         let notice = RemovalNotice(id: "p", revisions: [base.description])
-        #expect(try AccessRemovalApplier.apply([notice], writer: .trusted, store: reader).isEmpty)
+        #expect(try AccessRemovalApplier.apply([notice], writer: .trusted, own: Self.wardA.read, store: reader).isEmpty)
         #expect(try reader.document(docID("p")) != nil)
         // A sender that may not write the document cannot make the reader purge it.
         let only = try DocumentStore.inMemory()
         let held = try only.put(docID("q"), body: ["ward": "a"])
         let noWrite = PeerPolicy(read: .all, write: .none, mayDelete: false)
-        #expect(try AccessRemovalApplier.apply([RemovalNotice(id: "q", revisions: [held.description])], writer: noWrite, store: only).isEmpty)
-        #expect(try AccessRemovalApplier.apply([RemovalNotice(id: "q", revisions: [held.description])], writer: .trusted, store: only).count == 1)
+        let notice2 = RemovalNotice(id: "q", revisions: [held.description])
+        #expect(try AccessRemovalApplier.apply([notice2], writer: noWrite, own: Self.wardA.read, store: only).isEmpty)
+        #expect(try AccessRemovalApplier.apply([notice2], writer: .trusted, own: Self.wardA.read, store: only).count == 1)
     }
 
     @Test func aPeerBehindTheReaderIsNoJudgeOfWhatItHolds() async throws {
@@ -94,15 +110,19 @@ import Testing
         #expect(try reader.document(docID("p"))?.revision == moved)
         // The stale peer, asked at the start of a pull session, finds p unreadable as it holds
         // it; its leaf is the reader's ancestor, so the reader keeps its copy.
-        let r = await sync(reader, stale, direction: .pull, configure: { $0.remotePolicy = .trusted; $0.checksHeldAccess = true }, responder: options)
+        let r = await sync(
+            reader, stale, direction: .pull, configure: { $0.remotePolicy = .trusted; $0.checksHeldAccess = true; $0.ownRead = Self.ownWardA },
+            responder: options)
         #expect(r.status.error == nil)
         #expect(try reader.document(docID("p"))?.revision == moved)
         #expect(try reader.accessRemovals().total == 0)
-        // A peer that knows a newer revision the reader lacks is one.
-        let newer = RemovalNotice(id: "p", revisions: [moved.description], senderLeaves: ["3-" + String(repeating: "e", count: 64)])
+        // It cannot tell the reader is ahead: its leaf is lower than the reader's, which it lacks.
+        let staleTree = try #require(try stale.revisionTree(docID("p")))
+        #expect(!DocumentAccess.holdsRevisionBeyond([moved], in: staleTree))
+        #expect(DocumentAccess.holdsRevisionBeyond([first], in: try #require(try supervisor.revisionTree(docID("p")))))
+        // A notice in the older form whose sender's leaves the reader all knows counts for nothing.
         let behind = RemovalNotice(id: "p", revisions: [moved.description], senderLeaves: [first.description])
-        #expect(try AccessRemovalApplier.apply([behind], writer: .trusted, store: reader).isEmpty)
-        #expect(try AccessRemovalApplier.apply([newer], writer: .trusted, store: reader).count == 1)
+        #expect(try AccessRemovalApplier.apply([behind], writer: .trusted, own: Self.wardA.read, store: reader).isEmpty)
     }
 
     /// A station edits p while the supervisor moves it to ward b: every node holding the move
@@ -122,10 +142,11 @@ import Testing
         if stationDials {
             // Its push is refused; it asks whether it may still read p, and purges it.
             r = await sync(
-                station, supervisor, configure: { $0.remotePolicy = .trusted; $0.checksHeldAccess = true }, responder: asStation)
+                station, supervisor, configure: { $0.remotePolicy = .trusted; $0.checksHeldAccess = true; $0.ownRead = Self.ownWardA },
+                responder: asStation)
         } else {
             // The supervisor's pull refuses the edit and tells the station.
-            r = await sync(supervisor, station, configure: { $0.remotePolicy = Self.wardA })
+            r = await sync(supervisor, station, configure: { $0.remotePolicy = Self.wardA }, responder: Self.asWardAStation)
         }
         #expect(r.status.error == nil)
         #expect(try station.document(docID("p")) == nil)
@@ -142,21 +163,70 @@ import Testing
         var asReader = ReplicationResponder.Options()
         asReader.defaultPolicy = Self.wardA
         let reader = try DocumentStore.inMemory()
-        await sync(reader, supervisor, direction: .pull, configure: { $0.remotePolicy = .trusted }, responder: asReader)
+        await sync(reader, supervisor, direction: .pull, configure: { $0.remotePolicy = .trusted; $0.ownRead = Self.ownWardA }, responder: asReader)
         let stale = try DocumentStore.inMemory()
         await sync(supervisor, stale, direction: .push)
         let other = try DocumentStore.inMemory()
         let theirs = try other.put(docID("p"), body: ["ward": "b"])
         await sync(other, supervisor, direction: .push)
-        await sync(reader, supervisor, direction: .pull, configure: { $0.remotePolicy = .trusted }, responder: asReader)
+        await sync(reader, supervisor, direction: .pull, configure: { $0.remotePolicy = .trusted; $0.ownRead = Self.ownWardA }, responder: asReader)
         #expect(try reader.document(docID("p")) == nil)
         // Offered again as it stood, by a peer that knows no more, it is still refused.
-        await sync(reader, stale, direction: .pull, configure: { $0.remotePolicy = .trusted }, responder: asReader)
+        await sync(reader, stale, direction: .pull, configure: { $0.remotePolicy = .trusted; $0.ownRead = Self.ownWardA }, responder: asReader)
         #expect(try reader.document(docID("p")) == nil)
         try supervisor.delete(docID("p"), revision: theirs)
-        let r = await sync(reader, supervisor, direction: .pull, configure: { $0.remotePolicy = .trusted }, responder: asReader)
+        let r = await sync(reader, supervisor, direction: .pull, configure: { $0.remotePolicy = .trusted; $0.ownRead = Self.ownWardA }, responder: asReader)
         #expect(r.status.error == nil)
         #expect(try reader.document(docID("p"))?.revision == mine)
+    }
+
+    /// A hand-driven session with `link`'s responder, as a peer named "ward-a".
+    static func open(_ link: Link) async throws -> (FerryRemote, Connection) {
+        let connection = Connection(endpoint: try await link.connector())
+        connection.start()
+        let remote = try await FerryRemote.open(connection, nodeID: "ward-a", localDatabase: "ward-a-db", inlineWanted: false)
+        return (remote, connection)
+    }
+
+    /// A ward-a station without the right to delete tells the supervisor and another ward-a
+    /// station that patient-1 is gone, naming their own leaves and a newer revision it made up.
+    @Test func aNoticeFromAPeerThatMayNotDeleteOrToANodeThatReadsEverythingPurgesNothing() async throws {
+        let made = "2-" + String(repeating: "f", count: 64)
+        for own in [AccessRule.all, Self.wardA.read] {
+            let receiver = try DocumentStore.inMemory()
+            let rev = try receiver.put(docID("patient-1"), body: ["ward": "a"])
+            let forged = RemovalNotice(id: "patient-1", revisions: [rev.description], senderLeaves: [made])
+            let plain = RemovalNotice(id: "patient-1", revisions: [rev.description])
+            // Over the wire, to a responder that is the receiver, from a pusher with ward a's rights.
+            var options = ReplicationResponder.Options()
+            options.ownRead = { own }
+            options.defaultPolicy = Self.wardA
+            let (remote, connection) = try await Self.open(Link(to: receiver, options: options))
+            try await remote.tellAccessRemoved([forged, plain])
+            await connection.close()
+            #expect(try receiver.document(docID("patient-1"))?.revision == rev, "own: \(own.admitsEverything ? "all" : "ward a")")
+            #expect(try receiver.accessRemovals().total == 0)
+            // Even a peer that may delete everything cannot make a node that reads everything drop it.
+            if own.admitsEverything {
+                #expect(try AccessRemovalApplier.apply([plain], writer: .trusted, own: own, store: receiver).isEmpty)
+            }
+        }
+    }
+
+    /// ward-a names ward-b's patient-4 with made-up leaves in an access check, and writes it:
+    /// neither answer names a revision of it.
+    @Test func anAccessCheckAnswerAndAWriteRefusalNameNoRevisionTheAskerMayNotRead() async throws {
+        let supervisor = try DocumentStore.inMemory()
+        let secret = try supervisor.put(docID("patient-4"), body: ["ward": "b", "secret": "SECRET-patient-4"])
+        let (remote, connection) = try await Self.open(Link(to: supervisor, options: Self.servingWardA))
+        let madeUp = "1-" + String(repeating: "0", count: 64)
+        let notices = try await remote.checkAccess([.init(id: "patient-4", leaves: [madeUp])])
+        await connection.close()
+        #expect(notices.allSatisfy { $0.senderLeaves == nil && !$0.revisions.contains(secret.description) })
+        let tree = try #require(try supervisor.revisionTree(docID("patient-4")))
+        let refusal = try #require(
+            DocumentAccess(Self.wardA).writeRefusal(id: docID("patient-4"), body: ["ward": "a"], deleted: false, ancestors: [], existing: tree))
+        #expect(!refusal.contains(secret.description) && !refusal.contains(secret.description.dropFirst(2).prefix(8)))
     }
 
     @Test func aNoticeWhoseSenderLeavesAreMalformedIsDropped() throws {

@@ -143,9 +143,12 @@ final class AccessSimulation: @unchecked Sendable {
         config.batchSize = 1 + random(6)
         config.remotePolicy = Self.policy(role(b))
         config.checksHeldAccess = Self.policy(role(a)).read.needsBodies
+        let roles = self.roles
+        config.ownRead = { Self.policy(roles.withLock { $0[a] }).read }
         if faulty { config.direction = [.push, .pull, .pushAndPull][random(3)] }
         var options = ReplicationResponder.Options()
         options.defaultPolicy = Self.policy(role(a))
+        options.ownRead = { Self.policy(roles.withLock { $0[b] }).read }
         let connector = simulatedConnector(
             to: nodes[b], options: options, faulty: faulty, unreachable: partitioned.contains(a) || partitioned.contains(b), using: &rng)
         var quiet = Logger(label: "ferry.sim")

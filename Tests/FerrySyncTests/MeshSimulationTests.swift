@@ -59,6 +59,8 @@ final class MeshNode: Sendable {
         var options = ReplicationResponder.Options()
         options.nodeID = id
         options.policyLookup = policy
+        // In these simulations a node's grant is the same whoever judges it: its own reads too.
+        if let policy { options.ownRead = { policy(id).read } }
         options.mesh = mesh
         options.catchUpGate = gate
         options.relayDelay = relayDelay
@@ -164,6 +166,7 @@ final class MeshNetwork: Sendable {
             config.remotePolicy = policy(pair.low, pair.high)
             // A dialler whose own reads the rules narrow asks what it may no longer hold, as a node does.
             config.checksHeldAccess = policy(pair.high, pair.low).read.needsBodies
+            config.ownRead = { policy(pair.low, pair.low).read }
         }
         config.initialAttemptWait = .milliseconds(1)
         config.maxAttemptWait = .milliseconds(20)
