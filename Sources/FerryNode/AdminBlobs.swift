@@ -76,7 +76,14 @@ extension AdminAPI {
             }
             try await writer.finish(nil)
         }
-        return Response(status: .ok, headers: [.contentType: "application/octet-stream"], body: body)
+        // Content someone uploaded (HTML, SVG) must never run with a dashboard session: a
+        // browser downloads it, and if it rendered it anyway, it would be sandboxed and unsniffed.
+        return Response(
+            status: .ok,
+            headers: [
+                .contentType: "application/octet-stream", .contentSecurityPolicy: "sandbox", .xContentTypeOptions: "nosniff",
+                .contentDisposition: "attachment; filename=\"\(digest.description)\"",
+            ], body: body)
     }
 
     /// `{"digest", "state": "present"|"deferred"|"absent", "length"?, "received"?}`.
