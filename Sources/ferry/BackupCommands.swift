@@ -11,10 +11,11 @@ struct Backup: AsyncParsableCommand {
             The database is copied from one snapshot with SQLite's online backup while the node \
             goes on writing; blobs are hard-linked when DEST is on the same file system (a blob \
             never changes; --copy copies them); the identity, trust store, users, group and \
-            replications are copied. The copy is verified (integrity check, every referenced \
-            blob present) in a directory beside DEST and renamed to DEST only then, so an \
-            interrupted backup leaves no DEST and never touches another backup. DEST must not \
-            exist or be empty. Bring it back with `ferry restore DEST --data DIR`.
+            replications are copied, and nothing else: a symbolic link or special file where one \
+            of them belongs is refused, naming it, and is never followed. The copy is verified \
+            (integrity check, every referenced blob present) in a directory beside DEST and \
+            renamed to DEST only then, so an interrupted backup leaves no DEST and never \
+            touches another backup. DEST must not exist or be empty. Bring it back with `ferry restore DEST --data DIR`.
             """)
 
     @OptionGroup var global: GlobalOptions
@@ -30,6 +31,9 @@ struct Backup: AsyncParsableCommand {
             Output.line(
                 "backed up node \(summary.nodeID.prefix(16))… to \(destination): \(summary.documents) documents, \(summary.blobs) blobs (\(summary.blobBytes) bytes, \(summary.linkedBlobs) hard-linked)"
             )
+            if !summary.leftBehind.isEmpty {
+                Output.line("left behind (not part of a data directory): \(summary.leftBehind.map { LogText.escape($0) }.joined(separator: ", "))")
+            }
         }
     }
 }
@@ -44,7 +48,9 @@ struct Restore: AsyncParsableCommand {
             node instead (a new certificate and admin key; trust it on its peers, or `ferry join` \
             the group again). Either way the database gets a new UUID, so peers send it what it \
             lacks and take what it writes after the restore. The node must not be running on the \
-            directory. An interrupted restore is finished by running the same command again.
+            directory. An interrupted restore is finished by running the same command again. \
+            The whole backup is checked first: a symbolic link, a FIFO, socket or device, or a \
+            file that is not part of a backup is refused, naming its path, before anything is written.
             """)
 
     @OptionGroup var global: GlobalOptions
@@ -72,6 +78,7 @@ extension DataDirectoryBackup.Summary {
             "node": .string(nodeID), "documents": .int(Int64(documents)), "blobs": .int(Int64(blobs)),
             "linkedBlobs": .int(Int64(linkedBlobs)), "blobBytes": .int(blobBytes), "database": .string(database),
         ]
+        if !leftBehind.isEmpty { o["leftBehind"] = .array(leftBehind.map(JSON.string)) }
         for (k, v) in extra { o[k] = v }
         return .object(o)
     }
