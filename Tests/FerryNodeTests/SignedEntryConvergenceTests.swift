@@ -2,6 +2,7 @@ import FerryCore
 import FerryStore
 import FerryTransport
 import Foundation
+import Logging
 import Testing
 
 @testable import FerryNode
@@ -85,19 +86,18 @@ struct HistoryEntry {
 /// body pushed on top soon leaves the newer one only in what the node remembers) and access.
 final class EntryNode {
     let directory: String
-    let nodeID: String
+    let identity: NodeIdentity
     /// The ledger the store's validator asks; a restart swaps in a new one read from disk.
     let current: Locked<MembershipLedger>
     let store: DocumentStore
     var access: GroupAccess
 
-    init(group: String, nodeID: String) throws {
-        directory = MembershipFixture.tempDir()
-        self.nodeID = nodeID
-        try Data(JSON.object(["group": .string(group)]).canonicalBytes).write(to: URL(fileURLWithPath: directory + "/group.json"))
+    init(group: String, identity: NodeIdentity) throws {
+        directory = try Replay.forgetfulDirectory(group: group)
+        self.identity = identity
         let ledger = try MembershipLedger(dataDirectory: directory)
         current = Locked(ledger)
-        access = GroupAccess(ledger: ledger, nodeID: nodeID)
+        access = GroupAccess(ledger: ledger, nodeID: identity.nodeID)
         var options = StoreOptions()
         options.retainedAncestorBodies = 0
         options.durability = .normal
@@ -108,32 +108,14 @@ final class EntryNode {
 
     var ledger: MembershipLedger { current.withLock { $0 } }
 
-    /// Forgets everything held in memory and reads it back as a starting node does.
+    /// Forgets everything held in memory and reads it back as a starting node does
+    /// (`FerryNode.init`: the membership from the store, then the access documents).
     func restart() throws {
         let ledger = try MembershipLedger(dataDirectory: directory)
         current.withLock { $0 = ledger }
-        try Self.rereadMembers(store: store, ledger: ledger)
-        access = GroupAccess(ledger: ledger, nodeID: nodeID)
+        try Replay.loadMembers(store, into: ledger, identity: identity)
+        access = GroupAccess(ledger: ledger, nodeID: identity.nodeID)
         try access.load(from: store)
-    }
-
-    static func memberIDs(in store: DocumentStore) throws -> [DocumentID] {
-        try store.allDocuments(after: nil, limit: 10_000).map(\.id).filter { $0.rawValue.hasPrefix("_ferry/") }
-    }
-
-    /// As `GroupMembership.loadFromStore`: every live leaf of member and address documents.
-    static func rereadMembers(store: DocumentStore, ledger: MembershipLedger) throws {
-        for id in try memberIDs(in: store) {
-            guard let tree = try store.revisionTree(id) else { continue }
-            for leaf in tree.leaves where !leaf.deleted {
-                guard let doc = try? store.document(id, revision: leaf.id) else { continue }
-                ledger.state.withLock { s in
-                    if let e = try? MemberEntry(parsing: doc.body), (try? e.verifySignature()) != nil { _ = s.remember(e) }
-                    if let r = try? MemberAddresses(parsing: doc.body), (try? r.verifySignature()) != nil { _ = s.remember(r) }
-                    s.view = nil
-                }
-            }
-        }
     }
 
     /// Inserts `body` (or a tombstone) as a new revision of `id`: a child of the current
@@ -241,7 +223,7 @@ struct EntryHistoryRun {
         let boot = try bootstrap()
         let entries = try history(count: 36)
         for n in 0..<3 {
-            let node = try EntryNode(group: cast.group, nodeID: cast.members[n].nodeID)
+            let node = try EntryNode(group: cast.group, identity: cast.members[n])
             for e in boot { try node.deliver(e.id, body: e.body, shape: 0, rng: &rng) }
             // A subset, in a random order, with replays of what was already delivered.
             var received: [HistoryEntry] = []
@@ -270,18 +252,33 @@ struct EntryHistoryRun {
         }
     }
 
-    /// The node's ledger and access snapshot against what the received entries define.
+    /// The node's ledger and access snapshot against what the received entries define,
+    /// computed here from the entries alone (protocol.md §9): the view of the member entries,
+    /// each node's highest address record, and for each rule and principal the highest entry.
     func check(_ node: EntryNode, received: [HistoryEntry], when: String) throws {
         let ledger = node.ledger
         var members: [MemberEntry] = []
         var addresses: [String: MemberAddresses] = [:]
-        var known = GroupAccess.Known()
+        var rules: [String: AccessRuleEntry] = [:]
+        var roles: [String: RoleAssignment] = [:]
+        // Highest version; at equal versions the removal (or withdrawal), then the greater signature.
+        func above(_ v: Int64, _ removal: Bool, _ sig: [UInt8], _ w: Int64, _ wRemoval: Bool, _ wSig: [UInt8]) -> Bool {
+            if v != w { return v > w }
+            if removal != wRemoval { return removal }
+            return sig != wSig && !sig.lexicographicallyPrecedes(wSig)
+        }
         for e in received {
             switch e.kind {
             case .member(let m): members.append(m)
-            case .address(let r): if addresses[r.node].map({ r.supersedes($0) }) ?? true { addresses[r.node] = r }
-            case .rule(let r): known.rules[r.name, default: []].append(r)
-            case .roles(let a): known.roles[a.principal, default: []].append(a)
+            case .address(let r):
+                if let o = addresses[r.node], !above(r.version, false, r.signature, o.version, false, o.signature) { continue }
+                addresses[r.node] = r
+            case .rule(let r):
+                if let o = rules[r.name], !above(r.version, r.state == .removed, r.signature, o.version, o.state == .removed, o.signature) { continue }
+                rules[r.name] = r
+            case .roles(let a):
+                if let o = roles[a.principal], !above(a.version, a.roles.isEmpty, a.signature, o.version, o.roles.isEmpty, o.signature) { continue }
+                roles[a.principal] = a
             }
         }
         let expectedView = MembershipView(group: cast.group, entries: members)
@@ -289,13 +286,16 @@ struct EntryHistoryRun {
             (MembershipView(group: cast.group, entries: s.ledger.values.joined(), signaturesChecked: true), s.addressRecords)
         }
         guard actualView.selected == expectedView.selected else {
-            throw ConvergenceFailure(description: "\(when): members differ on \(node.nodeID.prefix(8)): \(summary(actualView)) != \(summary(expectedView))")
+            throw ConvergenceFailure(description: "\(when): members differ on \(node.identity.nodeID.prefix(8)): \(summary(actualView)) != \(summary(expectedView))")
         }
         guard actualAddresses == addresses else {
             throw ConvergenceFailure(description: "\(when): address records differ: \(actualAddresses.mapValues(\.version)) != \(addresses.mapValues(\.version))")
         }
+        // Every signer is an admin throughout; a removed member keeps no role.
         let removed = Set(expectedView.selected.values.filter { $0.state == .removed }.map(\.node))
-        let expected = GroupAccess.snapshot(known, group: cast.group, admins: expectedView.activeAdmins, removed: removed)
+        var expected = AccessSnapshot()
+        for (name, r) in rules where r.state == .active { expected.rules[name] = r }
+        for (p, a) in roles where !a.roles.isEmpty && !removed.contains(p) { expected.roles[p] = a.roles }
         node.access.recompute()
         guard node.access.snapshot == expected else {
             throw ConvergenceFailure(description: "\(when): access differs: \(describe(node.access.snapshot)) != \(describe(expected))")
@@ -355,10 +355,18 @@ enum Replay {
         return dir
     }
 
-    /// Reads every live leaf of the member and address documents in `store` into `ledger`, as a
-    /// starting node does.
-    static func loadMembers(_ store: DocumentStore, into ledger: MembershipLedger) throws {
-        try EntryNode.rereadMembers(store: store, ledger: ledger)
+    /// Reads the member entries and address records of `store` into `ledger` as a starting
+    /// node does (`GroupMembership.loadFromStore`).
+    static func loadMembers(_ store: DocumentStore, into ledger: MembershipLedger, identity: NodeIdentity? = nil) throws {
+        let me = try identity ?? MembershipFixture.identity()
+        let access = GroupAccess(ledger: ledger, nodeID: me.nodeID)
+        let membership = GroupMembership(
+            ledger: ledger,
+            context: .init(
+                store: store, identity: me, trust: try TrustStore(dataDirectory: MembershipFixture.tempDir(), configuration: NodeConfiguration(), access: access),
+                databaseName: "ferry", name: "restarted", insecure: false, listenAddresses: { [] }),
+            logger: Logger(label: "test"))
+        try membership.loadFromStore()
     }
 
     static func rejected(_ outcome: InsertOutcome) -> String? {
