@@ -26,7 +26,10 @@ extension GroupAccess {
     public func removeRule(_ name: String, membership: GroupMembership) throws -> AccessRuleEntry {
         let (group, identity) = try adminContext(membership)
         try AccessNames.checkRule(name)
-        guard let previous = snapshot.rules[name] else { throw AccessError.unknownRule(name) }
+        // The rule as listed (in force, or signed by an admin removed since, who may return).
+        guard let previous = storedEntries.rules.first(where: { $0.name == name }), previous.state == .active else {
+            throw AccessError.unknownRule(name)
+        }
         let entry = try AccessRuleEntry.signed(
             group: group, name: name, roles: previous.roles, read: previous.read, write: previous.write, delete: previous.delete,
             state: .removed, version: try nextVersion(ledger.highestAccessVersion(rule: name)), by: identity)

@@ -4,8 +4,8 @@ import FerryStore
 // The store validator's part for the group's reserved documents: member entries and address records.
 extension MembershipLedger {
     /// The store validator's part for `_ferry/members/`: an entry must be valid for this
-    /// node's group, signed by the founder or an active admin, and not superseded by the entry
-    /// that counts for its node here; deletions are refused. Other documents pass (nil).
+    /// node's group, signed by the founder or an active admin, and not below the version of
+    /// the entry that counts for its node here; deletions are refused. Other documents pass (nil).
     public func validate(_ proposed: ProposedRevision) -> String? {
         if let node = MemberAddresses.node(inDocument: proposed.id) { return validateAddresses(proposed, node: node) }
         if proposed.id.rawValue.hasPrefix(GroupAccess.documentPrefix) { return validateAccess(proposed) }
@@ -31,8 +31,10 @@ extension MembershipLedger {
             if changed { s.view = MembershipView(group: group, entries: s.ledger.values.joined(), signaturesChecked: true) }
             if let failure = persist(s, changed: changed) { return failure }
             // A replay (an old body pushed back as a new revision) is refused: the entry that
-            // counts supersedes it, so storing it could only hide the newer body in the tree.
-            if let selected, selected.supersedes(entry) {
+            // counts has a higher version, so storing it could only hide the newer body in the
+            // tree. An equal version (another admin's concurrent entry) goes in: the tie is
+            // broken by selection alone, so every node holds the same branches.
+            if let selected, selected.version > entry.version {
                 return "a superseded entry: node \(node.prefix(12)) is at version \(selected.version) (\(selected.state.rawValue)) here, not \(entry.version)"
             }
             return nil
@@ -57,7 +59,7 @@ extension MembershipLedger {
             let newest = s.addressRecords[node]
             let changed = s.remember(record)
             if let failure = persist(s, changed: changed) { return failure }
-            if let newest, newest.supersedes(record) {
+            if let newest, newest.version > record.version {
                 return "a superseded address record: node \(node.prefix(12)) is at version \(newest.version) here, not \(record.version)"
             }
             return nil
@@ -67,7 +69,8 @@ extension MembershipLedger {
     /// The validator's part for `_ferry/access/`: a rule or role assignment for this node's
     /// group, well formed (selectors included), signed by an admin active now; deletions are
     /// refused (a removed rule is an entry with state removed, a withdrawn assignment one
-    /// with no roles), and so is an entry superseded by one that counts here (a replay).
+    /// with no roles), and so is an entry below the version of the one that counts here (a
+    /// replay of an old entry, which is still remembered).
     func validateAccess(_ proposed: ProposedRevision) -> String? {
         if proposed.deleted { return "access entries are never deleted (an admin writes a removed rule, or an assignment with no roles)" }
         var rule: AccessRuleEntry?
@@ -100,14 +103,14 @@ extension MembershipLedger {
                 let counting = best((s.rules[rule.name] ?? []).filter { admins.contains($0.signer) }) { $0.supersedes($1) }
                 let changed = s.remember(rule)
                 if let failure = persist(s, changed: changed) { return failure }
-                if let counting, counting.supersedes(rule) {
+                if let counting, counting.version > rule.version {
                     return "a superseded entry: rule \(rule.name) is at version \(counting.version) (\(counting.state.rawValue)) here, not \(rule.version)"
                 }
             } else if let assignment {
                 let counting = best((s.roles[assignment.principal] ?? []).filter { admins.contains($0.signer) }) { $0.supersedes($1) }
                 let changed = s.remember(assignment)
                 if let failure = persist(s, changed: changed) { return failure }
-                if let counting, counting.supersedes(assignment) {
+                if let counting, counting.version > assignment.version {
                     return "a superseded entry: the roles of \(assignment.principal.prefix(17)) are at version \(counting.version) here, not \(assignment.version)"
                 }
             }
