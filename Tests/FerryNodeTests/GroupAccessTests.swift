@@ -268,6 +268,9 @@ enum AccessFixture {
             #expect(Replay.rejected(try Replay.push(body, to: id, in: a.store, as: .branch))?.contains("superseded") == true)
             #expect(Replay.rejected(try Replay.push(body, to: id, in: a.store, deleted: true))?.contains("never deleted") == true)
         }
+        // Nor may the admin's own node delete one: a removal is a signed entry.
+        let current = try #require(try a.store.document(rolesID)).revision
+        #expect(throws: StoreError.self) { try a.store.delete(rolesID, revision: current) }
         try a.access.load(from: a.store)
         a.access.recompute()
         #expect(a.access.snapshot == withdrawn)
