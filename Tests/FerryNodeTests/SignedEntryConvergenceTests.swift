@@ -15,7 +15,7 @@ import Testing
 /// highest versions of the entries it received define, whatever its revision trees say.
 ///
 /// Each run draws a fresh base seed; `FERRY_ENTRY_SEED=S` replays one seed,
-/// `FERRY_ENTRY_SEEDS=N` runs N seeds (default 40).
+/// `FERRY_ENTRY_SEEDS=N` runs N seeds (default 24).
 @Suite(.timeLimit(.minutes(2))) struct SignedEntryConvergenceTests {
     @Test func everyNodeEndsInTheStateTheHighestVersionsItReceivedDefine() throws {
         let env = ProcessInfo.processInfo.environment
@@ -24,7 +24,7 @@ import Testing
             seeds = [one]
         } else {
             let base = UInt64.random(in: 1...(UInt64.max / 2))
-            seeds = (0..<UInt64(env["FERRY_ENTRY_SEEDS"].flatMap(Int.init) ?? 40)).map { base + $0 }
+            seeds = (0..<UInt64(env["FERRY_ENTRY_SEEDS"].flatMap(Int.init) ?? 24)).map { base + $0 }
         }
         let cast = try EntryCast.shared()
         for seed in seeds {
@@ -303,7 +303,9 @@ struct EntryHistoryRun {
     }
 
     func summary(_ v: MembershipView) -> String {
-        v.selected.sorted { $0.key < $1.key }.map { "\($0.key.prefix(6)):v\($0.value.version)\($0.value.state == .removed ? "x" : "")" }.joined(separator: " ")
+        v.selected.sorted { $0.key < $1.key }.map { k, e in
+            "\(k.prefix(6)):v\(e.version)\(e.state == .removed ? "x" : "")/\(e.signer.prefix(4))\(Hex.encode(e.signature.suffix(2)))"
+        }.joined(separator: " ")
     }
 
     func describe(_ s: AccessSnapshot) -> String {
