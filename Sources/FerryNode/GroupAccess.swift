@@ -261,11 +261,11 @@ public final class GroupAccess: Sendable {
         guard let group else { return .empty }
         var s = AccessSnapshot()
         for (name, list) in k.rules {
-            let counting = best(list.filter { $0.group == group && admins.contains($0.signer) }) { $0.supersedes($1) }
+            let counting = bestEntry(list.filter { $0.group == group && admins.contains($0.signer) }) { $0.supersedes($1) }
             if let r = counting, r.state == .active { s.rules[name] = r }
         }
         for (p, list) in k.roles where !removed.contains(p) {
-            let counting = best(list.filter { $0.group == group && admins.contains($0.signer) }) { $0.supersedes($1) }
+            let counting = bestEntry(list.filter { $0.group == group && admins.contains($0.signer) }) { $0.supersedes($1) }
             if let a = counting, !a.roles.isEmpty { s.roles[p] = a.roles }
         }
         return s
@@ -287,11 +287,11 @@ public final class GroupAccess: Sendable {
         let winners = entries.withLock { $0 }
         var rules = winners.rules
         for (name, list) in k.rules {
-            rules[name] = best(list.filter { admins.contains($0.signer) }) { $0.supersedes($1) } ?? best(list) { $0.supersedes($1) }
+            rules[name] = bestEntry(list.filter { admins.contains($0.signer) }) { $0.supersedes($1) } ?? bestEntry(list) { $0.supersedes($1) }
         }
         var roles = winners.roles
         for (p, list) in k.roles {
-            roles[p] = best(list.filter { admins.contains($0.signer) }) { $0.supersedes($1) } ?? best(list) { $0.supersedes($1) }
+            roles[p] = bestEntry(list.filter { admins.contains($0.signer) }) { $0.supersedes($1) } ?? bestEntry(list) { $0.supersedes($1) }
         }
         return (rules.values.sorted { $0.name < $1.name }, roles.values.sorted { $0.principal < $1.principal })
     }

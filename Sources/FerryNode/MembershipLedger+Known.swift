@@ -144,7 +144,7 @@ extension MembershipLedger.State {
 }
 
 /// The best of several signed entries of one name, by their `supersedes` order.
-func best<E>(_ entries: some Sequence<E>, _ supersedes: (E, E) -> Bool) -> E? {
+func bestEntry<E>(_ entries: some Sequence<E>, _ supersedes: (E, E) -> Bool) -> E? {
     var out: E?
     for e in entries where out == nil || supersedes(e, out!) { out = e }
     return out

@@ -100,14 +100,14 @@ extension MembershipLedger {
             }
             // The entry that counts here (the best signed by an admin active now), before this one.
             if let rule {
-                let counting = best((s.rules[rule.name] ?? []).filter { admins.contains($0.signer) }) { $0.supersedes($1) }
+                let counting = bestEntry((s.rules[rule.name] ?? []).filter { admins.contains($0.signer) }) { $0.supersedes($1) }
                 let changed = s.remember(rule)
                 if let failure = persist(s, changed: changed) { return failure }
                 if let counting, counting.version > rule.version {
                     return "a superseded entry: rule \(rule.name) is at version \(counting.version) (\(counting.state.rawValue)) here, not \(rule.version)"
                 }
             } else if let assignment {
-                let counting = best((s.roles[assignment.principal] ?? []).filter { admins.contains($0.signer) }) { $0.supersedes($1) }
+                let counting = bestEntry((s.roles[assignment.principal] ?? []).filter { admins.contains($0.signer) }) { $0.supersedes($1) }
                 let changed = s.remember(assignment)
                 if let failure = persist(s, changed: changed) { return failure }
                 if let counting, counting.version > assignment.version {
