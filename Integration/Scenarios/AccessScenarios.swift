@@ -25,8 +25,10 @@ struct Clinic {
         Set(try await node.admin.revisions().keys.filter { !$0.hasPrefix("_ferry/") })
     }
 
-    /// Starts the stations (`serve` arguments beside `--discovery`), enrols them and types the rules.
-    static func make(_ name: String, lab: Lab? = nil, serve: [String] = []) async throws -> Clinic {
+    /// Starts the stations (`serve` arguments beside `--discovery`), enrols them and types the
+    /// rules; `before` (ID and body) is written on the admin's station first, and reaches every
+    /// station before the first rule is typed.
+    static func make(_ name: String, lab: Lab? = nil, serve: [String] = [], before: [(String, String)] = []) async throws -> Clinic {
         let cluster = Cluster(name)
         let hosts = lab?.hosts
         let c = Clinic(
@@ -42,6 +44,14 @@ struct Clinic {
             let code = try JSON.parse(invite.stdout.trimmingCharacters(in: .whitespacesAndNewlines))["code"]?.stringValue ?? ""
             let joined = try await c.ferry(n, ["join", code])
             #expect(joined.status == 0, "\(joined.stderr)")
+        }
+        for (id, body) in before { try await c.admin.admin.put(id, body) }
+        if !before.isEmpty {
+            let ids = Set(before.map(\.0))
+            try await waitUntil("every station holds what was written before the rules", timeout: 60) {
+                for n in c.all { guard try await c.ids(n) == ids else { return false } }
+                return true
+            }
         }
         // As docs/operations.md ("Access by content") types it.
         let steps: [[String]] = [
@@ -226,6 +236,25 @@ struct Clinic {
         let c = try await Clinic.make("access-clinic", serve: ["--couch-port", "0"])
         defer { c.cluster.cleanUp() }
         try await c.holdsOnlyEachWardAndRemovesWhatLeavesIt()
+        await finish(c.cluster, allowing: Clinic.allowedLogLines)
+    }
+
+    /// Patients written before any rule reach every station; the docs' commands, typed in
+    /// their order, first leave the stations without a role (they purge everything), then give
+    /// them their roles: each station gets its ward's patients back, with no other write.
+    @Test func documentsPurgedBeforeTheStationsHadRolesComeBackWithThem() async throws {
+        let patients = [("patient-1", "a"), ("patient-3", "a"), ("patient-2", "b")].map { ($0.0, #"{"ward":"\#($0.1)","name":"\#($0.0)"}"#) }
+        let c = try await Clinic.make("access-order", before: patients)
+        defer { c.cluster.cleanUp() }
+        do {
+            try await waitUntil("each station holds its ward's patients again", timeout: 30) {
+                let a = try await c.ids(c.wardA), a2 = try await c.ids(c.wardA2), b = try await c.ids(c.wardB), all = try await c.ids(c.admin)
+                return a == ["patient-1", "patient-3"] && a2 == ["patient-1", "patient-3"] && b == ["patient-2"] && all.count == 3
+            }
+        } catch {
+            for n in c.all { print("\(n.name): \(try await c.ids(n).sorted())\n\(n.logTail(30))") }
+            throw error
+        }
         await finish(c.cluster, allowing: Clinic.allowedLogLines)
     }
 

@@ -67,9 +67,15 @@ extension DocumentStore {
     public static let accessRemovalJournal = "ferry/access-removed"
     /// Removals the journal keeps (the total counts them all).
     public static let accessRemovalJournalLimit = 1000
+    /// The local documents recording how far this store holds other databases' feeds
+    /// (FerrySync's `Coverage`): an access purge drops them all.
+    public static let coveragePrefix = "coverage/"
+    /// The first ID past every `coveragePrefix` one ("/" + 1 is "0").
+    static let coveragePrefixEnd = "coverage0"
 
     /// Purges each of `ids` for which `shouldRemove`, judged on the document's tree as stored
-    /// inside the transaction, holds; returns those purged, journaled with `reason`. With
+    /// inside the transaction, holds; returns those purged, journaled with `reason`, and drops
+    /// the store's coverage records (`coveragePrefix`) when it purged any. With
     /// `refusingReturn`, the purged revisions are refused if they come back (a document whose
     /// newer revision this node may not read: the ones it held are still readable by its rules).
     public func purgeForAccess(
@@ -94,6 +100,12 @@ extension DocumentStore {
                 recent.append(r.json)
             }
             guard !removed.isEmpty else { return [] }
+            // This store no longer holds every document of the feeds it claimed to cover: a
+            // pull would start past the purged ones, and a pusher would skip them, so they could
+            // never come back once the node may read them again. Coverage is recorded anew by
+            // the next complete intake.
+            try txn.db.cachedStatement(sql: "DELETE FROM local_documents WHERE id >= ? AND id < ?")
+                .execute(arguments: [Self.coveragePrefix, Self.coveragePrefixEnd])
             if recent.count > Self.accessRemovalJournalLimit { recent.removeFirst(recent.count - Self.accessRemovalJournalLimit) }
             let body: JSON = ["total": .int(total), "recent": .array(recent)]
             try txn.db.cachedStatement(sql: "INSERT OR REPLACE INTO local_documents (id, body) VALUES (?, ?)")

@@ -8,10 +8,11 @@ import FerryStore
 ///
 /// Entries are local documents `coverage/<uuid>` (`{"seq": n}`), one small document per
 /// database this node has replicated with: nothing per document, so memory and storage stay
-/// flat however large the databases are. An entry only ever rises (purging a document
-/// locally does not take it back, as a purge never replicates either).
+/// flat however large the databases are. An entry only ever rises, except that a purge for
+/// access drops every entry (the store then lacks documents it claimed to hold, which must be
+/// able to come back); a purge by hand takes nothing back, as a purge never replicates either.
 enum Coverage {
-    static let prefix = "coverage/"
+    static let prefix = DocumentStore.coveragePrefix
 
     static func localID(_ database: String) -> String { prefix + database }
 

@@ -239,3 +239,28 @@ import Testing
         #expect(RemovalNotice(.array(["p", .array([.string(rev)]), .array([.string(rev)]), .array([])])) == nil)
     }
 }
+
+/// A document purged because this node's own roles stopped admitting it comes back once they
+/// admit it again, though the node had recorded that it held the sender's whole feed.
+@Suite(.timeLimit(.minutes(2))) struct AccessReadmissionTests {
+    @Test func aDocumentPurgedForTheNodesOwnRolesComesBackWhenTheyAdmitItAgainDespiteCoverage() async throws {
+        let supervisor = try DocumentStore.inMemory()
+        let station = try DocumentStore.inMemory()
+        let rev = try supervisor.put(docID("patient-3"), body: ["ward": "a"])
+        // Before any rule: both ways unrestricted, so the station records it covers the supervisor's feed.
+        await sync(station, supervisor, direction: .pull)
+        #expect(try Coverage.of(supervisor.uuid, in: station) != nil)
+        // The first rule leaves the station no role: it purges what it held (not refusing its return).
+        let purged = try station.purgeForAccess([docID("patient-3")], reason: "no role", refusingReturn: false) { _, _ in true }
+        #expect(purged.count == 1)
+        #expect(try Coverage.of(supervisor.uuid, in: station) == nil, "a purge voids what the station claimed to hold")
+        // Its role is given: a pull (new checkpoints, as a change of its own read grant makes) brings it back.
+        let r = await sync(station, supervisor, direction: .pull, configure: { $0.ownReadFingerprint = "ward-a" })
+        #expect(r.status.error == nil)
+        #expect(try station.document(docID("patient-3"))?.revision == rev)
+        // And so does the supervisor pushing to it.
+        _ = try station.purgeForAccess([docID("patient-3")], reason: "no role", refusingReturn: false) { _, _ in true }
+        await sync(supervisor, station, direction: .push)
+        #expect(try station.document(docID("patient-3"))?.revision == rev)
+    }
+}
