@@ -44,7 +44,9 @@ final class Puller: Sendable {
         defer { if let gate, let ticket { gate.release(ticket) } }
         if let gate, let ticket { try await gate.acquire(ticket) }
         let floor = try Coverage.of(remoteDB, in: context.store)
-        var since = try await checkpoint.start(reset: configuration.resetCheckpoint, floor: floor)
+        let reset = context.resetsCheckpoint(.pull)
+        var since = try await checkpoint.start(reset: reset, floor: floor)
+        if reset { context.checkpointWasReset(.pull) }
         if configuration.checksHeldAccess, AccessRemovalApplier.mayTell(writer: configuration.remotePolicy, own: configuration.ownRead()),
             remote.identity.acceptsRemovals, let ferry = remote as? FerryRemote
         {

@@ -27,7 +27,9 @@ final class Pusher: Sendable {
     func run(checkpointKey key: String, reached: @Sendable (UInt64) -> Void) async throws {
         var checkpoint = Checkpointer<UInt64>(
             key: key, store: store, remote: remote, delay: configuration.remoteCheckpointDelay, clock: context.clock)
-        var since = try await checkpoint.start(reset: configuration.resetCheckpoint)
+        let reset = context.resetsCheckpoint(.push)
+        var since = try await checkpoint.start(reset: reset)
+        if reset { context.checkpointWasReset(.push) }
         var caughtUp = false
         let inline = remote.identity.inline
         reached(since)

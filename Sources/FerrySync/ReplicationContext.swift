@@ -15,6 +15,9 @@ final class ReplicationContext: Sendable {
     /// Revisions pulled from or pushed to the current connection's peer: not pushed back.
     let peerHeld = PeerHeldRevisions()
     private let stopState = Locked(false)
+    /// The directions whose checkpoint start has not yet reset (`resetCheckpoint`): a reset
+    /// applies to the replication's first session, not to every reconnect after it.
+    private let resetsPending: Locked<Set<CheckpointDirection>>
     private let stopSignal = Broadcaster<Void>()
 
     init(store: DocumentStore, configuration: ReplicatorConfiguration, clock: any Clock<Duration>, logger: Logger) {
@@ -23,7 +26,14 @@ final class ReplicationContext: Sendable {
         self.clock = clock
         self.logger = logger
         progress = ReplicationProgress(metrics: configuration.wiring.metrics, logger: logger, continuous: configuration.continuous)
+        resetsPending = Locked(configuration.resetCheckpoint ? [.pull, .push] : [])
     }
+
+    /// Whether this direction's next checkpoint start resets: true until one such start succeeded.
+    func resetsCheckpoint(_ direction: CheckpointDirection) -> Bool { resetsPending.withLock { $0.contains(direction) } }
+
+    /// Records that this direction's checkpoint start reset: later sessions resume from the new checkpoints.
+    func checkpointWasReset(_ direction: CheckpointDirection) { _ = resetsPending.withLock { $0.remove(direction) } }
 
     var stopRequested: Bool { stopState.withLock { $0 } }
 

@@ -59,7 +59,8 @@ public struct ReplicatorConfiguration: Sendable {
     /// When the blobs of pulled revisions are fetched: before the revision is stored
     /// (`eager`, the default), on first read (`lazy`), or by size.
     public var blobPolicy = BlobFetchPolicy.eager
-    /// Start from sequence 0 instead of the saved checkpoints.
+    /// Start from sequence 0 instead of the saved checkpoints, once: the first session of each
+    /// direction resets, and a reconnect after it resumes from the checkpoints that session saved.
     public var resetCheckpoint = false
     /// Changes per batch. Default 1000: each batch costs a durable commit of the local
     /// checkpoint, so small batches are bound by fsync latency (2–3 ms here), not bandwidth.

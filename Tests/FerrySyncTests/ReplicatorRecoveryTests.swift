@@ -60,3 +60,60 @@ final class FirstFetchFailsRemote: RemoteDatabase {
         #expect(replicator.summary.pulled == 5)
     }
 }
+
+/// A `StoreRemote` that records where each changes request starts, and fails the first live
+/// one with a transient error (a link that drops once the pull has caught up).
+final class DroppingLiveRemote: RemoteDatabase {
+    let inner: StoreRemote
+    let starts = Locked<[String]>([])
+    let dropped = Locked(false)
+    init(_ inner: StoreRemote) { self.inner = inner }
+    var identity: RemoteIdentity { inner.identity }
+    func changes(_ r: RemoteChangesRequest) async throws -> RemoteChanges {
+        starts.withLock { $0.append("\(r.since)") }
+        if r.live, dropped.withLock({ d in defer { d = true }; return !d }) {
+            throw SyncError(.other("connect_failed"), message: "the link dropped", isTransient: true)
+        }
+        return try await inner.changes(r)
+    }
+    func revsDiff(_ d: [DocumentID: [RevisionID]]) async throws -> [DocumentID: MissingRevisions] { try await inner.revsDiff(d) }
+    func fetchRevisions(_ r: [RevisionRequest], deltas: Bool, maxHistory: Int) async throws -> [WireRevision] {
+        try await inner.fetchRevisions(r, deltas: deltas, maxHistory: maxHistory)
+    }
+    func storeRevisions(_ r: [WireRevision]) async throws -> [PutResult] { try await inner.storeRevisions(r) }
+    func missingBlobs(_ d: [BlobDigest]) async throws -> [BlobDigest] { try await inner.missingBlobs(d) }
+    func blob(_ d: BlobDigest) async throws -> [UInt8] { try await inner.blob(d) }
+    func putBlob(_ d: BlobDigest, content: [UInt8]) async throws { try await inner.putBlob(d, content: content) }
+    func localDocument(_ id: String) async throws -> JSON? { try await inner.localDocument(id) }
+    func putLocalDocument(_ id: String, value: JSON) async throws { try await inner.putLocalDocument(id, value: value) }
+    func close(error: SyncError?) async {}
+}
+
+@Suite(.timeLimit(.minutes(2))) struct CheckpointResetTests {
+    /// `resetCheckpoint` starts the replication's first session from the beginning; a
+    /// reconnect after it resumes from the checkpoint that session saved.
+    @Test func aResetAppliesToTheFirstSessionOnlyNotToEveryReconnect() async throws {
+        let local = try DocumentStore.inMemory()
+        let other = try DocumentStore.inMemory()
+        for i in 0..<5 { try other.put(try DocumentID("doc-\(i)"), body: ["i": .int(Int64(i))]) }
+        // An earlier run's checkpoint, which the reset must ignore.
+        await sync(local, other, direction: .pull)
+        try local.purge(try DocumentID("doc-0"))
+        let remote = DroppingLiveRemote(StoreRemote(other))
+        var config = ReplicatorConfiguration()
+        config.direction = .pull
+        config.continuous = true
+        config.resetCheckpoint = true
+        config.initialAttemptWait = .milliseconds(1)
+        let replicator = Replicator(store: local, remote: { remote }, configuration: config, clock: ImmediateClock())
+        replicator.start()
+        let reconnected = await eventually(60) { remote.starts.withLock { $0.count } >= 3 && remote.dropped.withLock { $0 } }
+        await replicator.stop()
+        #expect(reconnected)
+        let starts = remote.starts.withLock { $0 }
+        #expect(try local.document(try DocumentID("doc-0")) != nil, "the reset pull lists the feed from its start")
+        // The first session lists from the start; the session after the drop resumes past it.
+        #expect(starts.first == "\(RemoteSequence.start)", "\(starts)")
+        #expect(starts.dropFirst(2).allSatisfy { $0 != "\(RemoteSequence.start)" }, "a reconnect started over: \(starts)")
+    }
+}
