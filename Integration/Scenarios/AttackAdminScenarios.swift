@@ -10,21 +10,10 @@ import Testing
 /// given back when clients drop their connections.
 @Suite(.serialized, .timeLimit(.minutes(10))) struct AttackAdminScenarios {
     /// Runs one test of test_admin_paths.py and records its failures.
-    static func pytest(_ test: String) async throws {
-        let python = CouchSuite.python
-        guard FileManager.default.isExecutableFile(atPath: python) else {
-            Issue.record("\(python) is missing: run scripts/install-deps.sh to create .venv-couch")
-            return
-        }
-        var environment = ProcessInfo.processInfo.environment
-        environment["FERRY_BINARY"] = Ferry.binary
-        environment["PYTHONDONTWRITEBYTECODE"] = "1"
-        let result = try await Shell.run(
-            ["-m", "pytest", CouchSuite.root + "/Integration/attacks/test_admin_paths.py::" + test, "-q", "-p", "no:cacheprovider", "-rfE"],
-            executable: python, environment: environment, timeout: 500)
-        if result.status != 0 {
-            Issue.record("pytest \(test) exited \(result.status):\n\(result.stdout.suffix(6000))\n\(result.stderr.suffix(2000))")
-        }
+    static func pytest(_ test: String, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        try await CouchSuite.pytest(
+            CouchSuite.root + "/Integration/attacks/test_admin_paths.py::" + test, environment: ["FERRY_BINARY": Ferry.binary], timeout: 500,
+            sourceLocation: sourceLocation)
     }
 
     @Test func noSpellingOfAGuardedAdminRouteAnswersWithoutTheKey() async throws {

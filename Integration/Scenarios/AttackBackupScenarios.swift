@@ -9,11 +9,6 @@ import Testing
 /// node's data directory is never followed by a backup.
 @Suite(.serialized, .timeLimit(.minutes(10))) struct AttackBackupScenarios {
     @Test func backupsWithLinksFIFOsOrStrayFilesAreRefusedAndLinksInTheDataDirectoryAreNotFollowed() async throws {
-        let python = CouchSuite.python
-        guard FileManager.default.isExecutableFile(atPath: python) else {
-            Issue.record("\(python) is missing: run scripts/install-deps.sh to create .venv-couch")
-            return
-        }
         let cluster = Cluster("attack-backup")
         defer { cluster.cleanUp() }
         let a = cluster.add("a")
@@ -27,18 +22,9 @@ import Testing
 
         let scratch = cluster.root + "/attack"
         try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
-        var environment = ProcessInfo.processInfo.environment
-        environment["FERRY_BIN"] = Ferry.binary
-        environment["FERRY_DATA"] = a.dataDirectory
-        environment["FERRY_ROOT"] = scratch
-        environment["PYTHONDONTWRITEBYTECODE"] = "1"
-        let result = try await Shell.run(
-            ["-m", "pytest", CouchSuite.root + "/Integration/attacks/test_backup.py", "-q", "-s", "-p", "no:cacheprovider", "-rfE"],
-            executable: python, environment: environment, timeout: 480)
-        print(result.stdout.suffix(3000))
-        if result.status != 0 {
-            Issue.record("pytest test_backup.py exited \(result.status):\n\(result.stdout.suffix(6000))\n\(result.stderr.suffix(2000))")
-        }
+        try await CouchSuite.pytest(
+            CouchSuite.root + "/Integration/attacks/test_backup.py",
+            environment: ["FERRY_BIN": Ferry.binary, "FERRY_DATA": a.dataDirectory, "FERRY_ROOT": scratch], timeout: 480)
         // The node went on serving through every backup.
         #expect(try await a.admin.call("GET", "/docs/with-blob").status == 200)
         await finish(cluster, allowing: expectedRefusals)

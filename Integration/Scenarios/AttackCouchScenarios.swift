@@ -9,19 +9,7 @@ import Testing
 /// reason.
 @Suite(.serialized, .timeLimit(.minutes(10))) struct AttackCouchScenarios {
     @Test func localDocsAttachmentsAndRefusedJSONLeakNothingToARestrictedUser() async throws {
-        let python = CouchSuite.python
-        guard FileManager.default.isExecutableFile(atPath: python) else {
-            Issue.record("\(python) is missing: run scripts/install-deps.sh to create .venv-couch")
-            return
-        }
-        var environment = ProcessInfo.processInfo.environment
-        environment["FERRY_BINARY"] = Ferry.binary
-        environment["PYTHONDONTWRITEBYTECODE"] = "1"
-        let result = try await Shell.run(
-            ["-m", "pytest", CouchSuite.root + "/Integration/attacks/test_couch_leaks.py", "-q", "-p", "no:cacheprovider", "-rfE"],
-            executable: python, environment: environment, timeout: 500)
-        if result.status != 0 {
-            Issue.record("pytest test_couch_leaks.py exited \(result.status):\n\(result.stdout.suffix(6000))\n\(result.stderr.suffix(2000))")
-        }
+        try await CouchSuite.pytest(
+            CouchSuite.root + "/Integration/attacks/test_couch_leaks.py", environment: ["FERRY_BINARY": Ferry.binary], timeout: 500)
     }
 }

@@ -6,24 +6,28 @@ import Testing
 
 @testable import FerrySync
 
-/// A `StoreRemote` whose first revision fetch fails with a transient error, as a server
-/// killed in the middle of a batch makes it fail; later fetches are served.
-final class FirstFetchFailsRemote: RemoteDatabase {
+/// A `StoreRemote` with faults: `beforeChanges` and `beforeFetch` run before each changes
+/// request and each revision fetch, and may throw (a link that drops, a server that dies).
+final class FaultyRemote: RemoteDatabase {
     let inner: StoreRemote
-    let failuresLeft: Locked<Int>
-    init(_ inner: StoreRemote, failures: Int) {
+    let beforeChanges: @Sendable (RemoteChangesRequest) throws -> Void
+    let beforeFetch: @Sendable () throws -> Void
+    init(
+        _ inner: StoreRemote, beforeChanges: @escaping @Sendable (RemoteChangesRequest) throws -> Void = { _ in },
+        beforeFetch: @escaping @Sendable () throws -> Void = {}
+    ) {
         self.inner = inner
-        failuresLeft = Locked(failures)
+        self.beforeChanges = beforeChanges
+        self.beforeFetch = beforeFetch
     }
     var identity: RemoteIdentity { inner.identity }
-    func changes(_ r: RemoteChangesRequest) async throws -> RemoteChanges { try await inner.changes(r) }
+    func changes(_ r: RemoteChangesRequest) async throws -> RemoteChanges {
+        try beforeChanges(r)
+        return try await inner.changes(r)
+    }
     func revsDiff(_ d: [DocumentID: [RevisionID]]) async throws -> [DocumentID: MissingRevisions] { try await inner.revsDiff(d) }
     func fetchRevisions(_ r: [RevisionRequest], deltas: Bool, maxHistory: Int) async throws -> [WireRevision] {
-        let fail = failuresLeft.withLock { left -> Bool in
-            defer { left = max(0, left - 1) }
-            return left > 0
-        }
-        if fail { throw SyncError(.other("connect_failed"), message: "the server went away", isTransient: true) }
+        try beforeFetch()
         return try await inner.fetchRevisions(r, deltas: deltas, maxHistory: maxHistory)
     }
     func storeRevisions(_ r: [WireRevision]) async throws -> [PutResult] { try await inner.storeRevisions(r) }
@@ -33,6 +37,8 @@ final class FirstFetchFailsRemote: RemoteDatabase {
     func localDocument(_ id: String) async throws -> JSON? { try await inner.localDocument(id) }
     func putLocalDocument(_ id: String, value: JSON) async throws { try await inner.putLocalDocument(id, value: value) }
     func close(error: SyncError?) async {}
+
+    static var transient: SyncError { SyncError(.other("connect_failed"), message: "the server went away", isTransient: true) }
 }
 
 @Suite(.timeLimit(.minutes(2))) struct ReplicatorRecoveryTests {
@@ -42,7 +48,11 @@ final class FirstFetchFailsRemote: RemoteDatabase {
         let local = try DocumentStore.inMemory()
         let other = try DocumentStore.inMemory()
         for i in 0..<5 { try other.put(try DocumentID("doc-\(i)"), body: ["i": .int(Int64(i))]) }
-        let remote = FirstFetchFailsRemote(StoreRemote(other), failures: 1)
+        // The first revision fetch fails, as a server killed in the middle of a batch makes it fail.
+        let failed = Locked(false)
+        let remote = FaultyRemote(StoreRemote(other), beforeFetch: {
+            if failed.withLock({ f in defer { f = true }; return !f }) { throw FaultyRemote.transient }
+        })
         var config = ReplicatorConfiguration()
         config.direction = .pull
         config.continuous = true
@@ -61,34 +71,6 @@ final class FirstFetchFailsRemote: RemoteDatabase {
     }
 }
 
-/// A `StoreRemote` that records where each changes request starts, and fails the first live
-/// one with a transient error (a link that drops once the pull has caught up).
-final class DroppingLiveRemote: RemoteDatabase {
-    let inner: StoreRemote
-    let starts = Locked<[String]>([])
-    let dropped = Locked(false)
-    init(_ inner: StoreRemote) { self.inner = inner }
-    var identity: RemoteIdentity { inner.identity }
-    func changes(_ r: RemoteChangesRequest) async throws -> RemoteChanges {
-        starts.withLock { $0.append("\(r.since)") }
-        if r.live, dropped.withLock({ d in defer { d = true }; return !d }) {
-            throw SyncError(.other("connect_failed"), message: "the link dropped", isTransient: true)
-        }
-        return try await inner.changes(r)
-    }
-    func revsDiff(_ d: [DocumentID: [RevisionID]]) async throws -> [DocumentID: MissingRevisions] { try await inner.revsDiff(d) }
-    func fetchRevisions(_ r: [RevisionRequest], deltas: Bool, maxHistory: Int) async throws -> [WireRevision] {
-        try await inner.fetchRevisions(r, deltas: deltas, maxHistory: maxHistory)
-    }
-    func storeRevisions(_ r: [WireRevision]) async throws -> [PutResult] { try await inner.storeRevisions(r) }
-    func missingBlobs(_ d: [BlobDigest]) async throws -> [BlobDigest] { try await inner.missingBlobs(d) }
-    func blob(_ d: BlobDigest) async throws -> [UInt8] { try await inner.blob(d) }
-    func putBlob(_ d: BlobDigest, content: [UInt8]) async throws { try await inner.putBlob(d, content: content) }
-    func localDocument(_ id: String) async throws -> JSON? { try await inner.localDocument(id) }
-    func putLocalDocument(_ id: String, value: JSON) async throws { try await inner.putLocalDocument(id, value: value) }
-    func close(error: SyncError?) async {}
-}
-
 @Suite(.timeLimit(.minutes(2))) struct CheckpointResetTests {
     /// `resetCheckpoint` starts the replication's first session from the beginning; a
     /// reconnect after it resumes from the checkpoint that session saved.
@@ -99,7 +81,14 @@ final class DroppingLiveRemote: RemoteDatabase {
         // An earlier run's checkpoint, which the reset must ignore.
         await sync(local, other, direction: .pull)
         try local.purge(try DocumentID("doc-0"))
-        let remote = DroppingLiveRemote(StoreRemote(other))
+        // Records where each changes request starts; the first live one fails (the link drops
+        // once the pull has caught up).
+        let starts = Locked<[String]>([])
+        let dropped = Locked(false)
+        let remote = FaultyRemote(StoreRemote(other), beforeChanges: { r in
+            starts.withLock { $0.append("\(r.since)") }
+            if r.live, dropped.withLock({ d in defer { d = true }; return !d }) { throw FaultyRemote.transient }
+        })
         var config = ReplicatorConfiguration()
         config.direction = .pull
         config.continuous = true
@@ -107,13 +96,13 @@ final class DroppingLiveRemote: RemoteDatabase {
         config.initialAttemptWait = .milliseconds(1)
         let replicator = Replicator(store: local, remote: { remote }, configuration: config, clock: ImmediateClock())
         replicator.start()
-        let reconnected = await eventually(60) { remote.starts.withLock { $0.count } >= 3 && remote.dropped.withLock { $0 } }
+        let reconnected = await eventually(60) { starts.withLock { $0.count } >= 3 && dropped.withLock { $0 } }
         await replicator.stop()
         #expect(reconnected)
-        let starts = remote.starts.withLock { $0 }
+        let listed = starts.withLock { $0 }
         #expect(try local.document(try DocumentID("doc-0")) != nil, "the reset pull lists the feed from its start")
         // The first session lists from the start; the session after the drop resumes past it.
-        #expect(starts.first == "\(RemoteSequence.start)", "\(starts)")
-        #expect(starts.dropFirst(2).allSatisfy { $0 != "\(RemoteSequence.start)" }, "a reconnect started over: \(starts)")
+        #expect(listed.first == "\(RemoteSequence.start)", "\(listed)")
+        #expect(listed.dropFirst(2).allSatisfy { $0 != "\(RemoteSequence.start)" }, "a reconnect started over: \(listed)")
     }
 }
