@@ -20,17 +20,15 @@ would resolve dot segments or re-escape).
 import json
 import os
 import shutil
-import signal
 import socket
 import struct
-import subprocess
 import tempfile
 import time
 
 import pytest
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-FERRY = os.environ.get("FERRY_BINARY") or os.path.join(ROOT, ".build", "debug", "ferry")
+from ferry_node import Node
+
 
 # The caps on live event streams (DashboardSessions.maxStreamsPerSession, .maxStreams).
 STREAMS_PER_SESSION = 4
@@ -53,60 +51,6 @@ GUARDED = [
 ]
 OPEN = [("GET", "/ui/"), ("GET", "/ui/login"), ("POST", "/ui/login"), ("POST", "/ui/logout"), ("GET", "/ui/app.js"),
         ("GET", "/ui/app.css")]
-
-
-class Node:
-    """One `ferry serve` with its own data directory, stopped with SIGTERM."""
-
-    def __init__(self, root, name):
-        self.dir = os.path.join(root, name)
-        os.makedirs(self.dir, mode=0o700)
-        self.log = os.path.join(root, name + ".log")
-        self.proc = None
-        self.info = None
-
-    def start(self):
-        node_json = os.path.join(self.dir, "node.json")
-        args = [FERRY, "serve", "--data", self.dir, "--port", "0", "--admin-port", "0", "--couch-port", "0",
-                "--interface", "127.0.0.1", "--no-discovery"]
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=log)
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"ferry serve exited {self.proc.returncode}: {open(self.log).read()[-2000:]}")
-            try:
-                with open(node_json) as f:
-                    info = json.load(f)
-                if info.get("pid") == self.proc.pid:
-                    self.info = info
-                    return info
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.05)
-        raise AssertionError("ferry serve did not become ready: " + open(self.log).read()[-2000:])
-
-    @property
-    def key(self):
-        with open(os.path.join(self.dir, "admin.key")) as f:
-            return f.read().strip()
-
-    @property
-    def admin_port(self):
-        return int(self.info["adminPort"])
-
-    @property
-    def couch_port(self):
-        return int(self.info["couchURL"].rstrip("/").rsplit(":", 1)[1])
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 @pytest.fixture

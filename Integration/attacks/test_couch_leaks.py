@@ -20,8 +20,6 @@ users nurse-a and nurse-a2 have the role ward-a, nurse-b ward-b. Each test asser
 import json
 import os
 import shutil
-import signal
-import subprocess
 import tempfile
 import time
 import urllib.parse
@@ -29,54 +27,22 @@ import urllib.parse
 import pytest
 import requests
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-FERRY = os.environ.get("FERRY_BINARY") or os.path.join(ROOT, ".build", "debug", "ferry")
+from ferry_node import Node
+
 NURSES = {"nurse-a": "ward-a", "nurse-a2": "ward-a", "nurse-b": "ward-b"}
 PAGE = "<html><script>fetch('/clinic/_all_docs?include_docs=true').then(r => r.text()).then(alert)</script></html>"
 
 
-class Clinic:
+class Clinic(Node):
     """One `ferry serve` that founded a group with the clinic's rules and nurses."""
 
     def __init__(self, root):
-        self.dir = os.path.join(root, "station")
-        os.makedirs(self.dir, mode=0o700)
-        self.log = os.path.join(root, "station.log")
-        self.proc = None
+        super().__init__(root, "station")
 
     def ferry(self, *args, stdin=None):
-        r = subprocess.run([FERRY, *args, "--data", self.dir], capture_output=True, text=True, input=stdin, timeout=120)
+        r = super().ferry(*args, stdin=stdin)
         assert r.returncode == 0, f"ferry {' '.join(args)}: {r.stdout}{r.stderr}"
         return r.stdout
-
-    def start(self):
-        node_json = os.path.join(self.dir, "node.json")
-        args = [FERRY, "serve", "--data", self.dir, "--port", "0", "--admin-port", "0", "--couch-port", "0",
-                "--interface", "127.0.0.1", "--no-discovery"]
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=log)
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"ferry serve exited {self.proc.returncode}: {open(self.log).read()[-2000:]}")
-            try:
-                with open(node_json) as f:
-                    info = json.load(f)
-                if info.get("pid") == self.proc.pid:
-                    return info
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.05)
-        raise AssertionError("ferry serve did not become ready: " + open(self.log).read()[-2000:])
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 @pytest.fixture(scope="module")
