@@ -75,6 +75,30 @@ public final class Node: @unchecked Sendable {
         try await launch()
     }
 
+    /// Starts the node again on another listen port than it had, then waits up to `within`
+    /// seconds until each of `peers` has a live connection with it again: they must learn
+    /// where it listens now (its address record, DNS-SD) and dial it there.
+    public func restartOnNewPort(reconnectingWith peers: [Node], within: Double = 5) async throws {
+        let oldPort = info["port"]?.intValue
+        try await launch()
+        guard info["port"]?.intValue != oldPort else { throw HarnessError("\(name) took its old port \(oldPort ?? 0) again") }
+        let me = try await admin.get("/")["id"]?.stringValue ?? ""
+        let started = ContinuousClock.now
+        do {
+            try await waitUntil("\(peers.map(\.name).joined(separator: ", ")) connected to \(name) at its new port", timeout: within) {
+                for peer in peers {
+                    guard case .array(let list)? = try await peer.admin.get("/peers")["peers"] else { return false }
+                    guard list.contains(where: { $0["id"]?.stringValue == me && $0["connected"]?.boolValue == true }) else { return false }
+                }
+                return true
+            }
+            print("\(name) moved from port \(oldPort ?? 0) to \(info["port"]?.intValue ?? 0); its peers were connected again after \(ContinuousClock.now - started)")
+        } catch {
+            print("\(name) log:\n\(logTail(60))\n" + peers.map { "\($0.name) log:\n\($0.logTail(60))" }.joined(separator: "\n"))
+            throw error
+        }
+    }
+
     private func launch() async throws {
         try? FileManager.default.removeItem(atPath: dataDirectory + "/node.json")
         var args = ["--data", dataDirectory, "serve", "--port", "\(keptPort ?? 0)", "--admin-port", "0", "--couch-port", "0", "--name", name] + arguments

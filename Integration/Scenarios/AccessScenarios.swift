@@ -175,7 +175,7 @@ struct Clinic {
         #expect(await wardA.stop() == 0)
         let forged = try await ferry(wardA, ["put", "patient-12", #"{"ward":"a","name":"forged"}"#])
         #expect(forged.status == 0, "\(forged.stderr)")
-        try await wardA.restartOnSamePort()
+        try await wardA.restartOnNewPort(reconnectingWith: [admin, wardB, wardA2], within: 5)
         // Whichever comes first: the admin refuses its push, or the station's access check at
         // its first pull learns the admin holds that patient in ward b and purges the forgery.
         do {
@@ -200,7 +200,7 @@ struct Clinic {
             let store = try DocumentStore.openExisting(directory: wardB.dataDirectory)
             try store.put(AccessRuleEntry.documentID("grab"), body: grab.body)
         }
-        try await wardB.restartOnSamePort()
+        try await wardB.restartOnNewPort(reconnectingWith: [admin, wardA, wardA2], within: 5)
         try await admin.admin.put("patient-13", #"{"ward":"b"}"#)
         try await admin.admin.put("patient-14", #"{"ward":"a"}"#)
         do {

@@ -95,6 +95,47 @@ import Testing
         await finish(cluster, allowing: expectedRefusals + ["connect_failed", "replication offline"])
     }
 
+    /// A node given a member as a static peer (`--peer URL#ID`) before it joined the group
+    /// follows that member to its new port: the member's newer signed address record wins
+    /// over the static URL (the ID stays pinned). The moved member keeps listing the peer,
+    /// offline while it is not connected.
+    @Test func aStaticPeerThatMovedIsDialledWhereItsAddressRecordSays() async throws {
+        let cluster = Cluster("enroll-static-moved")
+        defer { cluster.cleanUp() }
+        let (member, p) = (cluster.add("member"), cluster.add("static"))
+        let noAvahi = ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=/nonexistent/ferry-no-dbus"]
+        try await member.start(["--discovery"], environment: noAvahi)
+        let idM = try await member.id
+        let staticURL = member.url
+        try await p.start(["--discovery", "--trust", idM, "--peer", "\(staticURL)#\(idM)"], environment: noAvahi)
+        let idP = try await p.id
+        let joined = try await join(p, try await invite(member).code)
+        #expect(joined.status == 0, "\(joined.stderr)")
+        /// The link `p` dialled to the member (its static peer, whichever ID is lower), up.
+        func dialledAt(_ url: String) async throws -> Bool {
+            let list = try await p.admin.get("/peers")["peers"]?.items ?? []
+            guard let entry = list.first(where: { $0["id"]?.stringValue == idM }) else { return false }
+            let outbound = ["outbound", "both"].contains(entry["direction"]?.stringValue ?? "")
+            return entry["url"]?.stringValue == url && outbound
+        }
+        try await waitUntil("the static peer is dialled where it was given", timeout: 30) { try await dialledAt(staticURL) }
+
+        _ = await member.stop()
+        try await member.restart()
+        #expect(member.url != staticURL, "the restarted member took its old port again")
+        try await waitUntil("the static peer is dialled at its new port", timeout: 30) { try await dialledAt(member.url) }
+        try await waitUntil("the moved member lists the peer", timeout: 30) { try await connected(member, to: idP) }
+
+        // The peer is down while the member moves again: still listed there, offline.
+        _ = await p.stop()
+        _ = await member.stop()
+        try await member.restart()
+        let list = try await member.admin.get("/peers")["peers"]?.items ?? []
+        let entry = list.first { $0["id"]?.stringValue == idP }
+        #expect(entry != nil && entry?["connected"]?.boolValue == false, "the moved member no longer lists its peer: \(list)")
+        await finish(cluster, allowing: expectedRefusals + ["connect_failed", "replication offline"])
+    }
+
     /// K nodes (8, or FERRY_ENROLL_K) enrolled with 2(K−1) commands form a full mesh of
     /// trust and links, converge, and keep their group across a restart.
     @Test func aGroupOfKNodesEnrollsWithTwoCommandsPerNewNode() async throws {

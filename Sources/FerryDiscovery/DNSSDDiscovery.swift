@@ -290,6 +290,10 @@ public final class DNSSDDiscovery: PeerDiscovery, @unchecked Sendable {
         if added {
             if let lookup = lookups[instance] {
                 lookup.interfaces += 1
+                // The instance announced again (on another interface, or re-registered by a
+                // restarted node, perhaps on another port): resolve it again, so that a port
+                // resolved once is never kept after the service moved.
+                lookup.resolve()
                 return
             }
             let lookup = PeerLookup(instance: instance, domain: domain, interface: interface, owner: self)
@@ -420,7 +424,7 @@ final class PeerLookup {
     }
 
     func resolve() {
-        guard let owner else { return }
+        guard let owner, resolveHandle == nil else { return }
         let (handle, err) = owner.makeHandle(for: self) { ref, context in
             DNSServiceResolve(&ref, 0, interface, instance, Advertisement.serviceType, domain, resolveReply, context)
         }
@@ -439,9 +443,24 @@ final class PeerLookup {
             owner.logger.debug("a _ferry._tcp service without a valid id TXT key", metadata: ["instance": "\(LogText.escape(instance))"])
             return
         }
-        peer = DiscoveredPeer(
+        let fresh = DiscoveredPeer(
             instance: instance, nodeID: id, group: txt["group"] ?? "", protocolVersion: Int(txt["proto"] ?? "") ?? 0,
             host: host, addresses: [], port: port, source: .dnsSD)
+        // Resolved again, same host: its A records are followed already; report the new port
+        // (or TXT) at once with the addresses known.
+        if var known = peer, known.host == host, queryHandle != nil {
+            let changed = known.port != port || known.nodeID != id || known.group != fresh.group
+            known.port = port
+            known.nodeID = id
+            known.group = fresh.group
+            known.protocolVersion = fresh.protocolVersion
+            peer = known
+            if changed, !known.addresses.isEmpty { owner.found(known, lookup: self) }
+            return
+        }
+        queryHandle?.cancel()
+        queryHandle = nil
+        peer = fresh
         // A records only: Avahi's AAAA answers can be link-local without a scope.
         let (handle, err) = owner.makeHandle(for: self) { ref, context in
             DNSServiceQueryRecord(

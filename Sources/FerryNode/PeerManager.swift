@@ -17,6 +17,9 @@ import ServiceLifecycle
 /// One-dialer rule: of two nodes that discover each other, the one with the lower node ID
 /// (lowercase hex string order) dials; the other waits for it. Static peers are always
 /// dialled (the operator asked for it). Untrusted discovered peers are listed, never dialled.
+/// Where to dial: every URL known for the peer (static, DNS-SD, its signed address record)
+/// is a candidate, the most recently learned first, and one that fails falls back to the
+/// others; a URL the peer's newer record replaced comes last (`dialCandidates`).
 /// Trust changes apply at once (`trustChanged()`), and peers that dialled this node are
 /// listed too, from the responder's live sessions.
 public final class PeerManager: Service, Sendable {
@@ -74,6 +77,16 @@ public final class PeerManager: Service, Sendable {
         var discovered = false
         var lastSeen: Date?
         var link: ReplicationLink?
+        /// When each candidate URL was last learned (`State.learn()`: higher is later), so
+        /// the freshest evidence of where the peer listens is dialled first.
+        var staticLearned: UInt64 = 0
+        var memberLearned: UInt64 = 0
+        var discoveredLearned: UInt64 = 0
+        /// URLs the peer's own newer address record replaced: a cached DNS-SD answer naming
+        /// one again is tried last, never first.
+        var superseded: Set<String> = []
+        /// The candidates the link was last given, to tell when they changed.
+        var candidates: [String] = []
     }
 
     struct State {
@@ -87,6 +100,14 @@ public final class PeerManager: Service, Sendable {
         var trustSeen: [String: PeerPolicy] = [:]
         /// Per peer, its last inbound session that ended: listed (offline, with why) until it is back.
         var endedInbound: [String: EndedInbound] = [:]
+        /// Orders what is learned of peers' addresses (a counter, not a clock: only the order matters).
+        var learned: UInt64 = 0
+
+        /// The next learning stamp, above every one before.
+        mutating func learn() -> UInt64 {
+            learned += 1
+            return learned
+        }
     }
 
     /// A peer's inbound session that ended, as `/peers` shows it until the peer connects again.
@@ -145,15 +166,7 @@ public final class PeerManager: Service, Sendable {
     public func run() async throws {
         let trusted = currentTrust()
         state.withLock { $0.trustSeen = trusted }
-        for peer in configuration.peers {
-            state.withLock { s in
-                var p = s.peers[peer.nodeID] ?? PeerState(nodeID: peer.nodeID)
-                p.name = peer.name ?? p.name
-                p.staticURL = peer.url
-                s.peers[peer.nodeID] = p
-            }
-            reconcile(peer.nodeID)
-        }
+        addStaticPeers()
         for (spec, source) in initialReplications { startReplication(spec, source: source) }
         await withTaskGroup(of: Void.self) { followers in
             followers.addTask { for await change in self.membershipEvents { self.handle(change) } }
@@ -167,6 +180,20 @@ public final class PeerManager: Service, Sendable {
             followers.cancelAll()
         }
         await stopAll()
+    }
+
+    /// Takes the configured static peers (first of all, so anything learned later is fresher).
+    func addStaticPeers() {
+        for peer in configuration.peers {
+            state.withLock { s in
+                var p = s.peers[peer.nodeID] ?? PeerState(nodeID: peer.nodeID)
+                p.name = peer.name ?? p.name
+                p.staticURL = peer.url
+                p.staticLearned = s.learn()
+                s.peers[peer.nodeID] = p
+            }
+            reconcile(peer.nodeID)
+        }
     }
 
     func handle(_ change: MembershipEvent) {
@@ -186,6 +213,8 @@ public final class PeerManager: Service, Sendable {
             let isNew = state.withLock { s -> Bool in
                 let isNew = s.peers[peer.nodeID]?.discovered != true
                 var p = s.peers[peer.nodeID] ?? PeerState(nodeID: peer.nodeID)
+                // Fresh evidence only when it says something new: a re-appearance, or another address or port.
+                if isNew || p.addresses.first != peer.addresses.first || p.port != peer.port { p.discoveredLearned = s.learn() }
                 p.instance = peer.instance
                 p.name = p.name ?? peer.instance
                 p.addresses = peer.addresses
@@ -225,39 +254,71 @@ public final class PeerManager: Service, Sendable {
             }
             if let id {
                 logger.info("peer went away", metadata: ["peer": "\(LogText.escape(id))", "instance": "\(LogText.escape(instance))"])
-                // Its replicator keeps retrying with backoff: the peer may only be restarting.
+                // Where DNS-SD saw it is now the last candidate (the peer may only be restarting,
+                // there or elsewhere): its record or static URL, if any, is dialled first.
+                reconcile(id)
             }
         case .unavailable, .available:
             break
         }
     }
 
-    /// The URL to dial a peer at, or nil when this node should not dial it.
-    func dialURL(_ p: PeerState) -> String? {
-        guard trust.isTrusted(p.nodeID) else { return nil }
-        if let url = p.staticURL { return url }
-        guard nodeID < p.nodeID else { return nil }  // the lower ID dials
-        // Where DNS-SD last saw it; otherwise (no avahi-daemon, or not seen yet) where its
-        // member entry says it listens.
-        guard p.discovered, let address = p.addresses.first, let port = p.port else { return p.memberURL }
-        let scheme = configuration.insecure ? "ws" : "wss"
-        return "\(scheme)://\(address):\(port)/\(configuration.group)/sync"
+    /// The URL to dial a peer at first, or nil when this node should not dial it.
+    func dialURL(_ p: PeerState) -> String? { dialCandidates(p).first }
+
+    /// Every URL to dial a peer at, best first; empty when this node should not dial it.
+    ///
+    /// Static URL, where DNS-SD sees the peer, and its signed address record (or entry):
+    /// the one learned last comes first, since it is the freshest evidence of where the peer
+    /// listens. Two exceptions: a URL the peer's newer record replaced comes last (a cached
+    /// DNS-SD answer must not override the record), and so does where DNS-SD saw a peer that
+    /// went away. A dial that fails tries the next (`dialler`). Every candidate is dialled
+    /// pinned to the peer's ID: a record names only where its own signer listens.
+    func dialCandidates(_ p: PeerState) -> [String] {
+        guard trust.isTrusted(p.nodeID) else { return [] }
+        // A static peer is dialled whatever the IDs; otherwise the lower ID dials.
+        guard p.staticURL != nil || nodeID < p.nodeID else { return [] }
+        var found: [(url: String, rank: (Int, UInt64))] = []
+        func add(_ url: String?, _ learned: UInt64) {
+            guard let url else { return }
+            found.append((url, (p.superseded.contains(url) ? 0 : 1, learned)))
+        }
+        add(p.staticURL, p.staticLearned)
+        add(p.memberURL, p.memberLearned)
+        if let address = p.addresses.first, let port = p.port {
+            let scheme = configuration.insecure ? "ws" : "wss"
+            add("\(scheme)://\(address):\(port)/\(configuration.group)/sync", p.discovered ? p.discoveredLearned : 0)
+        }
+        var out: [String] = []
+        for c in found.sorted(by: { $0.rank > $1.rank }) where !out.contains(c.url) { out.append(c.url) }
+        return out
+    }
+
+    /// The candidates to dial peer `id` at now (read at each dial, so a link in its retry
+    /// wait tries what was learned meanwhile).
+    func dialCandidates(_ id: String) -> [String] {
+        guard let p = state.withLock({ $0.peers[id] }) else { return [] }
+        return dialCandidates(p)
     }
 
     /// Starts, restarts (new address or policy) or stops the link to one peer to match what
     /// is known. With `redial`, a link kept as it is ends any wait and dials at once.
     func reconcile(_ id: String, redial: Bool = false) {
         let policy = trust.policy(for: id)
-        let (toStop, toStart, kept): (ReplicationLink?, ReplicationLink?, ReplicationLink?) = state.withLock { s in
-            guard !s.stopping, var p = s.peers[id] else { return (nil, nil, nil) }
-            let url = dialURL(p)
+        let (toStop, toStart, kept, moreToTry): (ReplicationLink?, ReplicationLink?, ReplicationLink?, Bool) = state.withLock { s in
+            guard !s.stopping, var p = s.peers[id] else { return (nil, nil, nil, false) }
+            let candidates = dialCandidates(p)
+            let url = candidates.first
+            let moreToTry = candidates != p.candidates
+            p.candidates = candidates
+            s.peers[id] = p
             if let link = p.link, link.url == url, link.policy == policy, link.ownAccess == replicators.ownAccessStamp {
-                return (nil, nil, link)
+                return (nil, nil, link, moreToTry)
             }
             let old = p.link
-            p.link = url.map { makeLink(url: $0, peerID: id, spec: nil) }
+            p.link = url.map { makeLink(url: $0, peerID: id, spec: nil, candidates: { [weak self] in self?.dialCandidates(id) ?? [] }) }
             s.peers[id] = p
-            return (old, p.link, nil)
+            return (old, p.link, nil, false)
         }
         if let toStop {
             logger.info(
@@ -266,7 +327,8 @@ public final class PeerManager: Service, Sendable {
             toStop.stop()
         }
         toStart?.start()
-        if redial, let kept { kept.redial() }
+        // Same first choice but other fallbacks: a link waiting to retry tries them now.
+        if let kept, redial || moreToTry { kept.redial() }
     }
 
     /// Re-evaluates every peer after the trust store changed: a newly trusted peer is dialled
@@ -290,21 +352,40 @@ public final class PeerManager: Service, Sendable {
         Dictionary(trust.entries.map { ($0.nodeID, trust.policy(for: $0.nodeID) ?? $0.policy) }, uniquingKeysWith: { a, _ in a })
     }
 
-    /// Dials `url` over TLS, accepting only `peerID`'s certificate.
-    func dialler(url: String, peerID: String) -> Replicator.Connector {
+    /// Dials `url` over TLS, accepting only `peerID`'s certificate. With `candidates`, each
+    /// dial reads them anew and tries them in order until one connects (`url` when none).
+    func dialler(url: String, peerID: String, candidates: (@Sendable () -> [String])? = nil) -> Replicator.Connector {
         let identity = self.identity, logger = self.logger
         return {
-            var c = try WebSocketConnector(url: url, serverTrust: .pinned([peerID]), identity: identity)
-            c.logger = logger
-            // A dial begun while the network was down must not outlive its healing by long.
-            c.connectTimeout = Self.dialTimeout
-            return try await c.connector()
+            let listed = candidates?() ?? []
+            let urls = listed.isEmpty ? [url] : listed
+            var failure: (any Error)?
+            for (i, candidate) in urls.enumerated() {
+                try Task.checkCancellation()
+                do {
+                    var c = try WebSocketConnector(url: candidate, serverTrust: .pinned([peerID]), identity: identity)
+                    c.logger = logger
+                    // A dial begun while the network was down must not outlive its healing by long.
+                    c.connectTimeout = Self.dialTimeout
+                    return try await c.connector()
+                } catch {
+                    failure = error
+                    if i + 1 < urls.count {
+                        logger.debug(
+                            "dial failed; trying where else the peer may listen",
+                            metadata: ["url": "\(LogText.escape(candidate))", "next": "\(LogText.escape(urls[i + 1]))"])
+                    }
+                }
+            }
+            throw failure ?? CancellationError()
         }
     }
 
-    func makeLink(url: String, peerID: String, spec: ReplicationSpec?, resetCheckpoint: Bool = false) -> ReplicationLink {
+    func makeLink(
+        url: String, peerID: String, spec: ReplicationSpec?, resetCheckpoint: Bool = false, candidates: (@Sendable () -> [String])? = nil
+    ) -> ReplicationLink {
         let policy = trust.policy(for: peerID)
-        let connector = dialler(url: url, peerID: peerID)
+        let connector = dialler(url: url, peerID: peerID, candidates: candidates)
         let replicator = replicators.replicator(peerID: peerID, connector: connector, logger: logger.with("peer", peerID)) { rc in
             rc.continuous = spec?.continuous ?? true
             rc.direction = spec?.direction ?? .pushAndPull
@@ -509,11 +590,14 @@ public final class PeerManager: Service, Sendable {
 }
 
 extension PeerManager {
-    /// Takes the dial URLs of the group's active members (from their signed entries). Of
-    /// two members, only the lower node ID dials (as for discovered peers), so each pair has
-    /// one link; a configured static peer keeps its own URL, and a member DNS-SD has found is
-    /// dialled where DNS-SD saw it. With no avahi-daemon (or discovery off) members are thus
-    /// still dialled. Members that left lose the URL.
+    /// Takes the dial URLs of the group's active members (from their signed address records,
+    /// else their entries). Every member is listed (offline while not connected), whichever
+    /// dials; of two members only the lower node ID dials (as for discovered peers), so each
+    /// pair has one link, while a static peer is dialled anyway. A member's URL that changed
+    /// is the freshest evidence of where it listens: dialled before a static URL or an older
+    /// DNS-SD answer, and the URL it replaced is tried last from then on (`dialCandidates`).
+    /// With no avahi-daemon (or discovery off) members are thus still dialled. Members that
+    /// left lose the URL.
     public func memberAddressesChanged(_ urls: [String: String]) {
         let touched = state.withLock { s -> [String] in
             var touched: [String] = []
@@ -521,10 +605,13 @@ extension PeerManager {
                 s.peers[id]?.memberURL = nil
                 touched.append(id)
             }
-            for (id, url) in urls where id != nodeID && nodeID < id {
+            for (id, url) in urls where id != nodeID {
                 var p = s.peers[id] ?? PeerState(nodeID: id)
                 guard p.memberURL != url else { continue }
+                if let old = p.memberURL { p.superseded.insert(old) }
+                p.superseded.remove(url)
                 p.memberURL = url
+                p.memberLearned = s.learn()
                 s.peers[id] = p
                 touched.append(id)
             }
