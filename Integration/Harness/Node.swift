@@ -83,16 +83,20 @@ public final class Node: @unchecked Sendable {
         try await launch()
         guard info["port"]?.intValue != oldPort else { throw HarnessError("\(name) took its old port \(oldPort ?? 0) again") }
         let me = try await admin.get("/")["id"]?.stringValue ?? ""
+        let newPort = info["port"]?.intValue ?? 0
         let started = ContinuousClock.now
         do {
             try await waitUntil("\(peers.map(\.name).joined(separator: ", ")) connected to \(name) at its new port", timeout: within) {
                 for peer in peers {
                     guard case .array(let list)? = try await peer.admin.get("/peers")["peers"] else { return false }
-                    guard list.contains(where: { $0["id"]?.stringValue == me && $0["connected"]?.boolValue == true }) else { return false }
+                    // Connected, and a peer that dials this node dials it at its new port.
+                    guard let entry = list.first(where: { $0["id"]?.stringValue == me }), entry["connected"]?.boolValue == true,
+                        entry["url"]?.stringValue.map({ $0.contains(":\(newPort)/") }) ?? true
+                    else { return false }
                 }
                 return true
             }
-            print("\(name) moved from port \(oldPort ?? 0) to \(info["port"]?.intValue ?? 0); its peers were connected again after \(ContinuousClock.now - started)")
+            print("\(name) moved from port \(oldPort ?? 0) to \(newPort); its peers were connected again after \(ContinuousClock.now - started)")
         } catch {
             print("\(name) log:\n\(logTail(60))\n" + peers.map { "\($0.name) log:\n\($0.logTail(60))" }.joined(separator: "\n"))
             throw error
