@@ -47,9 +47,10 @@ run: build
 # on two cores) run on their own first: beside the seeded simulations they were starved
 # past their limits.
 TIMED = messagesPerWriteGrowLinearly|CouchReferencePullTests|HeartbeatTests|PushCatchUpTests|InlineReplicationTests|MeshLinkTests|TLSReplicationTests|TrustRetryTests|RelaySuppressionTests
-# The seeded simulations (every *SimulationTests suite) and anti-entropy: CPU-bound on the
-# cooperative pool, so beside the main phase they starved its tests past their limits.
-HEAVY = SimulationTests|AntiEntropyTests
+# The seeded simulations (every *SimulationTests suite), the signed entries' seeded property
+# tests and anti-entropy: CPU-bound on the cooperative pool, so beside the main phase they
+# starved its tests past their limits.
+HEAVY = SimulationTests|AntiEntropyTests|SignedEntryConvergenceTests
 # The attack suite (Integration/Scenarios/Attack*Scenarios.swift, Integration/attacks/) and
 # the listeners' flood tests: floods of connections and minutes of refused work, one suite
 # at a time (beside other suites they starve the ones that wait on real-time heartbeats).
