@@ -9,7 +9,7 @@ import NIOCore
 import ServiceLifecycle
 
 // One file by design (hence its length): every way a peer becomes known ends in `reconcile` on one peer
-// table, and the one-dialer rule in dialURL, memberAddressesChanged and deliverAddressRecord must agree.
+// table, and the one-dialer rule in dialCandidates, memberAddressesChanged and deliverAddressRecord must agree.
 
 /// Keeps one continuous push-and-pull replication alive to every trusted peer it knows,
 /// discovered or static, and runs the node's persistent replications.
@@ -262,9 +262,6 @@ public final class PeerManager: Service, Sendable {
             break
         }
     }
-
-    /// The URL to dial a peer at first, or nil when this node should not dial it.
-    func dialURL(_ p: PeerState) -> String? { dialCandidates(p).first }
 
     /// Every URL to dial a peer at, best first; empty when this node should not dial it.
     ///
@@ -597,13 +594,19 @@ extension PeerManager {
     /// is the freshest evidence of where it listens: dialled before a static URL or an older
     /// DNS-SD answer, and the URL it replaced is tried last from then on (`dialCandidates`).
     /// With no avahi-daemon (or discovery off) members are thus still dialled. Members that
-    /// left lose the URL.
+    /// left lose the URL, and are no longer listed unless known otherwise (static, DNS-SD).
     public func memberAddressesChanged(_ urls: [String: String]) {
-        let touched = state.withLock { s -> [String] in
+        let (touched, gone) = state.withLock { s -> ([String], [ReplicationLink]) in
             var touched: [String] = []
+            var gone: [ReplicationLink] = []
             for (id, p) in s.peers where p.memberURL != nil && urls[id] == nil {
-                s.peers[id]?.memberURL = nil
-                touched.append(id)
+                if p.staticURL == nil && p.instance == nil {
+                    s.peers[id] = nil
+                    if let link = p.link { gone.append(link) }
+                } else {
+                    s.peers[id]?.memberURL = nil
+                    touched.append(id)
+                }
             }
             for (id, url) in urls where id != nodeID {
                 var p = s.peers[id] ?? PeerState(nodeID: id)
@@ -615,8 +618,9 @@ extension PeerManager {
                 s.peers[id] = p
                 touched.append(id)
             }
-            return touched
+            return (touched, gone)
         }
+        for link in gone { link.stop() }
         for id in touched { reconcile(id) }
     }
 }

@@ -98,6 +98,21 @@ import Testing
         await manager.stopAll()
     }
 
+    @Test func aMemberThatLeftIsNoLongerListedUnlessKnownOtherwise() async throws {
+        let lower = String(repeating: "0", count: 64)
+        let higher = String(repeating: "f", count: 64)
+        let (manager, _, dir) = try manager { $0.trust = [.init(nodeID: lower), .init(nodeID: higher)] }
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        manager.memberAddressesChanged([lower: url(4985), higher: url(4986)])
+        manager.handle(.appeared(peer(higher, port: 4987)))
+        manager.memberAddressesChanged([:])
+        let listed = Dictionary(uniqueKeysWithValues: manager.peers.map { ($0.nodeID, $0) })
+        #expect(listed[lower] == nil)
+        // DNS-SD still sees the other: listed, and dialled there.
+        #expect(listed[higher]?.sources == [.dnsSD] && listed[higher]?.url == "wss://127.0.0.1:4987/ferry/sync")
+        await manager.stopAll()
+    }
+
     @Test func aFailedDialFallsBackToTheNextCandidateAndEveryCandidateIsPinned() async throws {
         let (manager, node, dir) = try manager()
         defer { try? FileManager.default.removeItem(atPath: dir) }
