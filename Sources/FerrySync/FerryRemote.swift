@@ -23,6 +23,7 @@ struct FerryRemote: RemoteDatabase {
         var opened = identity
         opened.reportsSkips = reply.features.contains(SyncProtocol.skipReportsFeature)
         opened.accessEpoch = reply.accessEpoch
+        opened.accessStamp = reply.accessStamp
         opened.acceptsRemovals =
             features.contains(SyncProtocol.accessRemovalFeature) && reply.features.contains(SyncProtocol.accessRemovalFeature)
         opened.blobChunks =

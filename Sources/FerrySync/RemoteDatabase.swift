@@ -138,6 +138,8 @@ package struct RemoteIdentity: Sendable, Equatable {
     package var acceptsRemovals = false
     /// How many documents the other side ever purged for access (nil: none, or it does not say).
     package var accessEpoch: Int64?
+    /// What the other side's own roles let it hold, as it says (nil: everything, or it does not say).
+    package var accessStamp: String?
 
     package init(
         databaseID: String, peerID: String, allowsPull: Bool, allowsPush: Bool, inline: Bool, heartbeat: Bool = false,

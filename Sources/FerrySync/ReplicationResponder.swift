@@ -1,3 +1,4 @@
+import Crypto
 import FerryCore
 import FerryStore
 import Foundation
@@ -253,6 +254,8 @@ final class ResponderSession: Sendable {
             allowPush: options.allowPush && !options.readOnly, allowPull: options.allowPull,
             coverage: coverageForHello(peerDatabase: hello.database))
         if let removed = try? store.accessRemovals().total, removed > 0 { answer.accessEpoch = removed }
+        let own = options.ownRead()
+        if !own.admitsEverything { answer.accessStamp = String(Hex.encode(SHA256.hash(data: Array(own.fingerprint.utf8))).prefix(16)) }
         return reply(request, answer.json)
     }
 

@@ -39,6 +39,7 @@ public final class Replicator: Sendable {
         var remoteDatabase: String?
         /// The other side's access epoch as its last hello said.
         var remoteEpoch: Int64?
+        var remoteStamp: String?
         /// How far the push worker of the current connection has pushed, ahead of a deferred local checkpoint.
         var pushedThrough: UInt64 = 0
         /// `retryNow()` was called; the next wait before an attempt ends at once.
@@ -323,6 +324,7 @@ public final class Replicator: Sendable {
         state.withLock {
             $0.remoteDatabase = remoteDB
             $0.remoteEpoch = remote.identity.accessEpoch
+            $0.remoteStamp = remote.identity.accessStamp
             $0.liveRemote = remote
         }
         defer { state.withLock { $0.liveRemote = nil } }
@@ -352,7 +354,8 @@ public final class Replicator: Sendable {
                 workers += 1
             }
             if direction.pushes {
-                let key = checkpointKey(remoteDB: remoteDB, direction: .push, remoteEpoch: remote.identity.accessEpoch)
+                let key = checkpointKey(
+                    remoteDB: remoteDB, direction: .push, remoteEpoch: remote.identity.accessEpoch, remoteStamp: remote.identity.accessStamp)
                 group.addTask {
                     try await pusher.run(checkpointKey: key) { seq in
                         self.state.withLock { $0.pushedThrough = seq }
@@ -385,8 +388,9 @@ public final class Replicator: Sendable {
 
     // MARK: Checkpoints
 
-    /// `remoteEpoch`: how many documents the other side ever purged for access (its hello).
-    func checkpointKey(remoteDB: String, direction: CheckpointDirection, remoteEpoch: Int64?) -> String {
+    /// `remoteEpoch`: how many documents the other side ever purged for access (its hello);
+    /// `remoteStamp`: what its own roles let it hold (its hello).
+    func checkpointKey(remoteDB: String, direction: CheckpointDirection, remoteEpoch: Int64?, remoteStamp: String? = nil) -> String {
         var filter = direction == .pull ? configuration.pullFilter?.name : configuration.pushFilter?.name
         // A restricted peer's policy is part of the key: widening it starts over, so what it
         // newly admits moves (a trusted peer's key has no such part, and never restarts).
@@ -397,6 +401,9 @@ public final class Replicator: Sendable {
         // key after each purge re-examines the feed (revsDiff keeps what it holds from moving).
         let epoch = direction == .push ? remoteEpoch : (try? store.accessRemovals().total)
         if let epoch, epoch > 0 { filter = (filter ?? "") + "\u{0}epoch:\(epoch)" }
+        // A receiver refuses what its own roles do not admit yet (its roles may reach it after
+        // the documents do): once they change, what it refused is offered again.
+        if direction == .push, let remoteStamp { filter = (filter ?? "") + "\u{0}holds:" + remoteStamp }
         return Checkpointer<UInt64>.key(
             localDatabase: store.uuid, remoteDatabase: remoteDB, direction: direction, filterName: filter,
             documentIDs: configuration.documentIDs)
@@ -411,9 +418,10 @@ public final class Replicator: Sendable {
     /// document-ID list and push filter). Before the first connection, every document is pending.
     public func pendingDocumentIDs() throws -> Set<DocumentID> {
         var since: UInt64 = 0
-        let (remote, pushed, epoch) = state.withLock { ($0.remoteDatabase, $0.pushedThrough, $0.remoteEpoch) }
+        let (remote, pushed, epoch, stamp) = state.withLock { ($0.remoteDatabase, $0.pushedThrough, $0.remoteEpoch, $0.remoteStamp) }
         if let remote {
-            since = max(try localCheckpoint(checkpointKey(remoteDB: remote, direction: .push, remoteEpoch: epoch)) ?? 0, pushed)
+            let key = checkpointKey(remoteDB: remote, direction: .push, remoteEpoch: epoch, remoteStamp: stamp)
+            since = max(try localCheckpoint(key) ?? 0, pushed)
         }
         var pending = Set<DocumentID>()
         while true {

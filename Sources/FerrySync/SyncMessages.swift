@@ -103,6 +103,10 @@ struct HelloReply: SyncJSONReply {
     /// How many documents the responder ever purged for access (optional; absent: none): a
     /// pusher's checkpoint is keyed by it, so what the responder purged is offered again.
     var accessEpoch: Int64?
+    /// What the responder's own roles let it hold, as a stable text (optional; absent: every
+    /// document): a pusher's checkpoint is keyed by it too, so what the responder refused
+    /// before its roles admitted it is offered again once they do.
+    var accessStamp: String?
 
     var json: JSON {
         var o: [String: JSON] = [
@@ -111,6 +115,7 @@ struct HelloReply: SyncJSONReply {
         ]
         if let coverage { o["coverage"] = coverage.json }
         if let accessEpoch { o["accessEpoch"] = .int(accessEpoch) }
+        if let accessStamp { o["accessStamp"] = .string(accessStamp) }
         return .object(o)
     }
 
@@ -137,6 +142,7 @@ struct HelloReply: SyncJSONReply {
         allowPull = o["allowPull"] == .bool(true)
         coverage = CoverageSnapshot(o["coverage"])
         if let e = o["accessEpoch"]?.intValue, e > 0 { accessEpoch = e }
+        if let stamp = o["accessStamp"]?.stringValue, !stamp.isEmpty, stamp.utf8.count <= 4096 { accessStamp = stamp }
     }
 }
 
