@@ -11,18 +11,7 @@ import Testing
 /// a peer manager over a node that is not running (its links dial closed ports and retry).
 @Suite(.serialized, .timeLimit(.minutes(5))) struct PeerAddressPrecedenceTests {
     func manager(_ configure: (inout NodeConfiguration) -> Void = { _ in }) throws -> (PeerManager, FerryNode, String) {
-        var c = NodeConfiguration()
-        c.port = 0
-        c.adminPort = 0
-        c.couch.port = 0
-        c.interface = "127.0.0.1"
-        c.discovery = false
-        configure(&c)
-        let dir = NSTemporaryDirectory() + "ferry-node-\(UUID().uuidString)"
-        let node = try FerryNode(configuration: c, dataDirectory: dir)
-        var quiet = Logger(label: "test")
-        quiet.logLevel = .critical
-        return (node.makeParts(discovery: nil, logger: quiet).manager, node, dir)
+        try idlePeerManager(configure)
     }
 
     func url(_ port: Int) -> String { "wss://127.0.0.1:\(port)/ferry/sync" }

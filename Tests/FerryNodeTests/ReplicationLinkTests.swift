@@ -101,19 +101,7 @@ final class Switchboard: Sendable {
 
 @Suite(.timeLimit(.minutes(5))) struct TrustChangeTests {
     /// A peer manager over a node that is not running (links dial a closed port and retry).
-    func manager() throws -> (PeerManager, FerryNode, String) {
-        var c = NodeConfiguration()
-        c.port = 0
-        c.adminPort = 0
-        c.couch.port = 0
-        c.interface = "127.0.0.1"
-        c.discovery = false
-        let dir = NSTemporaryDirectory() + "ferry-node-\(UUID().uuidString)"
-        let node = try FerryNode(configuration: c, dataDirectory: dir)
-        var quiet = Logger(label: "test")
-        quiet.logLevel = .critical
-        return (node.makeParts(discovery: nil, logger: quiet).manager, node, dir)
-    }
+    func manager() throws -> (PeerManager, FerryNode, String) { try idlePeerManager() }
 
     @Test func trustingADiscoveredPeerDialsItAndAChangedPolicyStartsANewLinkWithIt() async throws {
         let (manager, node, dir) = try manager()
@@ -144,4 +132,21 @@ final class Switchboard: Sendable {
         #expect(link() == nil)
         await manager.stopAll()
     }
+}
+
+/// A peer manager over a node on loopback with ephemeral ports and no discovery that is not
+/// running (its links dial closed ports and retry), the node, and its data directory.
+func idlePeerManager(_ configure: (inout NodeConfiguration) -> Void = { _ in }) throws -> (PeerManager, FerryNode, String) {
+    var c = NodeConfiguration()
+    c.port = 0
+    c.adminPort = 0
+    c.couch.port = 0
+    c.interface = "127.0.0.1"
+    c.discovery = false
+    configure(&c)
+    let dir = NSTemporaryDirectory() + "ferry-node-\(UUID().uuidString)"
+    let node = try FerryNode(configuration: c, dataDirectory: dir)
+    var quiet = Logger(label: "test")
+    quiet.logLevel = .critical
+    return (node.makeParts(discovery: nil, logger: quiet).manager, node, dir)
 }
