@@ -17,6 +17,9 @@ public final class DocumentStore: Sendable {
     public let blobs: BlobStore
     let clock: Locked<HybridLogicalClock>
     let notifier = ChangeNotifier()
+    /// Committed transactions of this process that purged a document: a purge takes no
+    /// sequence, so what caches the store's content by sequence also keys on this.
+    private let purgeCommits = Locked<UInt64>(0)
     let poller = ForeignCommitPoller()
     /// Parsed Mango index definitions, shared by transactions and scans.
     let mangoDefinitions = MangoDefinitionCache()
@@ -138,12 +141,13 @@ public final class DocumentStore: Sendable {
     /// checkpoints, which roll back with them: a lost batch is pulled again. Local edits
     /// keep the store's durability.
     public func write<T>(durability: StoreOptions.Durability? = nil, _ body: (StoreTransaction) throws -> T) throws(StoreError) -> T {
-        let result: (T, UInt64, Bool)
+        let result: (T, UInt64, Bool, Bool)
         do {
             result = try writer.writeWithoutTransaction { db in try transact(db, durability: durability, body) }
         } catch {
             throw StoreError.explainingWrite(StoreError.wrap(error), path: writer.path)
         }
+        if result.3 { purgeCommits.withLock { $0 += 1 } }
         notifier.advance(to: result.1, local: result.2)
         return result.0
     }
@@ -153,33 +157,42 @@ public final class DocumentStore: Sendable {
     public func writeSuspending<T: Sendable>(
         durability: StoreOptions.Durability? = nil, _ body: @escaping @Sendable (StoreTransaction) throws -> T
     ) async throws(StoreError) -> T {
-        let result: (T, UInt64, Bool)
+        let result: (T, UInt64, Bool, Bool)
         do {
             result = try await writer.writeWithoutTransaction { db in try self.transact(db, durability: durability, body) }
         } catch {
             throw StoreError.explainingWrite(StoreError.wrap(error), path: writer.path)
         }
+        if result.3 { purgeCommits.withLock { $0 += 1 } }
         notifier.advance(to: result.1, local: result.2)
         return result.0
     }
 
     /// One transaction on `db`: the body, then the store's bookkeeping, committed together.
-    private func transact<T>(_ db: Database, durability: StoreOptions.Durability?, _ body: (StoreTransaction) throws -> T) throws -> (T, UInt64, Bool) {
+    private func transact<T>(_ db: Database, durability: StoreOptions.Durability?, _ body: (StoreTransaction) throws -> T) throws -> (
+        T, UInt64, Bool, Bool
+    ) {
         let relaxed = durability == .normal && options.durability == .full && path != nil
         // Cached statements: preparing one (GRDB's authorizer included) costs more
         // than running it, on paths taken per replicated batch or change.
         if relaxed { try db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute() }
         defer { if relaxed { try? db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute() } }
-        var out: (T, UInt64, Bool)?
+        var out: (T, UInt64, Bool, Bool)?
         try db.inTransaction {
             let txn = try StoreTransaction(db: db, store: self)
             let value = try body(txn)
             try txn.finish()
-            out = (value, txn.lastSequence, txn.madeLocalRevision)
+            out = (value, txn.lastSequence, txn.madeLocalRevision, txn.purged)
             return .commit
         }
         return out!
     }
+
+    /// What this process has changed in the store, from memory: the latest announced commit's
+    /// sequence and the number of committed purges (which take no sequence). Equal values
+    /// mean the same content, for what caches it (digests); a commit by another process
+    /// counts once a poll announced it.
+    public var contentVersion: ContentVersion { ContentVersion(sequence: notifier.current, purges: purgeCommits.withLock { $0 }) }
 
     /// Saves a new document (`parent` nil) or a new revision of a current leaf. Returns the new revision.
     @discardableResult
@@ -463,4 +476,10 @@ public final class DocumentStore: Sendable {
     }
 
     var currentClock: HLCTimestamp { clock.withLock { $0.last } }
+}
+
+/// A point in a store's history as this process has seen it (`DocumentStore.contentVersion`).
+public struct ContentVersion: Sendable, Hashable {
+    public var sequence: UInt64
+    public var purges: UInt64
 }

@@ -11,6 +11,8 @@ public final class StoreTransaction {
     /// Whether this transaction made a revision here (put, delete, merge) rather than only
     /// storing replicated ones: change waiters may treat the two differently.
     private(set) var madeLocalRevision = false
+    /// Whether this transaction purged a document (`DocumentStore.contentVersion`).
+    private(set) var purged = false
     private let startSequence: UInt64
     /// The Mango index definitions this transaction maintains (MangoIndexMaintenance.swift).
     var mango = MangoTransactionState()
@@ -110,6 +112,7 @@ public final class StoreTransaction {
         }
         guard let docKey else { return false }
         try documentPurged(id: id, docKey: docKey)
+        purged = true
         return true
     }
 

@@ -54,6 +54,18 @@ struct LivenessPlan: Sendable {
     var localGrant = false
     /// Where this node's digest comes from and the peer's goes; nil: none sent or kept.
     var digests: MeshDigests? = nil
+    /// On a half under the group's rules (`localGrant`) that does not replicate everything
+    /// both ways, what both ends may read (the peer's read grant and this node's own): the
+    /// documents the two must agree on, which `view` digests cover. Nil otherwise.
+    var view: AccessRule? = nil
+
+    /// The view of a half under the group's rules: `peerRead` (what this node lets the peer
+    /// read) with `ownRead` (what this node's roles let it hold); nil when the half does not
+    /// follow the rules, or the two admit everything (a full link's digests cover that).
+    static func view(localGrant: Bool, peerRead: AccessRule, ownRead: AccessRule) -> AccessRule? {
+        guard localGrant, let both = peerRead.intersection(ownRead), !both.admitsEverything else { return nil }
+        return both
+    }
 }
 
 /// A connection's heartbeat state, behind the connection's mutex.
@@ -83,6 +95,9 @@ struct LivenessState {
     var digestSent: String?
     /// Heartbeats sent since the last that carried the digest.
     var sinceDigest = 0
+    /// As `digestSent` and `sinceDigest`, for the view digest.
+    var viewSent: String?
+    var sinceView = 0
 }
 
 extension LivenessState {
@@ -163,6 +178,18 @@ extension Connection {
     /// Whether heartbeats run on this connection (both sides offered them).
     public var heartbeatsRunning: Bool { state.withLock { $0.liveness?.running == true && $0.closedWith == nil } }
 
+    /// The view both halves of this connection compare digests over: both follow the same
+    /// version of the group's rules (`countsAsLink` by grant), and this half is not full and
+    /// restricted; nil otherwise.
+    var comparedView: AccessRule? {
+        state.withLock { s in
+            guard let l = s.liveness, l.running, !l.ended, s.closedWith == nil, let view = l.plan.view, l.plan.localGrant,
+                let rules = l.plan.rules, l.peerGrant == rules
+            else { return nil }
+            return view
+        }
+    }
+
     /// Whether both halves of this connection replicate every document both ways, as the
     /// heartbeats said: only then must the two nodes hold the same documents (digests and
     /// anti-entropy; a link complete under the group's rules is not enough for that).
@@ -180,9 +207,16 @@ extension Connection {
             await close(error: error)
             return
         }
-        if decoded.digest != nil || decoded.digestUnknown {
-            let plan = state.withLock { $0.liveness?.plan }
-            if let plan { plan.digests?.peerReported(plan.peerID, digest: decoded.digest) }
+        if decoded.digest != nil || decoded.digestUnknown || decoded.view != nil || decoded.viewUnknown,
+            let plan = state.withLock({ $0.liveness?.plan })
+        {
+            // A link under the rules compares views (a whole store's digest there means
+            // nothing: the two hold different documents); any other compares whole stores.
+            if let view = plan.view {
+                if decoded.view != nil || decoded.viewUnknown { plan.digests?.peerReported(plan.peerID, digest: decoded.view, view: view) }
+            } else if decoded.digest != nil || decoded.digestUnknown {
+                plan.digests?.peerReported(plan.peerID, digest: decoded.digest)
+            }
         }
         guard decoded.links != nil || decoded.full != nil else { return }
         // Applied in number order under the lock (the mesh view takes its own lock inside).
@@ -219,8 +253,12 @@ extension Connection {
     /// Sends a heartbeat without waiting for it to go out (a send blocked by a stalled peer must
     /// not hold up the watchdog). It lists this node's links when they changed since the last.
     func sendHeartbeat(onlyIfLinksChanged: Bool) {
-        // Read outside the lock: it may read the store.
-        let digest = onlyIfLinksChanged ? nil : state.withLock { $0.liveness?.plan }?.digests?.current()
+        // Read outside the lock: it may read the store. A half that is full sends the whole
+        // store's digest; one under the rules, its view's (never the whole store's: the peer
+        // may not read all of it).
+        let plan = onlyIfLinksChanged ? nil : state.withLock { $0.liveness?.plan }
+        let digest = plan.flatMap { $0.localFull && $0.view == nil ? $0.digests?.current() : nil }
+        let view = plan.flatMap { p in p.view.flatMap { p.digests?.current(view: $0) } }
         var withdrawal: Message?
         let message = state.withLock { s -> Message? in
             guard var l = s.liveness, l.running, !l.ended, s.closedWith == nil else { return nil }
@@ -265,6 +303,16 @@ extension Connection {
                 // The store changed since: the peer must not compare against a stale digest.
                 body.digestUnknown = true
                 l.digestSent = nil
+            }
+            l.sinceView += 1
+            if let view, view != l.viewSent || l.sinceView >= Liveness.digestRepeat {
+                body.view = view
+                body.statesHalf(of: l.plan)
+                l.viewSent = view
+                l.sinceView = 0
+            } else if view == nil, l.viewSent != nil, l.plan.digests != nil, !onlyIfLinksChanged {
+                body.viewUnknown = true
+                l.viewSent = nil
             }
             s.liveness = l
             defer { s.nextNumber += 1 }

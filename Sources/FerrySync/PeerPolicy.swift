@@ -43,6 +43,14 @@ public struct AccessRule: Sendable, Equatable {
         return r
     }
 
+    /// The documents both rules admit, or nil when that is not one rule (both name criteria of
+    /// their own, which combine by union within a rule).
+    public func intersection(_ other: AccessRule) -> AccessRule? {
+        if other.ownCriteriaEmpty { return restricted(by: other.grant) }
+        if ownCriteriaEmpty { return other.restricted(by: grant) }
+        return nil
+    }
+
     /// True for a rule that admits no application document: `AccessRule.none`, perhaps with
     /// Ferry's own `_ferry/` entries added (which never refer to blobs).
     public var admitsNoApplicationDocument: Bool {

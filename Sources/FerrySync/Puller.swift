@@ -29,6 +29,13 @@ final class Puller: Sendable {
     var configuration: ReplicatorConfiguration { context.configuration }
     var progress: ReplicationProgress { context.progress }
 
+    /// Whether this node asks the peer which of the documents it holds it may no longer read
+    /// (`accessCheck`): its reading is narrowed by content, and the peer's word could count.
+    var asksHeldAccess: Bool {
+        configuration.checksHeldAccess && remote.identity.acceptsRemovals
+            && AccessRemovalApplier.mayTell(writer: configuration.remotePolicy, own: configuration.ownRead())
+    }
+
     func run(checkpointKey key: String) async throws {
         var checkpoint = Checkpointer<RemoteSequence>(
             key: key, store: context.store, remote: remote, delay: configuration.remoteCheckpointDelay, clock: context.clock)
@@ -47,11 +54,7 @@ final class Puller: Sendable {
         let reset = context.resetsCheckpoint(.pull)
         var since = try await checkpoint.start(reset: reset, floor: floor)
         if reset { context.checkpointWasReset(.pull) }
-        if configuration.checksHeldAccess, AccessRemovalApplier.mayTell(writer: configuration.remotePolicy, own: configuration.ownRead()),
-            remote.identity.acceptsRemovals, let ferry = remote as? FerryRemote
-        {
-            try await checkHeldAccess(ferry)
-        }
+        if asksHeldAccess, let ferry = remote as? FerryRemote { try await checkHeldAccess(ferry) }
         var catchingUp = true
         /// The first catch-up of this connection ended: take over the remote's coverage
         /// (this store now holds everything the remote held at hello) and pass the lease on.
@@ -267,9 +270,12 @@ final class Puller: Sendable {
     }
 
     /// Reads the other side's whole feed from its start, ignoring checkpoints and coverage,
-    /// and fetches whatever this store lacks (anti-entropy). Returns the revisions stored.
-    func sweep() async throws -> Int {
+    /// and fetches whatever this store lacks (anti-entropy). With `checkingHeldAccess`, first
+    /// asks the peer which held documents this node may no longer read, as a session's start
+    /// does (when it would). Returns the revisions stored.
+    func sweep(checkingHeldAccess: Bool = false) async throws -> Int {
         let before = progress.summary.pulled
+        if checkingHeldAccess, asksHeldAccess, let ferry = remote as? FerryRemote { try await checkHeldAccess(ferry) }
         var since = RemoteSequence.start
         while !context.stopRequested {
             try Task.checkCancellation()

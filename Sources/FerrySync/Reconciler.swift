@@ -2,8 +2,9 @@ import FerryCore
 
 /// When a link compares digests with its peer and reconciles a difference (anti-entropy).
 public struct AntiEntropy: Sendable, Equatable {
-    /// Compare at all. Default true; it runs only on continuous replications whose both
-    /// halves replicate every document (full links), with heartbeats.
+    /// Compare at all. Default true; it runs only on continuous replications with heartbeats
+    /// whose both halves replicate every document (full links), or every document the same
+    /// version of the group's rules grants (links under the rules, over what both may read).
     public var enabled = true
     /// How often the link looks. Default 1 s.
     public var checkInterval: Duration = .seconds(1)
@@ -17,9 +18,10 @@ public struct AntiEntropy: Sendable, Equatable {
 }
 
 /// One link's anti-entropy: while the connection is up, compares this node's digest with
-/// the one its peer last reported; when the same two different digests stand for
-/// `AntiEntropy.settle` with the link full and idle, it reconciles both ways from the start
-/// of each feed (`Puller.sweep`, `Pusher.sweep`), ignoring checkpoints and coverage. A link
+/// the one its peer last reported (over the whole stores on a full link, over what both may
+/// read on a link under the group's rules); when the same two different digests stand for
+/// `AntiEntropy.settle` with the link idle, it reconciles both ways from the start of each
+/// feed (`Puller.sweep`, `Pusher.sweep`), ignoring checkpoints and coverage. A link
 /// idle with differing digests is a bug in the shortcuts (coverage, relays, catch-up) or a
 /// lost message; this is the fallback that does not depend on them.
 struct Reconciler: Sendable {
@@ -32,6 +34,14 @@ struct Reconciler: Sendable {
 
     var settings: AntiEntropy { context.configuration.wiring.antiEntropy }
 
+    /// This node's digest and the peer's, over the same documents: the whole stores on a full
+    /// link, the view both may read on a link under the group's rules; nil on any other link.
+    func comparedDigests() -> (mine: String?, theirs: String?)? {
+        if connection.isFullLink { return (digests.current(), digests.digest(of: peerID)) }
+        guard let view = connection.comparedView else { return nil }
+        return (digests.current(view: view), digests.digest(of: peerID, view: view))
+    }
+
     /// Runs until cancelled (the connection's workers ended) or stopped.
     func run() async throws {
         let elapsed = Stopwatch.start(on: context.clock).elapsed
@@ -43,8 +53,8 @@ struct Reconciler: Sendable {
             // Only once both loops went live and no link of this node is catching up: before
             // that a difference is the catch-up's to settle, and a sweep would duplicate it.
             let catchingUp = context.configuration.wiring.catchUpGate.map { $0.snapshot.holder != nil || $0.snapshot.waiting > 0 } ?? false
-            guard connection.isFullLink, puller.hasGoneLive, pusher.hasGoneLive, !catchingUp,
-                context.progress.status.activity == .idle, let theirs = digests.digest(of: peerID), let mine = digests.current()
+            guard let compared = comparedDigests(), puller.hasGoneLive, pusher.hasGoneLive, !catchingUp,
+                context.progress.status.activity == .idle, let theirs = compared.theirs, let mine = compared.mine
             else {
                 seen = nil
                 continue
@@ -64,7 +74,9 @@ struct Reconciler: Sendable {
             context.logger.warning(
                 "link idle while the peer's digest differs; reconciling",
                 metadata: ["peer": "\(LogText.escape(peerID))", "digest": "\(mine)", "peerDigest": "\(LogText.escape(theirs))"])
-            let pulled = try await puller.sweep()
+            // Under the rules the difference may be a copy this node may no longer hold: the
+            // sweep asks about what it holds first, as a session's start does.
+            let pulled = try await puller.sweep(checkingHeldAccess: connection.comparedView != nil)
             let pushed = try await pusher.sweep()
             context.logger.notice(
                 "reconciled with the peer", metadata: ["peer": "\(LogText.escape(peerID))", "pulled": "\(pulled)", "pushed": "\(pushed)"])

@@ -65,7 +65,9 @@ final class ReplicationContext: Sendable {
             LivenessPlan(
                 settings: configuration.wiring.liveness, clock: clock, logger: logger, peerID: remote.peerID, mesh: configuration.wiring.mesh,
                 localFull: both && configuration.replicatesEverything, rules: configuration.remotePolicy.groupRules?.version,
-                localGrant: both && configuration.replicatesGroupGrant, digests: configuration.wiring.digests))
+                localGrant: both && configuration.replicatesGroupGrant, digests: configuration.wiring.digests,
+                view: LivenessPlan.view(
+                    localGrant: both && configuration.replicatesGroupGrant, peerRead: configuration.remotePolicy.read, ownRead: configuration.ownRead())))
     }
 
     /// Runs `operation` until it returns (its value), `limit` passes on the clock, or a stop

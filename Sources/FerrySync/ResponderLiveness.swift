@@ -24,7 +24,8 @@ extension ResponderSession {
         connection.armLiveness(
             LivenessPlan(
                 settings: settings, clock: responder.clock, logger: logger, peerID: peer, mesh: mesh, localFull: both && policy.admitsEverything,
-                rules: policy.groupRules?.version, localGrant: both && policy.followsGroupRules != nil, digests: options.digests))
+                rules: policy.groupRules?.version, localGrant: both && policy.followsGroupRules != nil, digests: options.digests,
+                view: LivenessPlan.view(localGrant: both && policy.followsGroupRules != nil, peerRead: policy.read, ownRead: options.ownRead())))
     }
 
     /// Remembers that the peer sent these revisions, before they are inserted: a relay

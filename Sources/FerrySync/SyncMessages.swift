@@ -686,6 +686,11 @@ struct HeartbeatMessage: Sendable, Equatable {
     /// The digest last sent no longer describes the sender's store, and no new one is known
     /// yet (wire: `"digest": null`): the receiver forgets it.
     var digestUnknown = false
+    /// The sender's digest over the documents both ends may read under the group's rules
+    /// (sent on a link under the rules in place of `digest`); same rules as `digest`.
+    var view: String?
+    /// As `digestUnknown`, for `view` (wire: `"view": null`).
+    var viewUnknown = false
 
     init(links: [String]? = nil, full: Bool? = nil, digest: String? = nil) {
         self.links = links
@@ -701,6 +706,7 @@ struct HeartbeatMessage: Sendable, Equatable {
         if let rules { o["rules"] = .string(rules) }
         if grant { o["grant"] = true }
         if let digest { o["digest"] = .string(digest) } else if digestUnknown { o["digest"] = .null }
+        if let view { o["view"] = .string(view) } else if viewUnknown { o["view"] = .null }
         return o.isEmpty ? [] : JSON.object(o).canonicalBytes
     }
 
@@ -740,6 +746,12 @@ struct HeartbeatMessage: Sendable, Equatable {
         case .string(let d)? where !d.isEmpty && d.utf8.count <= 128: digest = d
         case .null?: digestUnknown = true
         default: throw .protocolViolation("heartbeat digest must be null or a string of at most 128 bytes")
+        }
+        switch o["view"] {
+        case nil: break
+        case .string(let d)? where !d.isEmpty && d.utf8.count <= 128: view = d
+        case .null?: viewUnknown = true
+        default: throw .protocolViolation("heartbeat view must be null or a string of at most 128 bytes")
         }
     }
 }

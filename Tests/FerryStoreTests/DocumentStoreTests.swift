@@ -495,4 +495,34 @@ import Testing
         _ = try a.delete(try DocumentID("x"), revision: r1)
         #expect(try a.contentDigest() != b.contentDigest())
     }
+
+    @Test func aPurgeChangesTheContentVersionThoughItTakesNoSequence() throws {
+        let store = try DocumentStore.inMemory()
+        try store.put(try DocumentID("x"), body: ["v": 1])
+        let before = store.contentVersion
+        #expect(try store.purge(try DocumentID("x")))
+        #expect(store.contentVersion != before)
+        #expect(store.contentVersion.sequence == before.sequence)
+        // Purging nothing changes nothing.
+        let after = store.contentVersion
+        #expect(try !store.purge(try DocumentID("x")))
+        #expect(store.contentVersion == after)
+    }
+
+    @Test func aViewDigestCoversOnlyTheDocumentsItAdmitsJudgedByTheirCurrentBodies() throws {
+        let a = try DocumentStore.inMemory()
+        let b = try DocumentStore.inMemory()
+        let wardA = ContentView { _, tree in
+            guard let t = try? tree(), let w = t.winnerIndex, let body = t.revisions[w].body else { return false }
+            return (try? JSON.parse(body))?["ward"]?.stringValue == "a"
+        }
+        try a.put(try DocumentID("p1"), body: ["ward": "a"])
+        try b.put(try DocumentID("p1"), body: ["ward": "a"])
+        try a.put(try DocumentID("p2"), body: ["ward": "b"])
+        let da = try a.contentDigests(views: [wardA])
+        let db = try b.contentDigests(views: [wardA])
+        #expect(da.full != db.full)
+        #expect(da.views == db.views)
+        #expect(da.full == (try a.contentDigest()))
+    }
 }

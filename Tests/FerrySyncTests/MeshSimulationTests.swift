@@ -46,17 +46,23 @@ final class MeshNode: Sendable {
     let responder: ReplicationResponder
     /// The node's catch-up lease, shared by its responder and its replicators; nil: none.
     let gate: CatchUpGate?
+    /// The node's digests, shared by its responder and its replicators; nil: none (no anti-entropy).
+    let digests: MeshDigests?
 
     /// `policy`: this node's policy for each peer, by node ID (every document both ways by default).
     init(
         id: String, relayDelay: Duration, gated: Bool = false, storeOptions: StoreOptions = StoreOptions(),
-        policy: (@Sendable (String) -> PeerPolicy)? = nil
+        policy: (@Sendable (String) -> PeerPolicy)? = nil, antiEntropy: AntiEntropy? = nil
     ) throws {
         self.id = id
-        store = try DocumentStore.inMemory(options: storeOptions)
+        let store = try DocumentStore.inMemory(options: storeOptions)
+        self.store = store
         mesh = MeshRelay()
         gate = gated ? CatchUpGate() : nil
+        digests = antiEntropy.map { _ in MeshDigests(store: store, minInterval: .milliseconds(20)) }
         var options = ReplicationResponder.Options()
+        options.digests = digests
+        if antiEntropy != nil { options.liveness.interval = MeshNetwork.quickHeartbeat }
         options.nodeID = id
         options.policyLookup = policy
         // In these simulations a node's grant is the same whoever judges it: its own reads too.
@@ -111,22 +117,30 @@ final class MeshNetwork: Sendable {
     /// What node `judge` lets node `peer` read, write and delete; every document both ways
     /// when nil. Each link's dialler and listener both apply it.
     let policy: (@Sendable (_ judge: Int, _ peer: Int) -> PeerPolicy)?
+    /// Each link's anti-entropy (digests in heartbeats every `quickHeartbeat`); nil: none.
+    let antiEntropy: AntiEntropy?
+    /// The heartbeat interval of a network with anti-entropy (digests ride in heartbeats).
+    static let quickHeartbeat: Duration = .milliseconds(100)
 
     /// `storeOptions(i)`: node i's store options (its validator, say).
     init(
         count: Int, relayDelay: Duration = .zero, marker: String? = nil, gated: Bool = false,
-        policy: (@Sendable (_ judge: Int, _ peer: Int) -> PeerPolicy)? = nil, storeOptions: (Int) -> StoreOptions = { _ in StoreOptions() }
+        policy: (@Sendable (_ judge: Int, _ peer: Int) -> PeerPolicy)? = nil, storeOptions: (Int) -> StoreOptions = { _ in StoreOptions() },
+        antiEntropy: AntiEntropy? = nil
     ) throws {
         var made: [MeshNode] = []
         for i in 0..<count {
             var lookup: (@Sendable (String) -> PeerPolicy)?
             if let policy { lookup = { peer in policy(i, Self.index(of: peer)) } }
-            made.append(try MeshNode(id: "node-\(i)", relayDelay: relayDelay, gated: gated, storeOptions: storeOptions(i), policy: lookup))
+            made.append(
+                try MeshNode(
+                    id: "node-\(i)", relayDelay: relayDelay, gated: gated, storeOptions: storeOptions(i), policy: lookup, antiEntropy: antiEntropy))
         }
         nodes = made
         tally = WireTally(marker: marker)
         self.relayDelay = relayDelay
         self.policy = policy
+        self.antiEntropy = antiEntropy
     }
 
     /// The index of the node named `id` ("node-i"); -1 for another name.
@@ -167,6 +181,11 @@ final class MeshNetwork: Sendable {
             // A dialler whose own reads the rules narrow asks what it may no longer hold, as a node does.
             config.checksHeldAccess = policy(pair.high, pair.low).read.needsBodies
             config.ownRead = { policy(pair.low, pair.low).read }
+        }
+        if let antiEntropy, let digests = dialer.digests {
+            config.wiring.digests = digests
+            config.wiring.antiEntropy = antiEntropy
+            config.wiring.liveness.interval = Self.quickHeartbeat
         }
         config.initialAttemptWait = .milliseconds(1)
         config.maxAttemptWait = .milliseconds(20)
