@@ -85,8 +85,9 @@ integration: deps
 	$(SWIFT) test --filter IntegrationTests
 
 # The seeded simulations at soak size: 10,000 seeds of the pairwise simulation (about four
-# hours), 1,000 of the mesh simulation and of the live join simulation, and 200 of the join
-# simulation (`make test` runs 100, 200, 30 and 20); then a 100,000-document pull and a blob
+# hours), 1,000 of the mesh simulation and of the live join simulation, 200 of the join
+# simulation, and 1,000 each of the access mesh and live access simulations (`make test` runs
+# 100, 200, 30, 20, 100 and 30); then a 100,000-document pull and a blob
 # transfer each killed at 100 random points (`make test`: 20,000 documents, 12 kills); then an
 # hour of a five-node mesh under writes, SIGKILLs, SIGSTOPs and avahi restarts (`make test`: a minute).
 # The dashboard's browser test, keeping its pictures of each page in docs/dashboard/.
@@ -102,6 +103,8 @@ soak: deps
 	FERRY_SIM_SEEDS=$(SOAK_SEEDS) FERRY_JOIN_SIM_SEEDS=$(SOAK_SEEDS) $(SWIFT) test --skip-build \
 		--filter 'MeshSimulationTests.seededPartialMeshes|LiveJoinSimulationTests'
 	FERRY_SIM_SEEDS=200 $(SWIFT) test --skip-build --filter JoinSimulationTests
+	FERRY_ACCESS_MESH_SIM_SEEDS=$(SOAK_SEEDS) FERRY_LIVE_ACCESS_SIM_SEEDS=$(SOAK_SEEDS) $(SWIFT) test --skip-build \
+		--filter 'AccessMeshSimulationTests|LiveAccessSimulationTests'
 	FERRY_SIM_SEEDS=$(SOAK_SIM_SEEDS) $(SWIFT) test --skip-build --filter seededSimulationsConvergeAfterHealing
 	FERRY_IT_KILLS=100 FERRY_IT_KILL_DOCS=100000 $(SWIFT) test --skip-build --filter KillFaultScenarios
 	FERRY_IT_SOAK_SECONDS=$(SOAK_MESH_SECONDS) $(SWIFT) test --skip-build --filter MeshSoakScenarios
