@@ -90,6 +90,22 @@ struct Clinic {
             let a = try await ids(wardA), a2 = try await ids(wardA2), b = try await ids(wardB), all = try await ids(admin)
             return a == wardADocs && a2 == wardADocs && b == wardBDocs && all == wardADocs.union(wardBDocs)
         }
+        // Every link compares digests over what both of its ends may read, and finds them equal.
+        var lastPeers: [String: JSON] = [:]
+        do {
+            try await waitUntil("every link under the rules reports equal digests", timeout: 60) {
+                for node in [admin, wardA, wardA2, wardB] {
+                    let peers = try await node.admin.get("/peers")
+                    lastPeers[node.name] = peers
+                    let connected = (peers["peers"]?.items ?? []).filter { $0["connected"]?.boolValue == true }
+                    guard !connected.isEmpty, connected.allSatisfy({ $0["digestMatches"]?.boolValue == true }) else { return false }
+                }
+                return true
+            }
+        } catch {
+            print("peers: \(lastPeers)")
+            throw error
+        }
         try await wardA.admin.put("patient-5", #"{"ward":"a","name":"new"}"#)
         try await waitUntil("the ward-a write reaches ward a and the admin", timeout: 60) {
             let a2 = try await ids(wardA2), all = try await ids(admin)

@@ -30,8 +30,12 @@ public struct ReplicationFactory: Sendable {
         return rule.admitsEverything ? "" : rule.fingerprint
     }
 
-    /// What this node's own roles let it hold now (`.all` without rules).
-    static func ownRead(_ access: GroupAccess?) -> AccessRule { AccessRule.all.restricted(by: access?.own?.read) }
+    /// What this node's own roles let it hold now (`.all` without rules), with the group's
+    /// signed entries every member holds: as its peers' policies for it say (so both ends of a
+    /// link compute the same view of what both may read).
+    static func ownRead(_ access: GroupAccess?) -> AccessRule {
+        carryingMembership(PeerPolicy(read: AccessRule.all.restricted(by: access?.own?.read))).read
+    }
     /// The node's one mesh view and relay ledger, given to every replicator and responder
     /// (heartbeats carry links; relays a peer gets elsewhere are skipped). nil: neither.
     public var mesh: MeshRelay?
