@@ -95,6 +95,8 @@ let package = Package(
         // Avahi's dns_sd compat library (see Sources/CDNSSD/module.modulemap).
         .systemLibrary(name: "CDNSSD", providers: [.apt(["libavahi-compat-libdnssd-dev"])]),
         .systemLibrary(name: "CZlib", providers: [.apt(["zlib1g-dev"])]),
+        // Couchbase Lite's message protocol (BLIP 3) as sans-IO frame and message codecs.
+        .target(name: "FerryBLIP", dependencies: ["FerryCore", "CZlib"]),
         .target(
             name: "FerryDiscovery",
             dependencies: [
@@ -197,6 +199,7 @@ let package = Package(
             ]
         ),
         .testTarget(name: "FerryCoreTests", dependencies: ["FerryCore"]),
+        .testTarget(name: "FerryBLIPTests", dependencies: ["FerryBLIP", "FerryCore"]),
         .testTarget(name: "FerryTests", dependencies: ["Ferry"]),
         .testTarget(name: "FerryQueryTests", dependencies: ["FerryQuery", "FerryCore"]),
         .testTarget(

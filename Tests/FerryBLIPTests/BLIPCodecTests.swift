@@ -1,0 +1,159 @@
+import FerryCore
+import Testing
+
+@testable import FerryBLIP
+
+@Suite struct BLIPFrameCodecTests {
+    @Test func aFrameRoundTripsWithItsNumberTypeFlagsAndData() throws {
+        let encoder = BLIPFrameEncoder()
+        let decoder = BLIPFrameDecoder()
+        let frame = BLIPFrame(number: 300, type: .request, flags: [.urgent, .noReply], data: Array("hello".utf8))
+        let bytes = try encoder.encode(frame)
+        // varint 300 = AC 02; flags 0x30; data; 4 checksum bytes.
+        #expect(Array(bytes.prefix(3)) == [0xAC, 0x02, 0x30])
+        #expect(bytes.count == 3 + 5 + 4)
+        #expect(try decoder.decode(bytes) == frame)
+    }
+
+    @Test func theChecksumRunsOverEveryFrameOfTheDirection() throws {
+        let encoder = BLIPFrameEncoder()
+        let decoder = BLIPFrameDecoder()
+        let first = try encoder.encode(BLIPFrame(number: 1, type: .request, data: [1, 2, 3]))
+        let second = try encoder.encode(BLIPFrame(number: 2, type: .request, data: [1, 2, 3]))
+        // The same data, a different checksum: it covers the first frame too.
+        #expect(first.suffix(4) != second.suffix(4))
+        _ = try decoder.decode(first)
+        _ = try decoder.decode(second)
+        // A frame lost in between, or altered, fails the check.
+        let skipping = BLIPFrameDecoder()
+        #expect(throws: BLIPError.self) { try skipping.decode(second) }
+        var altered = try encoder.encode(BLIPFrame(number: 3, type: .request, data: [9, 9]))
+        altered[2] ^= 0xFF
+        #expect(throws: BLIPError.self) { try decoder.decode(altered) }
+    }
+
+    @Test func compressedFramesShareOneDeflateContextAndDropTheFlushTrailer() throws {
+        let encoder = BLIPFrameEncoder()
+        let decoder = BLIPFrameDecoder()
+        let text = Array(String(repeating: "{\"type\":\"patient\",\"ward\":\"a\"}", count: 40).utf8)
+        let first = try encoder.encode(BLIPFrame(number: 1, type: .request, flags: [.compressed], data: text))
+        let second = try encoder.encode(BLIPFrame(number: 2, type: .request, flags: [.compressed], data: text))
+        #expect(first.count < text.count / 4)
+        // The second frame refers back to the first through the shared context: smaller still.
+        #expect(second.count < first.count)
+        #expect(first.dropLast(4).suffix(4) != [0, 0, 0xFF, 0xFF])
+        #expect(try decoder.decode(first).data == text)
+        #expect(try decoder.decode(second).data == text)
+        // Without the first frame the context lacks what the second refers to.
+        #expect(throws: BLIPError.self) { try BLIPFrameDecoder().decode(second) }
+    }
+
+    @Test func anAckCarriesNoChecksumAndLeavesTheRunningOneAlone() throws {
+        let encoder = BLIPFrameEncoder()
+        let decoder = BLIPFrameDecoder()
+        let ack = try encoder.encode(BLIPFrame(number: 7, type: .ackRequest, data: [0x90, 0x03]))
+        #expect(ack == [7, 4, 0x90, 0x03])
+        #expect(try decoder.decode(ack).type == .ackRequest)
+        _ = try decoder.decode(try encoder.encode(BLIPFrame(number: 1, type: .response, data: [1])))
+    }
+
+    @Test(arguments: [
+        ([UInt8](), "truncated"), ([0x80], "truncated"), ([1, 0x03, 0, 0, 0, 0], "message type"), ([1, 0x80, 0x01], "flags"),
+        ([1, 0x00, 1], "checksum"),
+    ])
+    func malformedFramesAreRefusedWithAReason(bytes: [UInt8], reason: String) {
+        #expect {
+            try BLIPFrameDecoder().decode(bytes)
+        } throws: { error in
+            (error as? BLIPError)?.reason.contains(reason) == true
+        }
+    }
+
+    @Test func aDeflateBombIsRefused() throws {
+        let encoder = BLIPFrameEncoder()
+        let big = try encoder.encode(BLIPFrame(number: 1, type: .request, flags: [.compressed], data: [UInt8](repeating: 0, count: 200_000)))
+        #expect(big.count < 2_000)
+        #expect(throws: BLIPError.self) { try BLIPFrameDecoder(maxFrameData: 100_000).decode(big) }
+    }
+}
+
+@Suite struct BLIPMessageTests {
+    @Test func aMessageRoundTripsThroughFramesAndTheAssembler() throws {
+        let message = BLIPMessage(
+            type: .request, number: 1, flags: [.compressed],
+            properties: [("Profile", "getCheckpoint"), ("client", "cp-1")], body: Array(repeating: 0x41, count: 40_000))
+        let frames = try message.frames(maxFrameData: 16 * 1024)
+        #expect(frames.count == 3)
+        #expect(frames.dropLast().allSatisfy { $0.flags.contains(.moreComing) } && !frames.last!.flags.contains(.moreComing))
+        let encoder = BLIPFrameEncoder()
+        let decoder = BLIPFrameDecoder()
+        var assembler = BLIPAssembler()
+        var received: BLIPMessage?
+        for frame in frames {
+            let outcome = try assembler.receive(try decoder.decode(try encoder.encode(frame)))
+            if let m = outcome.message { received = m }
+        }
+        #expect(received == message)
+        #expect(received?["Profile"] == "getCheckpoint")
+    }
+
+    @Test func aMessageWithoutPropertiesStillWritesTheirZeroLength() throws {
+        #expect(try BLIPMessage(type: .response, number: 4).encoded() == [0])
+        #expect(try BLIPMessage(type: .response, number: 4, body: [7]).encoded() == [0, 7])
+        let props = try BLIPMessage(type: .request, number: 1, properties: [("a", "b")]).encoded()
+        #expect(props == [4, 0x61, 0, 0x62, 0])
+    }
+
+    @Test(arguments: [
+        ([UInt8](), "length"), ([5, 0x61, 0], "shorter"), ([2, 0x61, 0x62], "NUL"), ([2, 0x61, 0], "no value"), ([2, 0xFF, 0], "UTF-8"),
+    ])
+    func malformedMessagesAreRefusedWithAReason(bytes: [UInt8], reason: String) {
+        #expect {
+            try BLIPMessage(type: .request, number: 1, flags: [], encoded: bytes)
+        } throws: { error in
+            (error as? BLIPError)?.reason.contains(reason) == true
+        }
+    }
+
+    @Test func theAssemblerAcknowledgesTheWireBytesOfLongMessagesAndTakesAcks() throws {
+        var assembler = BLIPAssembler(ackThreshold: 15_000)
+        let encoder = BLIPFrameEncoder()
+        let decoder = BLIPFrameDecoder()
+        // Compressed: the ACKs count what crossed the wire, not what it inflated to.
+        var body: [UInt8] = []
+        var rng = SeededGenerator(seed: 7)
+        for _ in 0..<200_000 { body.append(UInt8.random(in: 0x61...0x64, using: &rng)) }
+        let frames = try BLIPMessage(type: .request, number: 1, flags: [.compressed], body: body).frames(maxFrameData: 16 * 1024)
+        var acks: [BLIPFrame] = []
+        var wire = 0
+        for frame in frames {
+            let bytes = try encoder.encode(frame)
+            wire += bytes.count - 2
+            if let ack = try assembler.receive(try decoder.decode(bytes)).ack { acks.append(ack) }
+        }
+        let counts = acks.map { Varint.read($0.data, at: 0)!.0 }
+        #expect(acks.count >= 2 && counts == counts.sorted() && counts.allSatisfy { $0 < UInt64(wire) })
+        #expect(acks.allSatisfy { $0.type == .ackRequest && $0.flags == [.urgent, .noReply] })
+        let taken = try assembler.receive(BLIPFrame(number: 3, type: .ackResponse, data: [0x90, 0x03]))
+        #expect(taken.acknowledged?.type == .response && taken.acknowledged?.number == 3 && taken.acknowledged?.bytes == 400)
+    }
+
+    @Test func requestsMustBeginInOrderAndRepliesAreNumberedApart() throws {
+        var assembler = BLIPAssembler()
+        _ = try assembler.receive(BLIPFrame(number: 2, type: .request, flags: [.moreComing], data: [0]))
+        #expect(throws: BLIPError.self) { try assembler.receive(BLIPFrame(number: 1, type: .request, data: [0])) }
+        // A reply to this side's request 1 is another message than the peer's request 1 would be.
+        let reply = try assembler.receive(BLIPFrame(number: 1, type: .response, data: [0, 9]))
+        #expect(reply.message?.body == [9])
+        let finished = try assembler.receive(BLIPFrame(number: 2, type: .request, data: [5]))
+        #expect(finished.message?.body == [5])
+    }
+
+    @Test func aMessagePastTheLimitIsRefused() throws {
+        var assembler = BLIPAssembler(maxMessageSize: 1000)
+        _ = try assembler.receive(BLIPFrame(number: 1, type: .request, flags: [.moreComing], data: [UInt8](repeating: 0, count: 900)))
+        #expect(throws: BLIPError.self) {
+            try assembler.receive(BLIPFrame(number: 1, type: .request, data: [UInt8](repeating: 0, count: 200)))
+        }
+    }
+}
