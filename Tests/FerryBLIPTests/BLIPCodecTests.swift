@@ -157,3 +157,82 @@ import Testing
         }
     }
 }
+
+@Suite struct BLIPOutboxTests {
+    /// Sends every ready frame through one encoder into one decoder and assembler.
+    struct Wire {
+        let encoder = BLIPFrameEncoder()
+        let decoder = BLIPFrameDecoder()
+        var assembler = BLIPAssembler()
+        var order: [UInt64] = []
+        var received: [BLIPMessage] = []
+        var acks: [BLIPFrame] = []
+
+        mutating func drain(_ outbox: inout BLIPOutbox) throws {
+            while let bytes = try outbox.nextFrame(encode: { f throws(BLIPError) in try encoder.encode(f) }) {
+                let frame = try decoder.decode(bytes)
+                order.append(frame.number)
+                let outcome = try assembler.receive(frame)
+                if let m = outcome.message { received.append(m) }
+                if let ack = outcome.ack { acks.append(ack) }
+            }
+        }
+    }
+
+    @Test func messagesAreNumberedAndInterleavedFrameByFrame() throws {
+        var outbox = BLIPOutbox(maxFrameData: 1000)
+        #expect(try outbox.enqueue(BLIPMessage(type: .request, number: 0, body: Array(repeating: 1, count: 2500))) == 1)
+        #expect(try outbox.enqueue(BLIPMessage(type: .request, number: 0, body: Array(repeating: 2, count: 1500))) == 2)
+        var wire = Wire()
+        try wire.drain(&outbox)
+        #expect(wire.order == [1, 2, 1, 2, 1])
+        #expect(wire.received.map(\.number) == [2, 1])
+        #expect(wire.received.first { $0.number == 1 }?.body == Array(repeating: 1, count: 2500))
+    }
+
+    @Test func anUrgentMessageGoesAheadWithoutStarvingNormalOnesOrBeginningOutOfOrder() throws {
+        var outbox = BLIPOutbox(maxFrameData: 100)
+        try outbox.enqueue(BLIPMessage(type: .request, number: 0, body: Array(repeating: 1, count: 450)))
+        var wire = Wire()
+        // One frame of request 1 goes, then an urgent request arrives behind it.
+        let first = try outbox.nextFrame { f throws(BLIPError) in try wire.encoder.encode(f) }!
+        _ = try wire.assembler.receive(try wire.decoder.decode(first))
+        try outbox.enqueue(BLIPMessage(type: .request, number: 0, body: Array(repeating: 2, count: 50)))
+        try outbox.enqueue(BLIPMessage(type: .request, number: 0, flags: [.urgent], body: Array(repeating: 3, count: 250)))
+        try wire.drain(&outbox)
+        // Requests begin in order (3 after 2 began), then the urgent one gets the larger share.
+        #expect(wire.order.firstIndex(of: 2)! < wire.order.firstIndex(of: 3)!)
+        #expect(wire.received.map(\.number).last == 1)
+        #expect(wire.received.count == 3)
+    }
+
+    @Test func aMessagePastTheWindowWaitsForItsAckAndGoesOnAfterIt() throws {
+        var outbox = BLIPOutbox(maxFrameData: 10_000, window: 25_000)
+        try outbox.enqueue(BLIPMessage(type: .request, number: 0, body: Array(repeating: 7, count: 100_000)))
+        var wire = Wire()
+        wire.assembler = BLIPAssembler(ackThreshold: 20_000)
+        try wire.drain(&outbox)
+        // Stopped at the window, with the receiver's ACK to send back.
+        #expect(wire.received.isEmpty && outbox.pending == 1 && !outbox.hasFrame)
+        #expect(wire.order.count == 3)
+        while let ack = wire.acks.popLast() {
+            outbox.acknowledged(type: .request, number: ack.number, bytes: Varint.read(ack.data, at: 0)!.0)
+            try wire.drain(&outbox)
+        }
+        #expect(wire.received.first?.body == Array(repeating: 7, count: 100_000))
+        #expect(outbox.pending == 0)
+    }
+
+    @Test func anAckForMoreThanWasSentIsIgnored() throws {
+        var outbox = BLIPOutbox(maxFrameData: 10_000, window: 15_000)
+        try outbox.enqueue(BLIPMessage(type: .request, number: 0, body: Array(repeating: 7, count: 50_000)))
+        var wire = Wire()
+        try wire.drain(&outbox)
+        #expect(!outbox.hasFrame)
+        outbox.acknowledged(type: .request, number: 1, bytes: 1_000_000)
+        #expect(!outbox.hasFrame)
+        // An ACK of a reply with that number is another message's.
+        outbox.acknowledged(type: .response, number: 1, bytes: 20_000)
+        #expect(!outbox.hasFrame)
+    }
+}
