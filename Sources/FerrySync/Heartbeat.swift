@@ -68,6 +68,31 @@ struct LivenessPlan: Sendable {
     }
 }
 
+/// What a heartbeat says of one of this side's digests (the whole store's or the view's): the
+/// digest when it changed since the connection last carried it, and again every
+/// `digestRepeat` heartbeats (one that arrived before the peer armed its watchdog was
+/// dropped); once, that the last one sent no longer holds (the store changed since and no new
+/// one is computed: the peer must not compare against a stale digest); or nothing.
+enum DigestCarriage: Equatable {
+    case send(String)
+    case forget
+    case nothing
+
+    static func next(_ digest: String?, sent: inout String?, since: inout Int, mayForget: Bool) -> DigestCarriage {
+        since += 1
+        if let digest, digest != sent || since >= Liveness.digestRepeat {
+            sent = digest
+            since = 0
+            return .send(digest)
+        }
+        if digest == nil, sent != nil, mayForget {
+            sent = nil
+            return .forget
+        }
+        return .nothing
+    }
+}
+
 /// A connection's heartbeat state, behind the connection's mutex.
 struct LivenessState {
     let plan: LivenessPlan
@@ -290,30 +315,18 @@ extension Connection {
                 l.linksSent = []
             }
             if onlyIfLinksChanged && body.links == nil { return nil }
-            // The digest goes when it changed since this connection last carried it, and again
-            // every `digestRepeat` heartbeats (one that arrived before the peer armed its
-            // watchdog was dropped), with this half's fullness.
-            l.sinceDigest += 1
-            if let digest, digest != l.digestSent || l.sinceDigest >= Liveness.digestRepeat {
-                body.digest = digest
-                body.statesHalf(of: l.plan)
-                l.digestSent = digest
-                l.sinceDigest = 0
-            } else if digest == nil, l.digestSent != nil, l.plan.digests != nil, !onlyIfLinksChanged {
-                // The store changed since: the peer must not compare against a stale digest.
-                body.digestUnknown = true
-                l.digestSent = nil
+            let mayForget = l.plan.digests != nil && !onlyIfLinksChanged
+            switch DigestCarriage.next(digest, sent: &l.digestSent, since: &l.sinceDigest, mayForget: mayForget) {
+            case .send(let d): body.digest = d
+            case .forget: body.digestUnknown = true
+            case .nothing: break
             }
-            l.sinceView += 1
-            if let view, view != l.viewSent || l.sinceView >= Liveness.digestRepeat {
-                body.view = view
-                body.statesHalf(of: l.plan)
-                l.viewSent = view
-                l.sinceView = 0
-            } else if view == nil, l.viewSent != nil, l.plan.digests != nil, !onlyIfLinksChanged {
-                body.viewUnknown = true
-                l.viewSent = nil
+            switch DigestCarriage.next(view, sent: &l.viewSent, since: &l.sinceView, mayForget: mayForget) {
+            case .send(let d): body.view = d
+            case .forget: body.viewUnknown = true
+            case .nothing: break
             }
+            if body.digest != nil || body.view != nil { body.statesHalf(of: l.plan) }
             s.liveness = l
             defer { s.nextNumber += 1 }
             return Message(

@@ -52,25 +52,12 @@ final class AccessMeshSimulation: @unchecked Sendable {
 
     /// What every node lets `peer` do (one version of the rules everywhere).
     static func policy(wards: [String]?) -> PeerPolicy {
-        let grant = wards.map { w in AccessGrant(clauses: [try! AccessClause(selector: ["ward": ["$in": .array(w.map(JSON.string))]])]) }
-        return PeerPolicy(
-            read: AccessRule.all.restricted(by: grant), write: AccessRule.all.restricted(by: grant), mayDelete: wards == nil,
-            groupRules: GroupRulesApplied(version: "v1", unnarrowed: ProcessInfo.processInfo.environment["FERRY_SIM_NARROWED"] == nil))
+        WardRules.policy(wards: wards, version: "v1", unnarrowed: ProcessInfo.processInfo.environment["FERRY_SIM_NARROWED"] == nil)
     }
 
-    /// As a node's validator does: hold only what its roles let it read; write locally only
-    /// what they let it write.
     static func storeOptions(wards: [String]?) -> StoreOptions {
-        var options = StoreOptions()
         let policy = Self.policy(wards: wards)
-        options.validator = Validator { proposed in
-            let bare = proposed.deleted && (proposed.body.objectValue?.isEmpty ?? true)
-            if proposed.origin == .local && proposed.deleted && !policy.mayDelete { return "may not delete" }
-            if !bare && proposed.origin == .local && !policy.write.admits(id: proposed.id, body: proposed.body) { return "may not write" }
-            if !bare && !policy.read.admits(id: proposed.id, body: proposed.body) { return "may not hold" }
-            return nil
-        }
-        return options
+        return WardRules.storeOptions { policy }
     }
 
     /// Runs the seed; returns how many relays were skipped (and still remembered) at the end.
@@ -161,40 +148,16 @@ final class AccessMeshSimulation: @unchecked Sendable {
         _ = try? store.delete(id, revision: doc.revision)
     }
 
-    /// Live documents and their revisions.
-    func live(_ store: DocumentStore) throws -> [String: String] {
-        Dictionary(uniqueKeysWithValues: try store.allDocuments().map { ($0.id.rawValue, $0.revision.description) })
-    }
-
     /// The first station that does not hold exactly what its role admits at the supervisor's
     /// revisions, described; nil when all do.
     func mismatch(_ net: MeshNetwork) throws -> String? {
         let supervisor = net.nodes[wards.count - 1].store
         for n in 0..<(wards.count - 1) {
-            let access = DocumentAccess(Self.policy(wards: wards[n]))
-            var expected: [String: String] = [:]
-            for doc in try supervisor.allDocuments() {
-                guard let tree = try supervisor.revisionTree(doc.id), access.mayRead(doc.id, tree: tree) else { continue }
-                expected[doc.id.rawValue] = doc.revision.description
+            let store = net.nodes[n].store
+            let expected = try WardRules.expected(of: Self.policy(wards: wards[n]), from: supervisor)
+            if let difference = try WardRules.difference(held: WardRules.live(store), expected: expected, station: store, supervisor: supervisor) {
+                return "station \(n) (wards \(wards[n] ?? [])) \(difference)"
             }
-            let held = try live(net.nodes[n].store)
-            guard held != expected else { continue }
-            let more = held.keys.filter { expected[$0] == nil }.sorted()
-            let fewer = expected.keys.filter { held[$0] == nil }.sorted()
-            let stale = held.keys.filter { expected[$0] != nil && expected[$0] != held[$0] }.sorted()
-            var detail = ""
-            for id in (more + fewer + stale).prefix(2) {
-                func shape(_ store: DocumentStore) throws -> String {
-                    guard let tree = try store.revisionTree(docID(id)) else { return "none" }
-                    return tree.revisions.map { r in
-                        let ward = r.body.flatMap { try? JSON.parse($0) }?["ward"]?.stringValue ?? "-"
-                        return "\(r.id.description.prefix(6))\(r.isLeaf ? "*" : "")\(r.deleted ? "x" : "")\(ward)"
-                    }.joined(separator: " ")
-                }
-                let purged = try net.nodes[n].store.accessRemovals().removals.filter { $0.id == id }.map { "\($0.revisions.map { $0.prefix(6) })" }
-                detail += "; \(id): station [\(try shape(net.nodes[n].store))] purged \(purged), supervisor [\(try shape(supervisor))]"
-            }
-            return "station \(n) (wards \(wards[n] ?? [])) holds more \(more), fewer \(fewer), other revisions of \(stale)\(detail)"
         }
         return nil
     }

@@ -71,28 +71,12 @@ final class LiveAccessSimulation: @unchecked Sendable {
     var supervisor: Int { roles.withLock { $0.wards.count - 1 } }
     func wards(_ n: Int) -> [String]? { roles.withLock { $0.wards[n] } }
 
-    static func policy(wards: [String]?, version: Int) -> PeerPolicy {
-        let grant = wards.map { w in
-            w.isEmpty ? AccessGrant.nothing : AccessGrant(clauses: [try! AccessClause(selector: ["ward": ["$in": .array(w.map(JSON.string))]])])
-        }
-        return PeerPolicy(
-            read: AccessRule.all.restricted(by: grant), write: AccessRule.all.restricted(by: grant), mayDelete: wards == nil,
-            groupRules: GroupRulesApplied(version: "v\(version)", unnarrowed: true))
-    }
+    static func policy(wards: [String]?, version: Int) -> PeerPolicy { WardRules.policy(wards: wards, version: "v\(version)") }
 
     func policy(of n: Int) -> PeerPolicy { roles.withLock { Self.policy(wards: $0.wards[n], version: $0.version) } }
 
     func storeOptions(_ n: Int) -> StoreOptions {
-        var options = StoreOptions()
-        options.validator = Validator { [roles] proposed in
-            let policy = roles.withLock { Self.policy(wards: $0.wards[n], version: $0.version) }
-            let bare = proposed.deleted && (proposed.body.objectValue?.isEmpty ?? true)
-            if proposed.origin == .local && proposed.deleted && !policy.mayDelete { return "may not delete" }
-            if !bare && proposed.origin == .local && !policy.write.admits(id: proposed.id, body: proposed.body) { return "may not write" }
-            if !bare && !policy.read.admits(id: proposed.id, body: proposed.body) { return "may not hold" }
-            return nil
-        }
-        return options
+        WardRules.storeOptions { [roles] in roles.withLock { Self.policy(wards: $0.wards[n], version: $0.version) } }
     }
 
     /// Runs the seed; returns how many purged documents a station held again at the end.
@@ -277,36 +261,19 @@ final class LiveAccessSimulation: @unchecked Sendable {
     func mismatch(_ net: MeshNetwork) throws -> String? {
         let supervisorStore = net.nodes[supervisor].store
         for n in 0..<supervisor {
-            let access = DocumentAccess(policy(of: n))
-            var expected: [String: String] = [:]
-            for doc in try supervisorStore.allDocuments() {
-                guard let tree = try supervisorStore.revisionTree(doc.id), access.mayRead(doc.id, tree: tree) else { continue }
-                expected[doc.id.rawValue] = doc.revision.description
-            }
-            var held = Dictionary(uniqueKeysWithValues: try net.nodes[n].store.allDocuments().map { ($0.id.rawValue, $0.revision.description) })
+            let store = net.nodes[n].store
+            let expected = try WardRules.expected(of: policy(of: n), from: supervisorStore)
+            var held = try WardRules.live(store)
             // The known gap (docs/operations.md, "Access by content"): a conflicting branch the
             // supervisor continued out of the station's reach is left with the station beside
             // the supervisor's readable one. Counted, not failed.
             for (id, rev) in held where expected[id] != nil && expected[id] != rev {
-                if try isStaleBranch(docID(id), station: net.nodes[n].store, supervisor: supervisorStore) { held[id] = expected[id] }
+                if try isStaleBranch(docID(id), station: store, supervisor: supervisorStore) { held[id] = expected[id] }
             }
-            guard held != expected else { continue }
-            let more = held.keys.filter { expected[$0] == nil }.sorted()
-            let fewer = expected.keys.filter { held[$0] == nil }.sorted()
-            let stale = held.keys.filter { expected[$0] != nil && expected[$0] != held[$0] }.sorted()
-            var detail = ""
-            for id in (more + fewer + stale).prefix(2) {
-                func shape(_ store: DocumentStore) throws -> String {
-                    guard let tree = try store.revisionTree(docID(id)) else { return "none" }
-                    return tree.revisions.map { r in
-                        let ward = r.body.flatMap { try? JSON.parse($0) }?["ward"]?.stringValue ?? "-"
-                        return "\(r.id.description.prefix(6))\(r.isLeaf ? "*" : "")\(r.deleted ? "x" : "")\(ward)"
-                    }.joined(separator: " ")
-                }
-                let digests = net.nodes[n].digests.map { "\($0.matches(net.nodes[supervisor].id).map(String.init) ?? "nil")" } ?? "-"
-                detail += "; \(id): station [\(try shape(net.nodes[n].store))], supervisor [\(try shape(supervisorStore))], views match \(digests)"
+            if let difference = try WardRules.difference(held: held, expected: expected, station: store, supervisor: supervisorStore) {
+                let views = net.nodes[n].digests.flatMap { $0.matches(net.nodes[supervisor].id) }.map { "\($0)" } ?? "unknown"
+                return "station \(n) (wards \(wards(n) ?? [])) \(difference); views match \(views)"
             }
-            return "station \(n) (wards \(wards(n) ?? [])) holds more \(more), fewer \(fewer), other revisions of \(stale)\(detail)"
         }
         return nil
     }
