@@ -29,6 +29,10 @@ public final class Connection: Sendable {
         var reader: Task<Void, Never>?
         /// Heartbeats and the silence watchdog, once hello showed both sides offer them.
         var liveness: LivenessState?
+        /// The latest heartbeat that arrived before this side armed its own (the peer starts
+        /// as soon as its hello is done): applied once armed, so the peer's links, which it
+        /// sends again only when they change, are not lost.
+        var earlyHeartbeat: Message?
     }
 
     let metrics: SyncMetrics?

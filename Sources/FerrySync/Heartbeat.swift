@@ -147,12 +147,16 @@ extension Connection {
     /// Arms heartbeats, to start once the reply being prepared (hello's) is sent. Heartbeats
     /// that arrive before then are already read.
     func armLiveness(_ plan: LivenessPlan) {
-        let armed = state.withLock { s -> Bool in
-            guard s.liveness == nil && s.closedWith == nil else { return false }
+        let (armed, early) = state.withLock { s -> (Bool, Message?) in
+            guard s.liveness == nil && s.closedWith == nil else { return (false, nil) }
             s.liveness = LivenessState(plan: plan)
-            return true
+            defer { s.earlyHeartbeat = nil }
+            return (true, s.earlyHeartbeat)
         }
-        if armed { plan.mesh?.view.connectionOpened(plan.peerID) }
+        guard armed else { return }
+        plan.mesh?.view.connectionOpened(plan.peerID)
+        // Applied in number order with any later one (`linksApplied`).
+        if let early { Task { await self.receivedHeartbeat(early) } }
     }
 
     /// Starts heartbeats and the silence watchdog now.
@@ -232,6 +236,13 @@ extension Connection {
             await close(error: error)
             return
         }
+        // Before this side armed its own heartbeats: kept for then (the latest only).
+        let early = state.withLock { s -> Bool in
+            guard s.liveness == nil, s.closedWith == nil else { return false }
+            if message.number > (s.earlyHeartbeat?.number ?? 0) { s.earlyHeartbeat = message }
+            return true
+        }
+        if early { return }
         if decoded.digest != nil || decoded.digestUnknown || decoded.view != nil || decoded.viewUnknown,
             let plan = state.withLock({ $0.liveness?.plan })
         {
