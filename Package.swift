@@ -38,6 +38,7 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
+        .package(url: "https://github.com/apple/swift-nio-extras", from: "1.35.2"),
     ],
     targets: [
         .target(
@@ -134,7 +135,7 @@ let package = Package(
         .target(
             name: "FerryCouch",
             dependencies: [
-                "FerryCore", "FerryQuery", "FerryStore", "FerrySync", "FerryCouchDocuments", "CZlib",
+                "FerryCore", "FerryQuery", "FerryStore", "FerrySync", "FerryCouchDocuments", "FerryBLIP", "CZlib",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -148,6 +149,11 @@ let package = Package(
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
+                // Couchbase Lite's replication: `/{db}/_blipsync` upgraded to WebSocket.
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
+                .product(name: "NIOHTTPTypesHTTP1", package: "swift-nio-extras"),
             ]
         ),
         .target(

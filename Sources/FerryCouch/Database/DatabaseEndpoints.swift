@@ -127,6 +127,14 @@ extension CouchDatabase {
             return try await explainEndpoint(request, principal: principal)
         case "index":
             return try await indexEndpoint(request, principal: principal)
+        case "blipsync":
+            // Reached only when the front door did not upgrade the request (see MobileAdmission).
+            if request.headers[.origin] != nil {
+                throw CouchError.forbidden("A web page may not open a Couchbase Lite replication.")
+            }
+            throw CouchError.badRequest(
+                "_blipsync is Couchbase Lite's replication endpoint: it needs a WebSocket upgrade (GET with Upgrade: websocket) "
+                    + "offering the subprotocol \(MobileAdmission.subprotocols.joined(separator: " or ")).")
         default:
             throw CouchError(.badRequest, "illegal_docid", "Only reserved document ids may start with underscore.")
         }

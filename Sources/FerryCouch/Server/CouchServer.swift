@@ -276,10 +276,21 @@ public struct CouchListenerService: Service {
             let tlsConfiguration = config
             server = .init { responder in
                 AdmittedChannel(
-                    inner: try TLSChannel(HTTP1Channel(responder: responder, configuration: http1), tlsConfiguration: tlsConfiguration), admit: admit)
+                    inner: try TLSChannel(
+                        CouchHTTPChannel(
+                            responder: responder, configuration: http1, secure: true, honourTargetAuthority: false,
+                            admit: frontDoor.admitMobile, serve: frontDoor.serveMobile),
+                        tlsConfiguration: tlsConfiguration),
+                    admit: admit)
             }
         } else {
-            server = .init { responder in AdmittedChannel(inner: AuthorityHTTP1Channel(responder: responder, configuration: http1), admit: admit) }
+            server = .init { responder in
+                AdmittedChannel(
+                    inner: CouchHTTPChannel(
+                        responder: responder, configuration: http1, secure: false, honourTargetAuthority: true,
+                        admit: frontDoor.admitMobile, serve: frontDoor.serveMobile),
+                    admit: admit)
+            }
         }
         let app = Application(
             responder: frontDoor, server: server,

@@ -1,0 +1,193 @@
+import FerryBLIP
+import FerryCore
+import FerryCouchDocuments
+import FerryStore
+import FerrySync
+import Foundation
+
+/// A pull's subscription (`subChanges`): what the client asked for.
+struct MobileSubscription: Sendable {
+    var since: UInt64 = 0
+    var continuous = false
+    var batch = 200
+    var activeOnly = false
+    var docIDs: Set<String>?
+    /// `sync_gateway/bychannel`: documents whose `channels` names one of these.
+    var channels: Set<String>?
+
+    init(_ request: BLIPMessage) throws(MobileRequestError) {
+        if let s = request["since"], !s.isEmpty {
+            // JSON-encoded; this node's sequences are integers (a quoted one is accepted too).
+            let text = s.hasPrefix("\"") && s.hasSuffix("\"") && s.count >= 2 ? String(s.dropFirst().dropLast()) : s
+            guard let n = UInt64(text) else { throw MobileRequestError(code: 400, "'since' must be a sequence this node gave, not \(s)") }
+            since = n
+        }
+        continuous = MobileSession.bool(request["continuous"])
+        if let b = request["batch"] {
+            guard let n = Int(b), n > 0 else { throw MobileRequestError(code: 400, "'batch' must be a positive number") }
+            batch = min(n, 1000)
+        }
+        activeOnly = MobileSession.bool(request["activeOnly"])
+        if let filter = request["filter"] {
+            guard filter == "sync_gateway/bychannel" else {
+                throw MobileRequestError(code: 400, "unknown filter \(filter): this node knows sync_gateway/bychannel")
+            }
+            let names = (request["channels"] ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            guard !names.isEmpty else { throw MobileRequestError(code: 400, "sync_gateway/bychannel needs 'channels'") }
+            channels = Set(names)
+        }
+        if !request.body.isEmpty, let body = try? JSON.parse(request.body), case .array(let ids)? = body["docIDs"] {
+            docIDs = Set(ids.compactMap(\.stringValue))
+        }
+    }
+
+    /// Whether a winner body names one of the subscribed channels (`channels`: a string or strings).
+    func inChannels(_ body: JSON?) -> Bool {
+        guard let channels else { return true }
+        switch body?["channels"] {
+        case .string(let s)?: return channels.contains(s)
+        case .array(let a)?: return a.contains { $0.stringValue.map(channels.contains) ?? false }
+        default: return false
+        }
+    }
+
+    var needsBody: Bool { channels != nil }
+}
+
+extension MobileSession {
+    /// One change offered to the client.
+    struct Offer: Sendable {
+        let sequence: UInt64
+        let id: DocumentID
+        let revision: RevisionID
+        let deleted: Bool
+    }
+
+    /// `subChanges`: answers at once, then sends the changes after `since` in `changes`
+    /// messages of at most `batch`, each revision the client wants as a `rev`, an empty
+    /// `changes` once caught up, and (continuous) every later change as it commits.
+    func subChanges(_ request: BLIPMessage) async throws {
+        let subscription = try MobileSubscription(request)
+        respond(to: request)
+        var cursor = subscription.since
+        var caughtUp = false
+        var inFlight: Task<Void, any Error>?
+        while true {
+            let page = try database.store.changeEntries(after: cursor, limit: subscription.batch)
+            var offers: [Offer] = []
+            for entry in page {
+                cursor = entry.change.sequence
+                if let offer = try offer(entry, subscription) { offers.append(offer) }
+            }
+            if !offers.isEmpty {
+                // One batch's revisions travel while the next batch is offered.
+                let reply = try await self.request(Self.changesMessage(offers))
+                if let e = reply.error { throw MobileClose(code: .unexpectedServerError, reason: "the client refused changes: \(e.message)") }
+                try await inFlight?.value
+                let wanted = Self.wanted(offers, reply: reply)
+                inFlight = Task { try await self.sendRevisions(wanted, maxHistory: Int(reply["maxHistory"] ?? "") ?? 20) }
+            }
+            if page.count < subscription.batch {
+                try await inFlight?.value
+                inFlight = nil
+                if !caughtUp {
+                    caughtUp = true
+                    _ = try await self.request(Self.changesMessage([]))
+                }
+                guard subscription.continuous else { return }
+                try await database.store.waitForCommit(past: cursor)
+            }
+        }
+    }
+
+    /// The change an entry offers this client, or nil when it is not for it.
+    func offer(_ entry: DocumentEntry, _ subscription: MobileSubscription) throws -> Offer? {
+        let id = entry.change.id
+        if let ids = subscription.docIDs, !ids.contains(id.rawValue) { return nil }
+        if subscription.activeOnly && entry.change.deleted { return nil }
+        let (admitted, document) = try database.readable(entry, principal: principal, needBody: subscription.needsBody)
+        guard admitted else { return nil }
+        if subscription.needsBody, !subscription.inChannels(document?.body) { return nil }
+        guard Self.liteCoreAccepts(entry.change.revision) else {
+            logger.notice("change not offered: Couchbase Lite cannot hold its revision ID", metadata: ["doc": "\(id)", "rev": "\(entry.change.revision)"])
+            return nil
+        }
+        return Offer(sequence: entry.change.sequence, id: id, revision: entry.change.revision, deleted: entry.change.deleted)
+    }
+
+    /// Couchbase Lite keeps a revision ID's hash as binary: lowercase hex of at most 32 bytes.
+    static func liteCoreAccepts(_ rev: RevisionID) -> Bool {
+        let h = rev.hashText.utf8
+        return h.count % 2 == 0 && h.count <= 64 && h.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }
+    }
+
+    static func changesMessage(_ offers: [Offer]) -> BLIPMessage {
+        let rows: [JSON] = offers.map { o in
+            var row: [JSON] = [.int(Int64(o.sequence)), .string(o.id.rawValue), .string(o.revision.description)]
+            if o.deleted { row.append(1) }
+            return .array(row)
+        }
+        return .request("changes", body: JSON.array(rows).canonicalBytes, flags: offers.isEmpty ? [] : [.compressed])
+    }
+
+    /// The offers the client asked for, each with the ancestors it already holds.
+    static func wanted(_ offers: [Offer], reply: BLIPMessage) -> [(Offer, Set<String>)] {
+        guard case .array(let answers)? = try? JSON.parse(reply.body) else { return [] }
+        var out: [(Offer, Set<String>)] = []
+        for (offer, answer) in zip(offers, answers) {
+            guard case .array(let known) = answer else { continue }  // 0 or null: not wanted
+            out.append((offer, Set(known.compactMap(\.stringValue))))
+        }
+        return out
+    }
+
+    /// Sends each wanted revision as a `rev` and waits for the client to store them all.
+    func sendRevisions(_ wanted: [(Offer, Set<String>)], maxHistory: Int) async throws {
+        guard !wanted.isEmpty else { return }
+        let trees = try database.store.revisionTrees(wanted.map(\.0.id))
+        let access = DocumentAccess(principal.policy)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (offer, known) in wanted {
+                guard let tree = trees[offer.id], tree.contains(offer.revision), access.mayRead(offer.id, revision: offer.revision, in: tree),
+                    let message = try revisionMessage(offer, tree: tree, known: known, maxHistory: maxHistory)
+                else {
+                    try post(
+                        .request(
+                            "norev",
+                            [("id", offer.id.rawValue), ("rev", offer.revision.description), ("sequence", String(offer.sequence)), ("error", "404")]))
+                    continue
+                }
+                group.addTask {
+                    let reply = try await self.request(message)
+                    if let e = reply.error {
+                        self.logger.notice(
+                            "Couchbase Lite refused a revision",
+                            metadata: ["doc": "\(offer.id)", "rev": "\(offer.revision)", "error": "\(e.domain) \(e.code) \(e.message)"])
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+    }
+
+    /// A `rev` message: the body without CouchDB's `_` members, its history back to the
+    /// first revision the client holds (at most `maxHistory`), the sequence it came from.
+    func revisionMessage(_ offer: Offer, tree: RevisionTree, known: Set<String>, maxHistory: Int) throws -> BLIPMessage? {
+        guard let view = try database.view(of: offer.id, revision: offer.revision, in: tree) else { return nil }
+        var fields = view.body.objectValue ?? [:]
+        fields.removeValue(forKey: StoredAttachment.bodyKey)
+        for key in fields.keys where key.hasPrefix("_") { fields.removeValue(forKey: key) }
+        var history: [String] = []
+        for r in tree.history(of: offer.revision).dropFirst() {
+            guard Self.liteCoreAccepts(r), history.count < max(1, maxHistory) else { break }
+            history.append(r.description)
+            if known.contains(r.description) { break }
+        }
+        var properties: [(String, String)] = [
+            ("id", offer.id.rawValue), ("rev", offer.revision.description), ("sequence", String(offer.sequence)),
+        ]
+        if !history.isEmpty { properties.append(("history", history.joined(separator: ","))) }
+        if view.deleted { properties.append(("deleted", "1")) }
+        return .request("rev", properties, body: JSON.object(fields).canonicalBytes, flags: [.compressed])
+    }
+}

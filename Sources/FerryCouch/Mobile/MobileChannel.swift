@@ -1,0 +1,178 @@
+import FerryCore
+import Foundation
+import HummingbirdCore
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHTTP1
+import NIOHTTPTypes
+import NIOHTTPTypesHTTP1
+import NIOWebSocket
+
+/// The CouchDB API's HTTP/1 connection, which may also become a Couchbase Lite replication
+/// (`GET /{db}/_blipsync` upgraded to WebSocket): the front door decides the upgrade with the
+/// same rules as any request (Host, origin, credentials); a request it refuses is served as
+/// HTTP, so the client reads the usual CouchDB error (401, 403, 400) rather than a bare close.
+///
+/// Hand-built on NIO's typed upgrader rather than Hummingbird's WebSocket channel: that one
+/// answers a refused upgrade with an empty 400 and no way to say why.
+public struct CouchHTTPChannel: ServerChildChannel, HTTPChannelHandler {
+    /// What a connection became.
+    public enum Negotiated: Sendable {
+        case http(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>)
+        case mobile(NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, MobileAdmission)
+    }
+
+    public struct Value: ServerChildChannelValue {
+        let negotiated: EventLoopFuture<Negotiated>
+        public let channel: any Channel
+    }
+
+    public let responder: HTTPChannelHandler.Responder
+    let configuration: HTTP1Channel.Configuration
+    /// Decides an upgrade request: the admission, or nil to serve the request as HTTP.
+    let admit: @Sendable (HTTPRequestHead, _ remoteAddress: String?) async -> MobileAdmission?
+    /// Runs an upgraded connection to its end.
+    let serve: @Sendable (NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, MobileAdmission, Logger) async -> Void
+    /// Loopback listeners honour an absolute-form target's authority (see `RequestTargetHandler`).
+    let honourTargetAuthority: Bool
+    let secure: Bool
+
+    public init(
+        responder: @escaping HTTPChannelHandler.Responder, configuration: HTTP1Channel.Configuration, secure: Bool,
+        honourTargetAuthority: Bool,
+        admit: @escaping @Sendable (HTTPRequestHead, String?) async -> MobileAdmission?,
+        serve: @escaping @Sendable (NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, MobileAdmission, Logger) async -> Void
+    ) {
+        self.responder = responder
+        self.configuration = configuration
+        self.secure = secure
+        self.honourTargetAuthority = honourTargetAuthority
+        self.admit = admit
+        self.serve = serve
+    }
+
+    /// Couchbase Lite sends frames of up to 16 KiB of data plus headers; a WebSocket frame past
+    /// this closes the connection.
+    static let maxWebSocketFrame = 1 << 20
+
+    public func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
+        channel.eventLoop.makeCompletedFuture {
+            let admitted = NIOLockedValueBox<MobileAdmission?>(nil)
+            let admit = self.admit
+            let upgrader = NIOTypedWebSocketServerUpgrader<Negotiated>(
+                maxFrameSize: Self.maxWebSocketFrame,
+                shouldUpgrade: { channel, head in
+                    let promise = channel.eventLoop.makePromise(of: HTTPHeaders?.self)
+                    let address = channel.remoteAddress?.ipAddress
+                    promise.completeWithTask {
+                        guard let admission = await admit(head, address) else { return nil }
+                        admitted.withLockedValue { $0 = admission }
+                        return HTTPHeaders([("Sec-WebSocket-Protocol", admission.subprotocol)])
+                    }
+                    return promise.futureResult
+                },
+                upgradePipelineHandler: { channel, _ in
+                    channel.eventLoop.makeCompletedFuture {
+                        if let target = try? channel.pipeline.syncOperations.handler(type: RequestTargetHandler.self) {
+                            _ = channel.pipeline.syncOperations.removeHandler(target)
+                        }
+                        let ws = try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(
+                            wrappingChannelSynchronously: channel, configuration: .init(isOutboundHalfClosureEnabled: true))
+                        guard let admission = admitted.withLockedValue({ $0 }) else { throw ChannelError.inputClosed }
+                        return .mobile(ws, admission)
+                    }
+                })
+            let upgrade = NIOTypedHTTPServerUpgradeConfiguration<Negotiated>(
+                upgraders: [upgrader],
+                notUpgradingCompletionHandler: { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        let sync = channel.pipeline.syncOperations
+                        try sync.addHandler(HTTP1ToHTTPServerCodec(secure: secure))
+                        try sync.addHandlers(configuration.additionalChannelHandlers())
+                        try sync.addHandler(HTTPConnectionStateHandler(idleTimeout: configuration.idleTimeout.map { .init($0) }, logger: logger))
+                        return .http(
+                            try NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>(
+                                wrappingChannelSynchronously: channel, configuration: .init(isOutboundHalfClosureEnabled: true)))
+                    }
+                })
+            var pipeline = NIOUpgradableHTTPServerPipelineConfiguration<Negotiated>(upgradeConfiguration: upgrade)
+            pipeline.enablePipelining = false  // the async channel serves one request at a time
+            pipeline.enableErrorHandling = false  // Hummingbird answers malformed requests
+            pipeline.enableResponseHeaderValidation = false
+            pipeline.decoderConfiguration.maxHeaderFieldSize = configuration.httpDecoder.maxHeaderFieldSize
+            pipeline.decoderConfiguration.maxHeaderListSize = configuration.httpDecoder.maxHeaderListSize
+            pipeline.decoderConfiguration.maxHeaderFieldCount = configuration.httpDecoder.maxHeaderFieldCount
+            let negotiated = try channel.pipeline.syncOperations.configureUpgradableHTTPServerPipeline(configuration: pipeline)
+            if honourTargetAuthority {
+                let decoder = try channel.pipeline.syncOperations.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
+                try channel.pipeline.syncOperations.addHandler(RequestTargetHandler(), position: .after(decoder))
+            }
+            return Value(negotiated: negotiated, channel: channel)
+        }
+    }
+
+    public func handle(value: Value, logger: Logger) async {
+        do {
+            switch try await value.negotiated.get() {
+            case .http(let http): await handleHTTP(asyncChannel: http, logger: logger)
+            case .mobile(let ws, let admission): await serve(ws, admission, logger)
+            }
+        } catch {
+            logger.debug("connection ended before its first request", metadata: ["error": "\(error)"])
+        }
+    }
+}
+
+/// An admitted Couchbase Lite replication: who it is, which subprotocol was agreed.
+public struct MobileAdmission: Sendable {
+    public let principal: CouchPrincipal
+    /// `BLIP_3+CBMobile_3` or `BLIP_3+CBMobile_2`.
+    public let subprotocol: String
+    public let remoteAddress: String?
+
+    /// What Couchbase Lite 3 offers, best first: the replication protocol's major versions 3 and 2.
+    public static let subprotocols = ["BLIP_3+CBMobile_3", "BLIP_3+CBMobile_2"]
+
+    /// The best subprotocol among those a client offers (`Sec-WebSocket-Protocol`, comma-separated
+    /// in one or more headers), or nil when it offers none of them.
+    public static func subprotocol(offered headers: [String]) -> String? {
+        let offered = Set(headers.flatMap { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } })
+        return subprotocols.first(where: offered.contains)
+    }
+}
+
+extension CouchFrontDoor {
+    /// Decides a WebSocket upgrade request: a `GET /{db}/_blipsync` of this database, from no
+    /// web page (a page may not drive a replication with a user's cookie), addressed as this
+    /// listener requires, offering a Couchbase Lite subprotocol, with valid credentials. Nil
+    /// refuses: the request is then served as HTTP, which answers why.
+    public func admitMobile(_ head: HTTPRequestHead, remoteAddress: String?) async -> MobileAdmission? {
+        guard head.method == .GET, head.uri.hasPrefix("/") else { return nil }
+        let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? head.uri
+        guard case .databaseSpecial(let db, "blipsync")? = CouchRouting.endpoint(rawPath: path), db == database.name else { return nil }
+        guard head.headers["Origin"].isEmpty else { return nil }
+        if listener == .loopback {
+            let hosts = head.headers["Host"]
+            guard !hosts.isEmpty, hosts.allSatisfy(HTTPRequestRules.isLoopbackAuthority), Set(hosts.map { $0.lowercased() }).count == 1 else {
+                return nil
+            }
+        }
+        guard let subprotocol = MobileAdmission.subprotocol(offered: head.headers["Sec-WebSocket-Protocol"]) else { return nil }
+        let now = access.now()
+        let address = remoteAddress ?? "unknown"
+        var principal: CouchPrincipal?
+        if let authorization = head.headers["Authorization"].first {
+            principal = try? await authenticate(authorization, address: address, now: now)
+        } else if let cookie = CouchSessionCookies.cookie(in: head.headers["Cookie"]), let found = session(cookie, now: now) {
+            principal = found.0
+        }
+        guard let principal else { return nil }
+        return MobileAdmission(principal: principal, subprotocol: subprotocol, remoteAddress: remoteAddress)
+    }
+
+    /// Serves an admitted Couchbase Lite replication to its end.
+    public func serveMobile(_ ws: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, admission: MobileAdmission, logger: Logger) async {
+        await MobileSession(database: database, admission: admission, logger: database.logger).run(ws)
+    }
+}

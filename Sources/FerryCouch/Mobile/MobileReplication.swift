@@ -1,0 +1,245 @@
+import FerryBLIP
+import FerryCore
+import FerryCouchDocuments
+import FerryStore
+import FerrySync
+import Foundation
+
+/// The server role of Couchbase Lite's replication protocol (as Sync Gateway plays it) over
+/// one `MobileSession`: checkpoints kept as `_local` documents, the changes feed a pull
+/// subscribes to, and pushes proposed and then sent revision by revision. Every revision in
+/// or out passes the same checks as the CouchDB API's: the principal's read and write rules,
+/// the node's pull filter, validation.
+extension MobileSession {
+    /// Answers one request by its profile.
+    func answer(_ request: BLIPMessage) async {
+        do {
+            try checkCollection(request)
+            switch request.profile {
+            case "getCheckpoint": try getCheckpoint(request)
+            case "setCheckpoint": try setCheckpoint(request)
+            case "getCollections": try getCollections(request)
+            case "subChanges": try await subChanges(request)
+            case "proposeChanges": try proposeChanges(request)
+            case "changes":
+                // As a server in conflict-free mode: the client must propose its changes.
+                throw MobileRequestError(domain: "HTTP", code: 409, "this server takes proposeChanges")
+            case "rev": try await receiveRevision(request)
+            case "norev": break  // a revision asked for that the client no longer has
+            default:
+                throw MobileRequestError(domain: "BLIP", code: 404, "no handler for message")
+            }
+        } catch let e as MobileRequestError {
+            logger.debug("request refused", metadata: ["profile": "\(request.profile ?? "")", "code": "\(e.code)", "reason": "\(e.message)"])
+            fail(request, domain: e.domain, code: e.code, e.message)
+        } catch let e as CouchError {
+            fail(request, code: Int(e.status.code), e.reason)
+        } catch is MobileClose {
+            return
+        } catch {
+            logger.warning("request failed", metadata: ["profile": "\(request.profile ?? "")", "error": "\(error)"])
+            fail(request, code: 500, "\(error)")
+        }
+    }
+
+    // MARK: checkpoints
+
+    static func checkpointKey(_ client: String) -> String { CouchLocalDocuments.key("checkpoint/" + client) }
+
+    func clientID(_ request: BLIPMessage) throws(MobileRequestError) -> String {
+        guard let client = request["client"], !client.isEmpty, client.utf8.count <= 256 else {
+            throw MobileRequestError(code: 400, "missing or overlong 'client' property")
+        }
+        return client
+    }
+
+    /// The stored checkpoint of `client`, if this principal may see it.
+    func storedCheckpoint(_ client: String) throws -> JSON? {
+        guard let stored = try database.store.localDocument(Self.checkpointKey(client)) else { return nil }
+        guard CouchLocalDocuments.isVisible(stored, to: principal) else { return nil }
+        return stored
+    }
+
+    func getCheckpoint(_ request: BLIPMessage) throws {
+        guard let stored = try storedCheckpoint(try clientID(request)) else { throw MobileRequestError(code: 404, "missing") }
+        respond(to: request, json: stored["doc"] ?? [:], properties: [("rev", "0-\(stored["rev"]?.intValue ?? 0)")])
+    }
+
+    func setCheckpoint(_ request: BLIPMessage) throws {
+        let client = try clientID(request)
+        guard let fields = (try? JSON.parse(request.body))?.objectValue else {
+            throw MobileRequestError(code: 400, "a checkpoint must be a JSON object")
+        }
+        if principal != .admin, request.body.count > CouchLocalDocuments.maxUserBytes {
+            throw MobileRequestError(code: 413, "a checkpoint is at most \(CouchLocalDocuments.maxUserBytes) bytes")
+        }
+        let key = Self.checkpointKey(client)
+        let current = try database.store.localDocument(key)
+        if let current, let owner = current["owner"]?.stringValue, owner != principal.name, principal != .admin {
+            throw MobileRequestError(code: 403, "checkpoint \(client) belongs to another user")
+        }
+        let currentRev = current.map { "0-\($0["rev"]?.intValue ?? 0)" }
+        // MVCC as Sync Gateway: the given rev must be the current one (none for a new checkpoint).
+        let given = request["rev"].flatMap { $0.isEmpty ? nil : $0 }  // "" says none, as a missing property
+        if given != currentRev {
+            throw MobileRequestError(code: 409, "checkpoint \(client) has changed (current revision \(currentRev ?? "none"))")
+        }
+        let next = (current?["rev"]?.intValue ?? 0) + 1
+        let stored: JSON = ["rev": .int(next), "doc": .object(fields), "owner": current?["owner"] ?? .string(principal.name)]
+        guard try database.store.replaceLocalDocument(key, expected: current, with: stored) else {
+            throw MobileRequestError(code: 409, "checkpoint \(client) changed while being saved")
+        }
+        respond(to: request, properties: [("rev", "0-\(next)")])
+    }
+
+    /// `getCollections` (3.1+): this node serves the default collection only.
+    func getCollections(_ request: BLIPMessage) throws {
+        guard let root = (try? JSON.parse(request.body))?.objectValue, case .array(let ids)? = root["checkpoint_ids"],
+            case .array(let collections)? = root["collections"], ids.count == collections.count
+        else { throw MobileRequestError(domain: "BLIP", code: 400, "Invalid getCollections message") }
+        var answers: [JSON] = []
+        for (id, collection) in zip(ids, collections) {
+            guard let path = collection.stringValue, let client = id.stringValue else {
+                throw MobileRequestError(domain: "BLIP", code: 400, "Invalid getCollections message")
+            }
+            guard ["_default", "_default._default"].contains(path) else {
+                answers.append(.null)
+                continue
+            }
+            if let stored = try storedCheckpoint(client) {
+                var doc = stored["doc"]?.objectValue ?? [:]
+                doc["rev"] = .string("0-\(stored["rev"]?.intValue ?? 0)")
+                answers.append(.object(doc))
+            } else {
+                answers.append([:])
+            }
+        }
+        respond(to: request, json: .array(answers))
+    }
+
+    // MARK: pushes
+
+    /// `proposeChanges`: `[[docID, revID, serverRevID?, size?], …]` → per change 0 (send it),
+    /// 304 (already here), 409 (conflicts with the current revision), 403 or 400.
+    func proposeChanges(_ request: BLIPMessage) throws {
+        guard case .array(let items)? = try? JSON.parse(request.body) else {
+            throw MobileRequestError(code: 400, "proposeChanges needs a JSON array")
+        }
+        let includeRev = request["conflictIncludesRev"] == "true"
+        var parsed: [(DocumentID, RevisionID, String)?] = []
+        for item in items {
+            guard case .array(let a) = item, let rawID = a.first?.stringValue, a.count >= 2, let revText = a[1].stringValue,
+                let id = try? database.couchDocumentID(rawID, replicated: true), let rev = try? RevisionID(revText)
+            else {
+                parsed.append(nil)
+                continue
+            }
+            parsed.append((id, rev, a.count > 2 ? a[2].stringValue ?? "" : ""))
+        }
+        let trees = try database.store.revisionTrees(parsed.compactMap { $0?.0 })
+        var statuses: [JSON] = []
+        for entry in parsed {
+            guard let (id, rev, serverRev) = entry else {
+                statuses.append(400)
+                continue
+            }
+            if CouchDatabase.isNodeInternal(id) {
+                statuses.append(403)
+                continue
+            }
+            guard let tree = trees[id], let winner = tree.winner else {
+                statuses.append(0)
+                continue
+            }
+            if tree.contains(rev) {
+                statuses.append(304)
+            } else if serverRev == winner.id.description || (serverRev.isEmpty && winner.deleted) {
+                statuses.append(0)
+            } else {
+                // Sync Gateway's answer: a conflict, naming the current revision when asked to.
+                statuses.append(includeRev ? ["status": 409, "rev": .string(winner.id.description)] : 409)
+            }
+        }
+        while let last = statuses.last, last == 0 { statuses.removeLast() }
+        respond(to: request, json: .array(statuses))
+    }
+
+    /// `rev` from the client: one revision with its history, checked at the trust boundary and
+    /// stored; answered once durable, or with the error that refused it.
+    func receiveRevision(_ request: BLIPMessage) async throws {
+        guard let rawID = request["id"], let revText = request["rev"] else {
+            throw MobileRequestError(code: 400, "a rev message needs 'id' and 'rev'")
+        }
+        let deleted = Self.bool(request["deleted"])
+        var fields: [String: JSON] = [:]
+        if !request.body.isEmpty {
+            guard let object = (try? JSON.parse(request.body))?.objectValue else {
+                throw MobileRequestError(code: 400, "the body of \(rawID) is not a JSON object")
+            }
+            fields = object
+        }
+        for key in ["_id", "_rev", "_deleted", "_revisions"] { fields.removeValue(forKey: key) }
+        if fields["_attachments"] != nil || Self.holdsBlob(.object(fields)) {
+            throw MobileRequestError(code: 501, "\(rawID): blobs and attachments from Couchbase Lite are not accepted yet")
+        }
+        guard let rev = try? RevisionID(revText) else { throw MobileRequestError(code: 400, "invalid revision ID \(revText)") }
+        var history: [RevisionID] = []
+        for h in (request["history"] ?? "").split(separator: ",") {
+            let text = h.trimmingCharacters(in: .whitespaces)
+            guard let r = try? RevisionID(text) else { throw MobileRequestError(code: 400, "invalid revision ID \(text) in history") }
+            history.append(r)
+        }
+        // CouchDB's form of the history: consecutive generations, newest first.
+        var hashes = [rev.hashText]
+        for (k, r) in history.enumerated() {
+            guard r.generation == rev.generation - k - 1 else { break }
+            hashes.append(r.hashText)
+        }
+        var doc = fields
+        doc["_id"] = .string(rawID)
+        doc["_rev"] = .string(rev.description)
+        doc["_revisions"] = ["start": .int(Int64(rev.generation)), "ids": .array(hashes.map { .string($0) })]
+        if deleted { doc["_deleted"] = true }
+        let input = try CouchDocumentInput(parsing: .object(doc))
+        let id = try database.couchDocumentID(rawID, replicated: true)
+        let trees = try database.store.revisionTrees([id])
+        if Self.bool(request["noconflicts"]), let tree = trees[id], let winner = tree.winner, !tree.contains(rev) {
+            let ancestry = Set(history.map(\.description))
+            if !ancestry.contains(winner.id.description) && !(winner.deleted && history.isEmpty) {
+                throw MobileRequestError(code: 409, "\(rawID) \(revText) conflicts with the current revision \(winner.id)")
+            }
+        }
+        let incoming: IncomingRevision
+        do { incoming = try database.prepareReplicated(input: input, pathID: nil, trees: trees, principal: principal) } catch {
+            database.reportReplicated(stored: [], refused: [error], principal: principal)
+            throw MobileRequestError(code: Int(error.error.status.code), error.error.reason)
+        }
+        switch try await inserter.insert(incoming) {
+        case .inserted:
+            database.reportReplicated(stored: [incoming], refused: [], principal: principal)
+        case .alreadyPresent:
+            break
+        case .rejected(let e):
+            let couch = database.couchError(e)
+            let failure = DocumentFailure(
+                id: rawID, rev: revText, error: couch, stage: e.isValidationRefusal ? "validation" : "structure")
+            database.reportReplicated(stored: [], refused: [failure], principal: principal)
+            throw MobileRequestError(code: Int(couch.status.code), couch.reason)
+        }
+        respond(to: request)
+    }
+
+    static func bool(_ value: String?) -> Bool {
+        guard let value else { return false }
+        return value.lowercased() == "true" || value.lowercased() == "yes" || (Int(value) ?? 0) != 0
+    }
+
+    /// Whether a body holds a Couchbase Lite blob (`"@type": "blob"`) anywhere.
+    static func holdsBlob(_ value: JSON) -> Bool {
+        switch value {
+        case .object(let o): return o["@type"]?.stringValue == "blob" || o.values.contains(where: holdsBlob)
+        case .array(let a): return a.contains(where: holdsBlob)
+        default: return false
+        }
+    }
+}

@@ -1,0 +1,300 @@
+import FerryBLIP
+import FerryCore
+import FerryCouchDocuments
+import FerryStore
+import Foundation
+import Logging
+import NIOCore
+import NIOWebSocket
+
+/// One Couchbase Lite replicator's connection, from its WebSocket upgrade to its close: reads
+/// WebSocket frames into BLIP messages, answers each request (`MobileReplication`), matches
+/// replies to the requests this side sent, and writes frames out in the order BLIP's outbox
+/// gives them. A malformed frame closes the connection with a protocol error and a reason.
+final class MobileSession: Sendable {
+    let database: CouchDatabase
+    let admission: MobileAdmission
+    let logger: Logger
+    let inserter: MobileInserter
+
+    private struct Link {
+        var blip = BLIPConnection()
+        var replies: [UInt64: CheckedContinuation<BLIPMessage, any Error>] = [:]
+        /// Why the connection ended, once it has.
+        var ended: String?
+        /// Collection-aware (`getCollections` came first) or legacy (any other request came first).
+        var mode: CollectionMode = .undecided
+    }
+
+    enum CollectionMode: Sendable { case undecided, legacy, collections }
+
+    private let link = Locked(Link())
+    private let wakes: AsyncStream<Void>
+    private let wake: AsyncStream<Void>.Continuation
+
+    init(database: CouchDatabase, admission: MobileAdmission, logger: Logger) {
+        self.database = database
+        self.admission = admission
+        var logger = logger
+        logger[metadataKey: "client"] = "\(admission.principal.name)@\(admission.remoteAddress ?? "?")"
+        self.logger = logger
+        inserter = MobileInserter(store: database.store)
+        (wakes, wake) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
+    }
+
+    var principal: CouchPrincipal { admission.principal }
+
+    /// Serves the connection until the client closes it, it breaks, or the node stops.
+    func run(_ ws: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>) async {
+        logger.info("Couchbase Lite replicator connected", metadata: ["subprotocol": "\(admission.subprotocol)"])
+        do {
+            try await ws.executeThenClose { inbound, outbound in
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask { try await self.pump(outbound) }
+                    group.addTask {
+                        await self.database.shutdown.wait()
+                        throw MobileClose(code: .goingAway, reason: "the node is stopping")
+                    }
+                    do {
+                        try await self.read(inbound, outbound: outbound, group: &group)
+                        self.end("the client closed the connection")
+                    } catch let close as MobileClose {
+                        self.end(close.reason)
+                        try? await outbound.write(Self.closeFrame(close))
+                    } catch {
+                        self.end("\(error)")
+                    }
+                    group.cancelAll()
+                }
+            }
+        } catch let close as MobileClose {
+            end(close.reason)
+        } catch {
+            end("\(error)")
+        }
+        logger.info("Couchbase Lite replicator disconnected", metadata: ["reason": "\(link.withLock { $0.ended ?? "" })"])
+    }
+
+    /// Reads frames until the client's close; each whole request is answered in its own task.
+    private func read(
+        _ inbound: NIOAsyncChannelInboundStream<WebSocketFrame>, outbound: NIOAsyncChannelOutboundWriter<WebSocketFrame>,
+        group: inout ThrowingTaskGroup<Void, any Error>
+    ) async throws {
+        var partial: [UInt8]?
+        for try await frame in inbound {
+            logger.trace("WebSocket frame in", metadata: ["opcode": "\(frame.opcode)", "bytes": "\(frame.length)"])
+            var bytes: [UInt8]
+            switch frame.opcode {
+            case .binary:
+                guard partial == nil else { throw MobileClose(code: .protocolError, reason: "a binary frame began inside another message") }
+                bytes = Array(frame.unmaskedData.readableBytesView)
+                if !frame.fin {
+                    partial = bytes
+                    continue
+                }
+            case .continuation:
+                guard var p = partial else { throw MobileClose(code: .protocolError, reason: "a continuation frame without a message") }
+                p += frame.unmaskedData.readableBytesView
+                guard p.count <= CouchHTTPChannel.maxWebSocketFrame else { throw MobileClose(code: .messageTooLarge, reason: "a BLIP frame exceeds 1 MiB") }
+                if !frame.fin {
+                    partial = p
+                    continue
+                }
+                bytes = p
+                partial = nil
+            case .ping:
+                try await outbound.write(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData))
+                continue
+            case .pong:
+                continue
+            case .connectionClose:
+                var data = frame.unmaskedData
+                let code = data.readWebSocketErrorCode()
+                try? await outbound.write(Self.closeFrame(MobileClose(code: code ?? .normalClosure, reason: "")))
+                return
+            default:
+                throw MobileClose(code: .unacceptableData, reason: "Couchbase Lite's protocol sends binary frames only")
+            }
+            let message: BLIPMessage?
+            do { message = try link.withLock { try $0.blip.receive(bytes) } } catch let e as BLIPError {
+                throw MobileClose(code: .protocolError, reason: e.reason)
+            }
+            wake.yield()  // an ACK may be ready, or a message waiting for one may go on
+            guard let message else { continue }
+            logger.trace("BLIP in", metadata: ["type": "\(message.type)", "number": "\(message.number)", "properties": "\(message.properties)"])
+            switch message.type {
+            case .request:
+                group.addTask { await self.answer(message) }
+            case .response, .error:
+                let waiter = link.withLock { $0.replies.removeValue(forKey: message.number) }
+                waiter?.resume(returning: message)
+            default:
+                break
+            }
+        }
+    }
+
+    /// Writes frames as the outbox releases them, woken whenever something was queued or acknowledged.
+    private func pump(_ outbound: NIOAsyncChannelOutboundWriter<WebSocketFrame>) async throws {
+        for await _ in wakes {
+            while true {
+                let next: [UInt8]?
+                do { next = try link.withLock { try $0.blip.nextOutgoing() } } catch let e as BLIPError {
+                    throw MobileClose(code: .unexpectedServerError, reason: e.reason)
+                }
+                guard let next else { break }
+                try await outbound.write(WebSocketFrame(fin: true, opcode: .binary, data: ByteBuffer(bytes: next)))
+            }
+        }
+    }
+
+    private func end(_ reason: String) {
+        let waiters: [CheckedContinuation<BLIPMessage, any Error>] = link.withLock { l in
+            if l.ended == nil { l.ended = reason }
+            defer { l.replies = [:] }
+            return Array(l.replies.values)
+        }
+        for w in waiters { w.resume(throwing: MobileClose(code: .goingAway, reason: reason)) }
+        wake.finish()
+    }
+
+    static func closeFrame(_ close: MobileClose) -> WebSocketFrame {
+        var data = ByteBuffer()
+        data.write(webSocketErrorCode: close.code)
+        data.writeString(String(close.reason.prefix(120)))
+        return WebSocketFrame(fin: true, opcode: .connectionClose, data: data)
+    }
+
+    // MARK: sending
+
+    /// Sends a request and waits for its reply (a response or an error).
+    func request(_ message: BLIPMessage) async throws -> BLIPMessage {
+        try await withCheckedThrowingContinuation { (cont: CheckedContinuation<BLIPMessage, any Error>) in
+            let failure: (any Error)? = link.withLock { l in
+                if let ended = l.ended { return MobileClose(code: .goingAway, reason: ended) }
+                do {
+                    let number = try l.blip.send(message)
+                    l.replies[number] = cont
+                    return nil
+                } catch { return error }
+            }
+            if let failure { cont.resume(throwing: failure) } else { wake.yield() }
+        }
+    }
+
+    /// Sends a request that wants no reply.
+    func post(_ message: BLIPMessage) throws {
+        var m = message
+        m.flags.insert(.noReply)
+        try link.withLock { l in
+            if let ended = l.ended { throw MobileClose(code: .goingAway, reason: ended) }
+            try l.blip.send(m)
+        }
+        wake.yield()
+    }
+
+    func respond(to request: BLIPMessage, properties: [(String, String)] = [], body: [UInt8] = []) {
+        link.withLock { l in
+            guard l.ended == nil else { return }
+            try? l.blip.respond(to: request, properties: properties, body: body, compressed: body.count > 256)
+        }
+        wake.yield()
+    }
+
+    func respond(to request: BLIPMessage, json: JSON, properties: [(String, String)] = []) {
+        respond(to: request, properties: properties, body: json.canonicalBytes)
+    }
+
+    /// Answers a request with an error: `domain` HTTP for statuses, BLIP for the protocol's own.
+    func fail(_ request: BLIPMessage, domain: String = "HTTP", code: Int, _ message: String) {
+        link.withLock { l in
+            guard l.ended == nil else { return }
+            try? l.blip.fail(request, domain: domain, code: code, message: message)
+        }
+        wake.yield()
+    }
+
+    /// Checks the request's `collection` against the connection's mode (fixed by its first request).
+    func checkCollection(_ request: BLIPMessage) throws(MobileRequestError) {
+        let given = request["collection"]
+        let mode: CollectionMode = link.withLock { l in
+            if l.mode == .undecided { l.mode = request.profile == "getCollections" ? .collections : .legacy }
+            return l.mode
+        }
+        switch mode {
+        case .collections:
+            guard request.profile == "getCollections" || given == "0" else {
+                throw MobileRequestError(domain: "BLIP", code: 400, "this connection replicates one collection, index 0 (_default._default)")
+            }
+        default:
+            guard given == nil else {
+                throw MobileRequestError(domain: "BLIP", code: 400, "a collection index needs getCollections first")
+            }
+        }
+    }
+}
+
+/// Closes the WebSocket with a code and a reason.
+struct MobileClose: Error, CustomStringConvertible {
+    let code: WebSocketErrorCode
+    let reason: String
+    var description: String { reason }
+}
+
+/// A request answered with an error reply.
+struct MobileRequestError: Error {
+    let domain: String
+    let code: Int
+    let message: String
+    init(domain: String = "HTTP", code: Int, _ message: String) {
+        self.domain = domain
+        self.code = code
+        self.message = message
+    }
+}
+
+/// Stores the revisions Couchbase Lite pushes in batches: revisions that arrive while a
+/// batch is being written go in the next one, so a busy push costs one transaction per batch
+/// rather than one per revision, and each `rev` is answered only once its revision is durable.
+final class MobileInserter: Sendable {
+    private struct Pending {
+        var revisions: [(IncomingRevision, CheckedContinuation<InsertOutcome, any Error>)] = []
+        var flushing = false
+    }
+
+    private let store: DocumentStore
+    private let pending = Locked(Pending())
+
+    init(store: DocumentStore) { self.store = store }
+
+    func insert(_ revision: IncomingRevision) async throws -> InsertOutcome {
+        try await withCheckedThrowingContinuation { cont in
+            let lead = pending.withLock { p in
+                p.revisions.append((revision, cont))
+                if p.flushing { return false }
+                p.flushing = true
+                return true
+            }
+            guard lead else { return }
+            Task { await self.flush() }
+        }
+    }
+
+    private func flush() async {
+        while true {
+            let batch = pending.withLock { p in
+                let b = p.revisions
+                p.revisions = []
+                if b.isEmpty { p.flushing = false }
+                return b
+            }
+            if batch.isEmpty { return }
+            do {
+                let outcomes = try await store.insertRevisionsSuspending(batch.map(\.0))
+                for (item, outcome) in zip(batch, outcomes) { item.1.resume(returning: outcome) }
+            } catch {
+                for item in batch { item.1.resume(throwing: error) }
+            }
+        }
+    }
+}
