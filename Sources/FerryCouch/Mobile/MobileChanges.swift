@@ -95,9 +95,29 @@ extension MobileSession {
                     _ = try await self.request(Self.changesMessage([]))
                 }
                 guard subscription.continuous else { return }
-                try await database.store.waitForCommit(past: cursor)
+                try await waitForCommit(past: cursor)
             }
         }
+    }
+
+    /// Waits for a commit past `sequence`; throws once the connection or the node ends first.
+    func waitForCommit(past sequence: UInt64) async throws {
+        let store = database.store, shutdown = database.shutdown, closed = self.closed
+        let committed = try await Race.first(of: [
+            { @Sendable () async throws -> Bool in
+                try await store.waitForCommit(past: sequence)
+                return true
+            },
+            { @Sendable () async throws -> Bool in
+                await shutdown.wait()
+                return false
+            },
+            { @Sendable () async throws -> Bool in
+                _ = try? await closed.wait()
+                return false
+            },
+        ])
+        if !committed || Task.isCancelled { throw MobileClose(code: .goingAway, reason: "the connection ended") }
     }
 
     /// The change an entry offers this client, or nil when it is not for it.

@@ -59,10 +59,14 @@ public struct CouchHTTPChannel: ServerChildChannel, HTTPChannelHandler {
     public func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         channel.eventLoop.makeCompletedFuture {
             let admitted = NIOLockedValueBox<MobileAdmission?>(nil)
+            // NIO's upgrader consumes the head of a request it tries to upgrade: a refused one is
+            // replayed to the HTTP pipeline, so the front door answers it.
+            let attempted = NIOLockedValueBox<HTTPRequestHead?>(nil)
             let admit = self.admit
             let upgrader = NIOTypedWebSocketServerUpgrader<Negotiated>(
                 maxFrameSize: Self.maxWebSocketFrame,
                 shouldUpgrade: { channel, head in
+                    attempted.withLockedValue { $0 = head }
                     let promise = channel.eventLoop.makePromise(of: HTTPHeaders?.self)
                     let address = channel.remoteAddress?.ipAddress
                     promise.completeWithTask {
@@ -88,12 +92,21 @@ public struct CouchHTTPChannel: ServerChildChannel, HTTPChannelHandler {
                 notUpgradingCompletionHandler: { channel in
                     channel.eventLoop.makeCompletedFuture {
                         let sync = channel.pipeline.syncOperations
+                        var replay: ReplayedHeadHandler?
+                        if let head = attempted.withLockedValue({ $0 }) {
+                            replay = ReplayedHeadHandler(head: head)
+                            try sync.addHandler(replay!)
+                        }
                         try sync.addHandler(HTTP1ToHTTPServerCodec(secure: secure))
                         try sync.addHandlers(configuration.additionalChannelHandlers())
                         try sync.addHandler(HTTPConnectionStateHandler(idleTimeout: configuration.idleTimeout.map { .init($0) }, logger: logger))
-                        return .http(
-                            try NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>(
-                                wrappingChannelSynchronously: channel, configuration: .init(isOutboundHalfClosureEnabled: true)))
+                        let http = try NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>(
+                            wrappingChannelSynchronously: channel, configuration: .init(isOutboundHalfClosureEnabled: true))
+                        if let replay {
+                            // Once the pipeline is whole (this runs inside its set-up).
+                            channel.eventLoop.assumeIsolated().execute { replay.replay() }
+                        }
+                        return .http(http)
                     }
                 })
             var pipeline = NIOUpgradableHTTPServerPipelineConfiguration<Negotiated>(upgradeConfiguration: upgrade)
@@ -174,5 +187,43 @@ extension CouchFrontDoor {
     /// Serves an admitted Couchbase Lite replication to its end.
     public func serveMobile(_ ws: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, admission: MobileAdmission, logger: Logger) async {
         await MobileSession(database: database, admission: admission, logger: database.logger).run(ws)
+    }
+}
+
+/// Serves again a request whose upgrade was refused: NIO's upgrader consumed its head and
+/// its end (an upgrade request has no body), so this handler sends both on, and drops the
+/// original end should the upgrader pass it on too.
+final class ReplayedHeadHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias InboundOut = HTTPServerRequestPart
+    private var head: HTTPRequestHead?
+    private var context: ChannelHandlerContext?
+    /// Until the next request begins, an `end` is the refused request's own.
+    private var dropEnd = true
+
+    init(head: HTTPRequestHead) { self.head = head }
+
+    func handlerAdded(context: ChannelHandlerContext) { self.context = context }
+    func handlerRemoved(context: ChannelHandlerContext) { self.context = nil }
+
+    func replay() {
+        guard let context, let head else { return }
+        self.head = nil
+        context.fireChannelRead(wrapInboundOut(.head(head)))
+        context.fireChannelRead(wrapInboundOut(.end(nil)))
+        context.fireChannelReadComplete()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .end where dropEnd:
+            dropEnd = false
+            return
+        case .head:
+            dropEnd = false
+        default:
+            break
+        }
+        context.fireChannelRead(data)
     }
 }

@@ -29,6 +29,8 @@ final class MobileSession: Sendable {
     enum CollectionMode: Sendable { case undecided, legacy, collections }
 
     private let link = Locked(Link())
+    /// Set when the connection ended: long waits (a continuous feed's) end with it.
+    let closed = Latch<Void>()
     private let wakes: AsyncStream<Void>
     private let wake: AsyncStream<Void>.Continuation
 
@@ -49,26 +51,42 @@ final class MobileSession: Sendable {
         logger.info("Couchbase Lite replicator connected", metadata: ["subprotocol": "\(admission.subprotocol)"])
         do {
             try await ws.executeThenClose { inbound, outbound in
-                try await withThrowingTaskGroup(of: Void.self) { group in
-                    group.addTask { try await self.pump(outbound) }
+                // Whichever ends first ends the connection: the client's side (its close, a
+                // protocol error), the writer (a broken socket), or the node's stop.
+                let outcome: MobileClose? = await withTaskGroup(of: MobileClose?.self) { group in
+                    group.addTask {
+                        do {
+                            try await self.read(inbound, outbound: outbound)
+                            return MobileClose(code: .normalClosure, reason: "the client closed the connection")
+                        } catch let close as MobileClose {
+                            return close
+                        } catch {
+                            return MobileClose(code: .goingAway, reason: "\(error)")
+                        }
+                    }
+                    group.addTask {
+                        do { try await self.pump(outbound) } catch let close as MobileClose { return close } catch {}
+                        return nil
+                    }
                     group.addTask {
                         await self.database.shutdown.wait()
-                        throw MobileClose(code: .goingAway, reason: "the node is stopping")
+                        self.end("the node is stopping")
+                        return MobileClose(code: .goingAway, reason: "the node is stopping")
                     }
-                    do {
-                        try await self.read(inbound, outbound: outbound, group: &group)
-                        self.end("the client closed the connection")
-                    } catch let close as MobileClose {
-                        self.end(close.reason)
-                        try? await outbound.write(Self.closeFrame(close))
-                    } catch {
-                        self.end("\(error)")
+                    var first: MobileClose?
+                    for await result in group {
+                        first = result
+                        break
                     }
                     group.cancelAll()
+                    return first
+                }
+                let close = outcome ?? MobileClose(code: .goingAway, reason: "the connection broke")
+                self.end(close.reason)
+                if close.code != .normalClosure || close.reason != "the client closed the connection" {
+                    try? await outbound.write(Self.closeFrame(close))
                 }
             }
-        } catch let close as MobileClose {
-            end(close.reason)
         } catch {
             end("\(error)")
         }
@@ -76,9 +94,22 @@ final class MobileSession: Sendable {
     }
 
     /// Reads frames until the client's close; each whole request is answered in its own task.
-    private func read(
+    private func read(_ inbound: NIOAsyncChannelInboundStream<WebSocketFrame>, outbound: NIOAsyncChannelOutboundWriter<WebSocketFrame>) async throws {
+        try await withThrowingDiscardingTaskGroup { requests in
+            // Requests still being answered end with the connection (their waits for replies
+            // are released by `end`), before the group waits for them.
+            defer { requests.cancelAll() }
+            do { try await readFrames(inbound, outbound: outbound, requests: &requests) } catch {
+                end((error as? MobileClose)?.reason ?? "\(error)")
+                throw error
+            }
+            end("the client closed the connection")
+        }
+    }
+
+    private func readFrames(
         _ inbound: NIOAsyncChannelInboundStream<WebSocketFrame>, outbound: NIOAsyncChannelOutboundWriter<WebSocketFrame>,
-        group: inout ThrowingTaskGroup<Void, any Error>
+        requests: inout ThrowingDiscardingTaskGroup<any Error>
     ) async throws {
         var partial: [UInt8]?
         for try await frame in inbound {
@@ -124,7 +155,7 @@ final class MobileSession: Sendable {
             logger.trace("BLIP in", metadata: ["type": "\(message.type)", "number": "\(message.number)", "properties": "\(message.properties)"])
             switch message.type {
             case .request:
-                group.addTask { await self.answer(message) }
+                requests.addTask { await self.answer(message) }
             case .response, .error:
                 let waiter = link.withLock { $0.replies.removeValue(forKey: message.number) }
                 waiter?.resume(returning: message)
@@ -156,6 +187,7 @@ final class MobileSession: Sendable {
         }
         for w in waiters { w.resume(throwing: MobileClose(code: .goingAway, reason: reason)) }
         wake.finish()
+        closed.set(())
     }
 
     static func closeFrame(_ close: MobileClose) -> WebSocketFrame {

@@ -1,0 +1,284 @@
+import FerryCore
+import Foundation
+import IntegrationHarness
+import Testing
+
+/// Couchbase Lite C 3.2.1 (Community Edition, `../shared/cbl/`, driven by its `cbl-driver`)
+/// replicating with real `ferry serve` nodes over `ws://…/{db}/_blipsync` and, pinned,
+/// `wss://` on the LAN listener: pulls, pushes, continuous feeds, a conflict made on both
+/// sides, users and their rules, channels.
+@Suite(.serialized, .timeLimit(.minutes(10))) struct CouchbaseLiteScenarios {
+    static let password = "app-Secret-3141"
+
+    /// A node serving users `app` (reads and writes everything) and `nurse` (reads and
+    /// writes `note-*` only), on loopback and, with `lan`, on an HTTPS LAN listener.
+    func startNode(_ cluster: Cluster, _ name: String = "a", lan: Int? = nil) async throws -> Node {
+        let node = cluster.add(name)
+        let file = cluster.root + "/\(name).password"
+        try (Self.password + "\n").write(toFile: file, atomically: true, encoding: .utf8)
+        var users: [String] = []
+        let nurse: JSON = ["read": ["ids": ["note-*"]], "write": ["ids": ["note-*"]], "mayDelete": true]
+        for (user, policy) in [("app", JSON?.none), ("nurse", nurse)] {
+            let made = try await Ferry.run(["couch-user", user, "--password-file", file, "--iterations", "10000"])
+            var entry = try #require(try? JSON.parse(Array(made.stdout.utf8)), "ferry couch-user: \(made.stdout) \(made.stderr)").objectValue ?? [:]
+            if let policy { entry["policy"] = policy }
+            users.append(JSON.object(entry).canonicalString)
+        }
+        var couch = #""users":[\#(users.joined(separator: ","))]"#
+        if let lan { couch += #","lan":{"interface":"127.0.0.1","port":\#(lan)}"# }
+        let config = cluster.root + "/\(name).json"
+        try #"{"couch":{\#(couch)}}"#.write(toFile: config, atomically: true, encoding: .utf8)
+        try await node.start(["--couch-port", "0", "--config", config, "--no-discovery"])
+        return node
+    }
+
+    /// The Couchbase Lite endpoint of a node: `ws://127.0.0.1:PORT/ferry`.
+    func endpoint(_ node: Node) throws -> String {
+        let url = try CouchSuite.couchURL(node)
+        return url.replacingOccurrences(of: "http://", with: "ws://") + "ferry"
+    }
+
+    func put(_ node: Node, _ id: String, _ body: String) async throws {
+        let r = try await Ferry.run(["--data", node.dataDirectory, "put", id, body])
+        #expect(r.status == 0, "ferry put \(id): \(r.stderr)")
+    }
+
+    /// Each document of a node: ID → (revision, body without `_` members).
+    func documents(_ node: Node) async throws -> [String: (rev: String, body: JSON)] {
+        let r = try await Ferry.run(["--data", node.dataDirectory, "ls", "--json"])
+        guard case .array(let rows)? = try? JSON.parse(Array(r.stdout.utf8)) else { throw HarnessError("ferry ls --json: \(r.stdout) \(r.stderr)") }
+        var out: [String: (String, JSON)] = [:]
+        for row in rows {
+            guard let id = row["id"]?.stringValue, let rev = row["rev"]?.stringValue else { continue }
+            let got = try await Ferry.run(["--data", node.dataDirectory, "get", id])
+            var body = (try? JSON.parse(Array(got.stdout.utf8)))?.objectValue ?? [:]
+            for key in body.keys where key.hasPrefix("_") { body.removeValue(forKey: key) }
+            out[id] = (rev, .object(body))
+        }
+        return out
+    }
+
+    @Test func anAppPullsAndPushesThroughANodeAndResumesFromItsCheckpoint() async throws {
+        let driver = try CouchbaseLite()
+        let cluster = Cluster("cbl-basic")
+        defer { cluster.cleanUp() }
+        let node = try await startNode(cluster)
+        for i in 1...20 { try await put(node, "doc-\(i)", #"{"i":\#(i),"from":"ferry"}"#) }
+        let app = cluster.root + "/app-db"
+
+        let pulled = try await driver.replicate(app, try endpoint(node), ["--pull", "--user", "app", "--password", Self.password])
+        #expect(pulled.summary["error"] == .null, "\(pulled.output)")
+        #expect(pulled.summary["pulled"]?.intValue == 20)
+        let held = try await driver.list(app)
+        let docs = try await documents(node)
+        for i in 1...20 {
+            #expect(held["doc-\(i)"]?.rev == docs["doc-\(i)"]?.rev, "doc-\(i): the app holds the node's revision")
+            #expect(held["doc-\(i)"]?.body["i"]?.intValue == Int64(i))
+        }
+
+        try await driver.put(app, count: 10, prefix: "cbl-")
+        let pushed = try await driver.replicate(app, try endpoint(node), ["--push", "--user", "app", "--password", Self.password])
+        #expect(pushed.summary["error"] == .null, "\(pushed.output)")
+        #expect(pushed.summary["pushed"]?.intValue == 10)
+        let after = try await documents(node)
+        let mine = try await driver.list(app)
+        for i in 1...10 {
+            #expect(after["cbl-\(i)"]?.rev == mine["cbl-\(i)"]?.rev, "cbl-\(i) keeps Couchbase Lite's revision ID on the node")
+            #expect(after["cbl-\(i)"]?.body["from"] == "cbl")
+        }
+
+        // Both checkpoints hold: nothing is sent again either way.
+        let again = try await driver.replicate(app, try endpoint(node), ["--both", "--user", "app", "--password", Self.password])
+        #expect(again.summary["error"] == .null, "\(again.output)")
+        #expect(again.summary["pulled"]?.intValue == 0 && again.summary["pushed"]?.intValue == 0, "\(again.summary)")
+        await finish(cluster)
+    }
+
+    @Test func aContinuousPullGetsANodeWriteWhileConnectedAndTheNodeStopsCleanlyUnderIt() async throws {
+        let driver = try CouchbaseLite()
+        let cluster = Cluster("cbl-continuous")
+        defer { cluster.cleanUp() }
+        let node = try await startNode(cluster)
+        try await put(node, "first", #"{"n":1}"#)
+        let app = cluster.root + "/app-db"
+        let log = cluster.root + "/continuous.log"
+        let live = try driver.spawn(
+            app, try endpoint(node), ["--pull", "--continuous", "120", "--user", "app", "--password", Self.password], log: log)
+        defer { live.signal(SIGKILL) }
+        func events() -> String { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
+        try await waitUntil("the app caught up", timeout: 60) { events().contains(#""activity":"idle""#) }
+        try await put(node, "later", #"{"n":2}"#)
+        try await waitUntil("the write reached the app", timeout: 30) { events().contains(#""id":"later""#) }
+        // The node stops cleanly with the app still connected (its feed waits for the next commit).
+        await finish(cluster)
+        live.signal(SIGKILL)
+        _ = await live.wait(timeout: 30)
+        let held = try await driver.list(app)
+        #expect(held["later"]?.body["n"]?.intValue == 2, "\(events())")
+    }
+
+    @Test func aConflictMadeOnBothSidesConvergesAsWithSyncGateway() async throws {
+        let driver = try CouchbaseLite()
+        let cluster = Cluster("cbl-conflict")
+        defer { cluster.cleanUp() }
+        let node = try await startNode(cluster)
+        let app = cluster.root + "/app-db"
+        try await driver.put(app, count: 1, prefix: "shared-")
+        let first = try await driver.replicate(app, try endpoint(node), ["--push", "--user", "app", "--password", Self.password])
+        #expect(first.summary["pushed"]?.intValue == 1, "\(first.output)")
+        let base = try #require(try await documents(node)["shared-1"]?.rev)
+        // Both sides edit the same revision.
+        let edit = try await Ferry.run(["--data", node.dataDirectory, "put", "shared-1", #"{"by":"node"}"#, "--rev", base])
+        #expect(edit.status == 0, "\(edit.stderr)")
+        try await driver.put(app, count: 1, prefix: "shared-")
+        // The app pulls the node's revision and resolves the conflict (a proposal of its own
+        // branch made first is refused with Sync Gateway's 409); then both hold one winner.
+        let both = try await driver.replicate(app, try endpoint(node), ["--both", "--user", "app", "--password", Self.password])
+        #expect(both.summary["pulled"]?.intValue == 1, "\(both.output)")
+        _ = try await driver.replicate(app, try endpoint(node), ["--both", "--user", "app", "--password", Self.password])
+        let held = try await driver.list(app)
+        let docs = try await documents(node)
+        #expect(held["shared-1"]?.rev == docs["shared-1"]?.rev, "app \(held["shared-1"]?.rev ?? "-") node \(docs["shared-1"]?.rev ?? "-")")
+        #expect(held["shared-1"]?.body == docs["shared-1"]?.body)
+        let got = try await Ferry.run(["--data", node.dataDirectory, "get", "shared-1", "--conflicts"])
+        #expect(got.stdout.contains(#""_conflicts": []"#) || !got.stdout.contains("_conflicts"), "\(got.stdout)")
+        await finish(cluster)
+    }
+
+    @Test func aRestrictedUserPullsOnlyWhatItMayReadAndARefusedPushIsAnsweredPerDocument() async throws {
+        let driver = try CouchbaseLite()
+        let cluster = Cluster("cbl-rules")
+        defer { cluster.cleanUp() }
+        let node = try await startNode(cluster)
+        try await put(node, "note-1", #"{"text":"ward round"}"#)
+        try await put(node, "secret-1", #"{"text":"payroll"}"#)
+        let app = cluster.root + "/nurse-db"
+        let pulled = try await driver.replicate(app, try endpoint(node), ["--pull", "--user", "nurse", "--password", Self.password])
+        #expect(pulled.summary["error"] == .null, "\(pulled.output)")
+        var held = try await driver.list(app)
+        #expect(held["note-1"] != nil)
+        #expect(held["secret-1"] == nil, "a document the user may not read never reaches the app")
+
+        try await driver.put(app, count: 1, prefix: "note-new-")
+        try await driver.put(app, count: 1, prefix: "order-")
+        let pushed = try await driver.replicate(app, try endpoint(node), ["--push", "--user", "nurse", "--password", Self.password])
+        let docs = try await documents(node)
+        #expect(docs["note-new-1"] != nil, "\(pushed.output)")
+        #expect(docs["order-1"] == nil, "a write the user's rule refuses is not stored")
+        #expect(pushed.output.contains(#""id":"order-1""#) && pushed.output.contains(#""code":403"#), "\(pushed.output)")
+        held = try await driver.list(app)
+        #expect(held["order-1"] != nil, "the app keeps its refused document")
+        await finish(cluster, allowing: ["revision refused"])
+    }
+
+    @Test func aPullByChannelGetsTheDocumentsNamingThem() async throws {
+        let driver = try CouchbaseLite()
+        let cluster = Cluster("cbl-channels")
+        defer { cluster.cleanUp() }
+        let node = try await startNode(cluster)
+        try await put(node, "ward-a-1", #"{"channels":["ward-a"]}"#)
+        try await put(node, "ward-a-2", #"{"channels":"ward-a"}"#)
+        try await put(node, "ward-b-1", #"{"channels":["ward-b"]}"#)
+        try await put(node, "none-1", #"{"x":1}"#)
+        let app = cluster.root + "/app-db"
+        let pulled = try await driver.replicate(
+            app, try endpoint(node), ["--pull", "--channels", "ward-a", "--user", "app", "--password", Self.password])
+        #expect(pulled.summary["error"] == .null, "\(pulled.output)")
+        #expect(Set(try await driver.list(app).keys) == ["ward-a-1", "ward-a-2"])
+        await finish(cluster)
+    }
+
+    @Test func aPinnedAppReplicatesOverTheLANListenerAndAWrongPasswordIsRefused() async throws {
+        let driver = try CouchbaseLite()
+        let cluster = Cluster("cbl-tls")
+        defer { cluster.cleanUp() }
+        let port = Int.random(in: 20_000..<40_000)
+        let node = try await startNode(cluster, lan: port)
+        try await put(node, "doc-1", #"{"x":1}"#)
+        let cert = node.dataDirectory + "/identity/cert.pem"
+        let url = "wss://127.0.0.1:\(port)/ferry"
+        let pinned = try await driver.replicate(
+            cluster.root + "/pinned", url, ["--pull", "--pinned-cert", cert, "--user", "app", "--password", Self.password])
+        #expect(pinned.summary["error"] == .null, "\(pinned.output)")
+        #expect(try await driver.list(cluster.root + "/pinned")["doc-1"] != nil)
+        let unpinned = try await driver.replicate(cluster.root + "/unpinned", url, ["--pull", "--user", "app", "--password", Self.password])
+        #expect(unpinned.summary["error"] != .null, "a self-signed certificate is refused without its pin")
+        let wrong = try await driver.replicate(cluster.root + "/wrong", try endpoint(node), ["--pull", "--user", "app", "--password", "nope"])
+        #expect(wrong.summary["error"]?["code"]?.intValue == 401, "\(wrong.output)")
+        await finish(cluster, allowing: ["login", "password", "TLS", "handshake", "unauthorized"])
+    }
+
+    func finish(_ cluster: Cluster, allowing: [String] = []) async {
+        for node in cluster.nodes {
+            #expect(await node.stop() == 0, "\(node.name) stopped cleanly")
+            let problems = node.problems(allowed: allowing)
+            #expect(problems.isEmpty, "\(node.name): \(problems)\n\(node.logTail(30))")
+        }
+    }
+}
+
+/// Couchbase Lite C's test driver (`cbl-driver`) from `../shared/cbl/` (or `$FERRY_CBL_DIR`).
+struct CouchbaseLite {
+    let driver: String
+    let environment: [String: String]
+
+    /// The result of one `replicate`: its last line (the summary) and all it printed.
+    struct Run {
+        let summary: JSON
+        let output: String
+    }
+
+    init() throws {
+        let dir = ProcessInfo.processInfo.environment["FERRY_CBL_DIR"] ?? (CouchSuite.root + "/../shared/cbl")
+        driver = dir + "/bin/cbl-driver"
+        guard FileManager.default.isExecutableFile(atPath: driver) else {
+            throw HarnessError("Couchbase Lite's driver is not at \(driver): set FERRY_CBL_DIR to the Couchbase Lite C directory")
+        }
+        // The library's versioned name, linked where the loader looks for it (the copy's own
+        // symlinks may have been flattened into files).
+        let lib = NSTemporaryDirectory() + "ferry-cbl-lib"
+        try? FileManager.default.createDirectory(atPath: lib, withIntermediateDirectories: true)
+        let link = lib + "/libcblite.so.3"
+        if (try? FileManager.default.destinationOfSymbolicLink(atPath: link)) == nil {
+            try? FileManager.default.removeItem(atPath: link)
+            try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: dir + "/lib/libcblite.so.3.2.1")
+        }
+        var env = ProcessInfo.processInfo.environment
+        env["LD_LIBRARY_PATH"] = lib
+        environment = env
+    }
+
+    func run(_ arguments: [String], timeout: Double = 120) async throws -> Ferry.Result {
+        try await Shell.run(arguments, executable: driver, environment: environment, timeout: timeout)
+    }
+
+    func replicate(_ db: String, _ url: String, _ options: [String]) async throws -> Run {
+        let r = try await run(["replicate", db, url, "--timeout", "90"] + options)
+        let last = r.stdout.split(separator: "\n").last.map(String.init) ?? ""
+        guard let summary = try? JSON.parse(Array(last.utf8)) else {
+            throw HarnessError("cbl-driver replicate printed no summary (\(r.status)): \(r.stdout) \(r.stderr)")
+        }
+        return Run(summary: summary, output: r.stdout)
+    }
+
+    func put(_ db: String, count: Int, prefix: String) async throws {
+        let r = try await run(["put", db, String(count), prefix])
+        guard r.status == 0 else { throw HarnessError("cbl-driver put failed: \(r.stdout) \(r.stderr)") }
+    }
+
+    /// The app's documents: ID → (revision, body).
+    func list(_ db: String) async throws -> [String: (rev: String, body: JSON)] {
+        let r = try await run(["ls", db])
+        var out: [String: (String, JSON)] = [:]
+        for line in r.stdout.split(separator: "\n") {
+            guard let row = try? JSON.parse(Array(line.utf8)), let id = row["id"]?.stringValue, let rev = row["rev"]?.stringValue else { continue }
+            out[id] = (rev, row["body"] ?? .null)
+        }
+        return out
+    }
+
+    /// A `replicate` left running, its output in `log`.
+    func spawn(_ db: String, _ url: String, _ options: [String], log: String) throws -> ChildProcess {
+        try ChildProcess.spawn(driver, ["replicate", db, url] + options, environment: environment, stdoutPath: log, stderrPath: log + ".err")
+    }
+}
