@@ -171,6 +171,48 @@ import Testing
         await finish(cluster, allowing: ["revision refused"])
     }
 
+    @Test func aPhotoFromAnAppReachesCouchDBClientsAndAnotherAppAndANodeBlobReachesApps() async throws {
+        let driver = try CouchbaseLite()
+        let cluster = Cluster("cbl-blobs")
+        defer { cluster.cleanUp() }
+        let node = try await startNode(cluster)
+        let photo = Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7919 &+ $0 >> 8) })
+        let photoPath = cluster.root + "/photo.jpg"
+        try photo.write(to: URL(fileURLWithPath: photoPath))
+        let phone = cluster.root + "/phone"
+        let attached = try await driver.run(["blob", phone, "photo-1", photoPath, "--key", "photo", "--content-type", "image/jpeg"])
+        #expect(attached.status == 0, "\(attached.stderr)")
+        let pushed = try await driver.replicate(phone, try endpoint(node), ["--push", "--user", "app", "--password", Self.password])
+        #expect(pushed.summary["pushed"]?.intValue == 1, "\(pushed.output)")
+
+        // A CouchDB client reads the photo as the attachment `blob_/photo`, byte for byte.
+        let url = try CouchSuite.couchURL(node) + "ferry/photo-1/blob_%2Fphoto"
+        let fetched = try await Shell.run(["-s", "-f", "-u", "app:\(Self.password)", "-o", cluster.root + "/fetched", url], executable: "/usr/bin/curl")
+        #expect(fetched.status == 0, "\(fetched.stderr)")
+        #expect(FileManager.default.contents(atPath: cluster.root + "/fetched") == photo)
+
+        // A node's own blob, referred to by a document.
+        let native = Data((0..<5_000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        try native.write(to: URL(fileURLWithPath: cluster.root + "/native.bin"))
+        let put = try await Ferry.run(["--data", node.dataDirectory, "blob", "put", cluster.root + "/native.bin"])
+        try await self.put(node, "native-1", #"{"file":\#(put.stdout.trimmingCharacters(in: .whitespacesAndNewlines))}"#)
+
+        // Another app gets both as Couchbase Lite blobs, with the photo's own digest.
+        let tablet = cluster.root + "/tablet"
+        let pulled = try await driver.replicate(tablet, try endpoint(node), ["--pull", "--user", "app", "--password", Self.password])
+        #expect(pulled.summary["error"] == .null, "\(pulled.output)")
+        let held = try await driver.list(tablet)
+        let original = try await driver.list(phone)
+        #expect(held["photo-1"]?.body == original["photo-1"]?.body, "the app's blob member comes back as it was")
+        #expect(held["photo-1"]?.rev == original["photo-1"]?.rev)
+        #expect(held["native-1"]?.body["file"]?["@type"] == "blob")
+        let blobs = tablet + "/db.cblite2/Attachments"
+        let files = (try? FileManager.default.contentsOfDirectory(atPath: blobs)) ?? []
+        let contents = Set(files.compactMap { FileManager.default.contents(atPath: blobs + "/" + $0) })
+        #expect(contents.contains(photo) && contents.contains(native), "both blobs' content is in the app: \(files)")
+        await finish(cluster)
+    }
+
     @Test func aPullByChannelGetsTheDocumentsNamingThem() async throws {
         let driver = try CouchbaseLite()
         let cluster = Cluster("cbl-channels")

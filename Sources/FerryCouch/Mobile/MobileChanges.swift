@@ -169,7 +169,7 @@ extension MobileSession {
         try await withThrowingTaskGroup(of: Void.self) { group in
             for (offer, known) in wanted {
                 guard let tree = trees[offer.id], tree.contains(offer.revision), access.mayRead(offer.id, revision: offer.revision, in: tree),
-                    let message = try revisionMessage(offer, tree: tree, known: known, maxHistory: maxHistory)
+                    let message = (try? revisionMessage(offer, tree: tree, known: known, maxHistory: maxHistory)) ?? nil
                 else {
                     try post(
                         .request(
@@ -194,9 +194,7 @@ extension MobileSession {
     /// first revision the client holds (at most `maxHistory`), the sequence it came from.
     func revisionMessage(_ offer: Offer, tree: RevisionTree, known: Set<String>, maxHistory: Int) throws -> BLIPMessage? {
         guard let view = try database.view(of: offer.id, revision: offer.revision, in: tree) else { return nil }
-        var fields = view.body.objectValue ?? [:]
-        fields.removeValue(forKey: StoredAttachment.bodyKey)
-        for key in fields.keys where key.hasPrefix("_") { fields.removeValue(forKey: key) }
+        let fields = try exportBlobs(view)
         var history: [String] = []
         for r in tree.history(of: offer.revision).dropFirst() {
             guard Self.liteCoreAccepts(r), history.count < max(1, maxHistory) else { break }

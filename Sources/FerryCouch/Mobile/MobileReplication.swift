@@ -26,6 +26,7 @@ extension MobileSession {
                 throw MobileRequestError(domain: "HTTP", code: 409, "this server takes proposeChanges")
             case "rev": try await receiveRevision(request)
             case "norev": break  // a revision asked for that the client no longer has
+            case "getAttachment": try getAttachment(request)
             default:
                 throw MobileRequestError(domain: "BLIP", code: 404, "no handler for message")
             }
@@ -179,9 +180,6 @@ extension MobileSession {
             fields = object
         }
         for key in ["_id", "_rev", "_deleted", "_revisions"] { fields.removeValue(forKey: key) }
-        if fields["_attachments"] != nil || Self.holdsBlob(.object(fields)) {
-            throw MobileRequestError(code: 501, "\(rawID): blobs and attachments from Couchbase Lite are not accepted yet")
-        }
         guard let rev = try? RevisionID(revText) else { throw MobileRequestError(code: 400, "invalid revision ID \(revText)") }
         var history: [RevisionID] = []
         for h in (request["history"] ?? "").split(separator: ",") {
@@ -195,14 +193,17 @@ extension MobileSession {
             guard r.generation == rev.generation - k - 1 else { break }
             hashes.append(r.hashText)
         }
+        let id = try database.couchDocumentID(rawID, replicated: true)
+        let trees = try database.store.revisionTrees([id])
+        if fields["_attachments"] != nil || Self.holdsBlob(.object(fields)) {
+            fields = try await importBlobs(fields, docID: rawID, tree: trees[id])
+        }
         var doc = fields
         doc["_id"] = .string(rawID)
         doc["_rev"] = .string(rev.description)
         doc["_revisions"] = ["start": .int(Int64(rev.generation)), "ids": .array(hashes.map { .string($0) })]
         if deleted { doc["_deleted"] = true }
         let input = try CouchDocumentInput(parsing: .object(doc))
-        let id = try database.couchDocumentID(rawID, replicated: true)
-        let trees = try database.store.revisionTrees([id])
         if Self.bool(request["noconflicts"]), let tree = trees[id], let winner = tree.winner, !tree.contains(rev) {
             let ancestry = Set(history.map(\.description))
             if !ancestry.contains(winner.id.description) && !(winner.deleted && history.isEmpty) {

@@ -29,6 +29,8 @@ final class MobileSession: Sendable {
     enum CollectionMode: Sendable { case undecided, legacy, collections }
 
     private let link = Locked(Link())
+    /// The `sha1-` digests of blobs that came without one (from Ferry peers, CouchDB clients).
+    let sha1Cache = Locked([BlobDigest: String]())
     /// Set when the connection ended: long waits (a continuous feed's) end with it.
     let closed = Latch<Void>()
     private let wakes: AsyncStream<Void>
