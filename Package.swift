@@ -192,7 +192,10 @@ let package = Package(
         // with -sanitize=fuzzer -DFUZZING), or replaying the committed corpora (Fuzz/README.md).
         .executableTarget(
             name: "ferry-fuzz",
-            dependencies: ["FerryCore", "FerryQuery", "FerrySync", "FerryTransport", "FerryCouch", "FerryCouchDocuments", "FerryCouchClient", "FerryNode"]
+            dependencies: [
+                "FerryCore", "FerryQuery", "FerrySync", "FerryTransport", "FerryCouch", "FerryCouchDocuments", "FerryCouchClient", "FerryNode",
+                "FerryBLIP",
+            ]
         ),
         .executableTarget(
             name: "ferry-bench",
@@ -215,6 +218,7 @@ let package = Package(
                 "IntegrationHarness",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),
         .testTarget(name: "FerryStoreTests", dependencies: ["FerryStore", "FerryQuery", "FerryCore", "IntegrationHarness"]),

@@ -1,4 +1,5 @@
 #if !FUZZING
+import FerryBLIP
 import FerryCore
 import FerryNode
 import FerrySync
@@ -97,6 +98,23 @@ enum FuzzSeeds {
             ]
         case .blobpolicy:
             return [("eager", text("eager")), ("lazy", text("lazy")), ("size", text("16MB"))]
+        case .blip:
+            // What Couchbase Lite sends first: checkpoints, a subscription, a proposal, and a
+            // compressed revision long enough to take several frames.
+            var sender = BLIPConnection(maxFrameData: 4096)
+            let requests: [BLIPMessage] = [
+                .request("getCheckpoint", [("client", "cp-HN33UiKlSjIJA3tN212s1QplZE4=")]),
+                .request("subChanges", [("batch", "200"), ("versioning", "rev-trees"), ("activeOnly", "true")]),
+                .request("proposeChanges", [("conflictIncludesRev", "true")], body: text(#"[["doc-1","1-991913d984f1443ab2a02b89af78aa89a9f154ee"]]"#)),
+                .request("rev", [("id", "doc-1"), ("rev", "2-ab"), ("history", "1-cd")],
+                    body: text("{\"text\":\"" + String(repeating: "ward round ", count: 900) + "\"}"), flags: [.compressed]),
+            ]
+            var records: [UInt8] = []
+            for r in requests { try? sender.send(r) }
+            while let frame = try? sender.nextOutgoing() {
+                records += [UInt8(frame.count >> 8), UInt8(frame.count & 0xFF)] + frame
+            }
+            return [("session", records), ("first", Array(records.prefix(2 + (Int(records[0]) << 8 | Int(records[1])))))]
         }
     }
 }

@@ -1,3 +1,4 @@
+import FerryBLIP
 import FerryCore
 import FerryCouchDocuments
 import FerryCouch
@@ -33,6 +34,10 @@ enum FuzzTarget: String, CaseIterable, Sendable {
     case config
     /// A blob fetch policy, as given on the command line or in the config.
     case blobpolicy
+    /// Couchbase Lite's BLIP frames as WebSocket messages arrive (each record: a 2-byte
+    /// big-endian length, then that many bytes), through one connection's decoder,
+    /// checksum, inflater and assembler; each whole message must survive its own encoding.
+    case blip
 
     /// Runs one input; a thrown error is the expected answer to bad bytes. Traps on a broken invariant.
     func run(_ bytes: [UInt8]) {
@@ -109,6 +114,23 @@ enum FuzzTarget: String, CaseIterable, Sendable {
             _ = try? NodeConfiguration.parse(value, file: "fuzz.json")
         case .blobpolicy:
             _ = try? BlobFetchPolicy(parsing: String(decoding: bytes, as: UTF8.self))
+        case .blip:
+            var connection = BLIPConnection(maxMessageSize: 1 << 20)
+            var i = 0
+            while i + 2 <= bytes.count {
+                let length = Int(bytes[i]) << 8 | Int(bytes[i + 1])
+                let end = min(bytes.count, i + 2 + length)
+                let record = Array(bytes[(i + 2)..<end])
+                i = end
+                guard let message = try? connection.receive(record) else {
+                    if (try? connection.receive(record)) == nil { break } else { continue }
+                }
+                let encoded = try? message.encoded()
+                let again = encoded.flatMap { try? BLIPMessage(type: message.type, number: message.number, flags: message.flags, encoded: $0) }
+                precondition(again == message, "a decoded BLIP message did not survive its own encoding")
+                _ = try? connection.respond(to: message, body: message.body)
+                while (try? connection.nextOutgoing()) != nil {}
+            }
         }
     }
 

@@ -138,7 +138,7 @@ public struct CouchHTTPChannel: ServerChildChannel, HTTPChannelHandler {
 }
 
 /// An admitted Couchbase Lite replication: who it is, which subprotocol was agreed.
-public struct MobileAdmission: Sendable {
+public struct MobileAdmission: Sendable, Equatable {
     public let principal: CouchPrincipal
     /// `BLIP_3+CBMobile_3` or `BLIP_3+CBMobile_2`.
     public let subprotocol: String
