@@ -18,7 +18,8 @@ import Testing
         try (Self.password + "\n").write(toFile: file, atomically: true, encoding: .utf8)
         var users: [String] = []
         let nurse: JSON = ["read": ["ids": ["note-*"]], "write": ["ids": ["note-*"]], "mayDelete": true]
-        for (user, policy) in [("app", JSON?.none), ("nurse", nurse)] {
+        let ward: JSON = ["read": ["types": ["note"]], "write": "none", "mayDelete": false]
+        for (user, policy) in [("app", JSON?.none), ("nurse", nurse), ("ward", ward)] {
             let made = try await Ferry.run(["couch-user", user, "--password-file", file, "--iterations", "10000"])
             var entry = try #require(try? JSON.parse(Array(made.stdout.utf8)), "ferry couch-user: \(made.stdout) \(made.stderr)").objectValue ?? [:]
             if let policy { entry["policy"] = policy }
@@ -210,6 +211,34 @@ import Testing
         let files = (try? FileManager.default.contentsOfDirectory(atPath: blobs)) ?? []
         let contents = Set(files.compactMap { FileManager.default.contents(atPath: blobs + "/" + $0) })
         #expect(contents.contains(photo) && contents.contains(native), "both blobs' content is in the app: \(files)")
+        await finish(cluster)
+    }
+
+    @Test func aDocumentEditedOutOfAUsersReachOrOutOfItsChannelsIsPurgedFromTheApp() async throws {
+        let driver = try CouchbaseLite()
+        let cluster = Cluster("cbl-removal")
+        defer { cluster.cleanUp() }
+        let node = try await startNode(cluster)
+        try await put(node, "n-1", #"{"type":"note","channels":["a"]}"#)
+        try await put(node, "n-2", #"{"type":"note","channels":["a"]}"#)
+        try await put(node, "s-1", #"{"type":"secret","channels":["a"]}"#)
+        let ward = cluster.root + "/ward-db", channel = cluster.root + "/channel-db"
+        let first = try await driver.replicate(ward, try endpoint(node), ["--pull", "--user", "ward", "--password", Self.password])
+        #expect(Set(try await driver.list(ward).keys) == ["n-1", "n-2"], "\(first.output)")
+        _ = try await driver.replicate(channel, try endpoint(node), ["--pull", "--channels", "a", "--user", "app", "--password", Self.password])
+        #expect(Set(try await driver.list(channel).keys) == ["n-1", "n-2", "s-1"])
+
+        let docs = try await documents(node)
+        let toSecret = try await Ferry.run(["--data", node.dataDirectory, "put", "n-1", #"{"type":"secret","channels":["a"]}"#, "--rev", docs["n-1"]!.rev])
+        #expect(toSecret.status == 0, "\(toSecret.stderr)")
+        let toB = try await Ferry.run(["--data", node.dataDirectory, "put", "n-2", #"{"type":"note","channels":["b"]}"#, "--rev", docs["n-2"]!.rev])
+        #expect(toB.status == 0, "\(toB.stderr)")
+
+        let second = try await driver.replicate(ward, try endpoint(node), ["--pull", "--user", "ward", "--password", Self.password])
+        #expect(second.output.contains(#""id":"n-1""#) && second.output.contains(#""accessRemoved":true"#), "\(second.output)")
+        #expect(Set(try await driver.list(ward).keys) == ["n-2"], "the app purged what its user may no longer read")
+        let third = try await driver.replicate(channel, try endpoint(node), ["--pull", "--channels", "a", "--user", "app", "--password", Self.password])
+        #expect(Set(try await driver.list(channel).keys) == ["n-1", "s-1"], "the app purged what left its channel: \(third.output)")
         await finish(cluster)
     }
 

@@ -28,6 +28,7 @@ struct MobileSubscription: Sendable {
             batch = min(n, 1000)
         }
         activeOnly = MobileSession.bool(request["activeOnly"])
+        revocations = MobileSession.bool(request["revocations"])
         if let filter = request["filter"] {
             guard filter == "sync_gateway/bychannel" else {
                 throw MobileRequestError(code: 400, "unknown filter \(filter): this node knows sync_gateway/bychannel")
@@ -52,6 +53,10 @@ struct MobileSubscription: Sendable {
     }
 
     var needsBody: Bool { channels != nil }
+
+    /// Whether the client asked to hear of documents it may no longer read (Couchbase Lite
+    /// does when it purges them automatically).
+    var revocations = false
 }
 
 extension MobileSession {
@@ -61,6 +66,10 @@ extension MobileSession {
         let id: DocumentID
         let revision: RevisionID
         let deleted: Bool
+        /// Sync Gateway's removal flags: 2, the client may no longer read the document; 4, it
+        /// left the channels subscribed to. The app purges it; the revision named is the last
+        /// one the client could read, so the notice tells it nothing new.
+        var removal: Int? = nil
     }
 
     /// `subChanges`: answers at once, then sends the changes after `since` in `changes`
@@ -126,13 +135,29 @@ extension MobileSession {
         if let ids = subscription.docIDs, !ids.contains(id.rawValue) { return nil }
         if subscription.activeOnly && entry.change.deleted { return nil }
         let (admitted, document) = try database.readable(entry, principal: principal, needBody: subscription.needsBody)
-        guard admitted else { return nil }
-        if subscription.needsBody, !subscription.inChannels(document?.body) { return nil }
+        guard admitted else { return subscription.revocations ? removal(entry, flag: 2, subscription) : nil }
+        if subscription.needsBody, !subscription.inChannels(document?.body) {
+            return subscription.revocations ? removal(entry, flag: 4, subscription) : nil
+        }
         guard Self.liteCoreAccepts(entry.change.revision) else {
             logger.notice("change not offered: Couchbase Lite cannot hold its revision ID", metadata: ["doc": "\(id)", "rev": "\(entry.change.revision)"])
             return nil
         }
         return Offer(sequence: entry.change.sequence, id: id, revision: entry.change.revision, deleted: entry.change.deleted)
+    }
+
+    /// A removal notice for a document the change took out of the client's reach: only when
+    /// the revision it replaced was within it (readable, and in the channels), so the client
+    /// may have held it; nil otherwise, and for documents never in reach nothing is said.
+    func removal(_ entry: DocumentEntry, flag: Int, _ subscription: MobileSubscription) -> Offer? {
+        let id = entry.change.id
+        guard !CouchDatabase.isNodeInternal(id), let winner = entry.tree.winner, let p = entry.tree.index(of: winner.id),
+            let parentIndex = entry.tree.revisions[p].parent
+        else { return nil }
+        let parent = entry.tree.revisions[parentIndex]
+        guard !parent.deleted, let bytes = parent.body, let body = try? JSON.parse(bytes) else { return nil }
+        guard principal.policy.read.admits(id: id, body: body), subscription.inChannels(body), Self.liteCoreAccepts(parent.id) else { return nil }
+        return Offer(sequence: entry.change.sequence, id: id, revision: parent.id, deleted: false, removal: flag)
     }
 
     /// Couchbase Lite keeps a revision ID's hash as binary: lowercase hex of at most 32 bytes.
@@ -144,7 +169,7 @@ extension MobileSession {
     static func changesMessage(_ offers: [Offer]) -> BLIPMessage {
         let rows: [JSON] = offers.map { o in
             var row: [JSON] = [.int(Int64(o.sequence)), .string(o.id.rawValue), .string(o.revision.description)]
-            if o.deleted { row.append(1) }
+            if let removal = o.removal { row.append(.int(Int64(removal))) } else if o.deleted { row.append(1) }
             return .array(row)
         }
         return .request("changes", body: JSON.array(rows).canonicalBytes, flags: offers.isEmpty ? [] : [.compressed])
@@ -154,7 +179,7 @@ extension MobileSession {
     static func wanted(_ offers: [Offer], reply: BLIPMessage) -> [(Offer, Set<String>)] {
         guard case .array(let answers)? = try? JSON.parse(reply.body) else { return [] }
         var out: [(Offer, Set<String>)] = []
-        for (offer, answer) in zip(offers, answers) {
+        for (offer, answer) in zip(offers, answers) where offer.removal == nil {
             guard case .array(let known) = answer else { continue }  // 0 or null: not wanted
             out.append((offer, Set(known.compactMap(\.stringValue))))
         }
