@@ -259,7 +259,7 @@ import Testing
         await finish(cluster)
     }
 
-    @Test func aPinnedAppReplicatesOverTheLANListenerAndAWrongPasswordIsRefused() async throws {
+    @Test func aPinnedAppReplicatesOverTheLANListenerASessionWorksAndAWrongPasswordIsRefused() async throws {
         let driver = try CouchbaseLite()
         let cluster = Cluster("cbl-tls")
         defer { cluster.cleanUp() }
@@ -276,6 +276,18 @@ import Testing
         #expect(unpinned.summary["error"] != .null, "a self-signed certificate is refused without its pin")
         let wrong = try await driver.replicate(cluster.root + "/wrong", try endpoint(node), ["--pull", "--user", "app", "--password", "nope"])
         #expect(wrong.summary["error"]?["code"]?.intValue == 401, "\(wrong.output)")
+
+        // A session from Sync Gateway's login (`POST /{db}/_session`), sent under either cookie name.
+        let login = try await Shell.run(
+            ["-s", "-X", "POST", "-H", "Content-Type: application/json", "-d", #"{"name":"app","password":"\#(Self.password)"}"#,
+             try CouchSuite.couchURL(node) + "ferry/_session"], executable: "/usr/bin/curl")
+        let session = try #require(try? JSON.parse(Array(login.stdout.utf8)), "\(login.stdout)")
+        let id = try #require(session["session_id"]?.stringValue, "\(session)")
+        #expect(session["cookie_name"] == "AuthSession")
+        for cookie in [["--cookie", "AuthSession"], []] {
+            let byCookie = try await driver.replicate(cluster.root + "/session\(cookie.count)", try endpoint(node), ["--pull", "--session", id] + cookie)
+            #expect(byCookie.summary["error"] == .null && byCookie.summary["pulled"]?.intValue == 1, "\(cookie): \(byCookie.output)")
+        }
         await finish(cluster, allowing: ["login", "password", "TLS", "handshake", "unauthorized"])
     }
 

@@ -177,8 +177,11 @@ extension CouchFrontDoor {
         var principal: CouchPrincipal?
         if let authorization = head.headers["Authorization"].first {
             principal = try? await authenticate(authorization, address: address, now: now)
-        } else if let cookie = CouchSessionCookies.cookie(in: head.headers["Cookie"]), let found = session(cookie, now: now) {
-            principal = found.0
+        } else {
+            let cookies = head.headers["Cookie"]
+            let cookie = CouchSessionCookies.cookie(in: cookies)
+                ?? CouchSessionCookies.cookie(in: cookies, named: CouchSessionCookies.syncGatewayCookieName)
+            if let cookie, let found = session(cookie, now: now) { principal = found.0 }
         }
         guard let principal else { return nil }
         return MobileAdmission(principal: principal, subprotocol: subprotocol, remoteAddress: remoteAddress)

@@ -126,6 +126,10 @@ public struct CouchFrontDoor: HTTPResponder {
         }
         let endpoint = CouchRouting.endpoint(rawPath: request.uri.path)
         if endpoint == .session { return try await sessionEndpoint(request, context: context, address: address, now: now, extra: &extra) }
+        if case .databaseSpecial(let db, "session")? = endpoint, db == database.name {
+            // Sync Gateway's per-database login, which Couchbase Lite apps use to get a session.
+            return try await sessionEndpoint(request, context: context, address: address, now: now, extra: &extra, syncGateway: true)
+        }
         // 4. Only the welcome and `_up` are open to everyone.
         let open = (request.method == .get || request.method == .head) && (endpoint == .welcome || endpoint == .up)
         if !open && context.principal == nil {
@@ -162,9 +166,9 @@ public struct CouchFrontDoor: HTTPResponder {
     }
 
     /// `GET|POST|DELETE /_session`.
-    func sessionEndpoint(_ request: Request, context: CouchRequestContext, address: String, now: Date, extra: inout HTTPFields) async throws
-        -> Response
-    {
+    func sessionEndpoint(
+        _ request: Request, context: CouchRequestContext, address: String, now: Date, extra: inout HTTPFields, syncGateway: Bool = false
+    ) async throws -> Response {
         switch request.method {
         case .get, .head:
             return CouchResponse.json(Self.sessionInfo(context.principal, via: request.headers[.authorization] != nil ? "default" : "cookie"))
@@ -176,7 +180,14 @@ public struct CouchFrontDoor: HTTPResponder {
             let principal = try await login(name: name, password: password, address: address, now: now)
             let value = access.sessions.issue(name: principal.name, credential: credential(of: principal.name) ?? "", listener: listener, now: now)
             extra.append(.init(name: .setCookie, value: access.sessions.setCookie(value, secure: secure)))
-            return CouchResponse.json(["ok": true, "name": .string(principal.name), "roles": Self.roles(principal)])
+            var answer: [String: JSON] = ["ok": true, "name": .string(principal.name), "roles": Self.roles(principal)]
+            if syncGateway {
+                // What a Couchbase Lite session authenticator needs: the cookie's name and value.
+                answer["session_id"] = .string(value)
+                answer["cookie_name"] = .string(CouchSessionCookies.cookieName)
+                answer["expires"] = .string(ISO8601DateFormatter().string(from: now.addingTimeInterval(access.sessions.lifetime)))
+            }
+            return CouchResponse.json(.object(answer))
         default:
             throw CouchError.methodNotAllowed("GET,HEAD,POST,DELETE")
         }

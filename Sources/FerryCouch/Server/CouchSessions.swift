@@ -67,12 +67,16 @@ public struct CouchSessionCookies: Sendable {
         "\(cookieName)=; Version=1; Path=/; Max-Age=0; HttpOnly; SameSite=Lax\(secure ? "; Secure" : "")"
     }
 
-    /// The `AuthSession` value among a request's `Cookie` headers, if any.
-    public static func cookie(in headers: [String]) -> String? {
+    /// The name Sync Gateway gives its session cookie, which Couchbase Lite's session
+    /// authenticator sends unless told another: accepted on the replication endpoint.
+    public static let syncGatewayCookieName = "SyncGatewaySession"
+
+    /// The `AuthSession` value (or the cookie `name`'s) among a request's `Cookie` headers, if any.
+    public static func cookie(in headers: [String], named name: String = cookieName) -> String? {
         for header in headers {
             for pair in header.split(separator: ";") {
                 let p = pair.trimmingCharacters(in: .whitespaces)
-                guard let eq = p.firstIndex(of: "="), p[..<eq] == cookieName else { continue }
+                guard let eq = p.firstIndex(of: "="), p[..<eq] == name else { continue }
                 var value = String(p[p.index(after: eq)...])
                 if value.hasPrefix("\"") && value.hasSuffix("\"") && value.count >= 2 { value = String(value.dropFirst().dropLast()) }
                 return value.isEmpty ? nil : value
