@@ -12,8 +12,14 @@ import Testing
 
     /// A node serving users `app` (reads and writes everything) and `nurse` (reads and
     /// writes `note-*` only), on loopback and, with `lan`, on an HTTPS LAN listener.
-    func startNode(_ cluster: Cluster, _ name: String = "a", lan: Int? = nil) async throws -> Node {
+    func startNode(_ cluster: Cluster, _ name: String = "a", lan: Int? = nil, couchPort: Int = 0, extra: [String] = []) async throws -> Node {
         let node = cluster.add(name)
+        try await start(node, cluster, lan: lan, couchPort: couchPort, extra: extra)
+        return node
+    }
+
+    func start(_ node: Node, _ cluster: Cluster, lan: Int? = nil, couchPort: Int = 0, extra: [String] = []) async throws {
+        let name = node.name
         let file = cluster.root + "/\(name).password"
         try (Self.password + "\n").write(toFile: file, atomically: true, encoding: .utf8)
         var users: [String] = []
@@ -29,8 +35,7 @@ import Testing
         if let lan { couch += #","lan":{"interface":"127.0.0.1","port":\#(lan)}"# }
         let config = cluster.root + "/\(name).json"
         try #"{"couch":{\#(couch)}}"#.write(toFile: config, atomically: true, encoding: .utf8)
-        try await node.start(["--couch-port", "0", "--config", config, "--no-discovery"])
-        return node
+        try await node.start(["--couch-port", String(couchPort), "--config", config, "--no-discovery"] + extra)
     }
 
     /// The Couchbase Lite endpoint of a node: `ws://127.0.0.1:PORT/ferry`.
@@ -239,6 +244,105 @@ import Testing
         #expect(Set(try await driver.list(ward).keys) == ["n-2"], "the app purged what its user may no longer read")
         let third = try await driver.replicate(channel, try endpoint(node), ["--pull", "--channels", "a", "--user", "app", "--password", Self.password])
         #expect(Set(try await driver.list(channel).keys) == ["n-1", "s-1"], "the app purged what left its channel: \(third.output)")
+        await finish(cluster)
+    }
+
+    @Test func appsOnEitherEndOfAFerryMeshOfThreeGetEachOthersDocumentsAndBlobs() async throws {
+        let driver = try CouchbaseLite()
+        let cluster = Cluster("cbl-mesh")
+        defer { cluster.cleanUp() }
+        let nodes = ["a", "b", "c"].map { cluster.add($0) }
+        let ids = try await cluster.ids(nodes)
+        // A line a – b – c: the apps' writes cross a node that no app talks to.
+        for (i, node) in nodes.enumerated().reversed() {
+            var args: [String] = []
+            for j in [i - 1, i + 1] where j >= 0 && j < nodes.count { args += ["--trust", ids[j]] }
+            if i + 1 < nodes.count { args += ["--peer", "\(nodes[i + 1].url)#\(ids[i + 1])"] }
+            try await start(node, cluster, extra: args)
+        }
+        let phone = cluster.root + "/phone", tablet = cluster.root + "/tablet"
+        try await driver.put(phone, count: 5, prefix: "phone-")
+        let photo = Data((0..<70_000).map { UInt8(truncatingIfNeeded: $0 &* 13) })
+        try photo.write(to: URL(fileURLWithPath: cluster.root + "/photo.jpg"))
+        _ = try await driver.run(["blob", phone, "phone-photo", cluster.root + "/photo.jpg", "--key", "photo"])
+        let pushed = try await driver.replicate(phone, try endpoint(nodes[0]), ["--push", "--user", "app", "--password", Self.password])
+        #expect(pushed.summary["pushed"]?.intValue == 6, "\(pushed.output)")
+        try await driver.put(tablet, count: 3, prefix: "tablet-")
+        let tabletPush = try await driver.replicate(tablet, try endpoint(nodes[2]), ["--push", "--user", "app", "--password", Self.password])
+        #expect(tabletPush.summary["pushed"]?.intValue == 3, "\(tabletPush.output)")
+        try await cluster.awaitConvergence(timeout: 60)
+
+        _ = try await driver.replicate(tablet, try endpoint(nodes[2]), ["--pull", "--user", "app", "--password", Self.password])
+        _ = try await driver.replicate(phone, try endpoint(nodes[0]), ["--pull", "--user", "app", "--password", Self.password])
+        let onPhone = try await driver.list(phone), onTablet = try await driver.list(tablet)
+        #expect(onPhone.count == 9 && Set(onPhone.keys) == Set(onTablet.keys), "phone \(onPhone.keys.sorted()) tablet \(onTablet.keys.sorted())")
+        for (id, doc) in onPhone { #expect(onTablet[id]?.rev == doc.rev && onTablet[id]?.body == doc.body, "\(id)") }
+        let blobs = tablet + "/db.cblite2/Attachments"
+        let files = (try? FileManager.default.contentsOfDirectory(atPath: blobs)) ?? []
+        #expect(files.contains { FileManager.default.contents(atPath: blobs + "/" + $0) == photo }, "the photo crossed the mesh: \(files)")
+        await finish(cluster)
+    }
+
+    @Test func aRestartOfTheNodeMidPullOrMidPushOrOfTheAppMidPullLosesNothing() async throws {
+        let driver = try CouchbaseLite()
+        let cluster = Cluster("cbl-restart")
+        defer { cluster.cleanUp() }
+        let couchPort = Int.random(in: 20_000..<40_000)
+        let node = try await startNode(cluster, couchPort: couchPort)
+        let filler = String(repeating: "x", count: 1000)
+        let count = 3000
+        let loaded = try await Ferry.run(
+            ["--data", node.dataDirectory, "import", "-"],
+            stdin: (1...count).map { #"{"_id":"doc-\#($0)","n":\#($0),"pad":"\#(filler)"}"# }.joined(separator: "\n") + "\n")
+        #expect(loaded.status == 0, "ferry import: \(loaded.stderr)")
+        let app = cluster.root + "/app-db"
+        let log = cluster.root + "/pull.log"
+        let live = try driver.spawn(app, try endpoint(node), ["--pull", "--continuous", "300", "--user", "app", "--password", Self.password], log: log)
+        defer { live.signal(SIGKILL) }
+        func pulledIDs() -> Set<String> {
+            let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            return Set(text.split(separator: "\n").compactMap { line -> String? in
+                guard line.contains(#""event":"document""#), let row = try? JSON.parse(Array(line.utf8)) else { return nil }
+                return row["error"] == .null ? row["id"]?.stringValue : nil
+            })
+        }
+        try await waitUntil("the pull began", timeout: 60) { !pulledIDs().isEmpty }
+        #expect(await node.stop() == 0)
+        let atStop = pulledIDs().count
+        #expect(atStop < count, "the node stopped mid-pull (\(atStop) of \(count) pulled)")
+        try await node.restart()
+        try await waitUntil("the app got every document after the node's restart", timeout: 120) { pulledIDs().count == count }
+        live.signal(SIGKILL)
+        _ = await live.wait(timeout: 30)
+        #expect(try await driver.list(app).count == count)
+
+        // The app killed mid-pull, then started again: it ends with everything.
+        let second = cluster.root + "/second-db"
+        let killed = try driver.spawn(second, try endpoint(node), ["--pull", "--user", "app", "--password", Self.password], log: cluster.root + "/killed.log")
+        try await waitUntil("the second app's pull began", timeout: 60) {
+            ((try? String(contentsOfFile: cluster.root + "/killed.log", encoding: .utf8)) ?? "").contains(#""event":"document""#)
+        }
+        killed.signal(SIGKILL)
+        _ = await killed.wait(timeout: 30)
+        let resumed = try await driver.replicate(second, try endpoint(node), ["--pull", "--user", "app", "--password", Self.password])
+        #expect(resumed.summary["error"] == .null, "\(resumed.output)")
+        let held = try await driver.list(second)
+        #expect(held.count == count && held["doc-\(count)"]?.body["n"]?.intValue == Int64(count))
+
+        // A push of as many, the node stopped under it: the app retries and every revision lands.
+        let pusher = cluster.root + "/pusher-db"
+        try await driver.put(pusher, count: count, prefix: "app-")
+        let pushLog = cluster.root + "/push.log"
+        let pushing = try driver.spawn(pusher, try endpoint(node), ["--push", "--continuous", "300", "--user", "app", "--password", Self.password], log: pushLog)
+        defer { pushing.signal(SIGKILL) }
+        try await waitUntil("the push began", timeout: 60) {
+            ((try? String(contentsOfFile: pushLog, encoding: .utf8)) ?? "").contains(#""direction":"push""#)
+        }
+        #expect(await node.stop() == 0)
+        try await node.restart()
+        try await waitUntil("every pushed revision is on the node", timeout: 120) {
+            (try? await node.admin.get("/"))?["docCount"]?.intValue == Int64(2 * count)
+        }
         await finish(cluster)
     }
 

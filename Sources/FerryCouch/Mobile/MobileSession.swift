@@ -73,7 +73,9 @@ final class MobileSession: Sendable {
                     group.addTask {
                         await self.database.shutdown.wait()
                         self.end("the node is stopping")
-                        return MobileClose(code: .goingAway, reason: "the node is stopping")
+                        // 4001, Couchbase Lite's "transient": the app retries and resumes (it
+                        // takes 1001, going away, as the end of the replication).
+                        return MobileClose(code: .unknown(4001), reason: "the node is stopping")
                     }
                     var first: MobileClose?
                     for await result in group {
