@@ -346,6 +346,112 @@ import Testing
         await finish(cluster)
     }
 
+    /// A hand-made BLIP client (Python's websocket-client): what a broken or hostile app
+    /// could send. Prints one JSON object of what each probe got.
+    static let hostileClient = #"""
+        import base64, json, sys, zlib, websocket
+        url, user, password = sys.argv[1:4]
+        def varint(n):
+            out = bytearray()
+            while True:
+                b = n & 0x7F
+                n >>= 7
+                if n: out.append(b | 0x80)
+                else:
+                    out.append(b)
+                    return bytes(out)
+        def connect():
+            auth = base64.b64encode(f"{user}:{password}".encode()).decode()
+            ws = websocket.create_connection(url + "/_blipsync", subprotocols=["BLIP_3+CBMobile_3"],
+                                             header=[f"Authorization: Basic {auth}"], suppress_origin=True, timeout=20)
+            return ws, {"crc": 0, "n": 0}
+        def request(ws, state, props, body=b"", flags=0):
+            state["n"] += 1
+            encoded = b"".join(k.encode() + b"\0" + v.encode() + b"\0" for k, v in props)
+            data = varint(len(encoded)) + encoded + body
+            state["crc"] = zlib.crc32(data, state["crc"])
+            ws.send_binary(varint(state["n"]) + varint(flags) + data + state["crc"].to_bytes(4, "big"))
+            while True:  # the reply (the server's CRC is not checked here)
+                frame = ws.recv()
+                if not isinstance(frame, bytes): continue
+                i = 0
+                while frame[i] & 0x80: i += 1
+                flags_at = i + 1
+                kind = frame[flags_at] & 0x07
+                if kind in (4, 5): continue  # ACKs
+                payload = frame[flags_at + 1:-4]
+                plen, j = 0, 0
+                shift = 0
+                while True:
+                    b = payload[j]; plen |= (b & 0x7F) << shift; shift += 7; j += 1
+                    if not b & 0x80: break
+                parts = payload[j:j + plen].split(b"\0")[:-1]
+                props = dict(zip(parts[0::2], parts[1::2]))
+                return {"type": kind, "code": props.get(b"Error-Code", b"").decode(), "body": payload[j + plen:].decode(errors="replace")}
+        def closed(ws):
+            try:
+                while True:
+                    ws.recv()
+            except websocket.WebSocketConnectionClosedException:
+                pass
+            except Exception:
+                pass
+            return {"status": ws.status, "code": getattr(ws, "close_status", None)}
+        out = {}
+        ws, st = connect()
+        out["unknown"] = request(ws, st, [("Profile", "nonsense")])
+        out["since"] = request(ws, st, [("Profile", "subChanges"), ("since", "yesterday")])
+        out["propose"] = request(ws, st, [("Profile", "proposeChanges")], b"not json")
+        out["forbidden"] = request(ws, st, [("Profile", "rev"), ("id", "order-9"), ("rev", "1-aa")], b'{"x":1}')
+        out["collection"] = request(ws, st, [("Profile", "getCheckpoint"), ("client", "x"), ("collection", "3")])
+        ws.close()
+        # Bytes that are no frame; then a frame that inflates past the limit.
+        for name, payload in [("garbage", b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"),
+                              ("bomb", None)]:
+            ws, st = connect()
+            if payload is None:
+                z = zlib.compressobj(6, zlib.DEFLATED, -15)
+                data = z.compress(b"\0" * (4 << 20)) + z.flush(zlib.Z_SYNC_FLUSH)
+                payload = varint(1) + varint(0x08) + data[:-4] + b"\0\0\0\0"
+            ws.send_binary(payload)
+            reason = b""
+            try:
+                opcode, frame = ws.recv_data(control_frame=True)
+                reason = frame
+            except Exception as e:
+                reason = str(e).encode()
+            out[name] = {"close": reason[:2].hex() if len(reason) >= 2 else "", "reason": reason[2:].decode(errors="replace")}
+            ws.close()
+        print(json.dumps(out))
+        """#
+
+    @Test func badFramesAndRequestsGetAClearErrorOrCloseAndTheNodeServesOn() async throws {
+        let driver = try CouchbaseLite()
+        guard FileManager.default.isExecutableFile(atPath: CouchSuite.python) else {
+            Issue.record("\(CouchSuite.python) is missing: run scripts/install-deps.sh to create .venv-couch")
+            return
+        }
+        let cluster = Cluster("cbl-hostile")
+        defer { cluster.cleanUp() }
+        let node = try await startNode(cluster)
+        try await put(node, "note-1", #"{"x":1}"#)
+        let run = try await Shell.run(
+            ["-c", Self.hostileClient, try endpoint(node), "nurse", Self.password], executable: CouchSuite.python,
+            environment: ["PYTHONDONTWRITEBYTECODE": "1"], timeout: 120)
+        let out = try #require(try? JSON.parse(Array(run.stdout.utf8)), "\(run.stdout) \(run.stderr)")
+        #expect(out["unknown"]?["code"] == "404", "\(out)")
+        #expect(out["since"]?["code"] == "400", "\(out)")
+        #expect(out["propose"]?["code"] == "400", "\(out)")
+        #expect(out["forbidden"]?["code"] == "403", "\(out)")
+        #expect(out["collection"]?["code"] == "400", "\(out)")
+        #expect(out["garbage"]?["close"] == "03ea", "a protocol error (1002): \(out)")
+        #expect(out["bomb"]?["close"] == "03ea" && out["bomb"]?["reason"]?.stringValue?.contains("inflates") == true, "\(out)")
+        #expect(try await documents(node)["order-9"] == nil, "nothing refused was stored")
+        let after = try await driver.replicate(cluster.root + "/after", try endpoint(node), ["--pull", "--user", "nurse", "--password", Self.password])
+        #expect(after.summary["error"] == .null && after.summary["pulled"]?.intValue == 1, "\(after.output)")
+        await finish(cluster, allowing: ["revision refused"])
+    }
+
     @Test func aPullByChannelGetsTheDocumentsNamingThem() async throws {
         let driver = try CouchbaseLite()
         let cluster = Cluster("cbl-channels")

@@ -77,8 +77,10 @@ final class MobileSession: Sendable {
                         // takes 1001, going away, as the end of the replication).
                         return MobileClose(code: .unknown(4001), reason: "the node is stopping")
                     }
+                    // The writer ends quietly (nil) once `end` ran; the reason is the other side's.
                     var first: MobileClose?
                     for await result in group {
+                        guard let result else { continue }
                         first = result
                         break
                     }
