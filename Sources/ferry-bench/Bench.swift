@@ -13,7 +13,7 @@ struct FerryBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ferry-bench",
         abstract: "Ferry benchmarks: each figure is a ratio against a baseline measured in the same run.",
-        subcommands: [StoreBench.self, SyncBench.self, NetBench.self, DeltaBench.self, LatencyBench.self, ScaleBench.self, SyncthingBench.self, LanBench.self, CouchAPIBench.self, CouchReplicationBench.self, FindBench.self, ConflictBench.self, BlobBench.self, AccessBench.self])
+        subcommands: [StoreBench.self, SyncBench.self, NetBench.self, DeltaBench.self, LatencyBench.self, ScaleBench.self, SyncthingBench.self, LanBench.self, CouchAPIBench.self, CouchReplicationBench.self, FindBench.self, ConflictBench.self, BlobBench.self, AccessBench.self, CouchbaseLiteBench.self])
 }
 
 /// Saves documents through FerryStore and inserts the same documents with raw prepared SQLite statements.
