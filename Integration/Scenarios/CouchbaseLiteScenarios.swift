@@ -378,7 +378,7 @@ import Testing
                 while frame[i] & 0x80: i += 1
                 flags_at = i + 1
                 kind = frame[flags_at] & 0x07
-                if kind in (4, 5): continue  # ACKs
+                if kind in (0, 4, 5): continue  # the server's own requests, ACKs
                 payload = frame[flags_at + 1:-4]
                 plen, j = 0, 0
                 shift = 0
@@ -404,6 +404,8 @@ import Testing
         out["propose"] = request(ws, st, [("Profile", "proposeChanges")], b"not json")
         out["forbidden"] = request(ws, st, [("Profile", "rev"), ("id", "order-9"), ("rev", "1-aa")], b'{"x":1}')
         out["collection"] = request(ws, st, [("Profile", "getCheckpoint"), ("client", "x"), ("collection", "3")])
+        out["subscribe"] = request(ws, st, [("Profile", "subChanges"), ("continuous", "true")])
+        out["again"] = request(ws, st, [("Profile", "subChanges"), ("continuous", "true")])
         ws.close()
         # Bytes that are no frame; then a frame that inflates past the limit.
         for name, payload in [("garbage", b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"),
@@ -444,6 +446,7 @@ import Testing
         #expect(out["propose"]?["code"] == "400", "\(out)")
         #expect(out["forbidden"]?["code"] == "403", "\(out)")
         #expect(out["collection"]?["code"] == "400", "\(out)")
+        #expect(out["subscribe"]?["type"] == 1 && out["again"]?["code"] == "409", "one subscription per connection: \(out)")
         #expect(out["garbage"]?["close"] == "03ea", "a protocol error (1002): \(out)")
         #expect(out["bomb"]?["close"] == "03ea" && out["bomb"]?["reason"]?.stringValue?.contains("inflates") == true, "\(out)")
         #expect(try await documents(node)["order-9"] == nil, "nothing refused was stored")

@@ -116,7 +116,7 @@ extension CouchDatabase {
 
     /// A user may change only the `_local` documents it created (or ones older than owners),
     /// and create one only while it owns fewer than `maxPerUser`; the admin key may do anything.
-    private func checkOwnership(_ current: JSON?, principal: CouchPrincipal, creating: Bool) throws {
+    func checkOwnership(_ current: JSON?, principal: CouchPrincipal, creating: Bool) throws {
         guard case .user(let name, _) = principal else { return }
         if let owner = current?["owner"]?.stringValue, owner != name {
             throw CouchError.forbidden("This _local document belongs to another user.")

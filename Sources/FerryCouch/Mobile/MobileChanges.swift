@@ -77,6 +77,9 @@ extension MobileSession {
     /// `changes` once caught up, and (continuous) every later change as it commits.
     func subChanges(_ request: BLIPMessage) async throws {
         let subscription = try MobileSubscription(request)
+        guard claimSubscription() else {
+            throw MobileRequestError(domain: "BLIP", code: 409, "this connection already has a pull subscription")
+        }
         respond(to: request)
         var cursor = subscription.since
         var caughtUp = false

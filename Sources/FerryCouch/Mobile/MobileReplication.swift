@@ -76,9 +76,8 @@ extension MobileSession {
         }
         let key = Self.checkpointKey(client)
         let current = try database.store.localDocument(key)
-        if let current, let owner = current["owner"]?.stringValue, owner != principal.name, principal != .admin {
-            throw MobileRequestError(code: 403, "checkpoint \(client) belongs to another user")
-        }
+        // The `_local` rules: a user changes only its own, and owns at most 100.
+        try database.checkOwnership(current, principal: principal, creating: current == nil)
         let currentRev = current.map { "0-\($0["rev"]?.intValue ?? 0)" }
         // MVCC as Sync Gateway: the given rev must be the current one (none for a new checkpoint).
         let given = request["rev"].flatMap { $0.isEmpty ? nil : $0 }  // "" says none, as a missing property

@@ -24,7 +24,17 @@ final class MobileSession: Sendable {
         var ended: String?
         /// Collection-aware (`getCollections` came first) or legacy (any other request came first).
         var mode: CollectionMode = .undecided
+        /// Requests being answered, and the reader waiting for one to end (see `maxAnswering`).
+        var answering = 0
+        var readerWaiting: CheckedContinuation<Void, Never>?
+        /// Whether a pull subscription (`subChanges`) runs: one per connection.
+        var subscribed = false
     }
+
+    /// Requests answered at once on one connection: past it the reader stops taking frames
+    /// until one ends, so a client that floods requests is slowed, not served without bound
+    /// (Couchbase Lite keeps far fewer in flight).
+    static let maxAnswering = 256
 
     enum CollectionMode: Sendable { case undecided, legacy, collections }
 
@@ -161,7 +171,11 @@ final class MobileSession: Sendable {
             logger.trace("BLIP in", metadata: ["type": "\(message.type)", "number": "\(message.number)", "properties": "\(message.properties)"])
             switch message.type {
             case .request:
-                requests.addTask { await self.answer(message) }
+                await admitRequest()
+                requests.addTask {
+                    await self.answer(message)
+                    self.requestEnded()
+                }
             case .response, .error:
                 let waiter = link.withLock { $0.replies.removeValue(forKey: message.number) }
                 waiter?.resume(returning: message)
@@ -185,6 +199,47 @@ final class MobileSession: Sendable {
         }
     }
 
+    /// Waits until fewer than `maxAnswering` requests are being answered, then counts one more.
+    private func admitRequest() async {
+        while true {
+            let admitted: Bool = link.withLock { l in
+                guard l.answering >= Self.maxAnswering else {
+                    l.answering += 1
+                    return true
+                }
+                return false
+            }
+            if admitted { return }
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                let resumeNow: Bool = link.withLock { l in
+                    if l.answering < Self.maxAnswering || l.ended != nil { return true }
+                    l.readerWaiting = c
+                    return false
+                }
+                if resumeNow { c.resume() }
+            }
+            if link.withLock({ $0.ended != nil }) { return }
+        }
+    }
+
+    private func requestEnded() {
+        let waiter: CheckedContinuation<Void, Never>? = link.withLock { l in
+            l.answering -= 1
+            defer { l.readerWaiting = nil }
+            return l.readerWaiting
+        }
+        waiter?.resume()
+    }
+
+    /// Claims the connection's one pull subscription; false when one already runs.
+    func claimSubscription() -> Bool {
+        link.withLock { l in
+            if l.subscribed { return false }
+            l.subscribed = true
+            return true
+        }
+    }
+
     private func end(_ reason: String) {
         let waiters: [CheckedContinuation<BLIPMessage, any Error>] = link.withLock { l in
             if l.ended == nil { l.ended = reason }
@@ -192,6 +247,10 @@ final class MobileSession: Sendable {
             return Array(l.replies.values)
         }
         for w in waiters { w.resume(throwing: MobileClose(code: .goingAway, reason: reason)) }
+        link.withLock { l in
+            defer { l.readerWaiting = nil }
+            return l.readerWaiting
+        }?.resume()
         wake.finish()
         closed.set(())
     }
