@@ -83,7 +83,10 @@ extension MobileSession {
         respond(to: request)
         var cursor = subscription.since
         var caughtUp = false
-        var inFlight: Task<Void, any Error>?
+        // Batches whose revisions are on their way: several travel while the next is offered,
+        // so the app's inserts (it commits in batches, then answers) overlap the offers.
+        var inFlight: [Task<Void, any Error>] = []
+        defer { for t in inFlight { t.cancel() } }
         while true {
             let page = try database.store.changeEntries(after: cursor, limit: subscription.batch)
             var offers: [Offer] = []
@@ -92,16 +95,14 @@ extension MobileSession {
                 if let offer = try offer(entry, subscription) { offers.append(offer) }
             }
             if !offers.isEmpty {
-                // One batch's revisions travel while the next batch is offered.
                 let reply = try await self.request(Self.changesMessage(offers))
                 if let e = reply.error { throw MobileClose(code: .unexpectedServerError, reason: "the client refused changes: \(e.message)") }
-                try await inFlight?.value
                 let wanted = Self.wanted(offers, reply: reply)
-                inFlight = Task { try await self.sendRevisions(wanted, maxHistory: Int(reply["maxHistory"] ?? "") ?? 20) }
+                inFlight.append(Task { try await self.sendRevisions(wanted, maxHistory: Int(reply["maxHistory"] ?? "") ?? 20) })
+                while inFlight.count > Self.batchesInFlight { try await inFlight.removeFirst().value }
             }
             if page.count < subscription.batch {
-                try await inFlight?.value
-                inFlight = nil
+                while !inFlight.isEmpty { try await inFlight.removeFirst().value }
                 if !caughtUp {
                     caughtUp = true
                     _ = try await self.request(Self.changesMessage([]))
@@ -111,6 +112,9 @@ extension MobileSession {
             }
         }
     }
+
+    /// Batches of revisions sent and not yet all stored by the app, at most.
+    static let batchesInFlight = 4
 
     /// Waits for a commit past `sequence`; throws once the connection or the node ends first.
     func waitForCommit(past sequence: UInt64) async throws {
@@ -205,6 +209,14 @@ extension MobileSession {
                             [("id", offer.id.rawValue), ("rev", offer.revision.description), ("sequence", String(offer.sequence)), ("error", "404")]))
                     continue
                 }
+                // A revision without blobs goes without asking a reply (as the protocol allows):
+                // the app paces the feed by when it answers `changes`, and a reply would only
+                // hold this side until its insert commits. One with blobs waits for the app
+                // to have fetched them.
+                if message.flags.contains(.noReply) {
+                    try post(message)
+                    continue
+                }
                 group.addTask {
                     let reply = try await self.request(message)
                     if let e = reply.error {
@@ -234,6 +246,7 @@ extension MobileSession {
         ]
         if !history.isEmpty { properties.append(("history", history.joined(separator: ","))) }
         if view.deleted { properties.append(("deleted", "1")) }
-        return .request("rev", properties, body: JSON.object(fields).canonicalBytes, flags: [.compressed])
+        let withBlobs = fields["_attachments"] != nil || Self.holdsBlob(.object(fields))
+        return .request("rev", properties, body: JSON.object(fields).canonicalBytes, flags: withBlobs ? [.compressed] : [.compressed, .noReply])
     }
 }

@@ -193,9 +193,8 @@ extension MobileSession {
             hashes.append(r.hashText)
         }
         let id = try database.couchDocumentID(rawID, replicated: true)
-        let trees = try database.store.revisionTrees([id])
         if fields["_attachments"] != nil || Self.holdsBlob(.object(fields)) {
-            fields = try await importBlobs(fields, docID: rawID, tree: trees[id])
+            fields = try await importBlobs(fields, docID: rawID, tree: try database.store.revisionTrees([id])[id])
         }
         var doc = fields
         doc["_id"] = .string(rawID)
@@ -203,30 +202,63 @@ extension MobileSession {
         doc["_revisions"] = ["start": .int(Int64(rev.generation)), "ids": .array(hashes.map { .string($0) })]
         if deleted { doc["_deleted"] = true }
         let input = try CouchDocumentInput(parsing: .object(doc))
-        if Self.bool(request["noconflicts"]), let tree = trees[id], let winner = tree.winner, !tree.contains(rev) {
-            let ancestry = Set(history.map(\.description))
-            if !ancestry.contains(winner.id.description) && !(winner.deleted && history.isEmpty) {
-                throw MobileRequestError(code: 409, "\(rawID) \(revText) conflicts with the current revision \(winner.id)")
+        let pushed = PushedRevision(
+            id: id, rev: rev, history: history, input: input, noConflicts: Self.bool(request["noconflicts"]))
+        try await inserter.insert(pushed).get()
+        respond(to: request)
+    }
+
+    /// Checks and stores a batch of pushed revisions: one read of their documents' trees, each
+    /// checked at the trust boundary (conflict-free mode, the principal's policy, the pull
+    /// filter), then one write of those that passed; each answer says what became of its own.
+    func store(_ batch: [PushedRevision]) async -> [Result<Void, MobileRequestError>] {
+        let trees: [DocumentID: RevisionTree]
+        do { trees = try database.store.revisionTrees(batch.map(\.id)) } catch {
+            return batch.map { _ in .failure(MobileRequestError(code: 503, "\(error)")) }
+        }
+        var results = [Result<Void, MobileRequestError>](repeating: .success(()), count: batch.count)
+        var prepared: [(Int, IncomingRevision)] = []
+        var refused: [DocumentFailure] = []
+        for (i, pushed) in batch.enumerated() {
+            if pushed.noConflicts, let tree = trees[pushed.id], let winner = tree.winner, !tree.contains(pushed.rev) {
+                let ancestry = Set(pushed.history.map(\.description))
+                if !ancestry.contains(winner.id.description) && !(winner.deleted && pushed.history.isEmpty) {
+                    results[i] = .failure(MobileRequestError(code: 409, "\(pushed.id) \(pushed.rev) conflicts with the current revision \(winner.id)"))
+                    continue
+                }
+            }
+            do { prepared.append((i, try database.prepareReplicated(input: pushed.input, pathID: nil, trees: trees, principal: principal))) } catch {
+                refused.append(error)
+                results[i] = .failure(MobileRequestError(code: Int(error.error.status.code), error.error.reason))
             }
         }
-        let incoming: IncomingRevision
-        do { incoming = try database.prepareReplicated(input: input, pathID: nil, trees: trees, principal: principal) } catch {
-            database.reportReplicated(stored: [], refused: [error], principal: principal)
-            throw MobileRequestError(code: Int(error.error.status.code), error.error.reason)
+        var stored: [IncomingRevision] = []
+        if !prepared.isEmpty {
+            do {
+                // Committed without an fsync, as Ferry's own replication stores pushed revisions:
+                // a power loss can drop only the last commits, and every commit after them, the
+                // app's checkpoint included (setCheckpoint commits with the store's full
+                // durability); the app then finds its checkpoint gone and pushes them again.
+                let outcomes = try await database.store.insertRevisionsSuspending(prepared.map(\.1), durability: .normal)
+                for ((i, incoming), outcome) in zip(prepared, outcomes) {
+                    switch outcome {
+                    case .inserted: stored.append(incoming)
+                    case .alreadyPresent: break
+                    case .rejected(let e):
+                        let couch = database.couchError(e)
+                        refused.append(
+                            DocumentFailure(
+                                id: incoming.id.rawValue, rev: incoming.revision.description, error: couch,
+                                stage: e.isValidationRefusal ? "validation" : "structure"))
+                        results[i] = .failure(MobileRequestError(code: Int(couch.status.code), couch.reason))
+                    }
+                }
+            } catch {
+                for (i, _) in prepared { results[i] = .failure(MobileRequestError(code: 503, "\(error)")) }
+            }
         }
-        switch try await inserter.insert(incoming) {
-        case .inserted:
-            database.reportReplicated(stored: [incoming], refused: [], principal: principal)
-        case .alreadyPresent:
-            break
-        case .rejected(let e):
-            let couch = database.couchError(e)
-            let failure = DocumentFailure(
-                id: rawID, rev: revText, error: couch, stage: e.isValidationRefusal ? "validation" : "structure")
-            database.reportReplicated(stored: [], refused: [failure], principal: principal)
-            throw MobileRequestError(code: Int(couch.status.code), couch.reason)
-        }
-        respond(to: request)
+        database.reportReplicated(stored: stored, refused: refused, principal: principal)
+        return results
     }
 
     static func bool(_ value: String?) -> Bool {

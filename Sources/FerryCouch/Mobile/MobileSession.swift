@@ -16,6 +16,7 @@ final class MobileSession: Sendable {
     let admission: MobileAdmission
     let logger: Logger
     let inserter: MobileInserter
+    private let inserterTarget: Locked<MobileSession?>
 
     private struct Link {
         var blip = BLIPConnection()
@@ -52,8 +53,15 @@ final class MobileSession: Sendable {
         var logger = logger
         logger[metadataKey: "client"] = "\(admission.principal.name)@\(admission.remoteAddress ?? "?")"
         self.logger = logger
-        inserter = MobileInserter(store: database.store)
+        // The session, for its inserter, until it ends (then the cycle is broken).
+        let store = Locked<MobileSession?>(nil)
+        inserterTarget = store
+        inserter = MobileInserter { batch in
+            guard let session = store.withLock({ $0 }) else { return batch.map { _ in .failure(MobileRequestError(code: 503, "closed")) } }
+            return await session.store(batch)
+        }
         (wakes, wake) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
+        store.withLock { $0 = self }
     }
 
     var principal: CouchPrincipal { admission.principal }
@@ -189,12 +197,19 @@ final class MobileSession: Sendable {
     private func pump(_ outbound: NIOAsyncChannelOutboundWriter<WebSocketFrame>) async throws {
         for await _ in wakes {
             while true {
-                let next: [UInt8]?
-                do { next = try link.withLock { try $0.blip.nextOutgoing() } } catch let e as BLIPError {
+                // Every frame ready now goes out in one write (one flush, one system call).
+                let ready: [[UInt8]]
+                do {
+                    ready = try link.withLock { l in
+                        var frames: [[UInt8]] = []
+                        while frames.count < 64, let next = try l.blip.nextOutgoing() { frames.append(next) }
+                        return frames
+                    }
+                } catch let e as BLIPError {
                     throw MobileClose(code: .unexpectedServerError, reason: e.reason)
                 }
-                guard let next else { break }
-                try await outbound.write(WebSocketFrame(fin: true, opcode: .binary, data: ByteBuffer(bytes: next)))
+                guard !ready.isEmpty else { break }
+                try await outbound.write(contentsOf: ready.map { WebSocketFrame(fin: true, opcode: .binary, data: ByteBuffer(bytes: $0)) })
             }
         }
     }
@@ -253,6 +268,7 @@ final class MobileSession: Sendable {
         }?.resume()
         wake.finish()
         closed.set(())
+        inserterTarget.withLock { $0 = nil }
     }
 
     static func closeFrame(_ close: MobileClose) -> WebSocketFrame {
@@ -350,24 +366,36 @@ struct MobileRequestError: Error {
     }
 }
 
-/// Stores the revisions Couchbase Lite pushes in batches: revisions that arrive while a
-/// batch is being written go in the next one, so a busy push costs one transaction per batch
-/// rather than one per revision, and each `rev` is answered only once its revision is durable.
+/// One revision an app pushed, parsed and waiting to be checked and stored.
+struct PushedRevision: Sendable {
+    let id: DocumentID
+    let rev: RevisionID
+    let history: [RevisionID]
+    let input: CouchDocumentInput
+    let noConflicts: Bool
+}
+
+/// Gathers the revisions an app pushes into batches: those that arrive while a batch is
+/// being checked and written go in the next one, so a busy push costs one tree read and one
+/// transaction per batch rather than per revision; each caller waits for its own answer,
+/// given only once its revision is durable. Two revisions of one document never share a
+/// batch (the second is checked against the tree the first made).
 final class MobileInserter: Sendable {
+    typealias Answer = Result<Void, MobileRequestError>
     private struct Pending {
-        var revisions: [(IncomingRevision, CheckedContinuation<InsertOutcome, any Error>)] = []
+        var items: [(PushedRevision, CheckedContinuation<Answer, Never>)] = []
         var flushing = false
     }
 
-    private let store: DocumentStore
     private let pending = Locked(Pending())
+    private let process: @Sendable ([PushedRevision]) async -> [Answer]
 
-    init(store: DocumentStore) { self.store = store }
+    init(process: @escaping @Sendable ([PushedRevision]) async -> [Answer]) { self.process = process }
 
-    func insert(_ revision: IncomingRevision) async throws -> InsertOutcome {
-        try await withCheckedThrowingContinuation { cont in
+    func insert(_ revision: PushedRevision) async -> Answer {
+        await withCheckedContinuation { cont in
             let lead = pending.withLock { p in
-                p.revisions.append((revision, cont))
+                p.items.append((revision, cont))
                 if p.flushing { return false }
                 p.flushing = true
                 return true
@@ -379,19 +407,20 @@ final class MobileInserter: Sendable {
 
     private func flush() async {
         while true {
-            let batch = pending.withLock { p in
-                let b = p.revisions
-                p.revisions = []
-                if b.isEmpty { p.flushing = false }
-                return b
+            let batch: [(PushedRevision, CheckedContinuation<Answer, Never>)] = pending.withLock { p in
+                var seen = Set<DocumentID>()
+                var take: [(PushedRevision, CheckedContinuation<Answer, Never>)] = []
+                var keep: [(PushedRevision, CheckedContinuation<Answer, Never>)] = []
+                for item in p.items {
+                    if seen.insert(item.0.id).inserted { take.append(item) } else { keep.append(item) }
+                }
+                p.items = keep
+                if take.isEmpty { p.flushing = false }
+                return take
             }
             if batch.isEmpty { return }
-            do {
-                let outcomes = try await store.insertRevisionsSuspending(batch.map(\.0))
-                for (item, outcome) in zip(batch, outcomes) { item.1.resume(returning: outcome) }
-            } catch {
-                for item in batch { item.1.resume(throwing: error) }
-            }
+            let answers = await process(batch.map(\.0))
+            for (item, answer) in zip(batch, answers) { item.1.resume(returning: answer) }
         }
     }
 }
