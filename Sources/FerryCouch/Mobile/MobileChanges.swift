@@ -233,8 +233,20 @@ extension MobileSession {
     /// A `rev` message: the body without CouchDB's `_` members, its history back to the
     /// first revision the client holds (at most `maxHistory`), the sequence it came from.
     func revisionMessage(_ offer: Offer, tree: RevisionTree, known: Set<String>, maxHistory: Int) throws -> BLIPMessage? {
-        guard let view = try database.view(of: offer.id, revision: offer.revision, in: tree) else { return nil }
-        let fields = try exportBlobs(view)
+        guard let revision = tree.revision(offer.revision), let stored = revision.body else { return nil }
+        // A stored body is canonical JSON with no `_` members; one without blobs (or
+        // attachments, which are blobs) goes out as stored, with no parse and no re-encoding.
+        let body: [UInt8]
+        let withBlobs: Bool
+        if DocumentStore.mayReferenceBlobs(stored) {
+            guard let view = try database.view(of: offer.id, revision: offer.revision, in: tree) else { return nil }
+            let fields = try exportBlobs(view)
+            body = JSON.object(fields).canonicalBytes
+            withBlobs = fields["_attachments"] != nil || Self.holdsBlob(.object(fields))
+        } else {
+            body = stored
+            withBlobs = false
+        }
         var history: [String] = []
         for r in tree.history(of: offer.revision).dropFirst() {
             guard Self.liteCoreAccepts(r), history.count < max(1, maxHistory) else { break }
@@ -245,8 +257,7 @@ extension MobileSession {
             ("id", offer.id.rawValue), ("rev", offer.revision.description), ("sequence", String(offer.sequence)),
         ]
         if !history.isEmpty { properties.append(("history", history.joined(separator: ","))) }
-        if view.deleted { properties.append(("deleted", "1")) }
-        let withBlobs = fields["_attachments"] != nil || Self.holdsBlob(.object(fields))
-        return .request("rev", properties, body: JSON.object(fields).canonicalBytes, flags: withBlobs ? [.compressed] : [.compressed, .noReply])
+        if revision.deleted { properties.append(("deleted", "1")) }
+        return .request("rev", properties, body: body, flags: withBlobs ? [.compressed] : [.compressed, .noReply])
     }
 }
