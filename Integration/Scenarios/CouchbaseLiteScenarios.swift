@@ -407,6 +407,13 @@ import Testing
         out["subscribe"] = request(ws, st, [("Profile", "subChanges"), ("continuous", "true")])
         out["again"] = request(ws, st, [("Profile", "subChanges"), ("continuous", "true")])
         ws.close()
+        # The 3.1+ handshake: the default collection exists (no checkpoint yet), another does not.
+        ws, st = connect()
+        out["collections"] = request(ws, st, [("Profile", "getCollections")],
+                                     json.dumps({"checkpoint_ids": ["cp-1", "cp-2"], "collections": ["_default._default", "shop.orders"]}).encode())
+        out["indexed"] = request(ws, st, [("Profile", "getCheckpoint"), ("client", "cp-1"), ("collection", "0")])
+        out["unindexed"] = request(ws, st, [("Profile", "getCheckpoint"), ("client", "cp-1")])
+        ws.close()
         # Bytes that are no frame; then a frame that inflates past the limit.
         for name, payload in [("garbage", b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"),
                               ("bomb", None)]:
@@ -446,6 +453,8 @@ import Testing
         #expect(out["propose"]?["code"] == "400", "\(out)")
         #expect(out["forbidden"]?["code"] == "403", "\(out)")
         #expect(out["collection"]?["code"] == "400", "\(out)")
+        #expect(out["collections"]?["body"] == #"[{},null]"#, "\(out)")
+        #expect(out["indexed"]?["code"] == "404" && out["unindexed"]?["code"] == "400", "\(out)")
         #expect(out["subscribe"]?["type"] == 1 && out["again"]?["code"] == "409", "one subscription per connection: \(out)")
         #expect(out["garbage"]?["close"] == "03ea", "a protocol error (1002): \(out)")
         #expect(out["bomb"]?["close"] == "03ea" && out["bomb"]?["reason"]?.stringValue?.contains("inflates") == true, "\(out)")
