@@ -117,9 +117,15 @@ public struct CouchHTTPChannel: ServerChildChannel, HTTPChannelHandler {
             pipeline.decoderConfiguration.maxHeaderListSize = configuration.httpDecoder.maxHeaderListSize
             pipeline.decoderConfiguration.maxHeaderFieldCount = configuration.httpDecoder.maxHeaderFieldCount
             let negotiated = try channel.pipeline.syncOperations.configureUpgradableHTTPServerPipeline(configuration: pipeline)
+            let decoder = try channel.pipeline.syncOperations.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
             if honourTargetAuthority {
-                let decoder = try channel.pipeline.syncOperations.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
                 try channel.pipeline.syncOperations.addHandler(RequestTargetHandler(), position: .after(decoder))
+            }
+            // Until the first request's head is whole, nothing else times the connection out
+            // (Hummingbird's idle handler joins only once HTTP is chosen): a connection that
+            // sends nothing, or trickles its headers, is closed at the idle deadline.
+            if let idle = configuration.idleTimeout {
+                try channel.pipeline.syncOperations.addHandler(FirstRequestDeadline(timeout: idle), position: .after(decoder))
             }
             return Value(negotiated: negotiated, channel: channel)
         }
@@ -228,5 +234,37 @@ final class ReplayedHeadHandler: ChannelInboundHandler, RemovableChannelHandler 
             break
         }
         context.fireChannelRead(data)
+    }
+}
+
+/// Closes a connection whose first request head is not whole within `timeout`, then steps
+/// aside once it is (what follows is timed by the HTTP pipeline, or is a WebSocket).
+final class FirstRequestDeadline: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias InboundOut = HTTPServerRequestPart
+    private let timeout: TimeAmount
+    private var deadline: Scheduled<Void>?
+
+    init(timeout: TimeAmount) { self.timeout = timeout }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
+        deadline = context.eventLoop.scheduleTask(in: timeout) { loopBound.value.close(promise: nil) }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        deadline?.cancel()
+        deadline = nil
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let isHead: Bool
+        if case .head = unwrapInboundIn(data) { isHead = true } else { isHead = false }
+        context.fireChannelRead(data)
+        if isHead {
+            deadline?.cancel()
+            deadline = nil
+            context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
+        }
     }
 }
