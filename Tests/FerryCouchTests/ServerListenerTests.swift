@@ -1,5 +1,6 @@
 import FerryCore
 import Foundation
+import Glibc
 import Logging
 import ServiceLifecycle
 import Testing
@@ -22,6 +23,65 @@ import Testing
         await group.triggerGracefulShutdown()
         try await run.value
         #expect(door.database.shutdown.isFired)
+    }
+
+    /// A graceful stop closes at once the connections that are not in a request: one that has
+    /// sent nothing yet and one kept alive after its request. Neither waits for the idle
+    /// deadline (an hour here), so a stopping node is not held past its grace period by an
+    /// HTTP client's pooled connections.
+    @Test func aGracefulShutdownClosesConnectionsThatAreBetweenRequests() async throws {
+        let door = try ServerFrontDoorTests.frontDoor()
+        let (bound, announce) = AsyncStream.makeStream(of: Int.self)
+        let service = try CouchListenerService(
+            frontDoor: door, host: "127.0.0.1", port: 0, logger: Logger(label: "test"), idleTimeout: .hours(1),
+            onBound: { announce.yield($0) })
+        let group = ServiceGroup(configuration: .init(services: [service], logger: Logger(label: "test")))
+        let run = Task { try await group.run() }
+        var ports = bound.makeAsyncIterator()
+        let port = try #require(await ports.next())
+        let silent = Self.connect(port: port)
+        let keptAlive = Self.connect(port: port)
+        defer { close(silent); close(keptAlive) }
+        let request = Array("GET / HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n\r\n".utf8)
+        #expect(write(keptAlive, request, request.count) == request.count)
+        let answer = Self.read(keptAlive, until: "}").text
+        #expect(answer.hasPrefix("HTTP/1.1 200"), "\(answer)")
+        await group.triggerGracefulShutdown()
+        // Were a connection to hold the stop, the suite's time limit ends the test (a failure).
+        try await withTaskCancellationHandler { try await run.value } onCancel: { run.cancel() }
+        #expect(Self.read(silent, until: nil).closed, "the silent connection was closed")
+        #expect(Self.read(keptAlive, until: nil).closed, "the kept-alive connection was closed")
+    }
+
+    /// A blocking TCP connection to the listener, reads timing out after 30 s.
+    static func connect(port: Int) -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = in_port_t(UInt16(port).bigEndian)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        _ = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        var timeout = timeval(tv_sec: 30, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        return fd
+    }
+
+    /// What arrives until the text (trailing newlines aside) ends with `end` (nil: until the peer closes or a read
+    /// times out), and whether the peer closed the connection.
+    static func read(_ fd: Int32, until end: String?) -> (text: String, closed: Bool) {
+        var received = [UInt8]()
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        var closed = false
+        while true {
+            let n = Glibc.read(fd, &buffer, buffer.count)
+            if n == 0 || (n < 0 && errno == ECONNRESET) { closed = true }
+            if n <= 0 { break }
+            received += buffer[0..<n]
+            if let end, String(decoding: received, as: UTF8.self).trimmingCharacters(in: .newlines).hasSuffix(end) { break }
+        }
+        return (String(decoding: received, as: UTF8.self), closed)
     }
 
     @Test func aTLSListenerRefusesAKeyThatIsNotDER() throws {

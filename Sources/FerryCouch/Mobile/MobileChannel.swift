@@ -59,6 +59,10 @@ public struct CouchHTTPChannel: ServerChildChannel, HTTPChannelHandler {
     public func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         channel.eventLoop.makeCompletedFuture {
             let admitted = NIOLockedValueBox<MobileAdmission?>(nil)
+            // A graceful stop's quiesce event that came before HTTP was chosen reaches no HTTP
+            // handler: it is remembered, and handed on once the first request is in progress.
+            let quiesced = NIOLockedValueBox(false)
+            try channel.pipeline.syncOperations.addHandler(QuiesceLatch(quiesced: quiesced), position: .first)
             // NIO's upgrader consumes the head of a request it tries to upgrade: a refused one is
             // replayed to the HTTP pipeline, so the front door answers it.
             let attempted = NIOLockedValueBox<HTTPRequestHead?>(nil)
@@ -99,6 +103,7 @@ public struct CouchHTTPChannel: ServerChildChannel, HTTPChannelHandler {
                         }
                         try sync.addHandler(HTTP1ToHTTPServerCodec(secure: secure))
                         try sync.addHandlers(configuration.additionalChannelHandlers())
+                        try sync.addHandler(QuiesceAfterFirstHead(quiesced: quiesced))
                         try sync.addHandler(HTTPConnectionStateHandler(idleTimeout: configuration.idleTimeout.map { .init($0) }, logger: logger))
                         let http = try NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>(
                             wrappingChannelSynchronously: channel, configuration: .init(isOutboundHalfClosureEnabled: true))
@@ -121,12 +126,12 @@ public struct CouchHTTPChannel: ServerChildChannel, HTTPChannelHandler {
             if honourTargetAuthority {
                 try channel.pipeline.syncOperations.addHandler(RequestTargetHandler(), position: .after(decoder))
             }
-            // Until the first request's head is whole, nothing else times the connection out
-            // (Hummingbird's idle handler joins only once HTTP is chosen): a connection that
-            // sends nothing, or trickles its headers, is closed at the idle deadline.
-            if let idle = configuration.idleTimeout {
-                try channel.pipeline.syncOperations.addHandler(FirstRequestDeadline(timeout: idle), position: .after(decoder))
-            }
+            // Until the first request's head is whole, nothing else times the connection out or
+            // closes it on a graceful stop (Hummingbird's connection handler joins only once HTTP
+            // is chosen): a connection that sends nothing, or trickles its headers, is closed at
+            // the idle deadline, or at once when the listener stops.
+            try channel.pipeline.syncOperations.addHandler(
+                BeforeFirstRequest(timeout: configuration.idleTimeout), position: .after(decoder))
             return Value(negotiated: negotiated, channel: channel)
         }
     }
@@ -237,17 +242,19 @@ final class ReplayedHeadHandler: ChannelInboundHandler, RemovableChannelHandler 
     }
 }
 
-/// Closes a connection whose first request head is not whole within `timeout`, then steps
-/// aside once it is (what follows is timed by the HTTP pipeline, or is a WebSocket).
-final class FirstRequestDeadline: ChannelInboundHandler, RemovableChannelHandler {
+/// Closes a connection whose first request head is not whole within `timeout`, or that is
+/// told to quiesce (a graceful stop) before it began one; then steps aside once the head is
+/// whole (what follows is timed and quiesced by the HTTP pipeline, or is a WebSocket).
+final class BeforeFirstRequest: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias InboundOut = HTTPServerRequestPart
-    private let timeout: TimeAmount
+    private let timeout: TimeAmount?
     private var deadline: Scheduled<Void>?
 
-    init(timeout: TimeAmount) { self.timeout = timeout }
+    init(timeout: TimeAmount?) { self.timeout = timeout }
 
     func handlerAdded(context: ChannelHandlerContext) {
+        guard let timeout else { return }
         let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
         deadline = context.eventLoop.scheduleTask(in: timeout) { loopBound.value.close(promise: nil) }
     }
@@ -265,6 +272,57 @@ final class FirstRequestDeadline: ChannelInboundHandler, RemovableChannelHandler
             deadline?.cancel()
             deadline = nil
             context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
+        }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is ChannelShouldQuiesceEvent {
+            context.close(promise: nil)
+        } else {
+            context.fireUserInboundEventTriggered(event)
+        }
+    }
+}
+
+/// Remembers that the connection was told to quiesce, whatever its pipeline is at the time.
+final class QuiesceLatch: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = NIOAny
+    private let quiesced: NIOLockedValueBox<Bool>
+
+    init(quiesced: NIOLockedValueBox<Bool>) { self.quiesced = quiesced }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is ChannelShouldQuiesceEvent { quiesced.withLockedValue { $0 = true } }
+        context.fireUserInboundEventTriggered(event)
+    }
+}
+
+/// Hands a quiesce event that came before HTTP was chosen to the HTTP connection handler once
+/// the first request is in progress there (so that request is answered, then the connection
+/// closes), and holds back one that comes before that head for the same reason.
+final class QuiesceAfterFirstHead: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPRequestPart
+    typealias InboundOut = HTTPRequestPart
+    private let quiesced: NIOLockedValueBox<Bool>
+    private var heldBack = false
+
+    init(quiesced: NIOLockedValueBox<Bool>) { self.quiesced = quiesced }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let isHead: Bool
+        if case .head = unwrapInboundIn(data) { isHead = true } else { isHead = false }
+        context.fireChannelRead(data)
+        if isHead {
+            if heldBack || quiesced.withLockedValue({ $0 }) { context.fireUserInboundEventTriggered(ChannelShouldQuiesceEvent()) }
+            context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
+        }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is ChannelShouldQuiesceEvent {
+            heldBack = true
+        } else {
+            context.fireUserInboundEventTriggered(event)
         }
     }
 }
