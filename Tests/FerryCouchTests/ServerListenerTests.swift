@@ -44,13 +44,61 @@ import Testing
         defer { close(silent); close(keptAlive) }
         let request = Array("GET / HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n\r\n".utf8)
         #expect(write(keptAlive, request, request.count) == request.count)
-        let answer = Self.read(keptAlive, until: "}").text
+        let answer = await Self.offPool { Self.read(keptAlive, until: "}").text }
         #expect(answer.hasPrefix("HTTP/1.1 200"), "\(answer)")
         await group.triggerGracefulShutdown()
         // Were a connection to hold the stop, the suite's time limit ends the test (a failure).
         try await withTaskCancellationHandler { try await run.value } onCancel: { run.cancel() }
-        #expect(Self.read(silent, until: nil).closed, "the silent connection was closed")
-        #expect(Self.read(keptAlive, until: nil).closed, "the kept-alive connection was closed")
+        #expect(await Self.offPool { Self.read(silent, until: nil).closed }, "the silent connection was closed")
+        #expect(await Self.offPool { Self.read(keptAlive, until: nil).closed }, "the kept-alive connection was closed")
+    }
+
+    /// A Couchbase Lite app with a wrong password is refused the upgrade and answered 401 over
+    /// HTTP; the front door sees that request twice (the upgrade, then its HTTP answer), yet
+    /// the throttle counts one failed login: with a backoff after two, the right password
+    /// still gets in.
+    @Test func aRefusedUpgradeWithAWrongPasswordIsOneFailedLogin() async throws {
+        var policy = LoginThrottle.Policy()
+        policy.accountFailuresBeforeBackoff = 2
+        policy.initialBackoff = .seconds(600)
+        let door = try ServerFrontDoorTests.frontDoor(throttle: LoginThrottle(policy: policy))
+        let (bound, announce) = AsyncStream.makeStream(of: Int.self)
+        let service = try CouchListenerService(
+            frontDoor: door, host: "127.0.0.1", port: 0, logger: Logger(label: "test"), onBound: { announce.yield($0) })
+        let group = ServiceGroup(configuration: .init(services: [service], logger: Logger(label: "test")))
+        let run = Task { try await group.run() }
+        defer { run.cancel() }
+        var ports = bound.makeAsyncIterator()
+        let port = try #require(await ports.next())
+
+        @Sendable func ask(_ lines: [String]) async -> String {
+            await Self.offPool { askBlocking(lines) }
+        }
+        @Sendable func askBlocking(_ lines: [String]) -> String {
+            let fd = Self.connect(port: port)
+            defer { close(fd) }
+            let request = Array(([lines[0], "Host: 127.0.0.1:\(port)"] + lines.dropFirst() + ["", ""]).joined(separator: "\r\n").utf8)
+            _ = write(fd, request, request.count)
+            return Self.read(fd, until: "}").text
+        }
+        let upgrade = await ask([
+            "GET /ferry/_blipsync HTTP/1.1", "Connection: Upgrade", "Upgrade: websocket", "Sec-WebSocket-Version: 13",
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Protocol: BLIP_3+CBMobile_3",
+            "Authorization: \(ServerFrontDoorTests.basic("writer", "wrong"))",
+        ])
+        #expect(upgrade.hasPrefix("HTTP/1.1 401"), "\(upgrade)")
+        let right = await ask(["GET /ferry HTTP/1.1", "Authorization: \(ServerFrontDoorTests.basic("writer", "w-pass"))"])
+        #expect(right.hasPrefix("HTTP/1.1 200"), "one wrong password, one failure: \(right)")
+        await group.triggerGracefulShutdown()
+        try await withTaskCancellationHandler { try await run.value } onCancel: { run.cancel() }
+    }
+
+    /// Runs blocking socket calls on a thread of their own: on the cooperative pool (two
+    /// threads here) they would stall the listener under test.
+    static func offPool<T: Sendable>(_ work: @escaping @Sendable () -> T) async -> T {
+        await withCheckedContinuation { continuation in
+            Thread { continuation.resume(returning: work()) }.start()
+        }
     }
 
     /// A blocking TCP connection to the listener, reads timing out after 30 s.

@@ -1,4 +1,5 @@
 import FerryCore
+import FerryCouchDocuments
 import Foundation
 import HummingbirdCore
 import Logging
@@ -31,7 +32,7 @@ public struct CouchHTTPChannel: ServerChildChannel, HTTPChannelHandler {
     public let responder: HTTPChannelHandler.Responder
     let configuration: HTTP1Channel.Configuration
     /// Decides an upgrade request: the admission, or nil to serve the request as HTTP.
-    let admit: @Sendable (HTTPRequestHead, _ remoteAddress: String?) async -> MobileAdmission?
+    let admit: @Sendable (HTTPRequestHead, _ remoteAddress: SocketAddress?) async -> MobileAdmission?
     /// Runs an upgraded connection to its end.
     let serve: @Sendable (NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, MobileAdmission, Logger) async -> Void
     /// Loopback listeners honour an absolute-form target's authority (see `RequestTargetHandler`).
@@ -41,7 +42,7 @@ public struct CouchHTTPChannel: ServerChildChannel, HTTPChannelHandler {
     public init(
         responder: @escaping HTTPChannelHandler.Responder, configuration: HTTP1Channel.Configuration, secure: Bool,
         honourTargetAuthority: Bool,
-        admit: @escaping @Sendable (HTTPRequestHead, String?) async -> MobileAdmission?,
+        admit: @escaping @Sendable (HTTPRequestHead, SocketAddress?) async -> MobileAdmission?,
         serve: @escaping @Sendable (NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, MobileAdmission, Logger) async -> Void
     ) {
         self.responder = responder
@@ -72,7 +73,7 @@ public struct CouchHTTPChannel: ServerChildChannel, HTTPChannelHandler {
                 shouldUpgrade: { channel, head in
                     attempted.withLockedValue { $0 = head }
                     let promise = channel.eventLoop.makePromise(of: HTTPHeaders?.self)
-                    let address = channel.remoteAddress?.ipAddress
+                    let address = channel.remoteAddress
                     promise.completeWithTask {
                         guard let admission = await admit(head, address) else { return nil }
                         admitted.withLockedValue { $0 = admission }
@@ -171,7 +172,7 @@ extension CouchFrontDoor {
     /// web page (a page may not drive a replication with a user's cookie), addressed as this
     /// listener requires, offering a Couchbase Lite subprotocol, with valid credentials. Nil
     /// refuses: the request is then served as HTTP, which answers why.
-    public func admitMobile(_ head: HTTPRequestHead, remoteAddress: String?) async -> MobileAdmission? {
+    public func admitMobile(_ head: HTTPRequestHead, remoteAddress: String?, connection: String? = nil) async -> MobileAdmission? {
         guard head.method == .GET, head.uri.hasPrefix("/") else { return nil }
         let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? head.uri
         guard case .databaseSpecial(let db, "blipsync")? = CouchRouting.endpoint(rawPath: path), db == database.name else { return nil }
@@ -187,7 +188,12 @@ extension CouchFrontDoor {
         let address = remoteAddress ?? "unknown"
         var principal: CouchPrincipal?
         if let authorization = head.headers["Authorization"].first {
-            principal = try? await authenticate(authorization, address: address, now: now)
+            do {
+                principal = try await authenticate(authorization, address: address, now: now)
+            } catch {
+                if let connection { access.upgradeRefusals.remember(error, connection: connection, authorization: authorization) }
+                return nil
+            }
         } else {
             let cookies = head.headers["Cookie"]
             let cookie = CouchSessionCookies.cookie(in: cookies)
@@ -198,9 +204,34 @@ extension CouchFrontDoor {
         return MobileAdmission(principal: principal, subprotocol: subprotocol, remoteAddress: remoteAddress)
     }
 
+    /// `admitMobile` for a connection from `address` (its IP and port name the connection).
+    public func admitMobile(_ head: HTTPRequestHead, from address: SocketAddress?) async -> MobileAdmission? {
+        await admitMobile(head, remoteAddress: address?.ipAddress, connection: address?.description)
+    }
+
     /// Serves an admitted Couchbase Lite replication to its end.
     public func serveMobile(_ ws: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, admission: MobileAdmission, logger: Logger) async {
         await MobileSession(database: database, admission: admission, logger: database.logger).run(ws)
+    }
+}
+
+/// The credential failures of refused upgrades, each kept until the HTTP answer of the same
+/// request on the same connection takes it: one wrong password is one failed login for the
+/// throttle, though the front door sees the request twice.
+final class UpgradeRefusals: Sendable {
+    private let refusals = Locked<[String: CouchError]>([:])
+    /// A connection that closes before its answer leaves its entry: the table is emptied past this.
+    static let capacity = 1024
+
+    func remember(_ error: CouchError, connection: String, authorization: String) {
+        refusals.withLock {
+            if $0.count >= Self.capacity { $0.removeAll() }
+            $0[connection + "\u{0}" + authorization] = error
+        }
+    }
+
+    func take(connection: String, authorization: String) -> CouchError? {
+        refusals.withLock { $0.removeValue(forKey: connection + "\u{0}" + authorization) }
     }
 }
 

@@ -22,6 +22,8 @@ public struct CouchAccess: Sendable {
     /// Identifies the admin key in admin session cookies (a digest of it, never the key).
     public var adminKeyFingerprint: String
     public var throttle: LoginThrottle
+    /// Credentials a refused WebSocket upgrade already failed on, for its HTTP answer.
+    let upgradeRefusals = UpgradeRefusals()
     /// Wall-clock time, for cookie expiry.
     public var now: @Sendable () -> Date
 
@@ -114,6 +116,13 @@ public struct CouchFrontDoor: HTTPResponder {
         let address = context.remoteAddress ?? "unknown"
         let now = access.now()
         if let authorization {
+            // A refused upgrade served again as HTTP: its credentials failed moments ago and
+            // were counted then; answering that failure again keeps it one failed login.
+            if let connection = context.channel?.remoteAddress?.description,
+                let refusal = access.upgradeRefusals.take(connection: connection, authorization: authorization)
+            {
+                throw refusal
+            }
             context.principal = try await authenticate(authorization, address: address, now: now)
         } else if let cookie, let found = session(cookie, now: now) {
             let (principal, expires) = found
@@ -290,7 +299,7 @@ public struct CouchListenerService: Service {
                     inner: try TLSChannel(
                         CouchHTTPChannel(
                             responder: responder, configuration: http1, secure: true, honourTargetAuthority: false,
-                            admit: frontDoor.admitMobile, serve: frontDoor.serveMobile),
+                            admit: { await frontDoor.admitMobile($0, from: $1) }, serve: frontDoor.serveMobile),
                         tlsConfiguration: tlsConfiguration),
                     admit: admit)
             }
@@ -299,7 +308,7 @@ public struct CouchListenerService: Service {
                 AdmittedChannel(
                     inner: CouchHTTPChannel(
                         responder: responder, configuration: http1, secure: false, honourTargetAuthority: true,
-                        admit: frontDoor.admitMobile, serve: frontDoor.serveMobile),
+                        admit: { await frontDoor.admitMobile($0, from: $1) }, serve: frontDoor.serveMobile),
                     admit: admit)
             }
         }
