@@ -247,6 +247,48 @@ import Testing
         await finish(cluster)
     }
 
+    /// A live pull follows its user's policy as it changes on the running node: narrowed, the
+    /// documents the user may no longer read are purged from the app at once and those it may
+    /// now read arrive; the user removed, the replication ends and nothing more arrives.
+    @Test func aLivePullFollowsItsUsersPolicyAsItChangesAndEndsWithTheUser() async throws {
+        let driver = try CouchbaseLite()
+        let cluster = Cluster("cbl-live-policy")
+        defer { cluster.cleanUp() }
+        let node = try await startNode(cluster)
+        try await put(node, "open-1", #"{"n":1}"#)
+        try await put(node, "late-1", #"{"n":2}"#)
+        let file = cluster.root + "/live.password"
+        try (Self.password + "\n").write(toFile: file, atomically: true, encoding: .utf8)
+        let added = try await Ferry.run(
+            ["--data", node.dataDirectory, "couch-user", "add", "live", "--password-file", file, "--iterations", "10000", "--read", "open-*", "--read-only"])
+        #expect(added.status == 0, "\(added.stderr)")
+        let app = cluster.root + "/live-db", log = cluster.root + "/live.log"
+        let live = try driver.spawn(app, try endpoint(node), ["--pull", "--continuous", "300", "--user", "live", "--password", Self.password], log: log)
+        defer { live.signal(SIGKILL) }
+        func events() -> String { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
+        /// What the app holds by its document events, in order (a removal purges).
+        func held() -> Set<String> {
+            var ids = Set<String>()
+            for line in events().split(separator: "\n") where line.contains(#""event":"document""#) {
+                guard let row = try? JSON.parse(Array(line.utf8)), let id = row["id"]?.stringValue, row["error"] == .null else { continue }
+                if row["accessRemoved"] == .bool(true) { ids.remove(id) } else { ids.insert(id) }
+            }
+            return ids
+        }
+        try await waitUntil("the app holds what the user may read", timeout: 60) { held() == ["open-1"] }
+
+        let narrowed = try await Ferry.run(["--data", node.dataDirectory, "couch-user", "set", "live", "--read", "late-*"])
+        #expect(narrowed.status == 0, "\(narrowed.stderr)")
+        try await waitUntil("open-1 purged and late-1 arrived, with no reconnection", timeout: 60) { held() == ["late-1"] }
+
+        let removed = try await Ferry.run(["--data", node.dataDirectory, "couch-user", "rm", "live"])
+        #expect(removed.status == 0, "\(removed.stderr)")
+        #expect(await live.wait(timeout: 60) != nil, "the replication ended with its user: \(events())")
+        try await put(node, "late-2", #"{"n":3}"#)
+        #expect(Set(try await driver.list(app).keys) == ["late-1"], "\(events())")
+        await finish(cluster)
+    }
+
     @Test func appsOnEitherEndOfAFerryMeshOfThreeGetEachOthersDocumentsAndBlobs() async throws {
         let driver = try CouchbaseLite()
         let cluster = Cluster("cbl-mesh")

@@ -258,11 +258,14 @@ public final class FerryNode: Sendable {
                 directory: dataDirectory, database: (dataDirectory as NSString).appendingPathComponent(DocumentStore.databaseFileName),
                 clock: clock, logger: logger))
         services.append(MembershipFollower(membership: membership, store: store))
+        let couchTable = couchUsers.table
         services.append(
             AccessFollower(
                 access: access, store: store,
                 policiesChanged: {
                     manager.trustChanged()
+                    // Live Couchbase Lite replications judge by their users' new policies.
+                    couchTable.policiesChanged()
                     // Inbound sessions stated their half of each link under the old rules
                     // (relay suppression compares versions): their peers connect again.
                     listener.closeForReconnect("the group's access rules changed")

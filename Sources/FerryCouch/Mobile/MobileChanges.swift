@@ -87,20 +87,21 @@ extension MobileSession {
         // so the app's inserts (it commits in batches, then answers) overlap the offers.
         var inFlight: [Task<Void, any Error>] = []
         defer { for t in inFlight { t.cancel() } }
+        // The policy the changes up to `cursor` were judged by.
+        var judgedBy = principal
         while true {
+            let policyChange = principalChange.withLock { $0 }
+            if principal != judgedBy {
+                try await judgeAgain(upTo: cursor, judgedBy: judgedBy, subscription, inFlight: &inFlight)
+                judgedBy = principal
+            }
             let page = try database.store.changeEntries(after: cursor, limit: subscription.batch)
             var offers: [Offer] = []
             for entry in page {
                 cursor = entry.change.sequence
                 if let offer = try offer(entry, subscription) { offers.append(offer) }
             }
-            if !offers.isEmpty {
-                let reply = try await self.request(Self.changesMessage(offers))
-                if let e = reply.error { throw MobileClose(code: .unexpectedServerError, reason: "the client refused changes: \(e.message)") }
-                let wanted = Self.wanted(offers, reply: reply)
-                inFlight.append(Task { try await self.sendRevisions(wanted, maxHistory: Int(reply["maxHistory"] ?? "") ?? 20) })
-                while inFlight.count > Self.batchesInFlight { try await inFlight.removeFirst().value }
-            }
+            try await send(offers, inFlight: &inFlight)
             if page.count < subscription.batch {
                 while !inFlight.isEmpty { try await inFlight.removeFirst().value }
                 if !caughtUp {
@@ -108,18 +109,62 @@ extension MobileSession {
                     _ = try await self.request(Self.changesMessage([]))
                 }
                 guard subscription.continuous else { return }
-                try await waitForCommit(past: cursor)
+                try await waitForCommit(past: cursor, orChangeOf: policyChange)
             }
+        }
+    }
+
+    /// Offers changes to the client and sends the revisions it wants, at most
+    /// `batchesInFlight` batches of them travelling at once.
+    func send(_ offers: [Offer], inFlight: inout [Task<Void, any Error>]) async throws {
+        guard !offers.isEmpty else { return }
+        let reply = try await self.request(Self.changesMessage(offers))
+        if let e = reply.error { throw MobileClose(code: .unexpectedServerError, reason: "the client refused changes: \(e.message)") }
+        let wanted = Self.wanted(offers, reply: reply)
+        inFlight.append(Task { try await self.sendRevisions(wanted, maxHistory: Int(reply["maxHistory"] ?? "") ?? 20) })
+        while inFlight.count > Self.batchesInFlight { try await inFlight.removeFirst().value }
+    }
+
+    /// After the user's policy changed mid-feed: the changes already passed are judged again,
+    /// so a document the user may no longer read is removed from the app (when it asked for
+    /// revocations) and one it may now read is offered, as if it had just changed.
+    func judgeAgain(upTo cursor: UInt64, judgedBy old: CouchPrincipal, _ subscription: MobileSubscription, inFlight: inout [Task<Void, any Error>]) async throws {
+        var after: UInt64 = 0
+        while after < cursor {
+            let page = try database.store.changeEntries(after: after, limit: subscription.batch)
+            var offers: [Offer] = []
+            for entry in page where entry.change.sequence <= cursor {
+                after = entry.change.sequence
+                let id = entry.change.id
+                if let ids = subscription.docIDs, !ids.contains(id.rawValue) { continue }
+                if entry.change.deleted { continue }
+                let before = try database.readable(entry, principal: old, needBody: subscription.needsBody)
+                let wasInReach = before.admitted && (!subscription.needsBody || subscription.inChannels(before.document?.body))
+                let now = try database.readable(entry, principal: principal, needBody: subscription.needsBody)
+                let isInReach = now.admitted && (!subscription.needsBody || subscription.inChannels(now.document?.body))
+                if wasInReach && !isInReach && subscription.revocations && Self.liteCoreAccepts(entry.change.revision) {
+                    offers.append(Offer(sequence: entry.change.sequence, id: id, revision: entry.change.revision, deleted: false, removal: 2))
+                } else if !wasInReach && isInReach, let offer = try offer(entry, subscription) {
+                    offers.append(offer)
+                }
+            }
+            try await send(offers, inFlight: &inFlight)
+            if page.count < subscription.batch || page.last.map({ $0.change.sequence >= cursor }) ?? true { break }
         }
     }
 
     /// Batches of revisions sent and not yet all stored by the app, at most.
     static let batchesInFlight = 4
 
-    /// Waits for a commit past `sequence`; throws once the connection or the node ends first.
-    func waitForCommit(past sequence: UInt64) async throws {
+    /// Waits for a commit past `sequence`, or for the principal's policy to change; throws
+    /// once the connection or the node ends first.
+    func waitForCommit(past sequence: UInt64, orChangeOf policy: Latch<Void>) async throws {
         let store = database.store, shutdown = database.shutdown, closed = self.closed
         let committed = try await Race.first(of: [
+            { @Sendable () async throws -> Bool in
+                _ = try? await policy.wait()
+                return true
+            },
             { @Sendable () async throws -> Bool in
                 try await store.waitForCommit(past: sequence)
                 return true

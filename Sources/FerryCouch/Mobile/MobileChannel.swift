@@ -211,7 +211,7 @@ extension CouchFrontDoor {
 
     /// Serves an admitted Couchbase Lite replication to its end.
     public func serveMobile(_ ws: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, admission: MobileAdmission, logger: Logger) async {
-        await MobileSession(database: database, admission: admission, logger: database.logger).run(ws)
+        await MobileSession(database: database, admission: admission, users: access.users, logger: database.logger).run(ws)
     }
 }
 

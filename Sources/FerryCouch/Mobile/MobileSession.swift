@@ -47,9 +47,17 @@ final class MobileSession: Sendable {
     private let wakes: AsyncStream<Void>
     private let wake: AsyncStream<Void>.Continuation
 
-    init(database: CouchDatabase, admission: MobileAdmission, logger: Logger) {
+    /// The users the principal is one of (nil: judged by the admission's principal throughout).
+    let users: CouchUserTable?
+    private let current: Locked<CouchPrincipal>
+    /// Fired, then replaced, when the principal's policy changed (the feed judges again).
+    let principalChange = Locked(Latch<Void>())
+
+    init(database: CouchDatabase, admission: MobileAdmission, users: CouchUserTable? = nil, logger: Logger) {
         self.database = database
         self.admission = admission
+        self.users = users
+        current = Locked(admission.principal)
         var logger = logger
         logger[metadataKey: "client"] = "\(admission.principal.name)@\(admission.remoteAddress ?? "?")"
         self.logger = logger
@@ -64,7 +72,48 @@ final class MobileSession: Sendable {
         store.withLock { $0 = self }
     }
 
-    var principal: CouchPrincipal { admission.principal }
+    /// Who the connection acts for, with the policy of the moment: a user's policy changes
+    /// (its own, or the group's rules) apply to the live connection, not only to the next one.
+    var principal: CouchPrincipal { current.withLock { $0 } }
+
+    /// Follows the user's entry until the connection ends: a new policy is applied (and the
+    /// pull judged again); a removed user, or a changed password, ends the connection, as
+    /// they end the user's cookie sessions.
+    func followUser() async -> MobileClose? {
+        guard let users, case .user(let name, _) = admission.principal else { return nil }
+        let credential = users.user(named: name)?.password.description
+        while true {
+            let next = users.nextChange()
+            guard let user = users.user(named: name), user.password.description == credential else {
+                end("the user was removed or its password changed")
+                return MobileClose(code: .policyViolation, reason: "the user \(name) was removed or its password changed")
+            }
+            let policy = users.policy(of: user)
+            if policy != principal.policy {
+                current.withLock { $0 = .user(name: name, policy: policy) }
+                logger.info("the user's policy changed: the connection follows it")
+                let fired = principalChange.withLock { latch -> Latch<Void> in
+                    let old = latch
+                    latch = Latch()
+                    return old
+                }
+                fired.set(())
+            }
+            let closed = self.closed
+            let waits: [@Sendable () async throws -> Bool] = [
+                { @Sendable () async -> Bool in
+                    _ = try? await next.wait()
+                    return true
+                },
+                { @Sendable () async -> Bool in
+                    _ = try? await closed.wait()
+                    return false
+                },
+            ]
+            let changed: Bool = (try? await Race.first(of: waits)) ?? false
+            if !changed || Task.isCancelled { return nil }
+        }
+    }
 
     /// Serves the connection until the client closes it, it breaks, or the node stops.
     func run(_ ws: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>) async {
@@ -88,6 +137,7 @@ final class MobileSession: Sendable {
                         do { try await self.pump(outbound) } catch let close as MobileClose { return close } catch {}
                         return nil
                     }
+                    group.addTask { await self.followUser() }
                     group.addTask {
                         await self.database.shutdown.wait()
                         self.end("the node is stopping")

@@ -155,6 +155,25 @@ public final class CouchUserTable: Sendable {
     public func replace(with users: [CouchUser]) {
         current.withLock { $0 = Users(users) }
         verified.withLock { $0.removeAll() }
+        policiesChanged()
+    }
+
+    /// Fired, then replaced, at each change that may change a user's policy or password.
+    private let change = Locked(Latch<Void>())
+
+    /// What the next change fires: take it before reading a user, then wait on it, and no
+    /// change in between is missed.
+    public func nextChange() -> Latch<Void> { change.withLock { $0 } }
+
+    /// Tells those watching users (live replications) that policies may have changed: the
+    /// table's users, or the group's rules that narrow them.
+    public func policiesChanged() {
+        let fired = change.withLock { latch -> Latch<Void> in
+            let old = latch
+            latch = Latch()
+            return old
+        }
+        fired.set(())
     }
 
     /// Every user, by name.
