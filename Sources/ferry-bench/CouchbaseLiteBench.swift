@@ -33,6 +33,8 @@ struct CouchbaseLiteBench: AsyncParsableCommand {
 
     func run() async throws {
         let ferry = NetBench.ferryBinary()
+        // Absolute: the library's symbolic link below lives in another directory.
+        let cbl = URL(fileURLWithPath: cbl).standardizedFileURL.path
         let driver = cbl + "/bin/cbl-driver"
         let root = (scratch as NSString).appendingPathComponent("ferry-cbl-\(UUID().uuidString)")
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
