@@ -38,7 +38,7 @@ struct AccessFollower: Service {
 
     func follow(since: UInt64) async {
         do {
-            for try await change in store.liveChanges(since: since).cancelOnGracefulShutdown()
+            for try await change in store.liveChanges(since: since, idPrefixes: [GroupAccess.documentPrefix, MemberEntry.documentPrefix]).cancelOnGracefulShutdown()
             where change.id.rawValue.hasPrefix(GroupAccess.documentPrefix) || change.id.rawValue.hasPrefix(MemberEntry.documentPrefix) {
                 if change.id.rawValue.hasPrefix(GroupAccess.documentPrefix) {
                     do { try access.reread([change.id], from: store) } catch {

@@ -13,7 +13,7 @@ struct MembershipFollower: Service {
         let since = try store.lastSequence
         try? membership.loadFromStore()
         do {
-            for try await change in store.liveChanges(since: since).cancelOnGracefulShutdown()
+            for try await change in store.liveChanges(since: since, idPrefixes: [MemberEntry.documentPrefix, MemberAddresses.documentPrefix]).cancelOnGracefulShutdown()
             where change.id.rawValue.hasPrefix(MemberEntry.documentPrefix) || change.id.rawValue.hasPrefix(MemberAddresses.documentPrefix) {
                 do {
                     if MemberAddresses.node(inDocument: change.id) != nil {

@@ -373,19 +373,68 @@ public final class DocumentStore: Sendable {
                         WHERE sequence > ? ORDER BY sequence LIMIT ?
                         """),
                 arguments: [Int64(bitPattern: since), limit])
+            // By position: a lookup by name lowercases the name for every row.
             return try rows.map { row in
                 Change(
-                    sequence: UInt64(row["sequence"] as Int64), id: DocumentID(unchecked: row["id"]),
-                    revision: try Self.parseStoredRev(row["rev"]), deleted: row["deleted"], bodySize: row["size"])
+                    sequence: UInt64(row[0] as Int64), id: DocumentID(unchecked: row[1]),
+                    revision: try Self.parseStoredRev(row[2]), deleted: row[3], bodySize: row[4])
             }
         }
     }
 
+    /// The changes after `since` to documents whose IDs begin with one of `idPrefixes`, in
+    /// sequence order: read through the ID index, so a follower of a few documents (the
+    /// group's entries) pays for those alone, not for every document written.
+    public func changes(since: UInt64, limit: Int, idPrefixes: [String]) throws(StoreError) -> [Change] {
+        guard !idPrefixes.isEmpty else { return [] }
+        var ranges: [String] = []
+        var arguments: [any DatabaseValueConvertible] = []
+        for prefix in idPrefixes {
+            guard let upper = Self.prefixUpperBound(prefix) else { return try changes(since: since, limit: limit) }
+            ranges.append("(id >= ? AND id < ?)")
+            arguments += [prefix, upper]
+        }
+        arguments += [Int64(bitPattern: since), limit]
+        return try read { db in
+            // `+sequence`: the sequence index stays unused, so the ID ranges drive the scan.
+            let rows = try Row.fetchAll(
+                db.cachedStatement(
+                    sql: """
+                        SELECT sequence, id, rev, deleted, length(body) AS size FROM documents
+                        WHERE (\(ranges.joined(separator: " OR "))) AND +sequence > ? ORDER BY sequence LIMIT ?
+                        """),
+                arguments: StatementArguments(arguments))
+            return try rows.map { row in
+                Change(
+                    sequence: UInt64(row[0] as Int64), id: DocumentID(unchecked: row[1]),
+                    revision: try Self.parseStoredRev(row[2]), deleted: row[3], bodySize: row[4])
+            }
+        }
+    }
+
+    /// The least string above every string beginning with `prefix` (its last scalar plus
+    /// one); nil when there is none to make.
+    static func prefixUpperBound(_ prefix: String) -> String? {
+        var scalars = Array(prefix.unicodeScalars)
+        while let last = scalars.popLast() {
+            if let next = Unicode.Scalar(last.value + 1) {
+                scalars.append(next)
+                var out = String.UnicodeScalarView()
+                out.append(contentsOf: scalars)
+                return String(out)
+            }
+        }
+        return nil
+    }
+
     /// A live, gap-free stream of changes after `since`: first the stored backlog, page
     /// by page, then each new change as it is committed through this store. Memory stays
-    /// flat however long the backlog. Ends when the consuming task is cancelled.
-    public func liveChanges(since: UInt64 = 0, pageSize: Int = 500, poll: LiveChanges.Poll? = nil) -> LiveChanges {
-        LiveChanges(store: self, since: since, pageSize: pageSize, poll: poll)
+    /// flat however long the backlog. Ends when the consuming task is cancelled. With
+    /// `idPrefixes`, only the changes to documents whose IDs begin with one of them.
+    public func liveChanges(
+        since: UInt64 = 0, pageSize: Int = 500, poll: LiveChanges.Poll? = nil, idPrefixes: [String]? = nil
+    ) -> LiveChanges {
+        LiveChanges(store: self, since: since, pageSize: pageSize, poll: poll, idPrefixes: idPrefixes)
     }
 
     public var lastSequence: UInt64 {

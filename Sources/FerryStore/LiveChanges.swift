@@ -112,6 +112,8 @@ public struct LiveChanges: AsyncSequence, Sendable {
     let since: UInt64
     let pageSize: Int
     let poll: Poll?
+    /// Only changes to documents whose IDs begin with one of these (nil: every change).
+    var idPrefixes: [String]? = nil
 
     /// How often an idle stream re-reads the feed, on which clock.
     public struct Poll: Sendable {
@@ -124,7 +126,7 @@ public struct LiveChanges: AsyncSequence, Sendable {
     }
 
     public func makeAsyncIterator() -> Iterator {
-        Iterator(store: store, cursor: since, pageSize: pageSize, poll: poll)
+        Iterator(store: store, cursor: since, pageSize: pageSize, poll: poll, idPrefixes: idPrefixes)
     }
 
     /// Pages through the feed, then waits for commits.
@@ -133,6 +135,7 @@ public struct LiveChanges: AsyncSequence, Sendable {
         var cursor: UInt64
         let pageSize: Int
         let poll: Poll?
+        let idPrefixes: [String]?
         var buffer: [Change] = []
         var position = 0
 
@@ -151,7 +154,14 @@ public struct LiveChanges: AsyncSequence, Sendable {
                 // Read the last sequence before the page so no commit slips between them.
                 let last = try store.lastSequence
                 store.notifier.advance(to: last)
-                buffer = try store.changes(since: cursor, limit: pageSize)
+                if let idPrefixes {
+                    buffer = try store.changes(since: cursor, limit: pageSize, idPrefixes: idPrefixes)
+                    // None of them past the cursor up to `last` (read before the page): the
+                    // cursor moves past the other documents' changes.
+                    if buffer.isEmpty { cursor = Swift.max(cursor, last) }
+                } else {
+                    buffer = try store.changes(since: cursor, limit: pageSize)
+                }
                 position = 0
                 if buffer.isEmpty {
                     await idle(past: Swift.max(last, cursor))

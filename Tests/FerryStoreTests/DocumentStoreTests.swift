@@ -245,6 +245,35 @@ import Testing
         #expect(seen == ["old1", "old2", "new1", "new2"])
     }
 
+    @Test func changesByIDPrefixListOnlyThoseDocumentsInSequenceOrder() throws {
+        let store = try DocumentStore.inMemory()
+        for id in ["g/a/1", "doc-1", "g/b/1", "g/ab", "g/a/2", "doc-2", "g/a0"] { _ = try store.put(docID(id), body: ["v": 1]) }
+        _ = try store.put(docID("g/b/1"), body: ["v": 2], parent: try #require(try store.document(docID("g/b/1"))).revision)
+        let listed = try store.changes(since: 0, limit: 10, idPrefixes: ["g/a/", "g/b/"])
+        #expect(listed.map(\.id.rawValue) == ["g/a/1", "g/a/2", "g/b/1"])
+        #expect(listed.map(\.sequence) == listed.map(\.sequence).sorted())
+        #expect(try store.changes(since: listed[1].sequence, limit: 10, idPrefixes: ["g/a/", "g/b/"]).map(\.id.rawValue) == ["g/b/1"])
+        #expect(try store.changes(since: 0, limit: 1, idPrefixes: ["g/a/"]).map(\.id.rawValue) == ["g/a/1"])
+        #expect(DocumentStore.prefixUpperBound("g/a/") == "g/a0")
+    }
+
+    @Test func liveChangesByIDPrefixSkipOtherDocumentsThenDeliverNewCommits() async throws {
+        let store = try DocumentStore.inMemory()
+        _ = try store.put(docID("g/old"), body: ["v": 1])
+        for i in 0..<5 { _ = try store.put(docID("doc-\(i)"), body: ["v": 1]) }
+        let reader = Task {
+            var seen: [String] = []
+            for try await change in store.liveChanges(since: 0, pageSize: 2, idPrefixes: ["g/"]) {
+                seen.append(change.id.rawValue)
+                if seen.count == 2 { break }
+            }
+            return seen
+        }
+        for i in 5..<10 { _ = try store.put(docID("doc-\(i)"), body: ["v": 1]) }
+        _ = try store.put(docID("g/new"), body: ["v": 1])
+        #expect(try await reader.value == ["g/old", "g/new"])
+    }
+
     @Test func liveChangesEndWhenTheTaskIsCancelled() async throws {
         let store = try DocumentStore.inMemory()
         let reader = Task {
