@@ -88,6 +88,9 @@ public enum CouchPrincipal: Sendable, Equatable {
 public struct CouchRequestContext: RequestContext {
     public var coreContext: CoreRequestContextStorage
     public var principal: CouchPrincipal?
+    /// The principal as it stands now (nil: its user was removed or its password changed):
+    /// a live feed follows it rather than the rights its request began with.
+    public var currentPrincipal: (@Sendable () -> CouchPrincipal?)?
     /// The client's IP address (failed logins are counted per address); nil when unknown.
     public var remoteAddress: String?
     /// The request's connection, watched by long queries for the client going away.
@@ -96,6 +99,7 @@ public struct CouchRequestContext: RequestContext {
     public init(source: Source) {
         coreContext = .init(source: source)
         principal = nil
+        currentPrincipal = nil
         remoteAddress = source.channel.remoteAddress?.ipAddress
         channel = source.channel
     }

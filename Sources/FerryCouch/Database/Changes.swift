@@ -72,8 +72,9 @@ struct ChangesOptions {
 extension CouchDatabase {
     /// `GET|POST /{db}/_changes`: one row per changed document, newest change only, in
     /// sequence order; `_local` documents never appear, nor documents the principal's read
-    /// rule excludes.
-    func changes(_ request: Request, principal: CouchPrincipal) async throws -> Response {
+    /// rule excludes. A live feed judges each change by `current` (the principal as it stands
+    /// then) and ends once it is nil.
+    func changes(_ request: Request, principal: CouchPrincipal, current: (@Sendable () -> CouchPrincipal?)? = nil) async throws -> Response {
         var p = CouchParameters(request)
         var bodyFields: [String: JSON] = [:]
         if request.method == .post {
@@ -96,15 +97,17 @@ extension CouchDatabase {
         return Response(
             status: .ok, headers: headers,
             body: ResponseBody { writer in
-                try await database.streamChanges(&writer, clock: database.clock, options: feedOptions, principal: principal, start: start)
+                try await database.streamChanges(
+                    &writer, clock: database.clock, options: feedOptions, principal: principal, current: current, start: start)
             })
     }
 
     /// Runs a feed on the database's clock (its concrete type opened here).
     private func streamChanges<C: Clock<Duration>>(
-        _ writer: inout any ResponseBodyWriter, clock: C, options: ChangesOptions, principal: CouchPrincipal, start: UInt64
+        _ writer: inout any ResponseBodyWriter, clock: C, options: ChangesOptions, principal: CouchPrincipal,
+        current: (@Sendable () -> CouchPrincipal?)?, start: UInt64
     ) async throws {
-        let feed = ChangesFeed(database: self, options: options, principal: principal, start: start, clock: clock)
+        let feed = ChangesFeed(database: self, options: options, principal: principal, current: current, start: start, clock: clock)
         try await feed.run(&writer)
     }
 

@@ -1,5 +1,6 @@
 import FerryCore
 import FerryStore
+import FerrySync
 import Hummingbird
 import NIOCore
 
@@ -11,6 +12,9 @@ struct ChangesFeed<FeedClock: Clock<Duration>>: Sendable {
     let database: CouchDatabase
     let options: ChangesOptions
     let principal: CouchPrincipal
+    /// The principal as it stands now; nil: the user was removed or its password changed.
+    /// A feed that waits judges what comes after the wait by it, and ends once it is nil.
+    var current: (@Sendable () -> CouchPrincipal?)? = nil
     /// The sequence the feed starts after (ascending) or before (descending; 0: the newest).
     let start: UInt64
     let clock: FeedClock
@@ -41,7 +45,15 @@ struct ChangesFeed<FeedClock: Clock<Duration>>: Sendable {
         var limitReached = options.limit == 0
         let idleSince = clock.now
         var lastWrite = idleSince
+        var principal = self.principal
         while true {
+            if let current {
+                guard let now = current() else {
+                    principal = Self.nobody(principal)
+                    break
+                }
+                principal = now
+            }
             let snapshot = try database.store.lastSequence
             var exhausted = false
             while !limitReached && !exhausted {
@@ -124,8 +136,16 @@ struct ChangesFeed<FeedClock: Clock<Duration>>: Sendable {
         var idleSince = clock.now
         var lastWrite = idleSince
         var buffer = ByteBuffer()
+        var principal = self.principal
         feed: while true {
             if let limit = options.limit, sent >= limit { break }
+            if let current {
+                guard let now = current() else {
+                    principal = Self.nobody(principal)
+                    break feed
+                }
+                principal = now
+            }
             let snapshot = try database.store.lastSequence
             var exhausted = false
             while !exhausted {
@@ -168,12 +188,22 @@ struct ChangesFeed<FeedClock: Clock<Duration>>: Sendable {
             }
         }
         if options.feed == .continuous {
-            let pending = try database.store.changeCount(after: cursor)
-            try await writer.write(ByteBuffer(string: "{\"last_seq\":\(cursor),\"pending\":\(pending)}\n"))
+            // `pending` as in the object feeds: told only to a reader of everything.
+            if principal.policy.read.admitsEverything {
+                let pending = try database.store.changeCount(after: cursor)
+                try await writer.write(ByteBuffer(string: "{\"last_seq\":\(cursor),\"pending\":\(pending)}\n"))
+            } else {
+                try await writer.write(ByteBuffer(string: "{\"last_seq\":\(cursor)}\n"))
+            }
         }
     }
 
     // MARK: waiting
+
+    /// What a feed whose user was removed mid-feed may still be told: nothing more.
+    static func nobody(_ principal: CouchPrincipal) -> CouchPrincipal {
+        .user(name: principal.name, policy: PeerPolicy(read: .none, write: .none, mayDelete: false))
+    }
 
     private func timedOut(_ idleSince: FeedClock.Instant) -> Bool {
         guard let timeout = options.timeout else { return false }

@@ -101,7 +101,7 @@ extension CouchDatabase {
         switch name {
         case "changes":
             try allow(request, [.get, .head, .post], "GET,HEAD,POST")
-            return try await changes(request, principal: principal)
+            return try await changes(request, principal: principal, current: context.currentPrincipal)
         case "all_docs":
             try allow(request, [.get, .head, .post], "GET,HEAD,POST")
             return try await allDocs(request, principal: principal)

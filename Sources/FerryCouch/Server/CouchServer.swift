@@ -133,6 +133,7 @@ public struct CouchFrontDoor: HTTPResponder {
                 extra.append(.init(name: .setCookie, value: access.sessions.setCookie(value, secure: secure)))
             }
         }
+        if let principal = context.principal { context.currentPrincipal = access.users.follow(principal) }
         let endpoint = CouchRouting.endpoint(rawPath: request.uri.path)
         if endpoint == .session { return try await sessionEndpoint(request, context: context, address: address, now: now, extra: &extra) }
         if case .databaseSpecial(let db, "session")? = endpoint, db == database.name {

@@ -158,6 +158,18 @@ public final class CouchUserTable: Sendable {
         policiesChanged()
     }
 
+    /// The principal as it stands at each call: a user's policy of the moment, or nil once
+    /// the user was removed or its password changed (as its cookie sessions end). For
+    /// responses that outlive their request's authentication (live feeds).
+    public func follow(_ principal: CouchPrincipal) -> @Sendable () -> CouchPrincipal? {
+        guard case .user(let name, _) = principal else { return { principal } }
+        let credential = user(named: name)?.password.description
+        return { [self] in
+            guard let user = self.user(named: name), user.password.description == credential else { return nil }
+            return .user(name: name, policy: self.policy(of: user))
+        }
+    }
+
     /// Fired, then replaced, at each change that may change a user's policy or password.
     private let change = Locked(Latch<Void>())
 
