@@ -81,16 +81,15 @@ final class MobileSession: Sendable {
     /// they end the user's cookie sessions.
     func followUser() async -> MobileClose? {
         guard let users, case .user(let name, _) = admission.principal else { return nil }
-        let credential = users.user(named: name)?.password.description
+        let resolve = users.follow(admission.principal)
         while true {
             let next = users.nextChange()
-            guard let user = users.user(named: name), user.password.description == credential else {
+            guard let now = resolve() else {
                 end("the user was removed or its password changed")
                 return MobileClose(code: .policyViolation, reason: "the user \(name) was removed or its password changed")
             }
-            let policy = users.policy(of: user)
-            if policy != principal.policy {
-                current.withLock { $0 = .user(name: name, policy: policy) }
+            if now != principal {
+                current.withLock { $0 = now }
                 logger.info("the user's policy changed: the connection follows it")
                 let fired = principalChange.withLock { latch -> Latch<Void> in
                     let old = latch
