@@ -63,50 +63,49 @@ import Testing
 
     func json(_ response: TestResponse) -> JSON { (try? JSON.parse(Array(response.body.readableBytesView))) ?? .null }
 
-    /// A live `_changes` feed judges what comes after each wait by its user's policy of that
-    /// moment: narrowed while the feed waits, the documents the user may no longer read are
-    /// not listed.
-    @Test func aLiveFeedFollowsItsUsersNarrowedPolicy() async throws {
+    /// Opens `writer`'s continuous `_changes` feed (after `query`) on a store holding `a`,
+    /// runs `change` on the users once the feed waits for a commit, then writes `written`;
+    /// returns the feed's JSON lines.
+    func liveFeed(_ query: String, change: @escaping @Sendable (CouchUserTable) throws -> Void, then written: [String]) async throws -> [JSON] {
         let users = try Self.users()
         let store = try DocumentStore.inMemory()
         let door = try Self.frontDoor(store: store, users: users)
         _ = try store.put(DocumentID("a"), body: ["n": 1])
-        let app = Application(responder: door)
-        try await app.test(.router) { client in
+        let lines = Locked<[JSON]>([])
+        try await Application(responder: door).test(.router) { client in
             async let answer = client.execute(
-                uri: "/ferry/_changes?feed=continuous&since=0&limit=2&heartbeat=600000", method: .get,
+                uri: "/ferry/_changes?feed=continuous&since=0&heartbeat=600000" + query, method: .get,
                 headers: [.authorization: Self.basic("writer", "w-pass")])
             try await waitUntil("the feed waits for a commit", timeout: 30, every: .milliseconds(5)) { store.commitWaiters > 0 }
+            try change(users)
+            for id in written { _ = try store.put(DocumentID(id), body: ["n": 2]) }
+            let parsed = try await answer.body.readableBytesView.split(separator: UInt8(ascii: "\n")).compactMap { try? JSON.parse(Array($0)) }
+            lines.withLock { $0 = parsed }
+        }
+        return lines.withLock { $0 }
+    }
+
+    /// A live `_changes` feed judges what comes after each wait by its user's policy of that
+    /// moment: narrowed while the feed waits, the documents the user may no longer read are
+    /// not listed.
+    @Test func aLiveFeedFollowsItsUsersNarrowedPolicy() async throws {
+        let lines = try await liveFeed("&limit=2", change: { users in
             var narrowed = try #require(users.user(named: "writer"))
             narrowed.policy = PeerPolicy(read: AccessRule(idPrefixes: ["x"]), write: .none, mayDelete: false)
             users.replace(with: [try #require(users.user(named: "reader")), narrowed])
-            _ = try store.put(DocumentID("b"), body: ["n": 2])
-            _ = try store.put(DocumentID("x1"), body: ["n": 3])
-            let lines = try await answer.body.readableBytesView.split(separator: UInt8(ascii: "\n")).compactMap { try? JSON.parse(Array($0)) }
-            #expect(lines.compactMap { $0["id"]?.stringValue } == ["a", "x1"], "\(lines)")
-            #expect(lines.last?["pending"] == nil, "a restricted reader is not told how much it may not see")
-        }
+        }, then: ["b", "x1"])
+        #expect(lines.compactMap { $0["id"]?.stringValue } == ["a", "x1"], "\(lines)")
+        #expect(lines.last?["pending"] == nil, "a restricted reader is not told how much it may not see")
     }
 
     /// A live `_changes` feed ends once its user is removed (as the user's cookie sessions
     /// do): a write after the removal is never sent to it.
     @Test(.timeLimit(.minutes(1))) func aLiveFeedEndsWhenItsUserIsRemoved() async throws {
-        let users = try Self.users()
-        let store = try DocumentStore.inMemory()
-        let door = try Self.frontDoor(store: store, users: users)
-        _ = try store.put(DocumentID("a"), body: ["n": 1])
-        let app = Application(responder: door)
-        try await app.test(.router) { client in
-            async let answer = client.execute(
-                uri: "/ferry/_changes?feed=continuous&since=0&heartbeat=600000", method: .get,
-                headers: [.authorization: Self.basic("writer", "w-pass")])
-            try await waitUntil("the feed waits for a commit", timeout: 30, every: .milliseconds(5)) { store.commitWaiters > 0 }
+        let lines = try await liveFeed("", change: { users in
             users.replace(with: [try #require(users.user(named: "reader"))])
-            _ = try store.put(DocumentID("after-removal"), body: ["n": 2])
-            let lines = try await answer.body.readableBytesView.split(separator: UInt8(ascii: "\n")).compactMap { try? JSON.parse(Array($0)) }
-            #expect(lines.compactMap { $0["id"]?.stringValue } == ["a"], "\(lines)")
-            #expect(lines.last?["last_seq"] != nil)
-        }
+        }, then: ["after-removal"])
+        #expect(lines.compactMap { $0["id"]?.stringValue } == ["a"], "\(lines)")
+        #expect(lines.last?["last_seq"] != nil)
     }
 
     @Test func theWelcomeAndUpAnswerWithoutCredentialsAndNothingElseDoes() async throws {

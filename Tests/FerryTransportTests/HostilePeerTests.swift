@@ -8,19 +8,6 @@ import NIOWebSocket
 import Testing
 @testable import FerryTransport
 
-/// Opens a raw TCP connection to 127.0.0.1:port.
-func rawSocket(port: Int) -> Int32 {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    var addr = sockaddr_in()
-    addr.sin_family = sa_family_t(AF_INET)
-    addr.sin_port = in_port_t(UInt16(port).bigEndian)
-    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    _ = withUnsafePointer(to: &addr) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-    }
-    return fd
-}
-
 /// Reads until the peer closes the connection (true), or `timeout` seconds pass (false).
 /// Non-blocking reads and async sleeps: a blocking read here would hold one of the
 /// cooperative pool's threads, which the server under test needs to run at all.

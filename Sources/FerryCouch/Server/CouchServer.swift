@@ -133,8 +133,11 @@ public struct CouchFrontDoor: HTTPResponder {
                 extra.append(.init(name: .setCookie, value: access.sessions.setCookie(value, secure: secure)))
             }
         }
-        if let principal = context.principal { context.currentPrincipal = access.users.follow(principal) }
         let endpoint = CouchRouting.endpoint(rawPath: request.uri.path)
+        // Only a feed outlives its authentication: other requests need no follower.
+        if case .databaseSpecial(_, "changes")? = endpoint, let principal = context.principal {
+            context.currentPrincipal = access.users.follow(principal)
+        }
         if endpoint == .session { return try await sessionEndpoint(request, context: context, address: address, now: now, extra: &extra) }
         if case .databaseSpecial(let db, "session")? = endpoint, db == database.name {
             // Sync Gateway's per-database login, which Couchbase Lite apps use to get a session.
