@@ -33,9 +33,15 @@ import Testing
     @Test func aGracefulShutdownClosesConnectionsThatAreBetweenRequests() async throws {
         let door = try ServerFrontDoorTests.frontDoor()
         let (bound, announce) = AsyncStream.makeStream(of: Int.self)
+        // Connections the listener took and set up (its admission runs just before the set-up,
+        // on the connection's event loop): the stop must come after both, or it would race them.
+        let accepted = Locked(0)
         let service = try CouchListenerService(
             frontDoor: door, host: "127.0.0.1", port: 0, logger: Logger(label: "test"), idleTimeout: .hours(1),
-            onBound: { announce.yield($0) })
+            admit: { _ in
+                accepted.withLock { $0 += 1 }
+                return true
+            }, onBound: { announce.yield($0) })
         let group = ServiceGroup(configuration: .init(services: [service], logger: Logger(label: "test")))
         let run = Task { try await group.run() }
         var ports = bound.makeAsyncIterator()
@@ -47,6 +53,7 @@ import Testing
         #expect(write(keptAlive, request, request.count) == request.count)
         let answer = await Self.offPool { Self.read(keptAlive, until: "}").text }
         #expect(answer.hasPrefix("HTTP/1.1 200"), "\(answer)")
+        try await waitUntil("the listener took both connections", timeout: 30, every: .milliseconds(5)) { accepted.withLock { $0 } == 2 }
         await group.triggerGracefulShutdown()
         // Were a connection to hold the stop, the suite's time limit ends the test (a failure).
         try await withTaskCancellationHandler { try await run.value } onCancel: { run.cancel() }
