@@ -54,7 +54,9 @@ HEAVY = SimulationTests|AntiEntropyTests|SignedEntryConvergenceTests
 # The attack suite (Integration/Scenarios/Attack*Scenarios.swift, Integration/attacks/) and
 # the listeners' flood tests: floods of connections and minutes of refused work, one suite
 # at a time (beside other suites they starve the ones that wait on real-time heartbeats).
-ATTACKS = Attack[A-Za-z]*Scenarios|ListenerLimitsTests|CouchListenerLimitsTests
+# ServerListenerTests too: its graceful-stop test failed beside the main phase (a kept-alive
+# connection not closed by the stop within 30 s) and passes alone; the cause is not found.
+ATTACKS = Attack[A-Za-z]*Scenarios|ListenerLimitsTests|CouchListenerLimitsTests|ServerListenerTests
 # Suites that move hundreds of megabytes of blobs, kill avahi-daemon or time signals, and
 # the chunk tests whose links time out in real time: one suite at a time (beside the main
 # phase they took both cores and starved its long-polls and joins past their limits).
