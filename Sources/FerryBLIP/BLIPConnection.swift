@@ -19,13 +19,29 @@ public struct BLIPConnection {
         outbox = BLIPOutbox(maxFrameData: maxFrameData)
     }
 
+    /// What one WebSocket message completed: a whole message, or a part of a streamed reply.
+    public enum Received: Sendable, Equatable {
+        case message(BLIPMessage)
+        case part(BLIPStreamPart)
+    }
+
     /// Takes one WebSocket binary message (one frame); returns the message it completed, if any.
+    /// Parts of streamed replies are given by `receiveAny` only.
     public mutating func receive(_ bytes: [UInt8]) throws(BLIPError) -> BLIPMessage? {
+        if case .message(let m) = try receiveAny(bytes) { return m }
+        return nil
+    }
+
+    /// Takes one WebSocket binary message (one frame): the message it completed, or the part
+    /// of a streamed reply it carried, if any.
+    public mutating func receiveAny(_ bytes: [UInt8]) throws(BLIPError) -> Received? {
         let frame = try decoder.decode(bytes)
         let outcome = try assembler.receive(frame)
         if let ack = outcome.ack { acks.append(try encoder.encode(ack)) }
         if let a = outcome.acknowledged { outbox.acknowledged(type: a.type, number: a.number, bytes: a.bytes) }
-        return outcome.message
+        if let m = outcome.message { return .message(m) }
+        if let p = outcome.part { return .part(p) }
+        return nil
     }
 
     /// Queues a request (numbered here: the number is returned) or a reply (keeping the
@@ -33,6 +49,20 @@ public struct BLIPConnection {
     @discardableResult
     public mutating func send(_ message: BLIPMessage) throws(BLIPError) -> UInt64 {
         try outbox.enqueue(message)
+    }
+
+    /// Queues a request whose reply is received as a stream (`receiveAny` gives its parts).
+    public mutating func send(_ message: BLIPMessage, streamingReply: Bool) throws(BLIPError) -> UInt64 {
+        let number = try outbox.enqueue(message)
+        if streamingReply { assembler.streamReply(number) }
+        return number
+    }
+
+    /// Queues the reply to `request` with a body read from `source` as its frames go.
+    public mutating func respond(to request: BLIPMessage, properties: [(String, String)] = [], body source: any BLIPBodySource) throws(BLIPError) {
+        guard !request.flags.contains(.noReply) else { return }
+        try outbox.enqueue(
+            BLIPMessage(type: .response, number: request.number, flags: request.flags.intersection(.urgent), properties: properties), body: source)
     }
 
     /// Queues the reply to `request`: a response with properties and body.

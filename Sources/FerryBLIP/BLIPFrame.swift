@@ -63,6 +63,6 @@ public struct BLIPFrame: Sendable, Equatable {
 /// What is wrong with bytes another node sent as BLIP; every case closes the connection.
 public struct BLIPError: Error, Sendable, Equatable, CustomStringConvertible {
     public let reason: String
-    init(_ reason: String) { self.reason = reason }
+    public init(_ reason: String) { self.reason = reason }
     public var description: String { "BLIP: \(reason)" }
 }

@@ -9,8 +9,11 @@ public struct BLIPOutbox: Sendable {
     /// A message being sent: its encoded bytes and how far they went.
     struct Outgoing {
         var message: BLIPMessage
+        /// The encoded message, or its head only when `source` gives the body.
         var bytes: [UInt8]
+        var source: (any BLIPBodySource)?
         var offset = 0
+        var total: Int { bytes.count + (source?.length ?? 0) }
         /// Wire bytes sent (after each frame's header), and those the peer acknowledged.
         var sent = 0
         var acknowledged = 0
@@ -57,17 +60,35 @@ public struct BLIPOutbox: Sendable {
         return m.number
     }
 
+    /// Queues a reply whose body `source` reads as its frames go (a blob's content), so the
+    /// body is never whole in memory; the message's own body is ignored.
+    public mutating func enqueue(_ message: BLIPMessage, body source: any BLIPBodySource) throws(BLIPError) {
+        var head = message
+        head.body = []
+        insert(Outgoing(message: head, bytes: try head.encoded(), source: source), isNew: true)
+    }
+
     /// The next frame to send, encoded by `encode` (which holds the direction's checksum and
     /// compression, so frames must be encoded in the order they are sent); nil when none is
     /// ready.
     public mutating func nextFrame(encode: (BLIPFrame) throws(BLIPError) -> [UInt8]) throws(BLIPError) -> [UInt8]? {
         guard !queue.isEmpty else { return nil }
         var entry = queue.removeFirst()
-        let end = min(entry.bytes.count, entry.offset + maxFrameData)
+        let total = entry.total
+        let end = min(total, entry.offset + maxFrameData)
         var flags = entry.message.flags.subtracting(.moreComing)
-        let more = end < entry.bytes.count
+        let more = end < total
         if more { flags.insert(.moreComing) }
-        let frame = BLIPFrame(number: entry.message.number, type: entry.message.type, flags: flags, data: Array(entry.bytes[entry.offset..<end]))
+        var data: [UInt8] = []
+        if entry.offset < entry.bytes.count { data = Array(entry.bytes[entry.offset..<min(end, entry.bytes.count)]) }
+        if let source = entry.source, end > entry.bytes.count {
+            let from = max(entry.offset, entry.bytes.count) - entry.bytes.count
+            let count = end - entry.bytes.count - from
+            let read = try source.read(offset: from, count: count)
+            guard read.count == count else { throw BLIPError("a streamed body gave \(read.count) of \(count) bytes at \(from)") }
+            data += read
+        }
+        let frame = BLIPFrame(number: entry.message.number, type: entry.message.type, flags: flags, data: data)
         let bytes = try encode(frame)
         entry.offset = end
         entry.sent += bytes.count - Self.headerLength(number: frame.number, flags: frame.type.rawValue | flags.rawValue)
@@ -121,4 +142,11 @@ public struct BLIPOutbox: Sendable {
         Varint.write(UInt64(flags), into: &header)
         return header.count
     }
+}
+
+/// A body read as its frames are sent: `length` bytes, read `count` at a time from `offset`
+/// (a blob file's reader). A failed read fails the connection, since the reply is begun.
+public protocol BLIPBodySource: Sendable {
+    var length: Int { get }
+    func read(offset: Int, count: Int) throws(BLIPError) -> [UInt8]
 }

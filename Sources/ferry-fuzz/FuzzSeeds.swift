@@ -111,6 +111,8 @@ enum FuzzSeeds {
             ]
             var records: [UInt8] = []
             for r in requests { try? sender.send(r) }
+            // And the app's reply to the node's first request, a blob's content over several frames.
+            try? sender.send(BLIPMessage(type: .response, number: 1, properties: [("Content-Type", "image/jpeg")], body: (0..<12_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }))
             while let frame = try? sender.nextOutgoing() {
                 records += [UInt8(frame.count >> 8), UInt8(frame.count & 0xFF)] + frame
             }

@@ -49,13 +49,17 @@ enum MobileBlobs {
 
 extension MobileSession {
     /// Turns an app's revision body into Ferry's: each blob it names is fetched from the app
-    /// (`getAttachment`) unless this principal reads everything and the node already holds
-    /// it, checked against its digest and length, stored, and referred to by Ferry's digest;
-    /// the `_attachments` Couchbase Lite adds for its blobs become Ferry attachments.
-    func importBlobs(_ fields: [String: JSON], docID: String, tree: RevisionTree?) async throws -> [String: JSON] {
+    /// (`getAttachment`, streamed to the blob store as it arrives) unless this principal
+    /// reads everything and the node already holds it, checked against its digest and
+    /// length, and referred to by Ferry's digest. Returns the body and, for CouchDB clients,
+    /// the attachments it holds (the app's `_attachments`, and each blob as `blob_/NAME`),
+    /// already in the blob store.
+    func importBlobs(_ fields: [String: JSON], docID: String, tree: RevisionTree?) async throws -> (
+        fields: [String: JSON], attachments: [String: StoredAttachment]
+    ) {
         var fields = fields
         let legacy = fields.removeValue(forKey: "_attachments")?.objectValue ?? [:]
-        var known: [String: (BlobDigest, Int64)] = [:]  // sha1 → Ferry digest, length
+        var known: [String: MobileBlob] = [:]  // by the app's sha1
         if DocumentAccess(principal.policy).readsEverything, let tree {
             for r in tree.revisions {
                 guard let bytes = r.body, let body = try? JSON.parse(bytes) else { continue }
@@ -63,62 +67,67 @@ extension MobileSession {
                     if let sha1 = member["sha1"]?.stringValue, let d = member["digest"]?.stringValue, let digest = try? BlobDigest(d),
                         let length = member["length"]?.intValue, database.store.blobs.has(digest)
                     {
-                        known[sha1] = (digest, length)
+                        known[sha1] = MobileBlob(digest: digest, length: length, md5: nil)
                     }
                 }
             }
         }
-        func fetch(_ sha1: String, length: Int64?) async throws -> (BlobDigest, Int64) {
+        func fetch(_ sha1: String, length: Int64?) async throws -> MobileBlob {
             if let k = known[sha1] { return k }
             guard sha1.hasPrefix("sha1-") else { throw MobileRequestError(code: 400, "\(docID): blob digest \(sha1) is not a Couchbase Lite digest") }
-            let reply = try await request(.request("getAttachment", [("digest", sha1), ("docID", docID)]))
-            if let e = reply.error { throw MobileRequestError(code: 502, "\(docID): the app did not send blob \(sha1): \(e.message)") }
-            guard MobileBlobs.sha1(reply.body) == sha1 else { throw MobileRequestError(code: 400, "\(docID): blob \(sha1) does not match its content") }
-            if let length, length != Int64(reply.body.count) {
-                throw MobileRequestError(code: 400, "\(docID): blob \(sha1) is \(reply.body.count) bytes, not \(length)")
+            let intake = try MobileBlobIntake(store: database.store.blobs, limit: length ?? database.maxAttachmentBytes, docID: docID, sha1: sha1)
+            do {
+                let reply = try await request(.request("getAttachment", [("digest", sha1), ("docID", docID)]), streamingInto: intake)
+                if let e = reply.error { throw MobileRequestError(code: 502, "\(docID): the app did not send blob \(sha1): \(e.message)") }
+                let blob = try intake.finish(length: length)
+                known[sha1] = blob
+                return blob
+            } catch {
+                intake.discard()
+                throw error
             }
-            let ref = try database.store.blobs.put(reply.body)
-            known[sha1] = (ref.digest, ref.length)
-            return (ref.digest, ref.length)
         }
-        var converted: [String: (BlobDigest, Int64, String?)] = [:]
+        func md5(_ blob: MobileBlob) throws -> String {
+            if let m = blob.md5 { return m }
+            guard let m = StoredAttachment.md5Digest(of: blob.digest, in: database.store.blobs) else {
+                throw MobileRequestError(code: 500, "blob \(blob.digest) is not readable on this node")
+            }
+            return m
+        }
+        var converted: [String: (MobileBlob, String?)] = [:]
         // Each blob is also an attachment for CouchDB clients, named as Sync Gateway names it.
-        var named: [String: (sha1: String, contentType: JSON?)] = [:]
+        var named: [String: (sha1: String, contentType: String?)] = [:]
         for (path, member) in MobileBlobs.blobMembers(.object(fields)) {
             guard let sha1 = member["digest"]?.stringValue else { throw MobileRequestError(code: 400, "\(docID): a blob has no digest") }
-            let (digest, length) = try await fetch(sha1, length: member["length"]?.intValue)
-            converted[sha1] = (digest, length, member["content_type"]?.stringValue)
-            named["blob_/" + path.joined(separator: "/")] = (sha1, member["content_type"])
+            let blob = try await fetch(sha1, length: member["length"]?.intValue)
+            converted[sha1] = (blob, member["content_type"]?.stringValue)
+            named["blob_/" + path.joined(separator: "/")] = (sha1, member["content_type"]?.stringValue)
         }
         for (name, entry) in legacy {
             guard let sha1 = entry["digest"]?.stringValue else { continue }
-            named[name] = (sha1, entry["content_type"])
+            named[name] = (sha1, entry["content_type"]?.stringValue)
         }
         let body = try MobileBlobs.mapBlobs(.object(fields)) { member in
-            guard let sha1 = member["digest"]?.stringValue, let (digest, length, type) = converted[sha1] else {
+            guard let sha1 = member["digest"]?.stringValue, let (blob, type) = converted[sha1] else {
                 throw MobileRequestError(code: 400, "\(docID): a blob has no digest")
             }
             var out = member
-            out["digest"] = .string(digest.description)
-            out["length"] = .int(length)
+            out["digest"] = .string(blob.digest.description)
+            out["length"] = .int(blob.length)
             out["sha1"] = .string(sha1)
             out.removeValue(forKey: "content_type")
             if let type { out["contentType"] = .string(type) }
             return .object(out)
         }
         fields = body.objectValue ?? fields
-        // Attachments for CouchDB clients: the app's `_attachments` (its blobs, as `blob_/NAME`).
-        var attachments: [String: JSON] = [:]
+        var attachments: [String: StoredAttachment] = [:]
         for (name, entry) in named {
-            let (digest, _) = try await fetch(entry.sha1, length: nil)
-            guard let bytes = try database.store.blobs.get(digest) else { throw MobileRequestError(code: 500, "blob \(digest) vanished") }
-            attachments[name] = [
-                "data": .string(Data(bytes).base64EncodedString()),
-                "content_type": entry.contentType ?? .string(StoredAttachment.defaultContentType),
-            ]
+            let blob = try await fetch(entry.sha1, length: nil)
+            attachments[name] = StoredAttachment(
+                blob: blob.digest, length: blob.length, contentType: entry.contentType ?? StoredAttachment.defaultContentType,
+                md5: try md5(blob), revpos: 1)
         }
-        if !attachments.isEmpty { fields["_attachments"] = .object(attachments) }
-        return fields
+        return (fields, attachments)
     }
 
     /// Turns a stored body into what the app expects: Ferry blob references become Couchbase
@@ -193,11 +202,76 @@ extension MobileSession {
                 if let att = StoredAttachment(json: value) { digests.append((att.blob, nil)) }
             }
             for (digest, stored) in digests where (try? self.sha1(of: digest, stored: stored)) == sha1 {
-                guard let bytes = try database.store.blobs.get(digest) else { continue }
-                respond(to: request, body: bytes)
+                guard let reader = try database.store.blobs.reader(digest) else { continue }
+                // Read as its frames go: a blob of any size is never whole in memory.
+                respond(to: request, body: BlobBodySource(reader: reader))
                 return
             }
         }
         throw MobileRequestError(code: 404, "no blob \(sha1) in \(rawID)")
+    }
+}
+
+/// A blob the node holds for an app's blob: Ferry's digest, its length, and CouchDB's MD5
+/// when it was computed on the way in.
+struct MobileBlob: Sendable {
+    let digest: BlobDigest
+    let length: Int64
+    let md5: String?
+}
+
+/// An app's blob as its `getAttachment` reply streams in: written to the blob store's
+/// temporary file while SHA-1 (the app's digest), SHA-256 and MD5 are computed, and refused
+/// past `limit` bytes. Only the connection's reader feeds it, then the requester finishes it.
+final class MobileBlobIntake: MobileReplySink, @unchecked Sendable {
+    private let writer: BlobWriter
+    private var hash = Insecure.SHA1()
+    private var length: Int64 = 0
+    private let limit: Int64
+    private let docID: String
+    private let sha1: String
+
+    init(store: BlobStore, limit: Int64, docID: String, sha1: String) throws {
+        writer = try BlobWriter(store: store, md5: true)
+        self.limit = limit
+        self.docID = docID
+        self.sha1 = sha1
+    }
+
+    func take(_ bytes: [UInt8]) throws {
+        guard length + Int64(bytes.count) <= limit else {
+            throw MobileRequestError(code: 413, "\(docID): blob \(sha1) is larger than \(limit) bytes")
+        }
+        hash.update(data: bytes)
+        try writer.write(bytes)
+        length += Int64(bytes.count)
+    }
+
+    /// Checks the content against the app's digest and declared length, and stores it.
+    func finish(length declared: Int64?) throws -> MobileBlob {
+        guard "sha1-" + Data(hash.finalize()).base64EncodedString() == sha1 else {
+            throw MobileRequestError(code: 400, "\(docID): blob \(sha1) does not match its content")
+        }
+        if let declared, declared != length {
+            throw MobileRequestError(code: 400, "\(docID): blob \(sha1) is \(length) bytes, not \(declared)")
+        }
+        let md5 = writer.md5Digest
+        let reference = try writer.finish()
+        return MobileBlob(digest: reference.digest, length: reference.length, md5: md5)
+    }
+
+    /// Throws away what was written (a no-op once finished).
+    func discard() { writer.discard() }
+}
+
+/// A stored blob read as BLIP frames go out.
+struct BlobBodySource: BLIPBodySource {
+    let reader: BlobReader
+    var length: Int { Int(reader.length) }
+
+    func read(offset: Int, count: Int) throws(BLIPError) -> [UInt8] {
+        do { return try reader.read(offset: Int64(offset), count: count) } catch {
+            throw BLIPError("reading blob \(reader.digest): \(error)")
+        }
     }
 }
