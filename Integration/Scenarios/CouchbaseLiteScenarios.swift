@@ -219,6 +219,59 @@ import Testing
         await finish(cluster)
     }
 
+    /// The node's peak resident memory, in MiB.
+    func peakMiB(_ node: Node) -> Double {
+        guard let pid = node.pid, let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return 0 }
+        for line in status.split(separator: "\n") where line.hasPrefix("VmHWM:") {
+            return (Double(line.split(separator: " ")[1]) ?? 0) / 1024
+        }
+        return 0
+    }
+
+    @Test func aVideoLargerThanAnyMessageCrossesBothWaysStreamedWithTheNodesMemoryFlat() async throws {
+        let driver = try CouchbaseLite()
+        let cluster = Cluster("cbl-video")
+        defer { cluster.cleanUp() }
+        let node = try await startNode(cluster)
+        // 96 MiB: more than a BLIP message may hold (64 MiB), so it can only cross streamed.
+        var state: UInt64 = 0x9E37_79B9_7F4A_7C15  // xorshift: incompressible, the same each run
+        let words = (0..<(96 << 20) / 8).map { _ in
+            state ^= state << 13
+            state ^= state >> 7
+            state ^= state << 17
+            return state
+        }
+        let video = words.withUnsafeBytes { Data($0) }
+        let videoPath = cluster.root + "/video.mp4"
+        try video.write(to: URL(fileURLWithPath: videoPath))
+        let phone = cluster.root + "/phone"
+        let attached = try await driver.run(["blob", phone, "clip-1", videoPath, "--key", "video", "--content-type", "video/mp4"])
+        #expect(attached.status == 0, "\(attached.stderr)")
+        let before = peakMiB(node)
+        let pushed = try await driver.replicate(phone, try endpoint(node), ["--push", "--user", "app", "--password", Self.password])
+        #expect(pushed.summary["pushed"]?.intValue == 1, "\(pushed.output)")
+
+        // A CouchDB client reads it as the attachment `blob_/video`, byte for byte.
+        let url = try CouchSuite.couchURL(node) + "ferry/clip-1/blob_%2Fvideo"
+        let fetched = try await Shell.run(["-s", "-f", "-u", "app:\(Self.password)", "-o", cluster.root + "/fetched", url], executable: "/usr/bin/curl")
+        #expect(fetched.status == 0, "\(fetched.stderr)")
+        #expect(FileManager.default.contents(atPath: cluster.root + "/fetched") == video)
+
+        // Another app gets it back as the same blob.
+        let tablet = cluster.root + "/tablet"
+        let pulled = try await driver.replicate(tablet, try endpoint(node), ["--pull", "--user", "app", "--password", Self.password])
+        #expect(pulled.summary["error"] == .null, "\(pulled.output)")
+        let held = try await driver.list(tablet)
+        #expect(held["clip-1"]?.body == (try await driver.list(phone))["clip-1"]?.body)
+        let blobs = tablet + "/db.cblite2/Attachments"
+        let files = (try? FileManager.default.contentsOfDirectory(atPath: blobs)) ?? []
+        #expect(files.contains { FileManager.default.contents(atPath: blobs + "/" + $0) == video }, "the video is in the other app: \(files)")
+        // Neither way held the video in the node's memory (the CouchDB read streams too).
+        let growth = peakMiB(node) - before
+        #expect(growth < 48, "the node's peak memory grew by \(growth) MiB for a 96 MiB video")
+        await finish(cluster)
+    }
+
     @Test func aDocumentEditedOutOfAUsersReachOrOutOfItsChannelsIsPurgedFromTheApp() async throws {
         let driver = try CouchbaseLite()
         let cluster = Cluster("cbl-removal")
@@ -250,18 +303,23 @@ import Testing
     /// A live pull follows its user's policy as it changes on the running node: narrowed, the
     /// documents the user may no longer read are purged from the app at once and those it may
     /// now read arrive; the user removed, the replication ends and nothing more arrives.
+    /// Writes `open-1` and `late-1` on the node, and adds a read-only user `name` that may read `open-*`.
+    func addOpenReader(_ name: String, _ node: Node, _ cluster: Cluster) async throws {
+        try await put(node, "open-1", #"{"n":1}"#)
+        try await put(node, "late-1", #"{"n":2}"#)
+        let file = cluster.root + "/\(name).password"
+        try (Self.password + "\n").write(toFile: file, atomically: true, encoding: .utf8)
+        let added = try await Ferry.run(
+            ["--data", node.dataDirectory, "couch-user", "add", name, "--password-file", file, "--iterations", "10000", "--read", "open-*", "--read-only"])
+        #expect(added.status == 0, "\(added.stderr)")
+    }
+
     @Test func aLivePullFollowsItsUsersPolicyAsItChangesAndEndsWithTheUser() async throws {
         let driver = try CouchbaseLite()
         let cluster = Cluster("cbl-live-policy")
         defer { cluster.cleanUp() }
         let node = try await startNode(cluster)
-        try await put(node, "open-1", #"{"n":1}"#)
-        try await put(node, "late-1", #"{"n":2}"#)
-        let file = cluster.root + "/live.password"
-        try (Self.password + "\n").write(toFile: file, atomically: true, encoding: .utf8)
-        let added = try await Ferry.run(
-            ["--data", node.dataDirectory, "couch-user", "add", "live", "--password-file", file, "--iterations", "10000", "--read", "open-*", "--read-only"])
-        #expect(added.status == 0, "\(added.stderr)")
+        try await addOpenReader("live", node, cluster)
         let app = cluster.root + "/live-db", log = cluster.root + "/live.log"
         let live = try driver.spawn(app, try endpoint(node), ["--pull", "--continuous", "300", "--user", "live", "--password", Self.password], log: log)
         defer { live.signal(SIGKILL) }
@@ -286,6 +344,31 @@ import Testing
         #expect(await live.wait(timeout: 60) != nil, "the replication ended with its user: \(events())")
         try await put(node, "late-2", #"{"n":3}"#)
         #expect(Set(try await driver.list(app).keys) == ["late-1"], "\(events())")
+        await finish(cluster)
+    }
+
+    @Test func anAppAwayWhileItsUsersRulesChangedIsSentItsRemovalsAndNewlyReadableDocumentsOnItsNextPull() async throws {
+        let driver = try CouchbaseLite()
+        let cluster = Cluster("cbl-away-policy")
+        defer { cluster.cleanUp() }
+        let node = try await startNode(cluster)
+        try await addOpenReader("away", node, cluster)
+        let app = cluster.root + "/away-db"
+        let args = ["--pull", "--user", "away", "--password", Self.password]
+        let first = try await driver.replicate(app, try endpoint(node), args)
+        #expect(Set(try await driver.list(app).keys) == ["open-1"], "\(first.output)")
+
+        // While the app is away, the user's rules change; neither document changes.
+        let narrowed = try await Ferry.run(["--data", node.dataDirectory, "couch-user", "set", "away", "--read", "late-*"])
+        #expect(narrowed.status == 0, "\(narrowed.stderr)")
+        let second = try await driver.replicate(app, try endpoint(node), args)
+        #expect(second.summary["error"] == .null, "\(second.output)")
+        #expect(Set(try await driver.list(app).keys) == ["late-1"], "open-1 purged, late-1 sent: \(second.output)")
+
+        // A pull with nothing changed in between sends nothing again.
+        let third = try await driver.replicate(app, try endpoint(node), args)
+        #expect(third.summary["pulled"]?.intValue == 0, "\(third.output)")
+        #expect(Set(try await driver.list(app).keys) == ["late-1"])
         await finish(cluster)
     }
 

@@ -87,13 +87,18 @@ extension MobileSession {
         // so the app's inserts (it commits in batches, then answers) overlap the offers.
         var inFlight: [Task<Void, any Error>] = []
         defer { for t in inFlight { t.cancel() } }
-        // The policy the changes up to `cursor` were judged by.
+        // The policy the changes up to `cursor` were judged by: for a pull that resumes from
+        // the app's checkpoint, the read rule kept with it, so a change of the user's rules
+        // while the app was away is judged as if it had been connected.
         var judgedBy = principal
+        if cursor > 0, let kept = checkpointReadRule() { judgedBy = principal.readingBy(kept) }
+        feedJudgedBy.withLock { $0 = judgedBy.policy.read }
         while true {
             let policyChange = principalChange.withLock { $0 }
             if principal != judgedBy {
                 try await judgeAgain(upTo: cursor, judgedBy: judgedBy, subscription, inFlight: &inFlight)
                 judgedBy = principal
+                feedJudgedBy.withLock { $0 = judgedBy.policy.read }
             }
             let page = try database.store.changeEntries(after: cursor, limit: subscription.batch)
             var offers: [Offer] = []
@@ -304,5 +309,16 @@ extension MobileSession {
         if !history.isEmpty { properties.append(("history", history.joined(separator: ","))) }
         if revision.deleted { properties.append(("deleted", "1")) }
         return .request("rev", properties, body: body, flags: withBlobs ? [.compressed] : [.compressed, .noReply])
+    }
+}
+
+extension CouchPrincipal {
+    /// The same principal reading by `rule` instead (what it was allowed when an app's
+    /// checkpoint was written).
+    func readingBy(_ rule: AccessRule) -> CouchPrincipal {
+        var policy = self.policy
+        guard policy.read != rule else { return self }
+        policy.read = rule
+        return .user(name: name, policy: policy)
     }
 }

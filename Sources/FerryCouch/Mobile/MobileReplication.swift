@@ -61,8 +61,21 @@ extension MobileSession {
         return stored
     }
 
+    /// Where a stored checkpoint keeps the read rule its pull was judged by (beside `doc`, the app's).
+    static let judgedByKey = "readJudgedBy"
+
+    /// The read rule the changes up to an app's checkpoint were judged by, if it kept one.
+    func checkpointReadRule() -> AccessRule? {
+        guard let client = checkpointClient.withLock({ $0 }), let stored = try? storedCheckpoint(client),
+            let record = stored[Self.judgedByKey]
+        else { return nil }
+        return try? AccessRule(record: record)
+    }
+
     func getCheckpoint(_ request: BLIPMessage) throws {
-        guard let stored = try storedCheckpoint(try clientID(request)) else { throw MobileRequestError(code: 404, "missing") }
+        let client = try clientID(request)
+        checkpointClient.withLock { $0 = client }
+        guard let stored = try storedCheckpoint(client) else { throw MobileRequestError(code: 404, "missing") }
         respond(to: request, json: stored["doc"] ?? [:], properties: [("rev", "0-\(stored["rev"]?.intValue ?? 0)")])
     }
 
@@ -85,8 +98,15 @@ extension MobileSession {
             throw MobileRequestError(code: 409, "checkpoint \(client) has changed (current revision \(currentRev ?? "none"))")
         }
         let next = (current?["rev"]?.intValue ?? 0) + 1
-        let stored: JSON = ["rev": .int(next), "doc": .object(fields), "owner": current?["owner"] ?? .string(principal.name)]
-        guard try database.store.replaceLocalDocument(key, expected: current, with: stored) else {
+        var stored: [String: JSON] = ["rev": .int(next), "doc": .object(fields), "owner": current?["owner"] ?? .string(principal.name)]
+        // The read rule the pull's changes so far were judged by, kept beside the app's own
+        // checkpoint: if the user's rules change while the app is away, its next pull judges
+        // those changes again (removals, and documents it may now read). A connection without
+        // a pull keeps the one stored.
+        if let judged = feedJudgedBy.withLock({ $0 }) ?? current?[Self.judgedByKey].flatMap({ try? AccessRule(record: $0) }) {
+            stored[Self.judgedByKey] = judged.record
+        }
+        guard try database.store.replaceLocalDocument(key, expected: current, with: .object(stored)) else {
             throw MobileRequestError(code: 409, "checkpoint \(client) changed while being saved")
         }
         respond(to: request, properties: [("rev", "0-\(next)")])
@@ -106,6 +126,7 @@ extension MobileSession {
                 answers.append(.null)
                 continue
             }
+            checkpointClient.withLock { $0 = client }
             if let stored = try storedCheckpoint(client) {
                 var doc = stored["doc"]?.objectValue ?? [:]
                 doc["rev"] = .string("0-\(stored["rev"]?.intValue ?? 0)")
@@ -193,15 +214,20 @@ extension MobileSession {
             hashes.append(r.hashText)
         }
         let id = try database.couchDocumentID(rawID, replicated: true)
+        var attachments: [String: StoredAttachment] = [:]
         if fields["_attachments"] != nil || Self.holdsBlob(.object(fields)) {
-            fields = try await importBlobs(fields, docID: rawID, tree: try database.store.revisionTrees([id])[id])
+            (fields, attachments) = try await importBlobs(fields, docID: rawID, tree: try database.store.revisionTrees([id])[id])
         }
         var doc = fields
         doc["_id"] = .string(rawID)
         doc["_rev"] = .string(rev.description)
         doc["_revisions"] = ["start": .int(Int64(rev.generation)), "ids": .array(hashes.map { .string($0) })]
         if deleted { doc["_deleted"] = true }
-        let input = try CouchDocumentInput(parsing: .object(doc))
+        var input = try CouchDocumentInput(parsing: .object(doc))
+        if !attachments.isEmpty {
+            // Streamed into the blob store already: referred to, never copied into the body.
+            input.attachments = attachments.mapValues { .spooled(stored: $0, length: nil, digest: nil, revpos: nil) }
+        }
         let pushed = PushedRevision(
             id: id, rev: rev, history: history, input: input, noConflicts: Self.bool(request["noconflicts"]))
         try await inserter.insert(pushed).get()

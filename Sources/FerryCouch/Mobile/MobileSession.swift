@@ -2,6 +2,7 @@ import FerryBLIP
 import FerryCore
 import FerryCouchDocuments
 import FerryStore
+import FerrySync
 import Foundation
 import Logging
 import NIOCore
@@ -21,6 +22,8 @@ final class MobileSession: Sendable {
     private struct Link {
         var blip = BLIPConnection()
         var replies: [UInt64: CheckedContinuation<BLIPMessage, any Error>] = [:]
+        /// Replies being received as streams, by request number (their waiters are in `replies`).
+        var streams: [UInt64: ReplyStream] = [:]
         /// Why the connection ended, once it has.
         var ended: String?
         /// Collection-aware (`getCollections` came first) or legacy (any other request came first).
@@ -52,6 +55,10 @@ final class MobileSession: Sendable {
     private let current: Locked<CouchPrincipal>
     /// Fired, then replaced, when the principal's policy changed (the feed judges again).
     let principalChange = Locked(Latch<Void>())
+    /// The app's checkpoint ID (from `getCheckpoint` or `getCollections`).
+    let checkpointClient = Locked<String?>(nil)
+    /// The read rule the pull's changes up to its cursor were judged by (nil: no pull yet).
+    let feedJudgedBy = Locked<AccessRule?>(nil)
 
     init(database: CouchDatabase, admission: MobileAdmission, users: CouchUserTable? = nil, logger: Logger) {
         self.database = database
@@ -219,12 +226,19 @@ final class MobileSession: Sendable {
             default:
                 throw MobileClose(code: .unacceptableData, reason: "Couchbase Lite's protocol sends binary frames only")
             }
-            let message: BLIPMessage?
-            do { message = try link.withLock { try $0.blip.receive(bytes) } } catch let e as BLIPError {
+            let received: BLIPConnection.Received?
+            do { received = try link.withLock { try $0.blip.receiveAny(bytes) } } catch let e as BLIPError {
                 throw MobileClose(code: .protocolError, reason: e.reason)
             }
             wake.yield()  // an ACK may be ready, or a message waiting for one may go on
-            guard let message else { continue }
+            let message: BLIPMessage
+            switch received {
+            case nil: continue
+            case .part(let part):
+                deliver(part)
+                continue
+            case .message(let m): message = m
+            }
             logger.trace("BLIP in", metadata: ["type": "\(message.type)", "number": "\(message.number)", "properties": "\(message.properties)"])
             switch message.type {
             case .request:
@@ -234,7 +248,10 @@ final class MobileSession: Sendable {
                     self.requestEnded()
                 }
             case .response, .error:
-                let waiter = link.withLock { $0.replies.removeValue(forKey: message.number) }
+                let waiter = link.withLock { l in
+                    l.streams[message.number] = nil
+                    return l.replies.removeValue(forKey: message.number)
+                }
                 waiter?.resume(returning: message)
             default:
                 break
@@ -307,7 +324,10 @@ final class MobileSession: Sendable {
     private func end(_ reason: String) {
         let waiters: [CheckedContinuation<BLIPMessage, any Error>] = link.withLock { l in
             if l.ended == nil { l.ended = reason }
-            defer { l.replies = [:] }
+            defer {
+                l.replies = [:]
+                l.streams = [:]
+            }
             return Array(l.replies.values)
         }
         for w in waiters { w.resume(throwing: MobileClose(code: .goingAway, reason: reason)) }
@@ -344,6 +364,45 @@ final class MobileSession: Sendable {
         }
     }
 
+    /// Sends a request whose reply's body goes to `sink` as its frames arrive (a blob's
+    /// content, never whole in memory); returns the reply's head (its properties) once the
+    /// last byte was taken, or its error reply. A sink that throws fails only this request.
+    func request(_ message: BLIPMessage, streamingInto sink: any MobileReplySink) async throws -> BLIPMessage {
+        try await withCheckedThrowingContinuation { (cont: CheckedContinuation<BLIPMessage, any Error>) in
+            let failure: (any Error)? = link.withLock { l in
+                if let ended = l.ended { return MobileClose(code: .goingAway, reason: ended) }
+                do {
+                    let number = try l.blip.send(message, streamingReply: true)
+                    l.replies[number] = cont
+                    l.streams[number] = ReplyStream(sink: sink)
+                    return nil
+                } catch { return error }
+            }
+            if let failure { cont.resume(throwing: failure) } else { wake.yield() }
+        }
+    }
+
+    /// Gives a streamed reply's part to its sink; the last part (or the sink's failure) ends its request.
+    private func deliver(_ part: BLIPStreamPart) {
+        guard let stream = link.withLock({ $0.streams[part.number] }) else { return }  // given up: dropped
+        if let head = part.head { stream.head = head }
+        var outcome: Result<BLIPMessage, any Error>?
+        do {
+            // A file write of one frame's bytes (at most a few KiB) into the page cache.
+            try stream.sink.take(part.body)
+            if part.isLast { outcome = .success(stream.head ?? BLIPMessage(type: .response, number: part.number)) }
+        } catch {
+            outcome = .failure(error)
+        }
+        guard let outcome else { return }
+        let waiter = link.withLock { l in
+            // A failed stream's later parts are dropped as they come (the reply stays streamed).
+            l.streams[part.number] = nil
+            return l.replies.removeValue(forKey: part.number)
+        }
+        waiter?.resume(with: outcome)
+    }
+
     /// Sends a request that wants no reply.
     func post(_ message: BLIPMessage) throws {
         var m = message
@@ -359,6 +418,15 @@ final class MobileSession: Sendable {
         link.withLock { l in
             guard l.ended == nil else { return }
             try? l.blip.respond(to: request, properties: properties, body: body, compressed: body.count > 256)
+        }
+        wake.yield()
+    }
+
+    /// Answers a request with a body read from `source` as it is sent (a blob's content).
+    func respond(to request: BLIPMessage, properties: [(String, String)] = [], body source: any BLIPBodySource) {
+        link.withLock { l in
+            guard l.ended == nil else { return }
+            try? l.blip.respond(to: request, properties: properties, body: source)
         }
         wake.yield()
     }
@@ -394,6 +462,19 @@ final class MobileSession: Sendable {
             }
         }
     }
+}
+
+/// Takes the body of a reply received as a stream, a frame's bytes at a time, in order.
+protocol MobileReplySink: AnyObject, Sendable {
+    func take(_ bytes: [UInt8]) throws
+}
+
+/// A reply being received as a stream: where its body goes, and its head once it came. Only
+/// the connection's reader touches it.
+final class ReplyStream: @unchecked Sendable {
+    let sink: any MobileReplySink
+    var head: BLIPMessage?
+    init(sink: any MobileReplySink) { self.sink = sink }
 }
 
 /// Closes the WebSocket with a code and a reason.
