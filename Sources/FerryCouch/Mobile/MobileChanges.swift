@@ -123,10 +123,16 @@ extension MobileSession {
     /// `batchesInFlight` batches of them travelling at once.
     func send(_ offers: [Offer], inFlight: inout [Task<Void, any Error>]) async throws {
         guard !offers.isEmpty else { return }
-        let reply = try await self.request(Self.changesMessage(offers))
-        if let e = reply.error { throw MobileClose(code: .unexpectedServerError, reason: "the client refused changes: \(e.message)") }
-        let wanted = Self.wanted(offers, reply: reply)
-        inFlight.append(Task { try await self.sendRevisions(wanted, maxHistory: Int(reply["maxHistory"] ?? "") ?? 20) })
+        // Offered now, in order; the app's answer is awaited beside the other batches', so the
+        // app always has the next offer queued behind the revisions it is inserting.
+        let pending = queueRequest(Self.changesMessage(offers))
+        inFlight.append(
+            Task {
+                let reply = try await pending.wait().get()
+                if let e = reply.error { throw MobileClose(code: .unexpectedServerError, reason: "the client refused changes: \(e.message)") }
+                let wanted = Self.wanted(offers, reply: reply)
+                try await self.sendRevisions(wanted, maxHistory: Int(reply["maxHistory"] ?? "") ?? 20)
+            })
         while inFlight.count > Self.batchesInFlight { try await inFlight.removeFirst().value }
     }
 

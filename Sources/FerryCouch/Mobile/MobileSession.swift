@@ -21,7 +21,7 @@ final class MobileSession: Sendable {
 
     private struct Link {
         var blip = BLIPConnection()
-        var replies: [UInt64: CheckedContinuation<BLIPMessage, any Error>] = [:]
+        var replies: [UInt64: PendingReply] = [:]
         /// Replies being received as streams, by request number (their waiters are in `replies`).
         var streams: [UInt64: ReplyStream] = [:]
         /// Why the connection ended, once it has.
@@ -252,7 +252,7 @@ final class MobileSession: Sendable {
                     l.streams[message.number] = nil
                     return l.replies.removeValue(forKey: message.number)
                 }
-                waiter?.resume(returning: message)
+                waiter?.set(.success(message))
             default:
                 break
             }
@@ -322,7 +322,7 @@ final class MobileSession: Sendable {
     }
 
     private func end(_ reason: String) {
-        let waiters: [CheckedContinuation<BLIPMessage, any Error>] = link.withLock { l in
+        let waiters: [PendingReply] = link.withLock { l in
             if l.ended == nil { l.ended = reason }
             defer {
                 l.replies = [:]
@@ -330,7 +330,7 @@ final class MobileSession: Sendable {
             }
             return Array(l.replies.values)
         }
-        for w in waiters { w.resume(throwing: MobileClose(code: .goingAway, reason: reason)) }
+        for w in waiters { w.set(.failure(MobileClose(code: .goingAway, reason: reason))) }
         link.withLock { l in
             defer { l.readerWaiting = nil }
             return l.readerWaiting
@@ -349,37 +349,32 @@ final class MobileSession: Sendable {
 
     // MARK: sending
 
-    /// Sends a request and waits for its reply (a response or an error).
-    func request(_ message: BLIPMessage) async throws -> BLIPMessage {
-        try await withCheckedThrowingContinuation { (cont: CheckedContinuation<BLIPMessage, any Error>) in
-            let failure: (any Error)? = link.withLock { l in
-                if let ended = l.ended { return MobileClose(code: .goingAway, reason: ended) }
-                do {
-                    let number = try l.blip.send(message)
-                    l.replies[number] = cont
-                    return nil
-                } catch { return error }
-            }
-            if let failure { cont.resume(throwing: failure) } else { wake.yield() }
+    /// The wait for one request's reply (a response or an error), or for the connection's end.
+    typealias PendingReply = Latch<Result<BLIPMessage, any Error>>
+
+    /// Queues a request now, so requests go out in the order they were queued, and returns
+    /// the wait for its reply (several may then be awaited at once). With `sink`, the reply's
+    /// body goes to it as its frames arrive (a blob's content, never whole in memory) and the
+    /// reply given is its head (its properties) once the last byte was taken; a sink that
+    /// throws fails only this request.
+    func queueRequest(_ message: BLIPMessage, streamingInto sink: (any MobileReplySink)? = nil) -> PendingReply {
+        let pending = PendingReply()
+        let failure: (any Error)? = link.withLock { l in
+            if let ended = l.ended { return MobileClose(code: .goingAway, reason: ended) }
+            do {
+                let number = try l.blip.send(message, streamingReply: sink != nil)
+                l.replies[number] = pending
+                if let sink { l.streams[number] = ReplyStream(sink: sink) }
+                return nil
+            } catch { return error }
         }
+        if let failure { pending.set(.failure(failure)) } else { wake.yield() }
+        return pending
     }
 
-    /// Sends a request whose reply's body goes to `sink` as its frames arrive (a blob's
-    /// content, never whole in memory); returns the reply's head (its properties) once the
-    /// last byte was taken, or its error reply. A sink that throws fails only this request.
-    func request(_ message: BLIPMessage, streamingInto sink: any MobileReplySink) async throws -> BLIPMessage {
-        try await withCheckedThrowingContinuation { (cont: CheckedContinuation<BLIPMessage, any Error>) in
-            let failure: (any Error)? = link.withLock { l in
-                if let ended = l.ended { return MobileClose(code: .goingAway, reason: ended) }
-                do {
-                    let number = try l.blip.send(message, streamingReply: true)
-                    l.replies[number] = cont
-                    l.streams[number] = ReplyStream(sink: sink)
-                    return nil
-                } catch { return error }
-            }
-            if let failure { cont.resume(throwing: failure) } else { wake.yield() }
-        }
+    /// Sends a request and waits for its reply (a response or an error).
+    func request(_ message: BLIPMessage, streamingInto sink: (any MobileReplySink)? = nil) async throws -> BLIPMessage {
+        try await queueRequest(message, streamingInto: sink).wait().get()
     }
 
     /// Gives a streamed reply's part to its sink; the last part (or the sink's failure) ends its request.
@@ -400,7 +395,7 @@ final class MobileSession: Sendable {
             l.streams[part.number] = nil
             return l.replies.removeValue(forKey: part.number)
         }
-        waiter?.resume(with: outcome)
+        waiter?.set(outcome)
     }
 
     /// Sends a request that wants no reply.
