@@ -2,7 +2,7 @@
 SWIFT ?= swift
 DATA ?= ferry-data
 
-.PHONY: all deps build run test readme-test integration soak sanitize fuzz bench release install deb deb-check clean help screenshots
+.PHONY: all deps build run test readme-test integration soak sanitize fuzz bench profile release install deb deb-check clean help screenshots
 
 all: build
 
@@ -15,6 +15,7 @@ help:
 	@echo "make sanitize   the unit, in-process and simulation suites under ThreadSanitizer and AddressSanitizer"
 	@echo "make fuzz   each decoder under libFuzzer for FUZZ_SECONDS (default 60) seconds"
 	@echo "make bench  release-build and run the benchmarks"
+	@echo "make profile  flame graphs of P1, P6, P9 and P13 in Benchmarks/profiles/ (perf)"
 	@echo "make screenshots   retake the dashboard's pictures in docs/dashboard/ (a real headless Chromium)"
 	@echo "make release   an optimized ferry with the Swift runtime inside it (.build-release/release/ferry)"
 	@echo "make install   install that binary in PREFIX/bin (default /usr/local) and its systemd unit"
@@ -156,6 +157,13 @@ bench:
 	@if [ "$$(id -u)" = 0 ]; then .build/release/ferry-bench lan --report $(REPORT); \
 	else echo "lan: skipped (the LAN lab needs root)"; fi
 	@echo "report: $(REPORT)"
+
+# Flame graphs (SVG) and the top 20 functions of P1, P6, P9 and P13, one per side, in
+# Benchmarks/profiles/ (perf from Debian's linux-perf; PROFILE_ONLY="P1 P6" for fewer).
+profile:
+	@scripts/install-deps.sh --bench
+	$(SWIFT) build -c release
+	scripts/profile.sh
 
 # An optimized ferry that runs on any machine of the same OS and architecture: the Swift
 # runtime and Foundation are linked in (--static-swift-stdlib), so no toolchain is needed

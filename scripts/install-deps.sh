@@ -35,9 +35,11 @@ command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
 # The CouchDB API suite (Integration/couch) runs in a Python virtualenv.
 { command -v python3 >/dev/null && python3 -c 'import ensurepip' 2>/dev/null; } || need+=(python3-venv)
-# `make bench` only (scripts/install-deps.sh --bench): Syncthing, the side-by-side peer of P7.
+# `make bench` and `make profile` only (scripts/install-deps.sh --bench): Syncthing, the
+# side-by-side peer of P7, and perf for the profiles.
 if [ "${1:-}" = "--bench" ]; then
     command -v syncthing >/dev/null || need+=(syncthing)
+    command -v perf >/dev/null || need+=(linux-perf)
 fi
 # `make release` only (scripts/install-deps.sh --release): a static Swift runtime links
 # Foundation's networking, which needs libcurl's link-time library.

@@ -141,6 +141,7 @@ struct NetBench: AsyncParsableCommand {
         var pid: pid_t = 0
         let rc = posix_spawn(&pid, path, &actions, nil, argv, environ)
         guard rc == 0 else { throw BenchError("cannot run \(path): errno \(rc)") }
+        Profiler.attach(to: pid, path: path, args: args)
         return pid
     }
 
@@ -257,5 +258,37 @@ struct RawWebSocket {
     func stop() {
         serving.cancel()
         listener.stop()
+    }
+}
+
+/// With `FERRY_BENCH_PROFILE=DIR` (set by `make profile`, which samples the whole machine
+/// while the benchmark runs), every `ferry` process a benchmark starts, directly or through
+/// `nsenter`, is listed in `DIR/pids` as `PID ROLE`, ROLE being its subcommand (`serve`,
+/// `sync`, …), so that each side's samples can be told apart.
+enum Profiler {
+    static let directory = ProcessInfo.processInfo.environment["FERRY_BENCH_PROFILE"].flatMap { $0.isEmpty ? nil : $0 }
+
+    static func attach(to pid: pid_t, path: String, args: [String]) {
+        guard let directory else { return }
+        let command = [path] + args
+        guard let at = command.firstIndex(where: { $0.hasSuffix("/ferry") || $0 == "ferry" }) else { return }
+        var role = "ferry"
+        var rest = command[(at + 1)...].makeIterator()
+        while let arg = rest.next() {
+            if arg == "--data" {
+                _ = rest.next()
+                continue
+            }
+            if !arg.hasPrefix("-") {
+                role = arg
+                break
+            }
+        }
+        try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let line = Array("\(pid) \(role)\n".utf8)
+        let fd = open("\(directory)/pids", O_WRONLY | O_CREAT | O_APPEND, 0o644)
+        guard fd >= 0 else { return }
+        _ = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        close(fd)
     }
 }
