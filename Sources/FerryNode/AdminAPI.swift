@@ -92,7 +92,16 @@ struct AdminAPI: Sendable {
                 "version": .string(node.access.version), "rules": .int(Int64(node.access.snapshot.rules.count)),
                 "removed": .int(try node.store.accessRemovals().total),
             ]),
+            "schedulerLag": Self.lagJSON(node.schedulerLag.snapshot),
         ])
+    }
+
+    /// `{"lastMs","worstMs","slowWakes","wakes"}`: the scheduler lag probe's figures.
+    static func lagJSON(_ s: SchedulerLagProbe.Snapshot) -> JSON {
+        [
+            "lastMs": .int(s.last.milliseconds), "worstMs": .int(s.worst.milliseconds), "slowWakes": .int(Int64(s.slowWakes)),
+            "wakes": .int(Int64(s.wakes)),
+        ]
     }
 
     // MARK: documents

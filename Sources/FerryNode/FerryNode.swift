@@ -65,7 +65,9 @@ public final class FerryNode: Sendable {
     public let adminKey: AdminKey
     /// The web dashboard's sessions and one-time login links (in memory).
     public let dashboardSessions = DashboardSessions()
-    public let metrics = NodeMetrics()
+    public let metrics: NodeMetrics
+    /// How late the scheduler wakes a task (blocking calls on the cooperative pool show here).
+    public let schedulerLag: SchedulerLagProbe
     /// One link at a time catches this node up (docs/protocol.md, "Join catch-up").
     let catchUpGate = CatchUpGate(logger: Logger(label: "ferry.sync.catchup"))
     let replicationRegistry: ReplicationRegistry
@@ -102,6 +104,9 @@ public final class FerryNode: Sendable {
         self.logger = logger
         self.clock = clock
         mesh = MeshRelay(clock: clock)
+        let metrics = NodeMetrics()
+        self.metrics = metrics
+        schedulerLag = SchedulerLagProbe(clock: clock, histogram: metrics.schedulerLag, logger: logger)
         do {
             try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true)
         } catch {
@@ -272,6 +277,7 @@ public final class FerryNode: Sendable {
                 }, logger: logger))
         services.append(makeIndexBuilder())
         if let collector = makeBlobCollector() { services.append(collector) }
+        services.append(schedulerLag)
         services.append(
             StartupGuard(role: .admin(configuration.adminInterface, configuration.adminPort), service: admin.application()))
         services.append(contentsOf: try makeCouchServices(readiness: readiness))

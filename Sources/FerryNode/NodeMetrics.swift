@@ -11,6 +11,8 @@ public final class NodeMetrics: Sendable {
     let factory: DocumentedMetricsFactory
     /// The counters handed to replicators and the responder.
     public let sync: SyncMetrics
+    /// How late the scheduler lag probe's wakes came (SchedulerLagProbe).
+    public let schedulerLag: DurationHistogram
 
     /// Every metric docs/operations.md lists, with its HELP text.
     static let help: [String: String] = [
@@ -55,6 +57,11 @@ public final class NodeMetrics: Sendable {
     public init() {
         factory = DocumentedMetricsFactory(registry: registry, help: Self.help)
         sync = SyncMetrics(factory: factory)
+        schedulerLag = registry.makeDurationHistogram(
+            descriptor: MetricNameDescriptor(
+                metricName: "ferry_scheduler_lag", unitName: "seconds",
+                helpText: "How late a task that asks to wake every 100 ms is woken: a blocked cooperative pool shows here"),
+            buckets: SchedulerLagProbe.buckets)
         for name in Self.help.keys.sorted() {
             if Self.gauges.contains(name) {
                 _ = factory.makeRecorder(label: name, dimensions: [], aggregate: false)

@@ -31,6 +31,10 @@ struct Status: AsyncParsableCommand {
             let members = group["members"]?.items.filter { $0["state"]?.stringValue == "member" }.count ?? 0
             Output.line("members  group \(id.prefix(12)): \(members) active\(group["admin"]?.boolValue == true ? ", this node is an admin" : "")")
         }
+        if let lag = info["schedulerLag"], let worst = lag["worstMs"]?.intValue {
+            let slow = lag["slowWakes"]?.intValue ?? 0
+            Output.line("sched    woken \(lag["lastMs"]?.intValue ?? 0) ms late last, \(worst) ms at worst\(slow > 0 ? "; \(slow) wakes over 500 ms: something blocked the node's threads" : "")")
+        }
         if let access = info["access"], let version = access["version"]?.stringValue, version != "none" {
             Output.line("access   rules version \(version): \(access["rules"]?.intValue ?? 0) rules, \(access["removed"]?.intValue ?? 0) documents removed here")
         }
