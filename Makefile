@@ -47,7 +47,7 @@ run: build
 # reference server (its client's 10 s connect timeout ran out once beside the main phase
 # on two cores) run on their own first: beside the seeded simulations they were starved
 # past their limits.
-TIMED = messagesPerWriteGrowLinearly|CouchReferencePullTests|HeartbeatTests|PushCatchUpTests|InlineReplicationTests|MeshLinkTests|TLSReplicationTests|TrustRetryTests|RelaySuppressionTests
+TIMED = messagesPerWriteGrowLinearly|PeerAddressPrecedenceTests|CouchReferencePullTests|HeartbeatTests|PushCatchUpTests|InlineReplicationTests|MeshLinkTests|TLSReplicationTests|TrustRetryTests|RelaySuppressionTests
 # The seeded simulations (every *SimulationTests suite), the signed entries' seeded property
 # tests and anti-entropy: CPU-bound on the cooperative pool, so beside the main phase they
 # starved its tests past their limits.

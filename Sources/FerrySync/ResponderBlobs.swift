@@ -7,8 +7,18 @@ import FerryStore
 final class BlobAssembly: @unchecked Sendable {
     let incoming: IncomingBlob
     var ahead: [Int64: [UInt8]] = [:]
+    /// Set once the blob is stored, or given up (suspended): later chunks find it closed.
+    var closed = false
+    var stored = false
+    /// Serializes this blob's file work (`serialized`); other blobs' chunks go on meanwhile.
+    private let lock = Locked(())
 
     init(_ incoming: IncomingBlob) { self.incoming = incoming }
+
+    /// Runs `body` alone with this blob's file (appends, `fsync`, the final rename).
+    func serialized<T>(_ body: () throws -> T) rethrows -> T {
+        try lock.withLock { _ in try body() }
+    }
 
     /// Appends `bytes` at `offset` if it continues what is held (keeping only what is new),
     /// holds it if it is at most `window` chunks ahead, or drops it; then appends what it held.
@@ -54,7 +64,7 @@ extension ResponderSession {
         }
         var partial: [BlobDigest: Int64] = [:]
         for digest in missing {
-            let held = blobAssemblies.withLock { $0[digest]?.incoming.length } ?? store.blobs.partialLength(digest)
+            let held = blobAssemblies.withLock { $0[digest] }.map { a in a.serialized { a.incoming.length } } ?? store.blobs.partialLength(digest)
             if held > 0 { partial[digest] = held }
         }
         return reply(request, HasBlobsReply(missing: missing, partial: partial).json)
@@ -134,38 +144,55 @@ extension ResponderSession {
         if !restrictedReader, store.blobs.has(digest), blobAssemblies.withLock({ $0[digest] == nil }) {
             return reply(request, PutBlobReply(have: total).json)
         }
-        let (have, completed) = try blobAssemblies.withLock { a throws -> (Int64, Bool) in
-            let assembly: BlobAssembly
+        let assembly: BlobAssembly = try blobAssemblies.withLock { a throws -> BlobAssembly in
             if let open = a[digest] {
                 guard open.incoming.total == total else {
                     throw SyncError.protocolViolation("putBlob of \(digest) changed its length from \(open.incoming.total) to \(total)")
                 }
-                assembly = open
-            } else {
-                guard let incoming = try store.blobs.receive(digest, total: total) else {
-                    throw SyncError(.busy, message: "blob \(digest) is being received from another peer", isTransient: true)
-                }
-                assembly = BlobAssembly(incoming)
-                a[digest] = assembly
+                return open
             }
-            let before = assembly.incoming.length
-            do {
-                try assembly.accept(offset: offset, request.body, window: SyncProtocol.blobChunkWindow)
-            } catch {
-                a[digest] = nil
-                assembly.incoming.suspend()
-                throw error
+            guard let incoming = try store.blobs.receive(digest, total: total) else {
+                throw SyncError(.busy, message: "blob \(digest) is being received from another peer", isTransient: true)
             }
-            counts.withLock { $0.blobBytesReceived += assembly.incoming.length - before }
-            guard assembly.incoming.length == total else { return (assembly.incoming.length, false) }
-            a[digest] = nil
-            do { try assembly.incoming.complete() } catch StoreError.blobCorrupt {
-                throw SyncError(
-                    .blobCorrupt, message: "blob \(digest) arrived with content that does not match its digest",
-                    isTransient: true)
-            }
-            return (total, true)
+            let assembly = BlobAssembly(incoming)
+            a[digest] = assembly
+            return assembly
         }
+        // The chunk's write (and the last chunk's fsync and rename) runs off the cooperative
+        // pool, and holds only this blob's lock: the session's other requests, and other
+        // blobs' chunks, go on meanwhile.
+        let counts = self.counts
+        let body = request.body
+        let outcome: Result<(have: Int64, completed: Bool), SyncError> = try await BlockingIO.run {
+            assembly.serialized {
+                if assembly.closed {
+                    // A chunk that came beside the one that finished the blob, or gave it up.
+                    if assembly.stored { return .success((total, false)) }
+                    return .failure(SyncError(.busy, message: "the transfer of blob \(digest) broke off; it resumes", isTransient: true))
+                }
+                let before = assembly.incoming.length
+                do {
+                    try assembly.accept(offset: offset, body, window: SyncProtocol.blobChunkWindow)
+                } catch {
+                    assembly.closed = true
+                    assembly.incoming.suspend()
+                    return .failure(SyncError.from(error))
+                }
+                counts.withLock { $0.blobBytesReceived += assembly.incoming.length - before }
+                guard assembly.incoming.length == total else { return .success((assembly.incoming.length, false)) }
+                assembly.closed = true
+                do { try assembly.incoming.complete() } catch StoreError.blobCorrupt {
+                    return .failure(
+                        SyncError(.blobCorrupt, message: "blob \(digest) arrived with content that does not match its digest", isTransient: true))
+                } catch {
+                    return .failure(SyncError.from(error))
+                }
+                assembly.stored = true
+                return .success((total, true))
+            }
+        }
+        if assembly.serialized({ assembly.closed }) { blobAssemblies.withLock { a in if a[digest] === assembly { a[digest] = nil } } }
+        let (have, completed) = try outcome.get()
         if completed {
             blobGrants.withLock { $0.proven.insert(digest) }
             counts.withLock { $0.blobsReceived += 1 }
@@ -179,7 +206,13 @@ extension ResponderSession {
             defer { a.removeAll() }
             return Array(a.values)
         }
-        for assembly in open { assembly.incoming.suspend() }
+        for assembly in open {
+            assembly.serialized {
+                guard !assembly.closed else { return }
+                assembly.closed = true
+                assembly.incoming.suspend()
+            }
+        }
     }
 }
 
