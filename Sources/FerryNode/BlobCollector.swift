@@ -1,4 +1,5 @@
 import CoreMetrics
+import FerryCore
 import FerryStore
 import Logging
 import ServiceLifecycle
@@ -41,18 +42,24 @@ public struct BlobCollector<C: Clock>: Service where C.Duration == Duration {
         }
     }
 
-    /// One collection pass, off the cooperative pool (it scans every document and may take a while).
+    /// One collection pass, off the cooperative pool through `BlockingIO` (it scans every
+    /// document and deletes files, and may take a while).
     func collectOnce() async {
         let store = self.store
         let minimumAge = Double(grace.components.seconds) + Double(grace.components.attoseconds) / 1e18
         let partialAge = Double(partialMaxAge.components.seconds)
-        let result = await Task.detached(priority: .background) { () -> Result<(count: Int, bytes: Int64), StoreError> in
-            let partials = store.blobs.tidyPartials(unwrittenFor: partialAge)
-            do throws(StoreError) {
-                let removed = try store.collectBlobs(minimumAge: minimumAge)
-                return .success((removed.count + partials.count, removed.bytes + partials.bytes))
-            } catch { return .failure(error) }
-        }.value
+        let result: Result<(count: Int, bytes: Int64), StoreError>
+        do {
+            result = try await BlockingIO.run { () -> Result<(count: Int, bytes: Int64), StoreError> in
+                let partials = store.blobs.tidyPartials(unwrittenFor: partialAge)
+                do throws(StoreError) {
+                    let removed = try store.collectBlobs(minimumAge: minimumAge)
+                    return .success((removed.count + partials.count, removed.bytes + partials.bytes))
+                } catch { return .failure(error) }
+            }
+        } catch {
+            result = .failure(.io("\(error)"))
+        }
         switch result {
         case .success(let removed):
             collected?.increment(by: removed.count)
