@@ -18,8 +18,14 @@ struct Invite: AsyncParsableCommand {
     @Option(help: "HOST:PORT the new node dials (repeatable; default this node's listener addresses).") var address: [String] = []
 
     func validate() throws {
-        guard Self.seconds(expires) != nil else { throw ValidationError("--expires: give a duration such as 90s, 10m, 2h or 1d") }
+        guard let seconds = Self.seconds(expires) else { throw ValidationError("--expires: give a duration such as 90s, 10m, 2h or 1d") }
+        // Checked here too, so the limit is named as the user types durations (the admin
+        // API, which takes seconds, says 604800).
+        guard seconds <= Self.maxSeconds else { throw ValidationError("--expires \(expires): an invitation is valid for at most 7d") }
     }
+
+    /// The longest an invitation may be valid (the admin API's limit).
+    static let maxSeconds = 7 * 86_400.0
 
     /// Seconds in `90s`, `10m`, `2h`, `1d` or a plain number of seconds (fractions allowed).
     static func seconds(_ text: String) -> Double? {

@@ -20,6 +20,12 @@ import Testing
             let r = try await cli.run(["invite", "--expires", bad])
             #expect(r.status == 64 && r.stderr.contains("--expires"), "\(bad): \(r.stderr)")
         }
+        // Past the limit: named as the user types it, before any node is asked.
+        for long in ["8d", "169h", "604801"] {
+            let r = try await cli.run(["invite", "--expires", long])
+            #expect(r.status == 64 && r.stderr.contains("at most 7d") && r.stderr.contains("--expires \(long)"), "\(long): \(r.stderr)")
+        }
+        #expect(try await cli.run(["invite", "--expires", "7d"]).stderr.contains("no ferry serve is running"))
     }
 
     /// A founder's member entry is a `_ferry/` document: `ls` hides it as `_all_docs` does,
