@@ -23,6 +23,25 @@ public struct MangoSelector: Sendable, Hashable {
     /// Whether `document` matches; throws `regexTooCostly` when a `$regex` test exceeds
     /// `QueryLimits.maximumRegexTicks`, so a query can say why it stopped.
     public func evaluate(_ document: JSON) throws(MangoError) -> Bool { try root.evaluate(document) }
+
+    /// The top-level members of a document this selector reads: a document holding only
+    /// these (the others left out) matches exactly when the whole document does. Nil when a
+    /// condition applies to the document itself.
+    public var topLevelMembers: Set<String>? {
+        var names = Set<String>()
+        func collect(_ node: SelectorNode) -> Bool {
+            switch node {
+            case .matchAll: return true
+            case .and(let clauses), .or(let clauses), .nor(let clauses): return clauses.allSatisfy(collect)
+            case .not(let inner): return collect(inner)
+            case .field(let path, _):
+                guard let first = path.components.first else { return false }
+                names.insert(first)
+                return true
+            }
+        }
+        return collect(root) ? names : nil
+    }
 }
 
 /// A selector or query CouchDB would refuse, with the error name and reason it gives (all 400).

@@ -279,40 +279,52 @@ public final class DocumentStore: Sendable {
     /// Like `changes`, with every leaf revision of each document (conflicts and tombstoned
     /// branches included), as replication needs them.
     public func changesWithLeaves(since: UInt64 = 0, limit: Int = 1000) throws(StoreError) -> [(Change, [RevisionID])] {
-        try changesWithTrees(since: since, limit: limit, winnerBodies: false).map { ($0.0, $0.1.leaves.map(\.id)) }
+        try changesWithTrees(since: since, limit: limit, winnerBodiesUpTo: nil).map { ($0.0, $0.1.leaves.map(\.id)) }
     }
 
     /// Like `changesWithLeaves`, with each document's whole revision tree (the winner's
     /// body restored) from the same read: a caught-up push builds its revisions from it.
     public func changesWithTrees(since: UInt64 = 0, limit: Int = 1000) throws(StoreError) -> [(Change, RevisionTree)] {
-        try changesWithTrees(since: since, limit: limit, winnerBodies: true)
+        try changesWithTrees(since: since, limit: limit, winnerBodiesUpTo: .max)
     }
 
-    private func changesWithTrees(since: UInt64, limit: Int, winnerBodies: Bool) throws(StoreError) -> [(Change, RevisionTree)] {
+    /// Like `changesWithTrees`, with the winner's body restored only where it is at most
+    /// `winnerBodiesUpTo` bytes (nil: never), so that a page of large documents is not read
+    /// whole. A responder reads its changes this way and sends the revisions a peer then asks
+    /// for from the same read.
+    public func changesWithTrees(since: UInt64, limit: Int, winnerBodiesUpTo bodyLimit: Int?) throws(StoreError) -> [(Change, RevisionTree)] {
         try read { db in
-            let rows = try Row.fetchAll(
-                db.cachedStatement(
-                    sql: """
-                        SELECT sequence, id, rev, deleted, length(body) AS size, tree\(winnerBodies ? ", body" : "") FROM documents
-                        WHERE sequence > ? ORDER BY sequence LIMIT ?
-                        """),
-                arguments: [Int64(bitPattern: since), limit])
-            return try rows.map { row in
+            // A prepared statement read by column index: GRDB's rows cost a third of this
+            // read on a bulk pull's serving side.
+            let stmt = try FastStatement(
+                db,
+                sql: """
+                    SELECT sequence, id, rev, deleted, length(body), tree, CASE WHEN length(body) <= ? THEN body END FROM documents
+                    WHERE sequence > ? ORDER BY sequence LIMIT ?
+                    """)
+            defer { stmt.done() }
+            stmt.bind(1, Int64(bodyLimit ?? -1))
+            stmt.bind(2, Int64(bitPattern: since))
+            stmt.bind(3, Int64(limit))
+            var out: [(Change, RevisionTree)] = []
+            out.reserveCapacity(min(limit, 5000))
+            while try stmt.step() {
                 let change = Change(
-                    sequence: UInt64(row["sequence"] as Int64), id: DocumentID(unchecked: row["id"]),
-                    revision: try Self.parseStoredRev(row["rev"]), deleted: row["deleted"], bodySize: row["size"])
+                    sequence: UInt64(bitPattern: stmt.int64(0)), id: DocumentID(unchecked: stmt.text(1)),
+                    revision: try Self.parseStoredRev(stmt.text(2)), deleted: stmt.int64(3) != 0, bodySize: Int(stmt.int64(4)))
                 var tree: RevisionTree
-                do { tree = try RevisionTree(encoded: row["tree"] as Data) } catch {
+                do { tree = try RevisionTree(encoded: stmt.bytes(5)) } catch {
                     throw StoreError.corrupt("revision tree of \"\(change.id)\": \(error)")
                 }
-                if winnerBodies {
+                if !stmt.isNull(6) {
                     guard let w = tree.winnerIndex, tree.revisions[w].id == change.revision else {
                         throw StoreError.corrupt("document \"\(change.id)\": stored winner \(change.revision) disagrees with its tree")
                     }
-                    if let body = row["body"] as Data? { tree.restoreBody(Array(body), at: w) }
+                    tree.restoreBody(stmt.bytes(6), at: w)
                 }
-                return (change, tree)
+                out.append((change, tree))
             }
+            return out
         }
     }
 

@@ -62,6 +62,8 @@ struct FastStatement {
 
     func int64(_ column: Int32) -> Int64 { sqlite3_column_int64(raw, column) }
 
+    func isNull(_ column: Int32) -> Bool { sqlite3_column_type(raw, column) == SQLITE_NULL }
+
     func text(_ column: Int32) -> String {
         guard let p = sqlite3_column_text(raw, column) else { return "" }
         let n = Int(sqlite3_column_bytes(raw, column))

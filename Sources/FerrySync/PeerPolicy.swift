@@ -71,6 +71,19 @@ public struct AccessRule: Sendable, Equatable {
         return admitsOwn(id: id, body: body)
     }
 
+    /// The top-level body members a verdict of this rule reads (`type`, and what the grant's
+    /// selectors name): a body cut down to them is judged as the whole body is. Nil when a
+    /// selector reads the document itself.
+    public var bodyMembers: Set<String>? {
+        var names = Set<String>()
+        if !ownCriteriaEmpty && !types.isEmpty { names.insert("type") }
+        if let grant {
+            guard let members = grant.bodyMembers else { return nil }
+            names.formUnion(members)
+        }
+        return names
+    }
+
     func admitsOwn(id: DocumentID, body: JSON?) -> Bool {
         if ownCriteriaEmpty { return true }
         if idPrefixes.contains(where: { id.rawValue.hasPrefix($0) }) { return true }
@@ -122,6 +135,21 @@ public struct AccessGrant: Sendable, Equatable {
 
     public func admits(id: DocumentID, body: JSON?) -> Bool {
         clauses.contains(where: { $0.admits(id: id, body: body) }) && also.allSatisfy { $0.admits(id: id, body: body) }
+    }
+
+    /// The top-level body members the clauses' selectors read (nil: the document itself).
+    public var bodyMembers: Set<String>? {
+        var names = Set<String>()
+        for clause in clauses {
+            guard let selector = clause.selector else { continue }
+            guard let members = selector.topLevelMembers else { return nil }
+            names.formUnion(members)
+        }
+        for grant in also {
+            guard let members = grant.bodyMembers else { return nil }
+            names.formUnion(members)
+        }
+        return names
     }
 
     /// Stable across the clauses' order.

@@ -171,6 +171,10 @@ final class ResponderSession: Sendable {
     let blobGrants = Locked(BlobGrants())
     /// Blobs this peer is pushing in chunks (see `ResponderBlobs.swift`).
     let blobAssemblies = Locked<[BlobDigest: BlobAssembly]>([:])
+    /// Trees the latest changes replies read, for the getRevs that follow them.
+    let recentTrees = Locked(ResponderTreeCache())
+    /// The feed's length past the last reply that counted it (`pendingChanges`).
+    let pendingEstimate = Locked<PendingEstimate?>(nil)
 
     init(responder: ReplicationResponder, authenticatedPeer: String?) {
         self.responder = responder
@@ -329,13 +333,15 @@ final class ResponderSession: Sendable {
         let asked = try GetRevsRequest(try request.json())
         let useDeltas = asked.deltas
         let maxHistory = Int(min(max(1, asked.maxHistory), 1000))
-        let trees = try store.revisionTrees(asked.revs.map(\.id))
         let access = DocumentAccess(policy)
+        let fingerprint = access.readsEverything || !access.policy.read.needsBodies ? nil : access.policy.read.fingerprint
+        let (trees, judged) = try servedTrees(asked.revs, readFingerprint: fingerprint)
         var out: [WireRevision] = []
         for wanted in asked.revs {
             let (id, rev) = (wanted.id, wanted.rev)
             // A revision the peer may not read is missing, exactly as one never held.
-            guard let tree = trees[id], access.readsEverything || access.mayRead(id, revision: rev, in: tree),
+            guard let tree = trees[id],
+                access.readsEverything || access.mayRead(id, revisions: [rev], in: tree, documentJudged: judged.contains(id)),
                 let (wire, _) = WireRevision.make(
                     id: id, revision: rev, tree: tree, receiverHas: Pusher.readableBases(wanted.ancestors, id, tree, access),
                     useDeltas: useDeltas, maxHistory: maxHistory)
@@ -349,6 +355,34 @@ final class ResponderSession: Sendable {
         let sent = out.count(where: { !$0.missing })
         counts.withLock { $0.pushed += sent }
         return Message(kind: .response, number: request.number, body: WireRevision.encodeBatch(out))
+    }
+
+    /// The trees of the asked documents: those the latest changes replies read when they hold
+    /// every asked revision's body, the others read now; and which of them the read rule
+    /// with `fingerprint` already found readable as they stand (nil: none to check).
+    func servedTrees(_ wanted: [RevisionRequest], readFingerprint fingerprint: String?) throws
+        -> (trees: [DocumentID: RevisionTree], judged: Set<DocumentID>)
+    {
+        let purges = store.contentVersion.purges
+        var trees: [DocumentID: RevisionTree] = [:]
+        var judged = Set<DocumentID>()
+        recentTrees.withLock { cache in
+            for w in wanted where trees[w.id] == nil {
+                guard let kept = cache.take(w.id, purges: purges) else { continue }
+                trees[w.id] = kept.tree
+                if let fingerprint, kept.readableUnder == fingerprint { judged.insert(w.id) }
+            }
+        }
+        var unread = Set<DocumentID>()
+        for w in wanted where trees[w.id]?.revision(w.rev)?.body == nil { unread.insert(w.id) }
+        if !unread.isEmpty {
+            for id in unread {
+                trees[id] = nil
+                judged.remove(id)
+            }
+            trees.merge(try store.revisionTrees(unread)) { _, fresh in fresh }
+        }
+        return (trees, judged)
     }
 
     /// Purges what the pusher says this node may no longer read, within the pusher's write policy.

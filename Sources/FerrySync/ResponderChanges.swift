@@ -20,7 +20,8 @@ extension ResponderSession {
         let wait = min(timeout, options.maxLongPoll)
         let elapsed = Stopwatch.start(on: responder.clock).elapsed
         var scanned = since
-        var page = try store.changesWithLeaves(since: since, limit: limit)
+        var page = try readChanges(since: since, limit: limit)
+        var rowsRead = page.count
         var entries: [ChangeEntry] = []
         var skipped: [SkippedRelay] = []
         var removed: [RemovalNotice] = []
@@ -33,6 +34,7 @@ extension ResponderSession {
         while true {
             if page.isEmpty && live && reoffered.isEmpty {
                 page = try await waitForChanges(since: scanned, limit: limit, for: wait - elapsed())
+                rowsRead += page.count
                 reoffered = try reofferedEntries(at: scanned, docIDs: docIDs)
             }
             entries = try changeEntries(
@@ -44,7 +46,8 @@ extension ResponderSession {
             // pages, rather than answer nothing and cost the peer a round trip per page.
             if entries.isEmpty, reoffered.isEmpty, removed.isEmpty, page.count == limit, readOn > 0 {
                 readOn -= 1
-                page = try store.changesWithLeaves(since: scanned, limit: limit)
+                page = try readChanges(since: scanned, limit: limit)
+                rowsRead += page.count
                 continue
             }
             // A live wait answers only with something to send: a short page whose every
@@ -63,7 +66,7 @@ extension ResponderSession {
         // The rest of the feed, for the peer's progress total: counted only where it tells
         // nothing the peer may not know (it reads everything, unfiltered).
         if !live, !answer.caughtUp, docIDs == nil, policy.read.admitsEverything {
-            answer.pending = try? store.changeCount(after: scanned)
+            answer.pending = pendingChanges(after: scanned, since: since, rowsRead: rowsRead)
         }
         answer.skipped = Array(skipped.prefix(SkippedRelay.maxReported))
         answer.skipsLost = skipped.count > SkippedRelay.maxReported
@@ -75,12 +78,40 @@ extension ResponderSession {
     /// answer is empty but not caught up, and the peer asks again from its `lastSeq`.
     static let maxPagesReadOn = 50
 
+    /// A page of the feed with each document's tree, winner bodies up to the cache's limit
+    /// restored: the entries, their inline revisions and the getRevs that follow are all
+    /// answered from this one read (`ResponderTreeCache`).
+    func readChanges(since: UInt64, limit: Int) throws -> [(Change, RevisionTree)] {
+        let page = try store.changesWithTrees(since: since, limit: limit, winnerBodiesUpTo: ResponderTreeCache.maxBodyBytes)
+        let purges = store.contentVersion.purges
+        recentTrees.withLock { $0.keep(page, purges: purges) }
+        return page
+    }
+
+    /// The feed's length past `scanned`, for the peer's progress total. Counting it is a scan
+    /// of the rest of the feed (7 % of a bulk pull's serving CPU when done for every page), so
+    /// a request that follows the last one on from where it ended subtracts what it read, and
+    /// the count is taken again every `pendingRecount` pages (writes made meanwhile show then).
+    func pendingChanges(after scanned: UInt64, since: UInt64, rowsRead: Int) -> Int? {
+        let reused = pendingEstimate.withLock { estimate -> Int? in
+            guard let e = estimate, e.after == since, e.reused < Self.pendingRecount else { return nil }
+            estimate = PendingEstimate(after: scanned, count: max(0, e.count - rowsRead), reused: e.reused + 1)
+            return estimate?.count
+        }
+        if let reused { return reused }
+        guard let counted = try? store.changeCount(after: scanned) else { return nil }
+        pendingEstimate.withLock { $0 = PendingEstimate(after: scanned, count: counted, reused: 0) }
+        return counted
+    }
+
+    static let pendingRecount = 16
+
     /// The changes entries the peer may see, with small revisions inlined. With `skipRelays`
     /// (live requests only: a peer catching up must get everything, as its coverage will take
     /// over this node's), what the peer gets over its own link to the sender is left out and
     /// added to `skipped`. Entries in `echoes` hold a single leaf the peer pushed: left out.
     func changeEntries(
-        _ page: [(Change, [RevisionID])], docIDs: Set<String>?, inlineLimit: Int, inlineDeltas: Bool, skipRelays: Bool,
+        _ page: [(Change, RevisionTree)], docIDs: Set<String>?, inlineLimit: Int, inlineDeltas: Bool, skipRelays: Bool,
         echoes: EchoRanges = EchoRanges(), skipped: inout [SkippedRelay], removed: inout [RemovalNotice]
     ) throws -> [ChangeEntry] {
         var entries: [ChangeEntry] = []
@@ -97,15 +128,35 @@ extension ResponderSession {
         // A peer that reads everything is skipped before anything is read; a restricted one
         // only for what it may read (every leaf), so that a skip report names nothing else.
         var candidates: [(Change, [RevisionID])] = []
-        for (change, leaves) in page {
+        var pageTrees: [DocumentID: RevisionTree] = [:]
+        for (change, tree) in page {
+            let leaves = tree.leaves.map(\.id)
             guard (docIDs?.contains(change.id.rawValue) ?? true) && !peerHeld.peerHolds(change.id, leaves: leaves) else { continue }
             if leaves.count == 1 && echoes.contains(change.sequence) { continue }
             if access.readsEverything && skipsRelay(change, leaves) { continue }
             candidates.append((change, leaves))
+            pageTrees[change.id] = tree
         }
+        // The page's trees hold the winner's body unless it is large: only those are read again.
         var trees: [DocumentID: RevisionTree] = [:]
+        var reread = Set<DocumentID>()
         if !candidates.isEmpty && (DocumentAccess.needsBodies(readRule) || inlineLimit > 0) {
-            trees = try store.revisionTrees(candidates.map(\.0.id))
+            for (change, _) in candidates {
+                if let tree = pageTrees[change.id], tree.winnerIndex.map({ tree.revisions[$0].body != nil }) ?? true {
+                    trees[change.id] = tree
+                } else {
+                    reread.insert(change.id)
+                }
+            }
+            if !reread.isEmpty { trees.merge(try store.revisionTrees(reread)) { _, fresh in fresh } }
+        }
+        // Documents found readable as the kept trees hold them: getRevs need not judge them again.
+        var readable: [(id: DocumentID, sequence: UInt64)] = []
+        defer {
+            if !readable.isEmpty {
+                let fingerprint = readRule.fingerprint
+                recentTrees.withLock { $0.markReadable(readable, under: fingerprint) }
+            }
         }
         for (change, leaves) in candidates {
             if !access.readsEverything {
@@ -116,6 +167,7 @@ extension ResponderSession {
                         if acceptsRemovals, let notice = access.removalNotice(change.id, tree: tree) { removed.append(notice) }
                         continue
                     }
+                    if !reread.contains(change.id) { readable.append((change.id, change.sequence)) }
                     if skipRelays && access.mayRead(change.id, revisions: leaves, in: tree, documentJudged: true) && skipsRelay(change, leaves) {
                         continue
                     }
@@ -140,7 +192,7 @@ extension ResponderSession {
         return entries
     }
 
-    func waitForChanges(since: UInt64, limit: Int, for wait: Duration) async throws -> [(Change, [RevisionID])] {
+    func waitForChanges(since: UInt64, limit: Int, for wait: Duration) async throws -> [(Change, RevisionTree)] {
         let store = self.store
         let clock = responder.clock
         let pollInterval = options.pollInterval
@@ -152,9 +204,9 @@ extension ResponderSession {
             reoffer = mesh.ledger.reofferSignal(for: peer)
             if mesh.ledger.hasReoffers(for: peer) { return [] }
         }
-        let page = try await firstOf({ () async throws -> [(Change, [RevisionID])] in
+        let page = try await firstOf({ () async throws -> [(Change, RevisionTree)] in
             try await store.waitForChangeToPassOn(past: since, poll: poll, relayDelay: relayDelay)
-            return try store.changesWithLeaves(since: since, limit: limit)
+            return try self.readChanges(since: since, limit: limit)
         }, timeout: wait, clock: clock, stop: reoffer)
         return page ?? []
     }

@@ -38,6 +38,7 @@ struct NetBench: AsyncParsableCommand {
         var rawSQL: [Double] = []
         var serverRSS: [Int] = []
         var clientRSS: [Int] = []
+        var cpuPerDoc: [(server: Double, client: Double)] = []
         for run in 1...workload.runs {
             rawSQL.append(try RawSQLite.insert(docs.map(\.0.rawValue), bodies, scratch: try scratchDir(root)))
             rawWS.append(try await rawWebSocketStream(bodies: bodies, root: root))
@@ -45,10 +46,15 @@ struct NetBench: AsyncParsableCommand {
             let server = try Self.startServe(ferry, data: source, trust: clientID)
             defer { kill(server.pid, SIGKILL); _ = Self.reap(server.pid) }
             let client = try Self.makeReceiver("\(root)/client-\(run)", identityFrom: clientTemplate)
+            let serverCPUBefore = Self.cpuMilliseconds(server.pid)
             let start = ContinuousClock.now
             let result = try Self.spawn(ferry, ["--data", client, "sync", server.url, "--pin", sourceID, "--pull", "--json"])
             let elapsed = ContinuousClock.now - start
             guard result.status == 0 else { throw BenchError("ferry sync failed with status \(result.status)") }
+            // Microseconds of CPU per document on each side (the client's whole run, its
+            // start-up included; the server's over the same span).
+            let n = Double(workload.count)
+            cpuPerDoc.append((server: (Self.cpuMilliseconds(server.pid) - serverCPUBefore) * 1000 / n, client: result.cpuMilliseconds * 1000 / n))
             ferryRates.append(Double(workload.count) / elapsed.seconds)
             clientRSS.append(result.maxRSSKiB)
             serverRSS.append(Self.peakRSS(server.pid))
@@ -66,6 +72,11 @@ struct NetBench: AsyncParsableCommand {
         let rs = Stats(zip(ferryRates, rawSQL).map { $0 / $1 })
         print(String(format: "ratio ferry/raw TLS WS   %9.2f (min %.2f, max %.2f)  target >= 0.50  %@", rw.median, rw.min, rw.max, rw.median >= 0.5 ? "HOLDS" : "MISSES"))
         print(String(format: "ratio ferry/raw insert   %9.2f (min %.2f, max %.2f)  target >= 0.30  %@", rs.median, rs.min, rs.max, rs.median >= 0.3 ? "HOLDS" : "MISSES"))
+        let cpu = Stats(cpuPerDoc.map { $0.server + $0.client })
+        let cpuServer = Stats(cpuPerDoc.map(\.server))
+        let cpuClient = Stats(cpuPerDoc.map(\.client))
+        print(String(format: "CPU per document         %9.1f us (server %.1f, client %.1f; min %.1f, max %.1f)  target <= 20  %@",
+                     cpu.median, cpuServer.median, cpuClient.median, cpu.min, cpu.max, cpu.median <= 20 ? "HOLDS" : "MISSES"))
         print("peak RSS: server \(serverRSS.max()! / 1024) MiB, client \(clientRSS.max()! / 1024) MiB")
         if let report = workload.report {
             try BenchReport.record([
@@ -77,6 +88,10 @@ struct NetBench: AsyncParsableCommand {
                     id: "P1-insert", name: "Bulk pull throughput over TLS WebSocket, relative to raw prepared SQLite inserts",
                     value: f.median, unit: "docs/s", baseline: s.median, ratio: rs.median, target: ">= 0.3",
                     holds: rs.median >= 0.3, runs: zip(ferryRates, rawSQL).map { ($0, $1, $0 / $1) }),
+                Figure(
+                    id: "P1-cpu", name: "Bulk pull: CPU per document, serving node and pulling client together",
+                    value: cpu.median, unit: "us/doc", baseline: nil, ratio: cpu.median / 20, target: "<= 20",
+                    holds: cpu.median <= 20, runs: cpuPerDoc.map { ($0.server + $0.client, nil, ($0.server + $0.client) / 20) }),
             ], in: report)
         }
     }
@@ -122,6 +137,8 @@ struct NetBench: AsyncParsableCommand {
     struct Spawned {
         let status: Int32
         let maxRSSKiB: Int
+        /// User plus system CPU time of the whole run, in milliseconds (wait4's rusage).
+        var cpuMilliseconds: Double = 0
     }
 
     /// Runs a process to completion, returning its exit status and peak RSS.
@@ -150,12 +167,14 @@ struct NetBench: AsyncParsableCommand {
     static func reap(_ pid: pid_t) -> Spawned {
         var status: Int32 = 0
         var peak = 0
-        while waitpid(pid, &status, WNOHANG) == 0 {
+        var usage = rusage()
+        while wait4(pid, &status, WNOHANG, &usage) == 0 {
             peak = max(peak, peakRSS(pid))
             usleep(20_000)
         }
         let exit = (status & 0x7F) == 0 ? (status >> 8) & 0xFF : 128 + (status & 0x7F)
-        return Spawned(status: exit, maxRSSKiB: peak)
+        func ms(_ t: timeval) -> Double { Double(t.tv_sec) * 1000 + Double(t.tv_usec) / 1000 }
+        return Spawned(status: exit, maxRSSKiB: peak, cpuMilliseconds: ms(usage.ru_utime) + ms(usage.ru_stime))
     }
 
     static func capture(_ path: String, _ args: [String]) throws -> String {

@@ -11,6 +11,8 @@ struct RestrictedSession {
     let session: ResponderSession
     var number: UInt64 = 1
 
+    init(session: ResponderSession) { self.session = session }
+
     init(store: DocumentStore, policy: PeerPolicy, peer: String = "peer-b") async throws {
         var options = ReplicationResponder.Options()
         options.policies[peer] = policy

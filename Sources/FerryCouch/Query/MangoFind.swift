@@ -226,19 +226,13 @@ extension CouchDatabase {
     /// read besides `_id` and `_rev`; nil when they name another reserved field (`_attachments`,
     /// …) or Ferry's internal `@attachments`, which only a whole rendered document answers.
     static func membersNeeded(by query: MangoQuery) -> Set<String>? {
-        var names = Set<String>()
-        var paths: [FieldPath] = query.fields ?? []
-        func collect(_ node: SelectorNode) {
-            switch node {
-            case .matchAll: break
-            case .and(let clauses), .or(let clauses), .nor(let clauses): clauses.forEach(collect)
-            case .not(let inner): collect(inner)
-            case .field(let path, _): paths.append(path)
-            }
-        }
-        collect(query.selector.root)
-        for path in paths {
+        guard var firsts = query.selector.topLevelMembers else { return nil }
+        for path in query.fields ?? [] {
             guard let first = path.components.first else { return nil }
+            firsts.insert(first)
+        }
+        var names = Set<String>()
+        for first in firsts {
             if first == "_id" || first == "_rev" { continue }
             if first.hasPrefix("_") || first == StoredAttachment.bodyKey { return nil }
             names.insert(first)
