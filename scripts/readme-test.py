@@ -282,12 +282,17 @@ class Shell:
         self.work, self.rt = work, work / ".rt"
         self.count = 0
         if private_tmp:
-            # The binary may live under /tmp, which the private tmpfs hides: bind it back.
-            setup = ("set -e; bin=$(readlink -f .build/debug/ferry)\n"
-                     'case "$bin" in /tmp/*) touch .rt/ferry-bin; mount --bind "$bin" .rt/ferry-bin;; esac\n'
+            # The binary and the checkout (its .venv-couch is the python3 on PATH) may live
+            # under /tmp, which the private tmpfs hides: each is bound back where it was.
+            setup = ("set -e; kept=()\n"
+                     'keep() { case "$1" in /tmp/*) ;; *) return 0;; esac; local n=${#kept[@]}; '
+                     'if [ -d "$1" ]; then mkdir .rt/kept-$n; else touch .rt/kept-$n; fi; '
+                     'mount --bind "$1" .rt/kept-$n; kept+=("$1"); }\n'
+                     'keep "$(readlink -f .build/debug/ferry)"; keep ' + shlex.quote(str(REPO)) + "\n"
                      "mount -t tmpfs -o mode=1777 tmpfs /tmp\n"
-                     'case "$bin" in /tmp/*) mkdir -p "$(dirname "$bin")"; touch "$bin"; '
-                     'mount --bind .rt/ferry-bin "$bin";; esac\n'
+                     'for i in "${!kept[@]}"; do p=${kept[$i]}; '
+                     'if [ -d .rt/kept-$i ]; then mkdir -p "$p"; else mkdir -p "$(dirname "$p")"; touch "$p"; fi; '
+                     'mount --bind .rt/kept-$i "$p"; done\n'
                      "set +e; exec bash --noprofile --norc -s")
             argv = ["unshare", "--mount", "--propagation", "private", "--", "bash", "--noprofile",
                     "--norc", "-c", setup]

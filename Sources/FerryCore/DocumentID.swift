@@ -9,6 +9,12 @@ public struct DocumentID: Hashable, Sendable, Comparable, CustomStringConvertibl
     /// itself manages, and for CouchDB's design documents (which the CouchDB API stores and
     /// peers replicate); user code may read them but `DocumentID(_:)` refuses them.
     public static let reservedPrefixes = ["_ferry/", "_design/"]
+    /// The prefix of the documents a node keeps for itself (group members, addresses, access
+    /// rules): replicated between Ferry nodes, never counted, listed or served as a user's.
+    public static let nodeInternalPrefix = "_ferry/"
+
+    /// Whether this is one of the node's own documents (`nodeInternalPrefix`).
+    public var isNodeInternal: Bool { rawValue.hasPrefix(Self.nodeInternalPrefix) }
 
     /// Validates a user-supplied ID. Reserved prefixes are refused.
     public init(_ rawValue: String) throws(DocumentIDError) {

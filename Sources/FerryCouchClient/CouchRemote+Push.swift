@@ -31,7 +31,11 @@ extension CouchRemote {
     /// `POST /{db}/_revs_diff`. The target's possible ancestors are kept for the attachment
     /// decision and not handed to the Pusher: a CouchDB target takes no deltas, so the
     /// Pusher must not base any on them.
-    func revsDiff(_ docs: [DocumentID: [RevisionID]]) async throws -> [DocumentID: MissingRevisions] {
+    /// The node's own documents (`_ferry/`: members, addresses, access rules) are never
+    /// offered: they travel only between Ferry nodes, over Ferry's protocol, where they are
+    /// checked as signed entries; a CouchDB-protocol target would refuse or keep them unchecked.
+    func revsDiff(_ offered: [DocumentID: [RevisionID]]) async throws -> [DocumentID: MissingRevisions] {
+        let docs = offered.filter { !$0.key.isNodeInternal }
         guard !docs.isEmpty else { return [:] }
         var request: [String: JSON] = [:]
         for (id, revs) in docs { request[id.rawValue] = .array(revs.map { .string($0.description) }) }
@@ -76,6 +80,10 @@ extension CouchRemote {
                 continue
             }
             let id = try? DocumentID(wire.id, allowReserved: true)
+            if id?.isNodeInternal == true {
+                results[i] = .exists  // never sent (see `revsDiff`)
+                continue
+            }
             do {
                 let document = try CouchOutgoingDocument(
                     wire, targetHolds: id.flatMap { holds[$0] } ?? [], tree: id.flatMap { trees[$0] }, blobs: store.blobs,

@@ -162,7 +162,8 @@ struct AdminAPI: Sendable {
         return json(["id": .string(id.rawValue), "rev": .string(rev.description), "deleted": true])
     }
 
-    /// `GET /docs?limit=N&after=ID&prefix=P&deleted=true` → `{"rows":[{"id","rev"[,"deleted"]}],"next":ID|null}`.
+    /// `GET /docs?limit=N&after=ID&prefix=P&deleted=true` → `{"rows":[{"id","rev"[,"deleted"]}],"next":ID|null}`;
+    /// the node's own `_ferry/` documents only with a `prefix` inside theirs.
     func listDocuments(_ request: Request) throws -> Response {
         let q = request.uri.queryParameters
         let limit = try intParameter(q.get("limit"), "limit", default: 1000, 1...10_000)
@@ -171,26 +172,26 @@ struct AdminAPI: Sendable {
             do { after = try DocumentID(s, allowReserved: true) } catch { throw APIError(.badRequest, "bad_id", error.description) }
         }
         let deleted = q.get("deleted") == "true"
-        var rows: [(id: DocumentID, revision: RevisionID, deleted: Bool)]
-        if let prefix = q.get("prefix"), !prefix.isEmpty {
-            // From just below the prefix (IDs sort by their bytes), a page at a time, to its end.
-            rows = []
-            var cursor = after ?? (prefix.count > 1 ? try? DocumentID(String(prefix.dropLast()), allowReserved: true) : nil)
-            scan: while rows.count <= limit {
-                let page = try node.store.allDocuments(after: cursor, limit: 1000, includeDeleted: deleted)
-                for d in page {
-                    if d.id.rawValue.hasPrefix(prefix) {
-                        rows.append(d)
-                        if rows.count > limit { break scan }
-                    } else if d.id.rawValue > prefix {
-                        break scan
-                    }
+        let prefix = q.get("prefix") ?? ""
+        // The node's own documents are listed only when asked for by their prefix: a user's
+        // lists and counts leave them out (`DocumentStore.documentCount`).
+        let internalAsked = prefix.hasPrefix(DocumentID.nodeInternalPrefix)
+        var rows: [(id: DocumentID, revision: RevisionID, deleted: Bool)] = []
+        // From just below the prefix (IDs sort by their bytes), a page at a time, to its end.
+        var cursor = after ?? (prefix.count > 1 ? try? DocumentID(String(prefix.dropLast()), allowReserved: true) : nil)
+        scan: while rows.count <= limit {
+            let page = try node.store.allDocuments(after: cursor, limit: 1000, includeDeleted: deleted)
+            for d in page {
+                if !prefix.isEmpty && !d.id.rawValue.hasPrefix(prefix) {
+                    if d.id.rawValue > prefix { break scan }
+                    continue
                 }
-                guard page.count == 1000, let last = page.last else { break }
-                cursor = last.id
+                if d.id.isNodeInternal && !internalAsked { continue }
+                rows.append(d)
+                if rows.count > limit { break scan }
             }
-        } else {
-            rows = try node.store.allDocuments(after: after, limit: limit + 1, includeDeleted: deleted)
+            guard page.count == 1000, let last = page.last else { break }
+            cursor = last.id
         }
         let page = rows.prefix(limit)
         return json([
@@ -243,16 +244,22 @@ struct AdminAPI: Sendable {
 
     func peersJSON() -> JSON {
         let iso = ISO8601DateFormatter()
-        return .object(["peers": .array(manager.peers.map { p in
+        let members = node.membership.view?.selected ?? [:]
+        let discovery = manager.discoveryStatus
+        var discoveryJSON: [String: JSON] = ["state": .string(discovery.state)]
+        if let reason = discovery.reason { discoveryJSON["reason"] = .string(reason) }
+        return .object(["discovery": .object(discoveryJSON), "peers": .array(manager.peers.map { p in
             var o: [String: JSON] = [
-                "id": .string(p.nodeID), "name": p.name.map(JSON.string) ?? .null,
+                // The name the group knows the node by, else the one it was trusted or discovered under.
+                "id": .string(p.nodeID), "name": (members[p.nodeID]?.name ?? p.name).map(JSON.string) ?? .null,
                 "addresses": .array(p.addresses.map(JSON.string)), "port": p.port.map { .int(Int64($0)) } ?? .null,
                 "source": .string(p.sources.map(\.rawValue).sorted().joined(separator: "+")), "trusted": .bool(p.trusted),
                 "connected": .bool(p.connected), "dialled": .bool(p.dialled),
                 "direction": p.direction.map { .string($0.rawValue) } ?? .null,
                 "lastSeen": p.lastSeen.map { .string(iso.string(from: $0)) } ?? .null,
-                // Whether the digest the peer last reported equals this node's now (null: either unknown).
-                "digestMatches": node.digests.matches(p.nodeID).map(JSON.bool) ?? .null,
+                // Whether the digest the peer last reported equals this node's now (null: either
+                // unknown, or the peer is not connected and its report is stale).
+                "digestMatches": p.connected ? node.digests.matches(p.nodeID).map(JSON.bool) ?? .null : .null,
             ]
             if let url = p.url { o["url"] = .string(url) }
             // The peer's own live links, as its heartbeats last reported them (a view of the whole group).

@@ -181,7 +181,7 @@ enum DashboardAssets {
             const [text, cls] = memberState(o);
             return el("tr", { "data-peer": o.id }, el("td", {}, o.name || "-"), el("td", {}, el("code", {}, short(o.id))),
               el("td", { class: cls, "data-state": text }, text), el("td", {}, p.dialled ? "dialled" : p.connected ? "dialled us" : "-"),
-              el("td", {}, rep.activity || "-"), el("td", {}, p.digestMatches === true ? "equal" : p.digestMatches === false ? "differs" : "-"),
+              el("td", {}, rep.activity || "-"), el("td", {}, p.digestMatches === true ? "equal" : p.digestMatches === false ? "differs" : "unknown"),
               el("td", {}, behind),
               el("td", {}, rep.bytesSent !== undefined ? bytes(rateOf("bytesSent")) + "/s / " + bytes(rateOf("bytesReceived")) + "/s" : "-"));
           });

@@ -134,6 +134,8 @@ public final class PeerManager: Service, Sendable {
     let discovery: (any PeerDiscovery)?
     let clock: any Clock<Duration>
     let state = Locked(State())
+    /// What discovery last reported (nil: nothing yet).
+    let discoveryReport = Locked<DiscoveryAvailability?>(nil)
     /// One-shot pushes of this node's address record to members that do not dial it.
     let recordDeliveries = Locked<[Replicator]>([])
     let logger: Logger
@@ -158,6 +160,17 @@ public final class PeerManager: Service, Sendable {
         self.logger = logger
         // Reads of deferred blobs fetch through the replicators this manager runs.
         live?.source { [weak self] in self?.activeReplicators ?? [] }
+    }
+
+    /// Discovery as `GET /peers` states it: `off` (the node runs none), `starting` (no report
+    /// yet), `on`, or `unavailable` with the reason.
+    var discoveryStatus: (state: String, reason: String?) {
+        guard discovery != nil else { return ("off", nil) }
+        switch discoveryReport.withLock({ $0 }) {
+        case nil: return ("starting", nil)
+        case .available: return ("on", nil)
+        case .unavailable(let reason): return ("unavailable", reason)
+        }
     }
 
     /// This node's ID, for the one-dialer rule.
@@ -258,8 +271,10 @@ public final class PeerManager: Service, Sendable {
                 // there or elsewhere): its record or static URL, if any, is dialled first.
                 reconcile(id)
             }
-        case .unavailable, .available:
-            break
+        case .unavailable(let reason):
+            discoveryReport.withLock { $0 = .unavailable(reason: reason) }
+        case .available:
+            discoveryReport.withLock { $0 = .available }
         }
     }
 

@@ -111,11 +111,13 @@ extension DocumentStore {
         return try read { db in try Row.fetchAll(db.cachedStatement(sql: sql), arguments: arguments).map(Self.entry) }
     }
 
-    /// How many live documents come before `id` in ascending (or, `descending`, descending) ID order.
+    /// How many live documents, the node's own left out, come before `id` in ascending (or,
+    /// `descending`, descending) ID order.
     public func liveDocumentCount(before id: String, descending: Bool = false) throws(StoreError) -> Int {
         try read { db in
             try Int.fetchOne(
-                db.cachedStatement(sql: "SELECT count(*) FROM documents WHERE deleted = 0 AND id \(descending ? ">" : "<") ?"),
+                db.cachedStatement(
+                    sql: "SELECT count(*) FROM documents WHERE deleted = 0 AND \(Self.userDocumentSQL) AND id \(descending ? ">" : "<") ?"),
                 arguments: [id]) ?? 0
         }
     }

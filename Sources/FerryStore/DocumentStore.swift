@@ -455,21 +455,26 @@ public final class DocumentStore: Sendable {
         }
     }
 
-    /// Number of live (not deleted) documents.
+    /// Number of live (not deleted) documents, the node's own (`_ferry/`) left out: what a
+    /// user's lists show, as CouchDB's `doc_count` counts what `_all_docs` lists.
     public var documentCount: Int {
         get throws(StoreError) {
-            try read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM documents WHERE deleted = 0")! }
+            try read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM documents WHERE deleted = 0 AND \(Self.userDocumentSQL)")! }
         }
     }
+
+    /// A condition on `id` that leaves out the node's own documents (`_ferry/…`); a range,
+    /// so that it reads the ID index rather than every ID.
+    static let userDocumentSQL = "NOT (id >= '\(DocumentID.nodeInternalPrefix)' AND id < '_ferry0')"
 
     public func info() throws(StoreError) -> StoreInfo {
         let counts = try read { db in
             try Row.fetchOne(
                 db,
                 sql: """
-                    SELECT (SELECT count(*) FROM documents WHERE deleted = 0) AS live,
-                           (SELECT count(*) FROM documents WHERE deleted = 1) AS dead,
-                           (SELECT count(*) FROM documents WHERE conflicted = 1) AS conflicted,
+                    SELECT (SELECT count(*) FROM documents WHERE deleted = 0 AND \(Self.userDocumentSQL)) AS live,
+                           (SELECT count(*) FROM documents WHERE deleted = 1 AND \(Self.userDocumentSQL)) AS dead,
+                           (SELECT count(*) FROM documents WHERE conflicted = 1 AND \(Self.userDocumentSQL)) AS conflicted,
                            (SELECT last_sequence FROM store_state) AS seq
                     """)!
         }

@@ -38,7 +38,7 @@ struct Status: AsyncParsableCommand {
         if let access = info["access"], let version = access["version"]?.stringValue, version != "none" {
             Output.line("access   rules version \(version): \(access["rules"]?.intValue ?? 0) rules, \(access["removed"]?.intValue ?? 0) documents removed here")
         }
-        PeerTable.print(peers["peers"])
+        PeerTable.print(peers["peers"], discovery: peers["discovery"])
         if case .array(let list)? = replications["replications"], !list.isEmpty {
             Output.line("replications:")
             for r in list {
@@ -67,17 +67,21 @@ struct Peers: AsyncParsableCommand {
     func run() async throws {
         let node = try NodeClient.required(on: global.dataDirectory)
         let peers = try await node.call("GET", "/peers")
-        if global.json { Output.json(peers["peers"] ?? []) } else { PeerTable.print(peers["peers"]) }
+        if global.json { Output.json(peers["peers"] ?? []) } else { PeerTable.print(peers["peers"], discovery: peers["discovery"]) }
     }
 }
 
 /// Prints peers one per line.
 enum PeerTable {
-    static func print(_ peers: JSON?) {
+    static func print(_ peers: JSON?, discovery: JSON? = nil) {
+        let note = discoveryNote(discovery)
         guard case .array(let list)? = peers, !list.isEmpty else {
             Output.line("peers: none seen yet")
+            if let note { Output.line(note) }
             return
         }
+        // With peers listed, only discovery that should work and does not is worth a line.
+        if let note, discovery?["state"]?.stringValue == "unavailable" { Output.line(note) }
         Output.line("peers:")
         for p in list {
             let trusted = p["trusted"]?.boolValue == true ? "trusted" : "UNTRUSTED"
@@ -94,6 +98,18 @@ enum PeerTable {
             Output.line(
                 "  \(p["id"]?.stringValue ?? "?")  \(LogText.escape(p["name"]?.stringValue ?? "-"))  \(LogText.escape(location(p)))  [\(p["source"]?.stringValue ?? "?")] \(trusted), \(connected)\(activity)\(digest)\(LogText.escape(error))"
             )
+        }
+    }
+
+    /// A line on discovery when it finds no one (off or unavailable), with what to do instead.
+    static func discoveryNote(_ discovery: JSON?) -> String? {
+        let instead = "add a peer with `ferry serve --peer wss://HOST:PORT/ferry/sync#NODEID`, or join a group with `ferry join CODE`"
+        switch discovery?["state"]?.stringValue {
+        case "off": return "discovery: off (--no-discovery); \(instead)"
+        case "unavailable":
+            let reason = discovery?["reason"]?.stringValue.map { " (\(LogText.escape($0)))" } ?? ""
+            return "discovery: DNS-SD unavailable\(reason): start avahi-daemon (Debian: apt-get install avahi-daemon), or \(instead)"
+        default: return nil
         }
     }
 

@@ -126,7 +126,11 @@ struct Sync: AsyncParsableCommand {
         let here = URL(fileURLWithPath: global.dataDirectory).standardizedFileURL.resolvingSymlinksInPath().path
         let there = URL(fileURLWithPath: path).standardizedFileURL.resolvingSymlinksInPath().path
         if here == there { throw CLIError(message: "cannot sync a data directory with itself (\(path))") }
+        // A directory without a database gets a new one: said, so that a mistyped path that
+        // happens to exist is noticed.
+        let fresh = !FileManager.default.fileExists(atPath: (path as NSString).appendingPathComponent(DocumentStore.databaseFileName))
         let remote = try DocumentStore.open(directory: path)
+        if fresh { FileHandle.standardError.write(Data("\(path) held no Ferry database: started a new one there\n".utf8)) }
         // The other directory answers as its own `serve --stdio` would, with this sync's resolver.
         var replicators = ReplicationFactory(
             store: remote, nodeID: remote.uuid, trust: try TrustStore(dataDirectory: path, configuration: NodeConfiguration()),

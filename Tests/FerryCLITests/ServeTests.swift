@@ -114,6 +114,19 @@ struct CLIFailure: Error, CustomStringConvertible {
         let line = node.logText.split(separator: "\n").first { $0.hasPrefix("discovery:") }.map(String.init)
         #expect(line?.hasPrefix("discovery: DNS-SD unavailable (") == true, "\(node.logText)")
         #expect(line?.hasSuffix("); static peers (--peer) and group members are dialled at their known addresses, retrying in the background") == true, "\(node.logText)")
+        // `ferry peers` says why it lists no one, and what to do.
+        let peers = try await node.cli.run(["peers"])
+        #expect(peers.stdout.contains("peers: none seen yet\ndiscovery: DNS-SD unavailable ("), "\(peers.stdout)")
+        #expect(peers.stdout.contains("start avahi-daemon"), "\(peers.stdout)")
+        #expect(peers.stdout.contains("`ferry join CODE`"), "\(peers.stdout)")
+        #expect(await node.stop() == 0)
+    }
+
+    @Test func peersSayDiscoveryIsOffWhenItIsAndNoOneIsKnown() async throws {
+        let node = ServeProcess()
+        _ = try await node.start()
+        let peers = try await node.cli.run(["peers"])
+        #expect(peers.stdout.contains("peers: none seen yet\ndiscovery: off (--no-discovery); add a peer with `ferry serve --peer"), "\(peers.stdout)")
         #expect(await node.stop() == 0)
     }
 

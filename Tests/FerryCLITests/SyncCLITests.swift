@@ -50,6 +50,21 @@ import Testing
         #expect(try await a.run(["get", "doc", "--json"]).json() == b.run(["get", "doc", "--json"]).json())
     }
 
+    @Test func aSyncIntoAnEmptyDirectorySaysItStartedADatabaseThere() async throws {
+        let a = FerryCLI()
+        defer { a.cleanUp() }
+        try await a.run(["put", "doc", #"{"v":1}"#])
+        let empty = NSTemporaryDirectory() + "ferry-empty-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: empty) }
+        let first = try await a.run(["sync", empty])
+        #expect(first.status == 0, "\(first.stderr)")
+        #expect(first.stderr.contains("\(empty) held no Ferry database: started a new one there"), "\(first.stderr)")
+        let second = try await a.run(["sync", empty])
+        #expect(second.status == 0, "\(second.stderr)")
+        #expect(!second.stderr.contains("held no Ferry database"), "\(second.stderr)")
+    }
+
     @Test func badSyncArgumentsAreClearErrors() async throws {
         let a = FerryCLI()
         defer { a.cleanUp() }

@@ -28,6 +28,24 @@ import Testing
         }
     }
 
+    @Test func theNodesOwnDocumentsAreNeitherListedNorCounted() async throws {
+        let f = try fixture()
+        for id in ["_ferry/members/x", "_ferry/access/rules/r"] {
+            try f.store.put(DocumentID(id, allowReserved: true), body: ["type": "entry"])
+        }
+        #expect(try f.store.documentCount == 4)
+        #expect(try f.store.info().documentCount == 4)
+        try await f.test { c async throws in
+            let all = try await c.get("/ferry/_all_docs")
+            #expect(all.ids == ["B", "_design/x", "a", "é"])
+            #expect(all["total_rows"] == 4)
+            #expect(try await c.get("/ferry")["doc_count"] == 4)
+            // `_ferry/` sorts between `_design/` and `a`: an offset past it does not count it.
+            #expect(try await c.get("/ferry/_all_docs?startkey=%22a%22")["offset"] == 2)
+            #expect(try await c.get("/ferry/_all_docs?startkey=%22_design/x%22&descending=true")["offset"] == 2)
+        }
+    }
+
     @Test func rangeOptionsBoundSkipAndLimitTheRows() async throws {
         let f = try fixture()
         try await f.test { c async throws in

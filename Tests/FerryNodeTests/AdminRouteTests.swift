@@ -136,6 +136,25 @@ extension JSON {
         }
     }
 
+    @Test func theNodesOwnDocumentsAreListedOnlyWhenAskedForByTheirPrefix() async throws {
+        let n = try RoutedNode()
+        for id in ["_ferry/state/x", "_ferry/state/y"] {
+            try n.node.store.put(DocumentID(id, allowReserved: true), body: ["type": "entry"])
+        }
+        try n.node.store.put(DocumentID("_design/d", allowReserved: true), body: ["views": [:]])
+        for id in ["a", "b"] { try n.node.store.put(DocumentID(id), body: [:]) }
+        try await n.test { c async throws in
+            func ids(_ path: String) async throws -> [String] {
+                guard case .array(let rows)? = try await c.call(.get, path)["rows"] else { return [] }
+                return rows.compactMap { $0["id"]?.stringValue }
+            }
+            #expect(try await ids("/docs") == ["_design/d", "a", "b"])
+            #expect(try await ids("/docs?limit=1&after=_design/d") == ["a"])
+            #expect(try await ids("/docs?prefix=_ferry/") == ["_ferry/state/x", "_ferry/state/y"])
+            #expect(try await c.call(.get, "/")["docCount"] == 3)
+        }
+    }
+
     @Test func badDocumentRequestsAnswerTheirOwnErrorCodes() async throws {
         let n = try RoutedNode { $0.limits.maxDocumentBytes = 1024 }
         try await n.test { c in

@@ -98,6 +98,15 @@ func peer(_ id: String, port: Int, instance: String? = nil) -> DiscoveredPeer {
         await n.stop()
     }
 
+    @Test func peersSayWhetherDiscoveryWorksAndWhyNot() async throws {
+        let n = try await InProcessNode.start({ _ in })
+        try await waitUntil("discovery is on") { try await n.get("/peers")["discovery"]?["state"] == "on" }
+        n.discovery.report(.unavailable(reason: "no avahi-daemon"))
+        try await waitUntil("discovery is unavailable") { try await n.get("/peers")["discovery"]?["state"] == "unavailable" }
+        #expect(try await n.get("/peers")["discovery"]?["reason"] == "no avahi-daemon")
+        await n.stop()
+    }
+
     @Test func aPeerThatMovesIsDialledAtItsNewAddress() async throws {
         let other = String(repeating: "f", count: 64)  // higher than any real ID: this node dials
         let n = try await InProcessNode.start({ $0.trust = [.init(nodeID: other)] }, peers: [peer(other, port: 1111)])

@@ -358,6 +358,26 @@ import Testing
         #expect(replicator.status.error == nil, "\(String(describing: replicator.status.error))")
         try Self.expectSameDocuments(local, server.store, ["e2e", "gone"] + (0..<20).map { "n/\($0)" })
     }
+
+    @Test func theNodesOwnDocumentsNeverLeaveThroughTheCouchDBProtocol() async throws {
+        let server = try await CouchTestServer.start()
+        let local = try DocumentStore.inMemory()
+        for id in ["_ferry/members/abc", "_ferry/addresses/abc", "_ferry/access/rules/r"] {
+            try local.put(try DocumentID(id, allowReserved: true), body: ["type": "entry"])
+        }
+        try local.put(try DocumentID("note"), body: ["v": 1])
+        let replication = CouchReplication(endpoint: server.endpoint, logger: Self.logger)
+        var configuration = ReplicatorConfiguration()
+        configuration.direction = .push
+        configuration.maxAttempts = 1
+        let replicator = replication.replicator(store: local, configuration: configuration)
+        await replicator.run()
+        await replication.shutdown()
+        await server.stop()
+        #expect(replicator.status.error == nil, "\(String(describing: replicator.status.error))")
+        #expect(replicator.summary.rejected == 0)
+        #expect(try server.store.allDocuments().map(\.id.rawValue) == ["note"])
+    }
 }
 
 /// Pushing to a real CouchDB-protocol server named by `FERRY_COUCH_REFERENCE_URL`
