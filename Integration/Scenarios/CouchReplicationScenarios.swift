@@ -219,7 +219,7 @@ import Testing
     /// its restart the replication resumes from its checkpoint, re-lists at most one batch
     /// of changes it had already stored, and fetches none of them again.
     @Test func aPullerKilledMidReplicationResumesFromItsCheckpoint() async throws {
-        let total = Int(ProcessInfo.processInfo.environment["FERRY_IT_COUCH_KILL_DOCS"] ?? "") ?? 10_000
+        let total = Int(ProcessInfo.processInfo.environment["FERRY_IT_COUCH_KILL_DOCS"] ?? "") ?? 20_000
         let batch = ReplicatorConfiguration().batchSize
         let cluster = Cluster("couchrep-kill-puller")
         defer { cluster.cleanUp() }
@@ -264,7 +264,7 @@ import Testing
     /// offline with a transient error, retries with backoff, and once the node runs again
     /// (on the same port) resumes from its checkpoint, re-listing at most one batch.
     @Test func aSourceKilledMidReplicationIsResumedFromTheCheckpoint() async throws {
-        let total = Int(ProcessInfo.processInfo.environment["FERRY_IT_COUCH_KILL_DOCS"] ?? "") ?? 10_000
+        let total = Int(ProcessInfo.processInfo.environment["FERRY_IT_COUCH_KILL_DOCS"] ?? "") ?? 20_000
         let batch = ReplicatorConfiguration().batchSize
         let cluster = Cluster("couchrep-kill-source")
         defer { cluster.cleanUp() }

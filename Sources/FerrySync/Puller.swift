@@ -75,7 +75,7 @@ final class Puller: Sendable {
         var caughtUp = false
         var prefetched: (since: RemoteSequence, task: Task<RemoteChanges, any Error>)?
         var planned: (since: RemoteSequence, task: Task<PullPlan?, any Error>)?
-        let backlog = BlobBacklog()
+        let backlog = BlobBacklog<RemoteSequence>()
         defer {
             prefetched?.task.cancel()
             if let planned { PullPlan.discard(planned.task) }

@@ -33,13 +33,28 @@ final class Pusher: Sendable {
         var caughtUp = false
         let inline = remote.identity.inline
         reached(since)
+        // Pages whose documents with blobs are still being sent, beside the pages that follow.
+        let backlog = BlobBacklog<UInt64>()
         // However the loop ends, the local copy covers what the other side acknowledged.
-        defer { checkpoint.saveLocalIfBehind() }
+        defer {
+            backlog.cancelAll()
+            checkpoint.saveLocalIfBehind()
+        }
+        /// Moves the checkpoint over the backlog's pages that are sent (all of them, waiting,
+        /// when `wait`).
+        func settleBacklog(wait: Bool) async throws {
+            guard !backlog.isEmpty, let sent = try await backlog.settle(wait: wait) else { return }
+            checkpoint.advance(to: sent)
+            reached(sent)
+            try checkpoint.saveLocal()
+            checkpoint.deferRemote()
+        }
         while true {
             if context.stopRequested { return }
             // Cancelled when the pull side failed: end here (an idle wait returns at once
             // once cancelled, so the loop must not go round again).
             try Task.checkCancellation()
+            try await settleBacklog(wait: false)
             try await reofferSkipped()
             // Once caught up, the page's trees come with it: the inline push needs them.
             var trees: [DocumentID: RevisionTree]?
@@ -52,6 +67,20 @@ final class Pusher: Sendable {
                 page = try store.changesWithLeaves(since: since, limit: configuration.batchSize)
             }
             guard let last = page.last else {
+                if !backlog.isEmpty {
+                    // Blobs still on their way: a one-shot push ends once they are there; a
+                    // live one goes on with new local changes meanwhile, and is not idle.
+                    guard configuration.continuous else {
+                        try await settleBacklog(wait: true)
+                        continue
+                    }
+                    if let ended = backlog.workEnded() {
+                        try await waitForLocalChange(after: since, or: ended)
+                        continue
+                    }
+                    try await settleBacklog(wait: false)
+                    continue
+                }
                 if checkpoint.remoteLags {
                     if caughtUp, let remaining = checkpoint.remaining, remaining > .zero {
                         progress.markIdleIfCaughtUp()
@@ -71,9 +100,15 @@ final class Pusher: Sendable {
                 $0.activity = .busy
                 $0.total += page.count
             }
-            let skipped = try await push(page, caughtUp: caughtUp, inline: inline && caughtUp, trees: trees)
+            let (skipped, withBlobs) = try await push(page, caughtUp: caughtUp, inline: inline && caughtUp, trees: trees)
             checkpoint.reportSkipped(skipped)
             since = last.0.sequence
+            if withBlobs != nil || !backlog.isEmpty {
+                backlog.add(through: since, work: withBlobs)
+                progress.update { $0.completed += page.count }
+                try await settleBacklog(wait: false)
+                continue
+            }
             checkpoint.advance(to: since)
             reached(since)
             if caughtUp {
@@ -90,7 +125,9 @@ final class Pusher: Sendable {
 
     /// Returns after a local commit past `since`, a stop, `atMost` of the clock, or when
     /// documents skipped for the peer are due to be offered again.
-    private func waitForLocalChange(after since: UInt64, atMost limit: Duration? = nil) async throws {
+    private func waitForLocalChange(
+        after since: UInt64, atMost limit: Duration? = nil, or other: (@Sendable () async -> Void)? = nil
+    ) async throws {
         let store = self.store
         let poll = LiveChanges.Poll(interval: configuration.localPollInterval, clock: context.clock)
         let relayDelay = configuration.relayDelay
@@ -104,6 +141,7 @@ final class Pusher: Sendable {
             { try await store.waitForChangeToPassOn(past: since, poll: poll, relayDelay: relayDelay) }
         ]
         if let reoffer { racers.append { for await _ in reoffer { return } } }
+        if let other { racers.append { await other() } }
         let waits = racers
         _ = try await context.race(timeout: limit) { try await Race.first(of: waits) }
     }
@@ -142,8 +180,10 @@ final class Pusher: Sendable {
     /// Pushes a page; returns the revisions left out as relays. Relays are skipped only once
     /// caught up: a peer catching up from this node must get everything this node holds, as
     /// its coverage will take over this node's (docs/architecture.md, "Coverage").
+    /// The revisions with blobs are not sent here: the second value sends their blobs, then
+    /// them, and the caller runs it beside the pages that follow (nil: the page had none).
     private func push(_ page: [(Change, [RevisionID])], caughtUp: Bool, inline: Bool, trees known: [DocumentID: RevisionTree]?)
-        async throws -> [SkippedRelay]
+        async throws -> (skipped: [SkippedRelay], withBlobs: BlobWork?)
     {
         let target = remote.identity.peerID
         var page = page
@@ -166,19 +206,33 @@ final class Pusher: Sendable {
             skipped.append(contentsOf: relied.map { SkippedRelay(sequence: change.sequence, id: change.id, revision: $0) })
             return false
         }
-        if inline { page = try await pushInline(page, trees: known) }
+        var inlineBlobs: BlobWork?
+        if inline { (page, inlineBlobs) = try await pushInline(page, trees: known, deferBlobs: true) }
         var docs: [DocumentID: [RevisionID]] = [:]
         for (change, leaves) in page { docs[change.id] = leaves }
-        try await announce(docs)
-        return skipped
+        let announcedBlobs = try await announce(docs, deferBlobs: true)
+        switch (inlineBlobs, announcedBlobs) {
+        case (nil, nil): return (skipped, nil)
+        case (let one?, nil), (nil, let one?): return (skipped, one)
+        case (let first?, let second?):
+            return (skipped, {
+                try await first()
+                try await second()
+            })
+        }
     }
 
+    /// Sends some revisions' blobs, then the revisions.
+    typealias BlobWork = @Sendable () async throws -> Void
+
     /// Asks the peer which of these leaves it lacks, then sends those (as deltas when smaller).
-    private func announce(_ docs: [DocumentID: [RevisionID]]) async throws {
+    /// With `deferBlobs`, the revisions with blobs are returned as work to run later.
+    @discardableResult
+    private func announce(_ docs: [DocumentID: [RevisionID]], deferBlobs: Bool = false) async throws -> BlobWork? {
         let access = DocumentAccess(configuration.remotePolicy)
         try await sendRemovalNotices(docs, access)
         let docs = try readableByPeer(docs, access)
-        guard !docs.isEmpty else { return }
+        guard !docs.isEmpty else { return nil }
         let answer = try await remote.revsDiff(docs)
         let trees = try store.revisionTrees(answer.keys)
         var wires: [(WireRevision, Bool)] = []
@@ -195,14 +249,14 @@ final class Pusher: Sendable {
                 wires.append(made)
             }
         }
-        try await putInChunks(wires, trees: trees)
+        return try await putInChunks(wires, trees: trees, deferBlobs: deferBlobs)
     }
 
     /// Pushes the page's small single-leaf revisions straight away, without asking revsDiff
     /// first (the other side answers "exists" for any it already holds, "needFull" for a
     /// delta whose base it lacks); returns the rest of the page for the usual path.
-    private func pushInline(_ page: [(Change, [RevisionID])], trees known: [DocumentID: RevisionTree]?) async throws
-        -> [(Change, [RevisionID])]
+    private func pushInline(_ page: [(Change, [RevisionID])], trees known: [DocumentID: RevisionTree]?, deferBlobs: Bool) async throws
+        -> ([(Change, [RevisionID])], BlobWork?)
     {
         let trees = try known ?? store.revisionTrees(page.filter { $0.1.count == 1 }.map(\.0.id))
         let access = DocumentAccess(configuration.remotePolicy)
@@ -225,8 +279,8 @@ final class Pusher: Sendable {
             }
             if pushFilterAdmits(wire, id: change.id, revision: leaves[0], tree: tree) { wires.append((wire, wire.isDelta)) }
         }
-        try await putInChunks(wires, trees: trees)
-        return rest
+        let withBlobs = try await putInChunks(wires, trees: trees, deferBlobs: deferBlobs)
+        return (rest, withBlobs)
     }
 
     /// Tells a peer that takes them which of these documents it may have held and may no
@@ -265,8 +319,14 @@ final class Pusher: Sendable {
     /// Sends revisions in requests bounded by count and bytes: first those of documents that
     /// refer to no blob, so that none waits behind another document's blob, then the blobs
     /// the rest refer to, then the rest. A document's revisions stay together.
-    private func putInChunks(_ wires: [(WireRevision, Bool)], trees: [DocumentID: RevisionTree]) async throws {
-        guard !wires.isEmpty else { return }
+    /// With `deferBlobs` (a Ferry peer, which serves requests side by side), the revisions
+    /// with blobs are returned as work to run later, so that a large blob holds up no other
+    /// document; otherwise they are sent here, after their blobs.
+    @discardableResult
+    private func putInChunks(_ wires: [(WireRevision, Bool)], trees: [DocumentID: RevisionTree], deferBlobs: Bool = false)
+        async throws -> BlobWork?
+    {
+        guard !wires.isEmpty else { return nil }
         var withBlobs = Set<String>()
         for (wire, _) in wires where !withBlobs.contains(wire.id) {
             guard let id = try? DocumentID(wire.id, allowReserved: true), let rev = try? RevisionID(wire.rev),
@@ -274,11 +334,22 @@ final class Pusher: Sendable {
             else { continue }
             if DocumentStore.mayReferenceBlobs(body) { withBlobs.insert(wire.id) }
         }
-        guard !withBlobs.isEmpty else { return try await putBounded(wires, trees: trees) }
+        guard !withBlobs.isEmpty else {
+            try await putBounded(wires, trees: trees)
+            return nil
+        }
         try await putBounded(wires.filter { !withBlobs.contains($0.0.id) }, trees: trees)
         let rest = wires.filter { withBlobs.contains($0.0.id) }
-        try await blobs.sendMissing(for: rest.map(\.0), trees: trees)
-        try await putBounded(rest, trees: trees)
+        let restTrees = trees.filter { withBlobs.contains($0.key.rawValue) }
+        let work: BlobWork = { [self] in
+            try await blobs.sendMissing(for: rest.map(\.0), trees: restTrees)
+            try await putBounded(rest, trees: restTrees)
+        }
+        guard deferBlobs && remote is FerryRemote else {
+            try await work()
+            return nil
+        }
+        return work
     }
 
     private func putBounded(_ wires: [(WireRevision, Bool)], trees: [DocumentID: RevisionTree]) async throws {

@@ -76,6 +76,33 @@ import Testing
         #expect(try c.document(docID("e")) != nil)
     }
 
+    @Test func aLivePushSendsLaterDocumentsWhileABlobIsStillOnItsWay() async throws {
+        let (a, ref, _) = try Self.storeWithBlob(8 * SyncProtocol.blobChunkSize)
+        let b = try DocumentStore.inMemory()
+        // The blob's chunks are held back (dropped) until `release`: its document cannot arrive.
+        let held = Locked(true)
+        let chunksHeld = Counter()
+        var link = Link(to: b)
+        link.faults = { _ in
+            (.init(deliver: { m in
+                guard m.count > SyncProtocol.blobChunkSize, held.withLock({ $0 }) else { return [m] }
+                _ = chunksHeld.increment()
+                return []
+            }), .init())
+        }
+        var config = ReplicatorConfiguration(direction: .push)
+        config.continuous = true
+        let r = Replicator(store: a, connector: link.connector, configuration: config)
+        r.start()
+        try await waitUntil("the blob's first chunk was sent") { chunksHeld.current > 0 }
+        try a.put(docID("note"), body: ["text": "written while the blob is on its way"])
+        try await waitUntil("the later document arrived") { try b.document(docID("note")) != nil }
+        #expect(try b.document(docID("scan")) == nil)
+        #expect(b.blobs.state(ref.digest) != .present(length: ref.length))
+        r.stop()
+        await r.waitUntilStopped()
+    }
+
     @Test(arguments: [ReplicatorConfiguration.Direction.pull, .push])
     func aTransferCutHalfWayResumesFromWhatArrived(direction: ReplicatorConfiguration.Direction) async throws {
         let total = 24 * SyncProtocol.blobChunkSize
