@@ -61,7 +61,7 @@ ATTACKS = Attack[A-Za-z]*Scenarios|ListenerLimitsTests|CouchListenerLimitsTests|
 # Suites that move hundreds of megabytes of blobs, kill avahi-daemon or time signals, and
 # the chunk tests whose links time out in real time: one suite at a time (beside the main
 # phase they took both cores and starved its long-polls and joins past their limits).
-BULK = AccessScenarios|DashboardScenarios|MeshSoakScenarios|BackupScenarios|KillFaultScenarios|ClockJumpScenarios|BlobSyncInterruptCLITests|CouchLargeAttachmentTests|CouchTransferLivenessTests|DocumentsLargeAttachmentTests|LazyBlobScenarios|BlobChunkTests|BlobPolicyTests|DiscoveryFaultScenarios|DNSSDFaultTests|DNSSDDaemonLossTests|SignalCLITests|SyncProgressCLITests
+BULK = LoadScenarios|AccessScenarios|DashboardScenarios|MeshSoakScenarios|BackupScenarios|KillFaultScenarios|ClockJumpScenarios|BlobSyncInterruptCLITests|CouchLargeAttachmentTests|CouchTransferLivenessTests|DocumentsLargeAttachmentTests|LazyBlobScenarios|BlobChunkTests|BlobPolicyTests|DiscoveryFaultScenarios|DNSSDFaultTests|DNSSDDaemonLossTests|SignalCLITests|SyncProgressCLITests
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build --filter '$(TIMED)'

@@ -33,6 +33,8 @@ compgen -G '/usr/lib/*/faketime/libfaketimeMT.so.1' >/dev/null || need+=(faketim
 # The dashboard's browser tests (Integration/ui): a real headless Chromium and its driver.
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
+# stress-ng: the load scenario (Integration/Scenarios/LoadScenarios.swift) loads the machine.
+command -v stress-ng >/dev/null || need+=(stress-ng)
 # The CouchDB API suite (Integration/couch) runs in a Python virtualenv.
 { command -v python3 >/dev/null && python3 -c 'import ensurepip' 2>/dev/null; } || need+=(python3-venv)
 # `make bench` and `make profile` only (scripts/install-deps.sh --bench): Syncthing, the

@@ -66,7 +66,7 @@ final class WebSocketEndpoint: MessageEndpoint {
                 for try await frame in inbound {
                     switch frame.opcode {
                     case .binary:
-                        self.continuation.yield(Array(frame.unmaskedData.readableBytesView))
+                        self.continuation.yield(frame.unmaskedBytes)
                     case .connectionClose:
                         var data = frame.unmaskedData
                         let code = data.readInteger(as: UInt16.self) ?? 1000

@@ -319,10 +319,16 @@ public struct CouchListenerService: Service {
         let app = Application(
             responder: frontDoor, server: server,
             configuration: .init(address: .hostname(host, port: port), serverName: "Ferry (CouchDB API)"),
-            onServerRunning: { channel in onBound(channel.localAddress?.port ?? 0) }, logger: logger)
+            onServerRunning: { channel in onBound(channel.localAddress?.port ?? 0) },
+            eventLoopGroupProvider: .shared(Self.eventLoops), logger: logger)
         serveRequests = { try await app.run() }
         shutdown = frontDoor.database.shutdown
     }
+
+    /// The CouchDB API's own event loops (one per core, as NIO's shared group), apart from the
+    /// replication transport's, as the admin API's: an app's request never waits behind a
+    /// peer link's blob frames. Shared by every listener of the process, never shut down.
+    static let eventLoops = MultiThreadedEventLoopGroup(numberOfThreads: System.coreCount)
 
     public func run() async throws {
         try await withGracefulShutdownHandler {
