@@ -1,4 +1,5 @@
 import FerryCore
+import FerryCouch
 import FerryStore
 import FerrySync
 import FerryTransport
@@ -8,7 +9,6 @@ import HummingbirdCore
 import Logging
 import NIOCore
 import NIOHTTP1
-import NIOPosix
 import ServiceLifecycle
 
 /// The loopback-only admin REST API (Hummingbird): node status, documents, changes,
@@ -73,17 +73,10 @@ struct AdminAPI: Sendable {
             configuration: .init(
                 address: .hostname(node.configuration.adminInterface, port: node.configuration.adminPort), serverName: "ferry"),
             onServerRunning: { channel in readiness.adminBound(channel.localAddress?.port ?? 0) },
-            eventLoopGroupProvider: .shared(Self.eventLoops),
+            eventLoopGroupProvider: FrontDoorEventLoops.admin,
             logger: node.logger)
         return AdminService(server: app, shutdown: shutdown)
     }
-
-    /// The admin API's own event loop, apart from the replication transport's: a peer link
-    /// busy with a large blob (framing and, for the dialling side, masking every byte: in a
-    /// debug build a 200 MB blob fanning out to four peers held both shared loops for
-    /// seconds at a time, and writes through the admin API waited 2 s) never delays the
-    /// CLI, the dashboard or an app's write. Shared by every node of the process, never shut down.
-    static let eventLoops = MultiThreadedEventLoopGroup(numberOfThreads: 1)
 
     // MARK: node
 

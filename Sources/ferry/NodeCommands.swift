@@ -1,5 +1,6 @@
 import ArgumentParser
 import FerryCore
+import FerryCouch
 import FerryDiscovery
 import FerryNode
 import FerryStore
@@ -131,6 +132,8 @@ struct Serve: AsyncParsableCommand {
 
     func run() async throws {
         if stdio { return try await serveStdio() }
+        // The admin and CouchDB APIs on event loops of their own, apart from the peer links'.
+        FrontDoorEventLoops.dedicate()
         // From the start a signal stops the node, whatever state it is in: one that comes
         // before the node runs makes it stop as soon as it starts.
         let signals = ShutdownSignals.install(limit: FerryNode.maximumGracefulShutdown + .seconds(5))

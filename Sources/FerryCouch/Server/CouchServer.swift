@@ -320,15 +320,10 @@ public struct CouchListenerService: Service {
             responder: frontDoor, server: server,
             configuration: .init(address: .hostname(host, port: port), serverName: "Ferry (CouchDB API)"),
             onServerRunning: { channel in onBound(channel.localAddress?.port ?? 0) },
-            eventLoopGroupProvider: .shared(Self.eventLoops), logger: logger)
+            eventLoopGroupProvider: FrontDoorEventLoops.couch, logger: logger)
         serveRequests = { try await app.run() }
         shutdown = frontDoor.database.shutdown
     }
-
-    /// The CouchDB API's own event loops (one per core, as NIO's shared group), apart from the
-    /// replication transport's, as the admin API's: an app's request never waits behind a
-    /// peer link's blob frames. Shared by every listener of the process, never shut down.
-    static let eventLoops = MultiThreadedEventLoopGroup(numberOfThreads: System.coreCount)
 
     public func run() async throws {
         try await withGracefulShutdownHandler {
@@ -369,4 +364,25 @@ extension CouchError {
             return CouchError(.internalServerError, "internal_server_error", "\(error)")
         }
     }
+}
+
+/// Where the front doors (the admin API and the CouchDB API) take their event loops from.
+///
+/// A `ferry serve` process gives each its own one-thread group (`dedicate()`), apart from
+/// the group the replication transport uses: a peer link busy framing a large blob (and, on
+/// the dialling side, masking every byte) then never delays the CLI, the dashboard or an
+/// app's request (in a debug build, a 200 MB blob fanning out to four peers held NIO's two
+/// shared threads for seconds at a time, and writes through the admin API waited 2 s:
+/// Benchmarks/README.md, "Load"). A process that embeds nodes (the test suites) keeps NIO's
+/// shared group unless it asks. The groups live as long as the process.
+public enum FrontDoorEventLoops {
+    private static let dedicated = Locked(false)
+    private static let adminGroup = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+    private static let couchGroup = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+
+    /// Gives the front doors started from now on their own event loops.
+    public static func dedicate() { dedicated.withLock { $0 = true } }
+
+    public static var admin: EventLoopGroupProvider { dedicated.withLock { $0 } ? .shared(adminGroup) : .singleton }
+    public static var couch: EventLoopGroupProvider { dedicated.withLock { $0 } ? .shared(couchGroup) : .singleton }
 }
