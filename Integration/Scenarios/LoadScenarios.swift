@@ -9,8 +9,9 @@ import Testing
 /// a blob of `FERRY_IT_LOAD_BLOB_MB` (200) MB written on it replicates to the four others.
 /// Run once on an idle machine and once with Debian's `stress-ng` loading both cores. No
 /// link may go silent; the writes' p99 stays under 100 ms (500 ms under stress-ng); within
-/// 5 s of the last write every node should hold every write and the blob: both must arrive,
-/// and when is printed (a debug build misses the 5 s, a known issue). The figures are
+/// 5 s of the last write every node should hold every write (asserted when idle) and the
+/// blob: both must arrive, and when is printed (under stress-ng a debug build misses the
+/// 5 s, a known issue). The figures are
 /// printed (Benchmarks/README.md, "Load").
 @Suite(.serialized, .timeLimit(.minutes(20)))
 struct LoadScenarios {
@@ -126,10 +127,14 @@ struct LoadScenarios {
         #expect(pct(0.99) < limit, "writes p99 \(Self.ms(pct(0.99))) is over \(Self.ms(limit))")
         #expect(converged, "not every node held every write within \(Self.blobWait) s of the last one")
         #expect(blobEverywhere, "the blob did not reach every node within \(Self.blobWait) s of the last write")
-        // The target is 5 s for both. A debug build misses it while the blob is on its way:
-        // its fan-out takes about two minutes, and the writes' replication waits behind it on
-        // the same links (Benchmarks/README.md, "Load").
-        withKnownIssue("a debug build's blob fan-out holds the writes' replication back", isIntermittent: true) {
+        // The target is 5 s. Idle, the writes make it: a document with a blob goes beside the
+        // pages that follow (BlobBacklog). Under stress-ng a debug build can miss it while the
+        // blob crosses (Benchmarks/README.md, "Load").
+        if underStress {
+            withKnownIssue("under stress-ng a debug build's blob fan-out slows the writes' replication", isIntermittent: true) {
+                #expect(settled <= .seconds(5), "every write reached every node \(Self.ms(settled)) after the last one")
+            }
+        } else {
             #expect(settled <= .seconds(5), "every write reached every node \(Self.ms(settled)) after the last one")
         }
         for node in nodes {

@@ -143,12 +143,17 @@ extension CouchRemote {
             if !encoded, let digest, let md5, digest != md5 { throw AttachmentMismatch(reason: "its MD5 is \(md5), the stub says \(digest)") }
         }
         if let length, length <= Self.heldAttachmentBytes {
+            countBlob { $0.blobBytesToReceive += length }
             let collector = Collector(limit: length)
             let response = try await http.download(path, query: query, headers: [("Accept", "*/*")]) { try collector.add($0) }
             if response.status == 404 { return nil }
             guard (200..<300).contains(response.status) else { throw CouchClientError.http(response, method: .GET, path: path, endpoint: http.endpoint) }
             let bytes = collector.bytes
             downloadState.withLock { $0.bytes += Int64(bytes.count) }
+            countBlob {
+                $0.blobBytesReceived += Int64(bytes.count)
+                $0.blobsReceived += 1
+            }
             try check(length: Int64(bytes.count), md5: StoredAttachment.md5Digest(bytes))
             var att = StoredAttachment(bytes: bytes, contentType: type, revpos: revpos)
             if let md5 = keptMD5(stub: digest, computed: att.md5) { att.md5 = md5 }
@@ -167,6 +172,7 @@ extension CouchRemote {
             var headers = [("Accept", "*/*")]
             if start > 0 { headers.append(("Range", "bytes=\(start)-")) }
             let limit = length ?? Int64.max
+            if let length { countBlob { $0.blobBytesToReceive += length - start } }
             let response = try await http.download(
                 path, query: query, headers: headers,
                 head: { status, headers in
@@ -181,6 +187,7 @@ extension CouchRemote {
                     throw CouchClientError(.badResponse, message: "GET \(path): more bytes than the stub's length", isTransient: true)
                 }
                 try chunk.withUnsafeReadableBytes { try writer.write($0) }
+                self.countBlob { $0.blobBytesReceived += Int64(chunk.readableBytes) }
             }
             if response.status == 416 {
                 // What is on disk does not fit the server's content: start again next time.
@@ -204,6 +211,7 @@ extension CouchRemote {
         let md5 = writer.md5Digest
         let reference = try writer.finish(contentType: type)
         finished = true
+        countBlob { $0.blobsReceived += 1 }
         let att = StoredAttachment(blob: reference.digest, length: reference.length, contentType: type, md5: keptMD5(stub: digest, computed: md5) ?? "", revpos: revpos)
         if let resumeKey { downloadState.withLock { $0.stored[resumeKey] = att } }
         return FetchedAttachment(attachment: att, bytes: nil)

@@ -355,11 +355,17 @@ extension CouchRemote {
             $0.attachmentsSent += document.inlineAttachments.count
             $0.attachmentsStubbed += document.stubAttachments.count
         }
+        let attachmentBytes = document.follows.reduce(Int64(0)) { $0 + Int64($1.attachment.length) }
+        countBlob { $0.blobBytesToSend += attachmentBytes }
         let response = try await http.upload(
             .PUT, path, query: [("new_edits", "false")],
             headers: [("Content-Type", "multipart/related; boundary=\"\(boundary)\"")], body: StreamedBody(pieces: pieces))
         switch response.status {
         case 200..<300:
+            countBlob {
+                $0.blobBytesSent += attachmentBytes
+                $0.blobsSent += document.follows.count
+            }
             return nil
         case 400, 403, 409, 412, 413, 415:
             let answer = response.json

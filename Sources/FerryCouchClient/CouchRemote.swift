@@ -25,6 +25,13 @@ final class CouchRemote: RemoteDatabase {
     let downloadState = Locked(CouchDownloadState())
     /// The push side's state between verbs (CouchRemote+Push.swift).
     let pushState = Locked(CouchPushState())
+    /// Where attachment bytes are counted as they move (the replication's progress).
+    let blobCounter = Locked<BlobCounter?>(nil)
+
+    func countBlobs(with counter: @escaping BlobCounter) { blobCounter.withLock { $0 = counter } }
+
+    /// Adds to the replication's blob totals, once a replicator has asked for them.
+    func countBlob(_ change: (inout ReplicationSummary) -> Void) { blobCounter.withLock { $0 }?(change) }
     /// What this run's checkpoint documents record (CouchRemote+Checkpoint.swift).
     let checkpointState = Locked(CouchCheckpointState())
     /// The HTTP client's byte counts (one client serves every attempt of a replication;

@@ -74,10 +74,19 @@ package protocol RemoteDatabase: Sendable {
     /// The bytes this remote's own transport moved, for a remote that is not reached through
     /// a `Connection` (whose traffic is counted there). (Default: nil.)
     var traffic: Locked<Connection.Counters>? { get }
+
+    /// Told once the replicator has opened it: where a remote that moves blobs itself (a
+    /// CouchDB server's attachments) counts their bytes, for progress. (Default: ignored.)
+    func countBlobs(with counter: @escaping BlobCounter)
 }
+
+/// Adds to a replication's totals (blob bytes and counts as they move).
+package typealias BlobCounter = @Sendable (_ change: (inout ReplicationSummary) -> Void) -> Void
 
 extension RemoteDatabase {
     public var traffic: Locked<Connection.Counters>? { nil }
+
+    package func countBlobs(with counter: @escaping BlobCounter) {}
 
     package func close(error: SyncError?) async {}
 

@@ -285,6 +285,8 @@ public final class Replicator: Sendable {
             throw SyncError.from(error)
         }
         context.peerHeld.reset()
+        let progress = context.progress
+        remote.countBlobs { change in progress.count(change) }
         if let traffic = remote.traffic {
             context.progress.connected(traffic: traffic)
         }

@@ -87,7 +87,8 @@ enum PeerTable {
             let trusted = p["trusted"]?.boolValue == true ? "trusted" : "UNTRUSTED"
             var connected = p["connected"]?.boolValue == true ? "connected" : "not connected"
             if let direction = p["direction"]?.stringValue { connected += " (\(direction))" }
-            let activity = p["replication"]?["activity"]?.stringValue.map { ", replication \($0)" } ?? ""
+            var activity = p["replication"]?["activity"]?.stringValue.map { ", replication \($0)" } ?? ""
+            if let blobs = blobProgress(p["replication"]) { activity += " (\(blobs))" }
             let error = p["replication"]?["error"]?.stringValue.map { "  error: \($0)" } ?? ""
             // Only a connected peer's report is current.
             var digest = ""
@@ -99,6 +100,17 @@ enum PeerTable {
                 "  \(p["id"]?.stringValue ?? "?")  \(LogText.escape(p["name"]?.stringValue ?? "-"))  \(LogText.escape(location(p)))  [\(p["source"]?.stringValue ?? "?")] \(trusted), \(connected)\(activity)\(digest)\(LogText.escape(error))"
             )
         }
+    }
+
+    /// Blob bytes moved of those under way in each direction, while a transfer is unfinished:
+    /// `blobs 120.0 MiB/200.0 MiB received (60%)`; nil when none is.
+    static func blobProgress(_ status: JSON?) -> String? {
+        var parts: [String] = []
+        for (done, total, verb) in [("blobBytesReceived", "blobBytesToReceive", "received"), ("blobBytesSent", "blobBytesToSend", "sent")] {
+            guard let moved = status?[done]?.intValue, let all = status?[total]?.intValue, all > 0, moved < all else { continue }
+            parts.append("\(ProgressBar.bytes(moved))/\(ProgressBar.bytes(all)) \(verb) (\(moved * 100 / all)%)")
+        }
+        return parts.isEmpty ? nil : "blobs " + parts.joined(separator: ", ")
     }
 
     /// A line on discovery when it finds no one (off or unavailable), with what to do instead.

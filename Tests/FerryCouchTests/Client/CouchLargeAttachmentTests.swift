@@ -151,9 +151,14 @@ import Testing
         let id = try DocumentID("push-\(UUID().uuidString.lowercased())")
         try local.put(id, body: try CouchOutgoingDocumentTests.withAttachment(["kind": "scan"], name: "big.bin", bytes: bytes, revpos: 1, store: local))
         let remote = try await CouchRemote.open(http: http, store: local, logger: T.quiet)
+        let counted = Locked(ReplicationSummary())
+        remote.countBlobs { change in counted.withLock { change(&$0) } }
         let results = try await CouchPushTests.pushAll(local, remote)
         #expect(results.count == 1 && results.allSatisfy { $0.status == .stored }, "\(results)")
         #expect(remote.pushState.withLock { $0.streamedPuts } == 1)
+        // Its bytes count as a blob's, as a push to a Ferry peer counts them.
+        let summary = counted.withLock { $0 }
+        #expect(summary.blobsSent == 1 && summary.blobBytesSent == Int64(bytes.count) && summary.blobBytesToSend == Int64(bytes.count), "\(summary)")
         #expect(remote.pushState.withLock { $0.bulkDocsRequests } == 0)
         let back = try await http.send(
             .GET, http.databasePath(CouchEndpoint.escapeDatabase(id.rawValue) + "/big.bin"), headers: [("Accept", "*/*")])
@@ -186,6 +191,9 @@ import Testing
         let summary = replicator.summary
         #expect(summary.bytesReceived >= bytes.count && summary.bytesReceived < bytes.count + (1 << 20), "\(summary.bytesReceived)")
         #expect(summary.bytesSent > 0)
+        // Its blob counts like a blob from a Ferry peer (progress in bytes, and the total).
+        #expect(summary.blobsReceived == 1)
+        #expect(summary.blobBytesReceived == Int64(bytes.count) && summary.blobBytesToReceive == Int64(bytes.count), "\(summary)")
     }
 }
 
