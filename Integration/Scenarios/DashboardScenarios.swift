@@ -5,8 +5,11 @@ import Testing
 
 /// The web dashboard in a real headless Chromium (Integration/ui/test_dashboard.py, selenium):
 /// three `ferry serve` nodes of one group on loopback; the browser logs in to A, watches the
-/// mesh, sees C go offline when it stops, resolves a conflict, runs a Mango query, is refused a
-/// stale edit, reads the group and health pages and logs out. Screenshots go to docs/dashboard/.
+/// mesh (no link drawn over another), sees C go offline when it stops, finds a conflict marked
+/// in the documents list and resolves it (asked first; Cancel deletes nothing), runs a Mango
+/// query, creates and deletes a document, is refused a stale edit, reads the group, the health
+/// charts' axes and the peer links' counters, uses every page at 375 px wide and by keyboard,
+/// and logs out. Screenshots go to docs/dashboard/.
 @Suite(.serialized, .timeLimit(.minutes(10))) struct DashboardScenarios {
     @Test func theDashboardWorksInARealBrowser() async throws {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/chromium"), FileManager.default.isExecutableFile(atPath: "/usr/bin/chromedriver")

@@ -18,6 +18,7 @@ from selenium import webdriver
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -128,6 +129,16 @@ def test_the_dashboard_end_to_end(browser):
         return [r for r in rows if r.find_elements(By.CSS_SELECTOR, "td[data-state^='connected']")]
     wait_for(lambda: len(connected_rows()) == 2, 20, "two connected peers in the mesh view")
     assert browser.find_elements(By.CSS_SELECTOR, "#mesh-graph line")
+    # Every node on one circle: no link's line lies on another's (a chain of three was drawn
+    # with B–C over A's two links when A sat at the centre).
+    def collinear():
+        segments = [[float(l.get_attribute(k)) for k in ("x1", "y1", "x2", "y2")] for l in browser.find_elements(By.CSS_SELECTOR, "#mesh-graph line")]
+        def on(p, s):
+            (x, y), (x1, y1, x2, y2) = p, s
+            cross = (x2 - x1) * (y - y1) - (y2 - y1) * (x - x1)
+            return abs(cross) < 1e-3 * max(1.0, abs(x2 - x1) + abs(y2 - y1)) ** 2 and min(x1, x2) - 1e-6 <= x <= max(x1, x2) + 1e-6 and min(y1, y2) - 1e-6 <= y <= max(y1, y2) + 1e-6
+        return [(a, b) for a in segments for b in segments if a != b and on(a[:2], b) and on(a[2:], b)]
+    assert not collinear(), f"a link is drawn over another: {collinear()}"
     shot(browser, "mesh")
 
     # Cut a link: C stops; its row shows offline within 5 s.
@@ -160,13 +171,26 @@ def test_the_dashboard_end_to_end(browser):
         d = admin(base_url, key, "GET", "/docs/patient-7?conflicts=true").json()
         return d.get("_conflicts", [])
     wait_for(lambda: len(conflicts_on(A, A_KEY)) >= 1 and len(conflicts_on(B, B_KEY)) >= 1, 20, "the conflict on both nodes")
+    # The documents list marks it in conflict.
+    page(browser, "documents")
+    wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#documents a[data-conflicted='patient-7']")))
     page(browser, "conflicts")
     section = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "section[data-conflict='patient-7']")))
     assert section.find_elements(By.CSS_SELECTOR, ".diff"), "the differing field is highlighted"
     shot(browser, "conflicts")
     keep = section.find_elements(By.CSS_SELECTOR, "button[data-keep]")
     kept = keep[-1].get_attribute("data-keep")
+    # "Keep this one" asks first and names what goes; Cancel deletes nothing.
     keep[-1].click()
+    ask = wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, f"div[data-confirm='{kept}']")))
+    other = next(b.get_attribute("data-keep") for b in keep if b.get_attribute("data-keep") != kept)
+    assert other[:18] in ask.text and "lost" in ask.text, ask.text
+    shot(browser, "conflicts-confirm")
+    click(browser, f"button[data-cancel='{kept}']")
+    wait_for(lambda: not ask.is_displayed(), 5, "the question to close")
+    assert len(conflicts_on(A, A_KEY)) >= 1, "Cancel deleted nothing"
+    keep[-1].click()
+    click(browser, f"button[data-discard='{kept}']")
     wait.until(ec.presence_of_element_located((By.ID, "no-conflicts")))
     def resolved(base_url, key):
         d = admin(base_url, key, "GET", "/docs/patient-7?conflicts=true").json()
@@ -203,6 +227,23 @@ def test_the_dashboard_end_to_end(browser):
     assert "patient-7" in found.text
     assert "Index used" in browser.find_element(By.ID, "mango-index").text
     shot(browser, "documents")
+
+    # A document created from the page, then deleted with its revision (asked first).
+    new_id = browser.find_element(By.ID, "new-id")
+    new_id.send_keys("visit-1")
+    body = browser.find_element(By.ID, "new-body")
+    body.clear()
+    body.send_keys(json.dumps({"type": "visit", "patient": "patient-7"}))
+    browser.find_element(By.ID, "new-create").click()
+    wait_for(lambda: "Created visit-1" in browser.find_element(By.ID, "new-message").text, 10, "the new document created")
+    assert admin(A, A_KEY, "GET", "/docs/visit-1").json()["type"] == "visit"
+    browser.find_element(By.ID, "new-create").click()  # again: it exists
+    wait_for(lambda: "exists already" in browser.find_element(By.ID, "new-message").text, 10, "a second create refused")
+    page(browser, "doc/visit-1")
+    wait.until(ec.presence_of_element_located((By.ID, "doc-delete"))).click()
+    wait.until(ec.visibility_of_element_located((By.ID, "doc-delete-confirm")))
+    click(browser, "#doc-delete-yes")
+    wait_for(lambda: admin(A, A_KEY, "GET", "/docs/visit-1").json().get("_deleted") is True, 10, "visit-1 deleted")
 
     # An edit on a stale revision is refused in plain words; a fresh one saves.
     page(browser, "doc/patient-7")
@@ -255,9 +296,29 @@ def test_the_dashboard_end_to_end(browser):
         admin(A, A_KEY, "PUT", f"/docs/health-{i}", {"i": i})
         time.sleep(1)
     assert "writes/s" in browser.find_element(By.ID, "chart-writes").text
+    # The time axis spans the history the page has gathered (a snapshot a second or so);
+    # the value axis is in the chart's unit. Read in one go: the page redraws on each snapshot.
+    def axes():
+        chart = browser.find_element(By.ID, "chart-writes")
+        found = {t.get_attribute("data-axis"): t.text for t in chart.find_elements(By.CSS_SELECTOR, "text[data-axis]")}
+        found["lines"] = len(chart.find_elements(By.CSS_SELECTOR, "line.x-axis, line.y-axis"))
+        return found
+    wait_for(lambda: axes().get("from", "−0 s") not in ("−0 s", "−1 s", "−2 s"), 20, "a few seconds of history on the time axis")
+    seen = {}
+    def read_axes():
+        seen.update(axes())
+        return True
+    wait_for(read_axes, 5, "the chart's axes")
+    assert seen.get("to") == "now" and seen.get("from", "").endswith(" s") and seen.get("max", "").endswith("/s") and seen["lines"] == 2, seen
+    icon = requests.get(A + "/favicon.ico", timeout=30)
+    assert icon.status_code == 200 and icon.headers["Content-Type"].startswith("image/svg+xml") and b"<svg" in icon.content, icon.status_code
     shot(browser, "health")
-    # A CouchDB replication added from the page (to B's CouchDB API), paused, resumed, reset.
+    # The peer links, with the counters the CLI shows.
     page(browser, "replications")
+    wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#links tr[data-link]")))
+    link_rows = browser.find_elements(By.CSS_SELECTOR, "#links tr[data-link]")
+    assert any("pushed" in r.text and "pulled" in r.text and "received" in r.text for r in link_rows), [r.text for r in link_rows]
+    # A CouchDB replication added from the page (to B's CouchDB API), paused, resumed, reset.
     b_couch = os.environ["FERRY_B_COUCH"].rstrip("/").replace("://", "://admin:" + B_KEY + "@", 1)
     wait.until(ec.presence_of_element_located((By.ID, "rep-url"))).send_keys(f"{b_couch}/{DB}")
     browser.find_element(By.ID, "rep-add").click()
@@ -276,6 +337,29 @@ def test_the_dashboard_end_to_end(browser):
     wait_for(lambda: not rep()["paused"], 10, "the replication resumed")
     click(browser, row + " button[data-action='reset']")
     wait_for(lambda: not rep()["paused"] and rep()["status"]["activity"] in ("idle", "busy"), 10, "the replication run again from the start")
+
+    # A phone's width (375 px): every page fits it (nothing wider than the window), and the
+    # page can be used by keyboard (Tab reaches the navigation, Enter follows a link).
+    browser.set_window_size(375, 800)
+    for name in ("mesh", "replications", "conflicts", "documents", "group", "health"):
+        page(browser, name)
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#view h1")))
+        time.sleep(0.3)
+        wide = browser.execute_script("return document.documentElement.scrollWidth")
+        inner = browser.execute_script("return window.innerWidth")
+        assert wide <= inner, f"{name} is {wide} px wide in a {inner} px window"
+        shot(browser, "phone-" + name)
+    page(browser, "mesh")
+    browser.find_element(By.TAG_NAME, "body").send_keys(Keys.TAB)
+    for _ in range(12):
+        focused = browser.switch_to.active_element
+        if focused.get_attribute("id") == "nav-documents":
+            break
+        focused.send_keys(Keys.TAB)
+    assert browser.switch_to.active_element.get_attribute("id") == "nav-documents", "Tab reaches the navigation"
+    browser.switch_to.active_element.send_keys(Keys.ENTER)
+    wait_for(lambda: browser.current_url.endswith("#documents"), 5, "Enter to follow the link")
+    browser.set_window_size(1100, 760)
 
     # Logging out ends the session: the page asks for the key again.
     browser.find_element(By.ID, "logout-button").click()

@@ -25,6 +25,8 @@ extension AdminAPI {
         static let style: RouterPath = "/ui/app.css"
         static let events: RouterPath = "/ui/events"
         static let tokens: RouterPath = "/ui/tokens"
+        /// Browsers ask for it on every origin they show.
+        static let favicon: RouterPath = "/favicon.ico"
     }
 
     func addDashboardRoutes(to router: Router<BasicRequestContext>) {
@@ -34,6 +36,7 @@ extension AdminAPI {
         router.post(Dashboard.logout) { request, _ in try await logout(request) }
         router.get(Dashboard.script) { _, _ in Self.asset(DashboardAssets.script, type: "text/javascript; charset=utf-8") }
         router.get(Dashboard.style) { _, _ in Self.asset(DashboardAssets.style, type: "text/css; charset=utf-8") }
+        router.get(Dashboard.favicon) { _, _ in Self.asset(DashboardAssets.icon, type: "image/svg+xml") }
         router.get(Dashboard.events) { request, _ in try events(request) }
         router.post(Dashboard.tokens) { request, _ in try loginToken(request) }
     }

@@ -61,6 +61,7 @@ struct AdminGuard<Context: RequestContext>: RouterMiddleware {
         [
             Route(.get, AdminAPI.Dashboard.page), Route(.get, AdminAPI.Dashboard.login), Route(.post, AdminAPI.Dashboard.login),
             Route(.post, AdminAPI.Dashboard.logout), Route(.get, AdminAPI.Dashboard.script), Route(.get, AdminAPI.Dashboard.style),
+            Route(.get, AdminAPI.Dashboard.favicon),
         ]
     }
 

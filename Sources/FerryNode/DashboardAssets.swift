@@ -16,7 +16,7 @@ enum DashboardAssets {
         """
         <!doctype html>
         <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-        <title>Ferry: log in</title><link rel="stylesheet" href="/ui/app.css"></head>
+        <title>Ferry: log in</title><link rel="icon" href="/favicon.ico" type="image/svg+xml"><link rel="stylesheet" href="/ui/app.css"></head>
         <body class="login"><main>
         <h1>Ferry</h1>
         <form method="post" action="/ui/login" id="login">
@@ -35,7 +35,7 @@ enum DashboardAssets {
         <!doctype html>
         <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
         <meta name="csrf-token" content="\(escape(csrf))">
-        <title>Ferry: \(escape(nodeName))</title><link rel="stylesheet" href="/ui/app.css"></head>
+        <title>Ferry: \(escape(nodeName))</title><link rel="icon" href="/favicon.ico" type="image/svg+xml"><link rel="stylesheet" href="/ui/app.css"></head>
         <body>
         <header><span class="brand">Ferry</span> <span id="node-name">\(escape(nodeName))</span>
         <nav id="nav">
@@ -51,6 +51,12 @@ enum DashboardAssets {
         </body></html>
         """
     }
+
+    /// The tab's icon (`/favicon.ico`): a hull on a blue disc, as SVG.
+    static let icon = """
+        <svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32"><circle cx="16" cy="16" r="15" fill="#1849a9"/>\
+        <path d="M6 17h20l-4 7H10z" fill="#fff"/><path d="M15 6v10h2V6z" fill="#fff"/><path d="M17 7l6 8h-6z" fill="#e8eefc"/></svg>
+        """
 
     static let style = """
         :root { --fg: #1d2430; --muted: #5b6675; --line: #d5dbe3; --ok: #1f7a3a; --bad: #b42318; --warn: #b54708; --accent: #1849a9; }
@@ -80,12 +86,19 @@ enum DashboardAssets {
         .bar { height: .6rem; background: var(--line); border-radius: .3rem; min-width: 6rem; }
         .bar > span { display: block; height: 100%; background: var(--accent); border-radius: .3rem; }
         svg { background: #fff; border: 1px solid var(--line); max-width: 100%; }
-        .chart { width: 100%; height: 120px; }
+        .chart { width: 100%; height: auto; }
+        #mesh-graph { height: auto; }
         .login main { max-width: 26rem; margin: 4rem auto; background: #fff; padding: 1.5rem; border: 1px solid var(--line); border-radius: .5rem; }
         .login label, .login input { display: block; width: 100%; margin-bottom: .6rem; }
         .hint { color: var(--muted); font-size: 13px; }
         #status { position: fixed; bottom: 0; right: 1rem; margin: .5rem; }
+        .scroll { overflow-x: auto; max-width: 100%; }
+        .axis { font-size: 11px; fill: var(--muted); }
+        .confirm { background: #fff3c4; padding: .5rem; border: 1px solid var(--warn); border-radius: .35rem; }
+        .flag { color: var(--warn); font-weight: 600; margin-left: .4rem; }
         @media (max-width: 700px) { header { gap: .3rem; } main { padding: .5rem; } th, td { padding: .25rem; } }
+        @media (max-width: 420px) { body { font-size: 14px; } nav a { padding: .3rem .4rem; } textarea, input[type=text], #rep-url { width: 100%; }
+          .scroll > table { min-width: 34rem; } .leaf { flex-basis: 100%; } #status { left: 0; right: 0; } }
         """
 
     static let script = #"""
@@ -151,20 +164,23 @@ enum DashboardAssets {
           for (const m of members) if (m.id !== s.node.id) ids.set(m.id, { id: m.id, name: m.name, member: m.state });
           for (const p of peers) ids.set(p.id, Object.assign(ids.get(p.id) || {}, { id: p.id, name: p.name || (ids.get(p.id) || {}).name, peer: p }));
           const others = [...ids.values()];
-          const w = 640, h = 360, cx = w / 2, cy = h / 2, r = Math.min(w, h) / 2 - 50;
+          const w = 640, h = 360, r = Math.min(w, h) / 2 - 50;
           const g = svg("svg", { viewBox: `0 0 ${w} ${h}`, width: w, height: h, id: "mesh-graph", role: "img", "aria-label": "mesh graph" });
+          // Every node on one circle, this one first: each link is a chord of its own, so none
+          // is drawn over another (with this node at the centre, B–C hid A's two links).
+          const at = (i) => { const a = (2 * Math.PI * i) / (others.length + 1) - Math.PI / 2; return [w / 2 + r * Math.cos(a), h / 2 + r * Math.sin(a)]; };
+          const [cx, cy] = others.length ? at(0) : [w / 2, h / 2];
           others.forEach((o, i) => {
-            const a = (2 * Math.PI * i) / Math.max(1, others.length) - Math.PI / 2;
-            o.x = cx + r * Math.cos(a); o.y = cy + r * Math.sin(a);
+            [o.x, o.y] = at(i + 1);
             const [text, cls] = memberState(o);
             const color = cls === "ok" ? "#1f7a3a" : cls === "bad" ? "#b42318" : cls === "warn" ? "#b54708" : "#98a2b3";
             g.append(svg("line", { x1: cx, y1: cy, x2: o.x, y2: o.y, stroke: color, "stroke-width": 3, "stroke-dasharray": cls === "ok" ? "" : "6 4", "data-peer": o.id, "data-state": text }));
           });
           // The links the peers report of their own (heartbeats): the whole group's mesh.
-          const at = new Map(others.map((o) => [o.id, o]));
+          const byID = new Map(others.map((o) => [o.id, o]));
           const drawn = new Set();
           for (const o of others) for (const to of ((o.peer || {}).links || [])) {
-            const t = at.get(to); const key = [o.id, to].sort().join(" ");
+            const t = byID.get(to); const key = [o.id, to].sort().join(" ");
             if (!t || drawn.has(key)) continue; drawn.add(key);
             g.append(svg("line", { x1: o.x, y1: o.y, x2: t.x, y2: t.y, stroke: "#98a2b3", "stroke-width": 1.5, "data-link": key }));
           }
@@ -185,7 +201,7 @@ enum DashboardAssets {
               el("td", {}, behind),
               el("td", {}, rep.bytesSent !== undefined ? bytes(rateOf("bytesSent")) + "/s / " + bytes(rateOf("bytesReceived")) + "/s" : "-"));
           });
-          view.append(el("table", { id: "peers" }, el("tr", {}, ["Name", "ID", "Link", "Direction", "Activity", "Digest", "Behind", "Sent / received"].map((t) => el("th", {}, t))), rows));
+          view.append(el("div", { class: "scroll" }, el("table", { id: "peers" }, el("tr", {}, ["Name", "ID", "Link", "Direction", "Activity", "Digest", "Behind", "Sent / received"].map((t) => el("th", {}, t))), rows)));
         }
 
         async function renderReplications() {
@@ -196,18 +212,32 @@ enum DashboardAssets {
             catch (err) { say(err.message, true); } } }, label);
           const actions = (x) => [x.paused ? act(x, "resume", "Resume") : act(x, "pause", "Pause"), " ", act(x, "reset", "Reset checkpoint"),
             " ", x.source === "api" ? act(x, "remove", "Remove") : el("span", { class: "muted" }, "(config)")];
-          const rows = (r.replications || []).map((x) => {
-            const st = x.status || {}; const pct = st.total ? Math.min(100, Math.round((100 * st.completed) / st.total)) : (st.activity === "idle" ? 100 : 0);
+          // Progress: documents, and blob bytes once large blobs stream.
+          const progress = (st) => {
+            const pct = st.total ? Math.min(100, Math.round((100 * st.completed) / st.total)) : (st.activity === "idle" ? 100 : 0);
             const bar = el("div", { class: "bar", title: pct + "% of documents" }, el("span")); bar.firstChild.style.width = pct + "%";
-            // Blob bytes, once large blobs stream.
             const blobTotal = (st.blobBytesToReceive || 0) + (st.blobBytesToSend || 0);
             const blobDone = (st.blobBytesReceived || 0) + (st.blobBytesSent || 0);
-            if (blobTotal > 0) { const b = el("div", { class: "bar", title: bytes(blobDone) + " of " + bytes(blobTotal) + " of blobs" }, el("span")); b.firstChild.style.width = Math.min(100, Math.round((100 * blobDone) / blobTotal)) + "%"; bar.after(b); }
-            return el("tr", { "data-replication": x.id }, el("td", {}, x.id), el("td", {}, x.url || x.peer || "-"), el("td", {}, x.paused ? "paused" : st.activity || "-"), el("td", {}, bar),
-              el("td", { class: st.error ? "bad" : "" }, st.error || "-"),
+            const cell = el("td", {}, bar);
+            if (blobTotal > 0) { const b = el("div", { class: "bar", title: bytes(blobDone) + " of " + bytes(blobTotal) + " of blobs" }, el("span")); b.firstChild.style.width = Math.min(100, Math.round((100 * blobDone) / blobTotal)) + "%"; cell.append(b, el("span", { class: "muted" }, bytes(blobDone) + " of " + bytes(blobTotal))); }
+            return cell;
+          };
+          // The counters `ferry status` shows.
+          const counters = (st) => el("td", { "data-counters": "" }, "pushed " + (st.pushed || 0) + ", pulled " + (st.pulled || 0) + ", rejected " + (st.rejected || 0) + "; " + bytes(st.bytesSent || 0) + " sent, " + bytes(st.bytesReceived || 0) + " received");
+          const rows = (r.replications || []).map((x) => {
+            const st = x.status || {};
+            return el("tr", { "data-replication": x.id }, el("td", {}, x.id), el("td", {}, x.url || x.peer || "-"), el("td", {}, x.paused ? "paused" : st.activity || "-"), progress(st),
+              counters(st), el("td", { class: st.error ? "bad" : "" }, st.error || "-"),
               el("td", {}, actions(x)));
           });
-          view.append(el("table", { id: "replications" }, el("tr", {}, ["ID", "Target", "Activity", "Progress", "Last error", ""].map((t) => el("th", {}, t))), rows));
+          view.append(el("div", { class: "scroll" }, el("table", { id: "replications" }, el("tr", {}, ["ID", "Target", "Activity", "Progress", "Counters", "Last error", ""].map((t) => el("th", {}, t))), rows)));
+          // The links with peers: this node's own, or the peer's to it.
+          const peers = ((await api("GET", "/peers")).peers || []).filter((p) => p.replication);
+          const links = peers.map((p) => { const st = p.replication || {};
+            return el("tr", { "data-link": p.id }, el("td", {}, p.name || short(p.id)), el("td", {}, p.direction || "-"), el("td", {}, st.activity || "-"), progress(st), counters(st),
+              el("td", { class: st.error ? "bad" : "" }, st.error || "-")); });
+          view.append(el("h2", {}, "Peer links"), links.length ? el("div", { class: "scroll" }, el("table", { id: "links" }, el("tr", {}, ["Peer", "Direction", "Activity", "Progress", "Counters", "Last error"].map((t) => el("th", {}, t))), links))
+            : el("p", { class: "muted", id: "no-links" }, "No peer link yet."));
           const url = el("input", { id: "rep-url", placeholder: "http://127.0.0.1:5984/db", size: 40, "aria-label": "CouchDB database URL" });
           const cred = el("input", { id: "rep-credentials", placeholder: "credentials file (optional)", "aria-label": "credentials file" });
           const dir = el("select", { id: "rep-direction", "aria-label": "direction" }, ["pushAndPull", "push", "pull"].map((d) => el("option", { value: d }, d)));
@@ -229,10 +259,16 @@ enum DashboardAssets {
             const boxes = leaves.map((leaf) => {
               const others = leaves.filter((l) => l !== leaf);
               const lines = Object.keys(leaf.body || {}).sort().map((k) => el("div", { class: others.some((o) => keysDiffer(leaf.body, o.body, k)) ? "diff" : "" }, k + ": " + JSON.stringify(leaf.body[k])));
-              const keep = el("button", { "data-keep": leaf.rev, onclick: async () => {
-                try { for (const o of others) await api("DELETE", "/docs/" + encodeURIComponent(c.id) + "?rev=" + encodeURIComponent(o.rev));
-                  say("kept " + leaf.rev + " of " + c.id); renderConflicts(); } catch (err) { say(err.message, true); } } }, "Keep this one");
-              return el("div", { class: "leaf" }, el("p", {}, el("code", {}, leaf.rev.slice(0, 18)), leaf.winner ? " (winner)" : ""), el("pre", {}, lines), keep);
+              // Asks first, naming what goes: the other leaves are deleted (their edits are lost).
+              const ask = el("div", { class: "confirm", "data-confirm": leaf.rev, hidden: "" },
+                el("p", {}, "Keep " + leaf.rev.slice(0, 18) + " and delete " + (others.length === 1 ? "the other version" : "the " + others.length + " other versions") + " of " + c.id + ": ",
+                  others.flatMap((o, i) => [i ? ", " : "", el("code", {}, o.rev.slice(0, 18))]), ". Their edits are lost."),
+                el("button", { "data-discard": leaf.rev, onclick: async () => {
+                  try { for (const o of others) await api("DELETE", "/docs/" + encodeURIComponent(c.id) + "?rev=" + encodeURIComponent(o.rev));
+                    say("kept " + leaf.rev + " of " + c.id); renderConflicts(); } catch (err) { say(err.message, true); } } }, "Delete " + (others.length === 1 ? "it" : "them")),
+                " ", el("button", { "data-cancel": leaf.rev, onclick: () => { ask.hidden = true; keep.focus(); } }, "Cancel"));
+              const keep = el("button", { "data-keep": leaf.rev, onclick: () => { ask.hidden = false; ask.querySelector("button").focus(); } }, "Keep this one");
+              return el("div", { class: "leaf" }, el("p", {}, el("code", {}, leaf.rev.slice(0, 18)), leaf.winner ? " (winner)" : ""), el("pre", {}, lines), keep, ask);
             });
             const resolve = (name) => el("button", { "data-resolver": name, onclick: async () => {
               try { const r = await api("POST", "/conflicts/resolve", { id: c.id, resolver: name }); say(name + " resolved " + c.id + " as " + (r.rev || "").slice(0, 12)); renderConflicts(); }
@@ -249,14 +285,27 @@ enum DashboardAssets {
           const load = async () => {
             // One request per keystroke: only the answer to the latest may draw the list.
             const ticket = ++state.docsTicket;
-            const r = await api("GET", "/docs?limit=200" + (prefix.value ? "&prefix=" + encodeURIComponent(prefix.value) : ""));
+            const [r, c] = await Promise.all([api("GET", "/docs?limit=200" + (prefix.value ? "&prefix=" + encodeURIComponent(prefix.value) : "")), api("GET", "/conflicts")]);
             if (ticket !== state.docsTicket) return;
             const rows = r.rows || [];
+            const conflicted = new Set((c.conflicts || []).map((x) => x.id));
             // Spread: replaceChildren takes nodes, not arrays (it would print one as text).
             list.replaceChildren(el("tr", {}, el("th", {}, "ID"), el("th", {}, "Revision")),
-              ...rows.map((d) => el("tr", {}, el("td", {}, el("a", { href: "#doc/" + encodeURIComponent(d.id), "data-doc": d.id }, d.id)), el("td", {}, el("code", {}, d.rev.slice(0, 18))))));
+              ...rows.map((d) => el("tr", { "data-row": d.id }, el("td", {}, el("a", { href: "#doc/" + encodeURIComponent(d.id), "data-doc": d.id }, d.id),
+                conflicted.has(d.id) ? el("a", { class: "flag", href: "#conflicts", "data-conflicted": d.id }, "in conflict") : null),
+                el("td", {}, el("code", {}, d.rev.slice(0, 18))))));
           };
           prefix.addEventListener("input", load);
+          // A new document: its ID and JSON body, stored as its first revision.
+          const newID = el("input", { id: "new-id", type: "text", placeholder: "new document ID", "aria-label": "new document ID" });
+          const newBody = el("textarea", { id: "new-body", "aria-label": "new document JSON" }); newBody.value = "{}"; newBody.style.minHeight = "4rem";
+          const created = el("p", { id: "new-message" });
+          const create = el("form", { id: "new-doc", onsubmit: async (e) => { e.preventDefault();
+            let parsed; try { parsed = JSON.parse(newBody.value); } catch (err) { created.textContent = "Not JSON: " + err.message; created.className = "error"; return; }
+            if (!newID.value) { created.textContent = "Give the document an ID."; created.className = "error"; return; }
+            try { const r = await api("PUT", "/docs/" + encodeURIComponent(newID.value), parsed); created.textContent = "Created " + newID.value + " as " + r.rev; created.className = "ok"; await load(); }
+            catch (err) { created.className = "error"; created.textContent = (err.status === 409 ? "Not created: " + newID.value + " exists already. " : "Not created: ") + err.message; } } },
+            newID, " ", el("button", { type: "submit", id: "new-create" }, "Create"), newBody, created);
           const query = el("textarea", { id: "mango", "aria-label": "Mango query" }); query.value = '{"selector": {}, "limit": 20}';
           const results = el("div", { id: "mango-results" });
           const run = el("button", { id: "mango-run", onclick: async () => {
@@ -265,7 +314,7 @@ enum DashboardAssets {
               results.replaceChildren(el("p", { id: "mango-index" }, "Index used: " + idx + "; " + r.docs.length + " documents"),
                 el("pre", { id: "mango-docs" }, JSON.stringify(r.docs, null, 2)));
             } catch (err) { results.replaceChildren(el("p", { class: "error" }, err.message)); } } }, "Run query");
-          view.append(el("p", {}, prefix), list, el("h2", {}, "Mango query"), query, run, results);
+          view.append(el("p", {}, prefix), el("div", { class: "scroll" }, list), el("h2", {}, "New document"), create, el("h2", {}, "Mango query"), query, run, results);
           await load();
         }
 
@@ -315,7 +364,14 @@ enum DashboardAssets {
             children.has(r.rev) ? branch(r.rev) : null)));
           const roots = tree.revisions.filter((r) => !r.parent || !tree.revisions.some((x) => x.rev === r.parent)).map((r) => r.parent || "");
           const history = el("div", { id: "doc-revisions" }, [...new Set(roots)].map(branch));
-          view.append(el("p", {}, el("a", { href: "#documents" }, "← Documents")), editor, save, message,
+          // Deleting names the revision it deletes (a stale one is refused, as a stale save is).
+          const sure = el("span", { class: "confirm", id: "doc-delete-confirm", hidden: "" }, "Delete " + id + " at " + rev.slice(0, 18) + "? ",
+            el("button", { id: "doc-delete-yes", onclick: async () => {
+              try { await api("DELETE", "/docs/" + encodeURIComponent(id) + "?rev=" + encodeURIComponent(rev)); say("deleted " + id); location.hash = "documents"; }
+              catch (err) { message.className = "error"; message.textContent = (err.status === 409 ? "Not deleted: the document changed since you opened it. " : "Not deleted: ") + err.message; } } }, "Delete"),
+            " ", el("button", { id: "doc-delete-no", onclick: () => { sure.hidden = true; } }, "Cancel"));
+          const remove = doc._deleted ? null : el("button", { id: "doc-delete", onclick: () => { sure.hidden = false; sure.querySelector("button").focus(); } }, "Delete…");
+          view.append(el("p", {}, el("a", { href: "#documents" }, "← Documents")), editor, save, " ", remove, " ", sure, message,
             el("h2", {}, "Attachments"), attachments, el("p", {}, file, " ", attach), el("h2", {}, "Revisions"), history);
         }
 
@@ -328,22 +384,32 @@ enum DashboardAssets {
             el("td", {}, g.admin && !m.founder && m.state === "member" && m.id !== g.self ? el("button", { onclick: async () => {
               if (!confirm("Remove " + (m.name || short(m.id)) + " from the group?")) return;
               try { await api("DELETE", "/group/members/" + m.id); say("removed"); renderGroup(); } catch (err) { say(err.message, true); } } }, "Remove") : "")));
-          view.append(el("table", { id: "members" }, el("tr", {}, ["Name", "ID", "Role", "State", ""].map((t) => el("th", {}, t))), rows));
+          view.append(el("div", { class: "scroll" }, el("table", { id: "members" }, el("tr", {}, ["Name", "ID", "Role", "State", ""].map((t) => el("th", {}, t))), rows)));
           const code = el("p", { id: "invite-code" });
           view.append(el("h2", {}, "Invite"), el("button", { id: "invite", onclick: async () => {
             try { const r = await api("POST", "/group/invitations", {}); code.replaceChildren("Code (single use, expires " + (r.expires || "soon") + "): ", el("code", {}, r.code)); }
             catch (err) { say(err.message, true); } } }, "Invite a node"), code);
           const trust = await api("GET", "/trust");
-          view.append(el("h2", {}, "Trust and policies"), el("table", { id: "trust" }, el("tr", {}, ["Name", "ID", "Source", "Policy"].map((t) => el("th", {}, t))),
-            (trust.trusted || []).map((t) => el("tr", {}, el("td", {}, t.name || "-"), el("td", {}, el("code", {}, short(t.id))), el("td", {}, t.source || "-"), el("td", {}, JSON.stringify(t.policy || "all"))))));
+          view.append(el("h2", {}, "Trust and policies"), el("div", { class: "scroll" }, el("table", { id: "trust" }, el("tr", {}, ["Name", "ID", "Source", "Policy"].map((t) => el("th", {}, t))),
+            (trust.trusted || []).map((t) => el("tr", {}, el("td", {}, t.name || "-"), el("td", {}, el("code", {}, short(t.id))), el("td", {}, t.source || "-"), el("td", {}, JSON.stringify(t.policy || "all")))))));
         }
 
-        function chart(id, label, values, format) {
-          const w = 600, h = 110, max = Math.max(1, ...values);
-          const g = svg("svg", { viewBox: `0 0 ${w} ${h}`, class: "chart", id, role: "img", "aria-label": label });
-          const pts = values.map((v, i) => `${(i * w) / Math.max(1, values.length - 1)},${h - 8 - ((h - 16) * v) / max}`).join(" ");
+        // A line over the last minute or so: a value axis (0 and the largest, in the unit) on the
+        // left, a time axis (seconds ago to now) below.
+        function chart(id, label, values, format, span) {
+          const w = 600, h = 130, left = 64, bottom = 22, top = 22, max = Math.max(1, ...values);
+          const g = svg("svg", { viewBox: `0 0 ${w} ${h}`, class: "chart", id, role: "img", "aria-label": label + ", last " + Math.round(span) + " s" });
+          const y = (v) => h - bottom - ((h - bottom - top) * v) / max;
+          const text = (x, yy, s, attrs) => { const t = svg("text", Object.assign({ x, y: yy, class: "axis" }, attrs || {})); t.textContent = s; g.append(t); };
+          g.append(svg("line", { x1: left, y1: top, x2: left, y2: h - bottom, stroke: "#98a2b3", class: "y-axis" }));
+          g.append(svg("line", { x1: left, y1: h - bottom, x2: w - 4, y2: h - bottom, stroke: "#98a2b3", class: "x-axis" }));
+          text(left - 4, y(max) + 4, format(max), { "text-anchor": "end", "data-axis": "max" });
+          text(left - 4, y(0) + 4, format(0), { "text-anchor": "end", "data-axis": "zero" });
+          text(left, h - 6, "−" + Math.round(span) + " s", { "data-axis": "from" });
+          text(w - 4, h - 6, "now", { "text-anchor": "end", "data-axis": "to" });
+          const pts = values.map((v, i) => `${left + (i * (w - 4 - left)) / Math.max(1, values.length - 1)},${y(v)}`).join(" ");
           g.append(svg("polyline", { points: pts, fill: "none", stroke: "#1849a9", "stroke-width": 2 }));
-          const t = svg("text", { x: 6, y: 16, "font-size": 13 }); t.textContent = label + ": " + format(values[values.length - 1] || 0); g.append(t);
+          const t = svg("text", { x: left + 6, y: 15, "font-size": 13 }); t.textContent = label + ": " + format(values[values.length - 1] || 0); g.append(t);
           return g;
         }
 
@@ -353,6 +419,7 @@ enum DashboardAssets {
           const hist = state.history;
           const rate = (key) => hist.map((x, i) => i === 0 ? 0 : Math.max(0, (x.m[key] - hist[i - 1].m[key]) / Math.max(0.001, x.t - hist[i - 1].t)));
           const writes = rate("ferry_last_sequence");
+          const span = hist.length > 1 ? hist[hist.length - 1].t - hist[0].t : 0;
           const sent = rate("ferry_bytes_sent_total"), received = rate("ferry_bytes_received_total");
           view.append(el("table", { id: "health" },
             el("tr", {}, el("th", {}, "Version"), el("td", {}, s.node.version)),
@@ -360,9 +427,9 @@ enum DashboardAssets {
             el("tr", {}, el("th", {}, "Data size"), el("td", {}, bytes(s.metrics.ferry_store_size_bytes || 0))),
             el("tr", {}, el("th", {}, "Disk free"), el("td", {}, bytes(s.metrics.freeBytes || 0))),
             el("tr", {}, el("th", {}, "Access rules"), el("td", {}, s.node.access ? s.node.access.version : "none"))),
-            chart("chart-writes", "writes/s", writes, (v) => v.toFixed(1)),
-            chart("chart-bytes", "bytes/s", sent.map((v, i) => v + received[i]), bytes),
-            chart("chart-peers", "peers connected", hist.map((x) => x.m.ferry_connected_peers || 0), (v) => String(v)));
+            chart("chart-writes", "writes/s", writes, (v) => v.toFixed(1) + "/s", span),
+            chart("chart-bytes", "bytes/s sent and received", sent.map((v, i) => v + received[i]), (v) => bytes(v) + "/s", span),
+            chart("chart-peers", "peers connected", hist.map((x) => x.m.ferry_connected_peers || 0), (v) => String(v), span));
         }
 
         const routes = { mesh: renderMesh, replications: renderReplications, conflicts: renderConflicts, documents: renderDocuments, group: renderGroup, health: renderHealth };
