@@ -127,7 +127,7 @@ import Testing
         let open = AdminGuard<BasicRequestContext>.openRoutes
         // No stale or misspelt entry: each open route is one the router serves.
         #expect(open.isSubset(of: registered), "\(open.subtracting(registered))")
-        #expect(Set(open.map(\.path)) == ["/ui", "/ui/login", "/ui/logout", "/ui/app.js", "/ui/app.css"])
+        #expect(Set(open.map(\.path)) == ["/ui", "/ui/login", "/ui/logout", "/ui/app.js", "/ui/app.css", "/favicon.ico"])
         try await n.test { c in
             for e in endpoints {
                 let a = try await c.call(e.method, "/" + e.segments.joined(separator: "/"), body: e.body, withKey: false)
