@@ -7,6 +7,7 @@ import IntegrationHarness
 import Testing
 
 @testable import FerryNode
+@testable import FerrySync
 
 #if canImport(FoundationNetworking)
     import FoundationNetworking
@@ -104,6 +105,24 @@ func peer(_ id: String, port: Int, instance: String? = nil) -> DiscoveredPeer {
         n.discovery.report(.unavailable(reason: "no avahi-daemon"))
         try await waitUntil("discovery is unavailable") { try await n.get("/peers")["discovery"]?["state"] == "unavailable" }
         #expect(try await n.get("/peers")["discovery"]?["reason"] == "no avahi-daemon")
+        await n.stop()
+    }
+
+    @Test func theDigestOfAPeerThatIsNotConnectedIsUnknownNotEqualOrDifferent() async throws {
+        let other = String(repeating: "f", count: 64)
+        let n = try await InProcessNode.start({ _ in }, peers: [peer(other, port: 1)])
+        try await waitUntil("the peer is listed") {
+            guard case .array(let list)? = try await n.get("/peers")["peers"] else { return false }
+            return list.first?["id"]?.stringValue == other
+        }
+        n.node.digests.refresh()
+        try await waitUntil("this node's digest is known") { n.node.digests.current() != nil }
+        // A report from before the peer went away: stale, whatever it says.
+        n.node.digests.peerReported(other, digest: n.node.digests.current())
+        #expect(n.node.digests.matches(other) == true)
+        guard case .array(let list)? = try await n.get("/peers")["peers"] else { throw NodeError.badConfiguration("no peers") }
+        #expect(list.first?["connected"] == false)
+        #expect(list.first?["digestMatches"] == .null)
         await n.stop()
     }
 
