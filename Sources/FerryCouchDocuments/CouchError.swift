@@ -36,7 +36,8 @@ public struct CouchError: FerryError, Equatable {
         case 404: .notFound
         case 409, 412: .conflict
         case 413: .tooLarge
-        case 429, 503: .unavailable
+        case 429: .rateLimited
+        case 503: .unavailable
         case 500...: .internalFailure
         default: .invalidRequest
         }

@@ -9,7 +9,7 @@ import NIOCore
 import ServiceLifecycle
 
 // One file by design (hence its length): every way a peer becomes known ends in `reconcile` on one peer
-// table, and the one-dialer rule in dialCandidates, memberAddressesChanged and deliverAddressRecord must agree.
+// table. The one-dialer rule is `dials(_:)`, used by dialCandidates and deliverAddressRecord.
 
 /// Keeps one continuous push-and-pull replication alive to every trusted peer it knows,
 /// discovered or static, and runs the node's persistent replications.
@@ -176,6 +176,11 @@ public final class PeerManager: Service, Sendable {
     /// This node's ID, for the one-dialer rule.
     var nodeID: String { identity.nodeID }
 
+    /// The one-dialer rule: of two nodes that know each other (by DNS-SD or as members),
+    /// the one with the lower node ID dials; the other waits to be dialled. A static peer is
+    /// dialled whatever the IDs (`dialCandidates`).
+    func dials(_ peer: String) -> Bool { nodeID < peer }
+
     public func run() async throws {
         let trusted = currentTrust()
         state.withLock { $0.trustSeen = trusted }
@@ -289,7 +294,7 @@ public final class PeerManager: Service, Sendable {
     func dialCandidates(_ p: PeerState) -> [String] {
         guard trust.isTrusted(p.nodeID) else { return [] }
         // A static peer is dialled whatever the IDs; otherwise the lower ID dials.
-        guard p.staticURL != nil || nodeID < p.nodeID else { return [] }
+        guard p.staticURL != nil || dials(p.nodeID) else { return [] }
         var found: [(url: String, rank: (Int, UInt64))] = []
         func add(_ url: String?, _ learned: UInt64) {
             guard let url else { return }
@@ -653,7 +658,7 @@ extension PeerManager {
     /// backoff for a few minutes; a member offline all that time gets the record from any
     /// other member later, as it gets every document.
     public func deliverAddressRecord(_ document: DocumentID, to urls: [String: String]) {
-        for (peerID, url) in urls where peerID < nodeID {
+        for (peerID, url) in urls where !dials(peerID) && peerID != nodeID {
             let connector = dialler(url: url, peerID: peerID)
             let replicator = replicators.replicator(peerID: peerID, connector: connector, logger: logger.with("peer", peerID)) { rc in
                 rc.continuous = false

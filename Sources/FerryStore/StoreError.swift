@@ -62,8 +62,9 @@ public enum StoreError: FerryError, Equatable {
         case .notFound, .revisionNotFound, .bodyNotRetained: .notFound
         case .tooLarge: .tooLarge
         case .rejected: .forbidden
-        case .busy: .unavailable
-        case .corrupt, .io, .database, .blobCorrupt: .internalFailure
+        // An I/O error is transient (a full disk, a file briefly locked): try again later.
+        case .busy, .io: .unavailable
+        case .corrupt, .database, .blobCorrupt: .internalFailure
         case .invalidDocumentID, .invalidBody, .digestMismatch, .invalidHistory, .missingBlob, .blobLengthMismatch,
             .noDatabase, .indexUnavailable:
             .invalidRequest

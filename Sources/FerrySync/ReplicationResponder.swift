@@ -33,7 +33,7 @@ public final class ReplicationResponder: Sendable {
         public var pollInterval: Duration = .milliseconds(500)
         /// A live `changes` request answers this much later when the only new changes are
         /// relayed ones (see `ReplicatorConfiguration.relayDelay`). Default 10 ms.
-        public var relayDelay: Duration = .milliseconds(10)
+        public var relayDelay: Duration = ReplicatorTuning.relayDelay
         /// The pull filter for pushed revisions: the same trust boundary a replicator's
         /// pull filter is, applied to what peers push here.
         public var incomingFilter: RevisionFilter?

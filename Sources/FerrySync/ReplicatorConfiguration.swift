@@ -90,7 +90,7 @@ public struct ReplicatorConfiguration: Sendable {
     /// "exists": the delay takes them out of the moments a write is being delivered, and
     /// lets a relay that crosses one from the peer be skipped. Each hop of a partial mesh
     /// adds it. Default 10 ms; zero relays at once.
-    public var relayDelay: Duration = .milliseconds(10)
+    public var relayDelay: Duration = ReplicatorTuning.relayDelay
 
     /// What the node this replicator runs in shares with it: its identity, counters, mesh,
     /// digests, catch-up lease and liveness. An app replicating on its own leaves the defaults.

@@ -9,4 +9,7 @@ enum ReplicatorTuning {
     /// (Benchmarks/README.md, "How the pull runs").
     static let suspendingInsertThreshold = 32
 
+    /// How much later than a local edit a relayed revision goes out, on both sides of a
+    /// link (`ReplicatorConfiguration.relayDelay`, `ReplicationResponder.Options.relayDelay`).
+    static let relayDelay: Duration = .milliseconds(10)
 }

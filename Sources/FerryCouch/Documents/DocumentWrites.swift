@@ -3,6 +3,7 @@ import FerryCouchDocuments
 import FerryStore
 import FerrySync
 import Foundation
+import HTTPTypes
 import Metrics
 
 /// A per-document failure as CouchDB reports it inside `_bulk_docs` answers (and as the
@@ -51,7 +52,9 @@ extension CouchDatabase {
         do { return try RevisionID(text) } catch { throw .badRequest("Invalid rev format") }
     }
 
-    /// CouchDB's answer for a store error.
+    /// CouchDB's answer for a store error: the status of its `FailureKind`, as every API
+    /// answers it, with CouchDB's error names. One exception is CouchDB's own contract: an
+    /// attachment stub with no content is `412 missing_stub`.
     func couchError(_ e: StoreError) -> CouchError {
         switch e {
         case .conflict: return .conflict()
@@ -59,12 +62,21 @@ extension CouchDatabase {
         case .invalidDocumentID(let why): return CouchError(.badRequest, "illegal_docid", why.description)
         case .invalidBody(let why): return CouchError(.badRequest, "doc_validation", why)
         case .tooLarge: return CouchError(.contentTooLarge, "too_large", "Document too large")
-        case .digestMismatch, .invalidHistory, .blobLengthMismatch: return .badRequest(e.description)
         case .rejected(_, let reason): return .forbidden(reason)
-        case .tooManyLeaves: return .forbidden(e.description)
         case .missingBlob: return CouchError(.preconditionFailed, "missing_stub", e.description)
-        case .busy, .io: return CouchError(.serviceUnavailable, "unavailable", e.description)
-        default: return CouchError(.internalServerError, "internal_server_error", e.description)
+        default:
+            let status = HTTPResponse.Status(code: e.failure.httpStatus)
+            let name =
+                switch e.failure {
+                case .invalidRequest: "bad_request"
+                case .conflict: "conflict"
+                case .unavailable, .rateLimited: "unavailable"
+                case .forbidden: "forbidden"
+                case .notFound: "not_found"
+                case .tooLarge: "too_large"
+                case .peerFailed, .internalFailure: "internal_server_error"
+                }
+            return CouchError(status, name, e.description)
         }
     }
 
