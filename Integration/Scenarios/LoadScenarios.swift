@@ -51,14 +51,16 @@ struct LoadScenarios {
         let ref = put.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         let digest = try #require(try JSON.parse(ref)["digest"]?.stringValue)
 
+        // stress-ng in a session of its own (setsid), so that its workers end with it: stopping
+        // the parent alone once left two workers spinning for half an hour, and every suite
+        // that ran after this one was starved past its time limits.
         var stress: ChildProcess?
         if underStress {
             stress = try ChildProcess.spawn(
-                "/usr/bin/stress-ng", ["--cpu", "2", "--timeout", "\(Self.seconds + 60)s", "--quiet"],
+                "/usr/bin/setsid", ["/usr/bin/stress-ng", "--cpu", "2", "--timeout", "\(Self.seconds + 60)s", "--quiet"],
                 stdoutPath: cluster.root + "/stress.log", stderrPath: cluster.root + "/stress.log")
         }
-        // SIGTERM: stress-ng stops its workers with it (a SIGKILL would orphan them).
-        defer { stress?.signal(SIGTERM) }
+        defer { if let stress { kill(-stress.pid, SIGKILL) } }
 
         // When each peer holds the blob (polled beside the writes).
         let arrivals = Locked<[String: Duration]>([:])
@@ -94,7 +96,12 @@ struct LoadScenarios {
             k += 1
         }
         let wrote = ContinuousClock.now
-        if let stress { _ = await stress.stop(SIGTERM, grace: 10) }
+        if let stress {
+            kill(-stress.pid, SIGTERM)
+            _ = await stress.stop(SIGTERM, grace: 10)
+            kill(-stress.pid, SIGKILL)
+            #expect(await Self.groupEnded(stress.pid), "stress-ng's workers outlived it")
+        }
         #expect(failed.isEmpty, "writes refused: \(failed.prefix(5))")
 
         // Every node holds every write, and the blob: when, after the last write.
@@ -141,6 +148,23 @@ struct LoadScenarios {
             #expect(!node.log.contains("peer went silent"), "\(node.name) declared a link silent: \(node.logTail(20))")
         }
         await finish(cluster)
+    }
+
+    /// Whether every process of the group `pgid` is gone (waited for up to 10 s).
+    static func groupEnded(_ pgid: Int32) async -> Bool {
+        for _ in 0..<100 {
+            let running = (try? FileManager.default.contentsOfDirectory(atPath: "/proc"))?.contains { entry in
+                guard let pid = Int32(entry), let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
+                    let close = stat.lastIndex(of: ")")
+                else { return false }
+                // After the name: state, ppid, pgrp. A zombie (Z) is over, only not yet reaped.
+                let fields = stat[stat.index(after: close)...].split(separator: " ")
+                return pid > 0 && fields.count > 2 && fields[0] != "Z" && Int32(fields[2]) == pgid
+            } ?? false
+            if !running { return true }
+            try? await Task.sleep(for: .milliseconds(100))
+        }
+        return false
     }
 
     static func ms(_ d: Duration) -> String {
