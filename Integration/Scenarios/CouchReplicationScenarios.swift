@@ -355,6 +355,8 @@ import Testing
         #expect(once.status == 0, "ferry sync: \(once.stdout)\(once.stderr)")
         let summary = try JSON.parse(once.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
         print("ferry sync: \(summary.canonicalString); refrep: \(reference.stdout)")
+        // Each attachment's content counted once, as blob bytes: the leaf's 5,000 and the photo's 40,000.
+        #expect(summary["blobsReceived"] == 2 && summary["blobBytesReceived"] == 45_000, "\(summary)")
         let again = try await Ferry.run(sync)
         let second = try JSON.parse(again.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
         #expect(again.status == 0 && second["pulled"] == 0 && second["pushed"] == 0, "a second sync moved something: \(second)")

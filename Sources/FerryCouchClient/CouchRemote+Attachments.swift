@@ -142,18 +142,15 @@ extension CouchRemote {
             // Content the server keeps gzip-encoded has the MD5 of the encoded bytes; only its length is checked.
             if !encoded, let digest, let md5, digest != md5 { throw AttachmentMismatch(reason: "its MD5 is \(md5), the stub says \(digest)") }
         }
+        // Held attachments reach the store through the pull's blob transfer, which counts
+        // them; a streamed one goes into the blob store here and is counted here.
         if let length, length <= Self.heldAttachmentBytes {
-            countBlob { $0.blobBytesToReceive += length }
             let collector = Collector(limit: length)
             let response = try await http.download(path, query: query, headers: [("Accept", "*/*")]) { try collector.add($0) }
             if response.status == 404 { return nil }
             guard (200..<300).contains(response.status) else { throw CouchClientError.http(response, method: .GET, path: path, endpoint: http.endpoint) }
             let bytes = collector.bytes
             downloadState.withLock { $0.bytes += Int64(bytes.count) }
-            countBlob {
-                $0.blobBytesReceived += Int64(bytes.count)
-                $0.blobsReceived += 1
-            }
             try check(length: Int64(bytes.count), md5: StoredAttachment.md5Digest(bytes))
             var att = StoredAttachment(bytes: bytes, contentType: type, revpos: revpos)
             if let md5 = keptMD5(stub: digest, computed: att.md5) { att.md5 = md5 }
