@@ -5,6 +5,10 @@ import FerrySync
 import IntegrationHarness
 import Testing
 
+/// `_changes` feeds over the router test client. A feed's request is a task of its own: at the
+/// start of a parallel run it may wait for the cooperative pool behind the first burst of
+/// other suites (34 s seen on a fresh CI clone), so each wait for the feed allows two minutes
+/// (the test ends as soon as the feed gets there).
 @Suite struct DatabaseChangesTests {
     @Test func normalFeedListsEachDocumentOnceAtItsLatestSequence() async throws {
         let f = try DatabaseFixture()
@@ -172,7 +176,7 @@ import Testing
         try f.put("a", ["n": 1])
         try await f.test { c async throws in
             async let answer = c.get("/ferry/_changes?feed=longpoll&since=now&timeout=600000")
-            try await waitUntil("the longpoll waits for a commit", timeout: 30, every: .milliseconds(5)) { f.store.commitWaiters > 0 }
+            try await waitUntil("the longpoll waits for a commit", timeout: 120, every: .milliseconds(5)) { f.store.commitWaiters > 0 }
             try f.put("b", ["n": 2])
             let r = try await answer
             #expect(r.ids == ["b"])
@@ -184,9 +188,9 @@ import Testing
         let f = try DatabaseFixture()
         try await f.test { c async throws in
             async let answer = c.post("/ferry/_changes?feed=longpoll&filter=_doc_ids&timeout=600000", #"{"doc_ids":["wanted"]}"#)
-            try await waitUntil("the longpoll waits", timeout: 30, every: .milliseconds(5)) { f.store.commitWaiters > 0 }
+            try await waitUntil("the longpoll waits", timeout: 120, every: .milliseconds(5)) { f.store.commitWaiters > 0 }
             try f.put("other", ["n": 1])
-            try await waitUntil("the longpoll waits again", timeout: 30, every: .milliseconds(5)) { f.store.commitWaiters > 0 }
+            try await waitUntil("the longpoll waits again", timeout: 120, every: .milliseconds(5)) { f.store.commitWaiters > 0 }
             try f.put("wanted", ["n": 2])
             let r = try await answer
             #expect(r.ids == ["wanted"])
@@ -212,7 +216,7 @@ import Testing
         try f.put("a", ["n": 1])
         try await f.test { c async throws in
             async let answer = c.get("/ferry/_changes?feed=continuous&since=0&limit=2&heartbeat=600000")
-            try await waitUntil("the feed waits for a commit", timeout: 30, every: .milliseconds(5)) { f.store.commitWaiters > 0 }
+            try await waitUntil("the feed waits for a commit", timeout: 120, every: .milliseconds(5)) { f.store.commitWaiters > 0 }
             try f.put("b", ["n": 2])
             let r = try await answer
             let lines = r.lines.filter { !$0.isEmpty }.map { try? JSON.parse(String($0)) }
@@ -233,12 +237,12 @@ import Testing
         try await f.test(database: database) { c async throws in
             async let answer = c.get("/ferry/_changes?feed=continuous&since=now&heartbeat=1000&timeout=2500")
             for _ in 0..<2 {
-                try await waitUntil("the feed sleeps until its next heartbeat", timeout: 30, every: .milliseconds(5)) {
+                try await waitUntil("the feed sleeps until its next heartbeat", timeout: 120, every: .milliseconds(5)) {
                     clock.pendingDeadlines.contains(clock.now.offset + .milliseconds(1000))
                 }
                 clock.advance(by: .milliseconds(1000))
             }
-            try await waitUntil("the feed sleeps until its timeout", timeout: 30, every: .milliseconds(5)) {
+            try await waitUntil("the feed sleeps until its timeout", timeout: 120, every: .milliseconds(5)) {
                 clock.pendingDeadlines.contains(clock.now.offset + .milliseconds(500))
             }
             clock.advance(by: .milliseconds(500))
@@ -255,16 +259,16 @@ import Testing
         try await f.test(database: database) { c async throws in
             async let answer = c.get(
                 "/ferry/_changes?feed=continuous&filter=_doc_ids&doc_ids=%5B%22x%22%5D&heartbeat=1000&limit=1")
-            try await waitUntil("the feed waits", timeout: 30, every: .milliseconds(5)) {
+            try await waitUntil("the feed waits", timeout: 120, every: .milliseconds(5)) {
                 f.store.commitWaiters > 0 && clock.pendingDeadlines == [.milliseconds(1000)]
             }
             clock.advance(by: .milliseconds(600))
             try f.put("other", ["n": 1])
-            try await waitUntil("the feed waits again", timeout: 30, every: .milliseconds(5)) {
+            try await waitUntil("the feed waits again", timeout: 120, every: .milliseconds(5)) {
                 f.store.commitWaiters > 0 && clock.pendingDeadlines == [.milliseconds(1000)]
             }
             clock.advance(by: .milliseconds(400))
-            try await waitUntil("the feed waits after its heartbeat", timeout: 30, every: .milliseconds(5)) {
+            try await waitUntil("the feed waits after its heartbeat", timeout: 120, every: .milliseconds(5)) {
                 f.store.commitWaiters > 0 && clock.pendingDeadlines == [.milliseconds(2000)]
             }
             try f.put("x", ["n": 2])
@@ -283,11 +287,11 @@ import Testing
         database.clock = clock
         try await f.test(database: database) { c async throws in
             async let answer = c.get("/ferry/_changes?feed=eventsource&heartbeat=1000&timeout=1500")
-            try await waitUntil("the feed sleeps until its heartbeat", timeout: 30, every: .milliseconds(5)) {
+            try await waitUntil("the feed sleeps until its heartbeat", timeout: 120, every: .milliseconds(5)) {
                 clock.pendingDeadlines == [.milliseconds(1000)]
             }
             clock.advance(by: .milliseconds(1000))
-            try await waitUntil("the feed sleeps until its timeout", timeout: 30, every: .milliseconds(5)) {
+            try await waitUntil("the feed sleeps until its timeout", timeout: 120, every: .milliseconds(5)) {
                 clock.pendingDeadlines == [.milliseconds(1500)]
             }
             clock.advance(by: .milliseconds(500))
@@ -315,7 +319,7 @@ import Testing
         let f = try DatabaseFixture()
         try await f.test { c async throws in
             async let answer = c.get("/ferry/_changes?feed=continuous&heartbeat=600000")
-            try await waitUntil("the feed waits", timeout: 30, every: .milliseconds(5)) { f.store.commitWaiters > 0 }
+            try await waitUntil("the feed waits", timeout: 120, every: .milliseconds(5)) { f.store.commitWaiters > 0 }
             f.database.shutdown.fire()
             let r = try await answer
             #expect(r.lines.contains { (try? JSON.parse(String($0)))?["last_seq"] == 0 })

@@ -112,8 +112,8 @@ import Testing
         try await drifted(p)
         let r = p.replicator(continuous: true, antiEntropy: false)
         r.start()
-        try await waitUntil("the link is up and idle", timeout: 30, every: .milliseconds(20)) { r.status.activity == .idle }
-        try await waitUntil("the views' digests are compared", timeout: 30, every: .milliseconds(20)) { p.aDigests.matches("b") != nil }
+        try await waitUntil("the link is up and idle", timeout: 120, every: .milliseconds(20)) { r.status.activity == .idle }
+        try await waitUntil("the views' digests are compared", timeout: 120, every: .milliseconds(20)) { p.aDigests.matches("b") != nil }
         try await Task.sleep(for: .seconds(1))
         #expect(try p.held() != p.expected())
         #expect(p.aDigests.matches("b") == false)

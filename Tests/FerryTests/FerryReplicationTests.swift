@@ -4,8 +4,9 @@ import Testing
 
 /// The embedding front door over a message endpoint: settings reach the replicator, a reset
 /// checkpoint makes the next run compare everything again, and a running replication
-/// refuses a reset.
-@Suite(.timeLimit(.minutes(1))) struct FerryReplicationTests {
+/// refuses a reset. Three minutes each: a parallel run's first burst of suites has held the
+/// cooperative pool 34 s.
+@Suite(.timeLimit(.minutes(3))) struct FerryReplicationTests {
     /// A target whose every attempt is served by a responder on `remote`.
     static func target(serving remote: DocumentStore) -> ReplicationTarget {
         .endpoint(open: {
