@@ -52,6 +52,14 @@ struct InProcessNode {
         -> IntegrationHarness.AdminClient.Reply
     { try await admin.call(method, path, body: body, headers: headers) }
 
+    /// Waits until `/peers` lists `peer` first.
+    func waitUntilListedFirst(_ peer: String) async throws {
+        try await waitUntil("the peer is listed") {
+            guard case .array(let list)? = try await get("/peers")["peers"] else { return false }
+            return list.first?["id"]?.stringValue == peer
+        }
+    }
+
     /// A route's body as text (`/metrics`).
     func text(_ path: String) async throws -> String { try await request("GET", path).text }
 
@@ -88,10 +96,7 @@ func peer(_ id: String, port: Int, instance: String? = nil) -> DiscoveredPeer {
     @Test func withoutTOFUDiscoveredPeersAreListedButNotTrustedOrDialled() async throws {
         let other = String(repeating: "f", count: 64)
         let n = try await InProcessNode.start({ _ in }, peers: [peer(other, port: 1)])
-        try await waitUntil("the peer is listed") {
-            guard case .array(let list)? = try await n.get("/peers")["peers"] else { return false }
-            return list.first?["id"]?.stringValue == other
-        }
+        try await n.waitUntilListedFirst(other)
         let p = try await n.get("/peers")["peers"]
         guard case .array(let list)? = p else { return }
         #expect(list[0]["trusted"] == false && list[0]["dialled"] == false && list[0]["url"] == nil)
@@ -111,10 +116,7 @@ func peer(_ id: String, port: Int, instance: String? = nil) -> DiscoveredPeer {
     @Test func theDigestOfAPeerThatIsNotConnectedIsUnknownNotEqualOrDifferent() async throws {
         let other = String(repeating: "f", count: 64)
         let n = try await InProcessNode.start({ _ in }, peers: [peer(other, port: 1)])
-        try await waitUntil("the peer is listed") {
-            guard case .array(let list)? = try await n.get("/peers")["peers"] else { return false }
-            return list.first?["id"]?.stringValue == other
-        }
+        try await n.waitUntilListedFirst(other)
         n.node.digests.refresh()
         try await waitUntil("this node's digest is known") { n.node.digests.current() != nil }
         // A report from before the peer went away: stale, whatever it says.
