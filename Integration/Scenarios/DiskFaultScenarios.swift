@@ -172,11 +172,42 @@ struct DiskFaultScenarios {
         }
 
         /// Unmounts, repairs with e2fsck, and mounts read-write again, as an operator would.
+        /// The old loop device is detached first: one left attached (its release is lazy) is
+        /// reused by the next `mount -o loop` with the failed file system's blocks still in its
+        /// cache, and the disk came back read-only.
         func repair() async throws {
-            _ = try await Shell.run([path], executable: "/bin/umount")
+            var umountSaid = ""
+            let unmounted = try await eventually(30, every: .milliseconds(200)) {
+                umountSaid = try await Shell.run([path], executable: "/bin/umount").stderr
+                return try await !isMounted()
+            }
+            guard unmounted else { throw ScenarioFailure("\(path) stays mounted: \(umountSaid)") }
+            try await detachLoopDevices()
             let fsck = try await Shell.run(["-f", "-y", image], executable: "/usr/sbin/e2fsck")
             guard fsck.status < 4 else { throw ScenarioFailure("e2fsck: \(fsck.status) \(fsck.stdout) \(fsck.stderr)") }
             try await mount()
+            let options = try await Shell.run(["-n", "-o", "OPTIONS", path], executable: "/usr/bin/findmnt").stdout
+            guard options.split(separator: ",").first == "rw" else {
+                throw ScenarioFailure("\(path) mounted again as \(options) after e2fsck")
+            }
+        }
+
+        func isMounted() async throws -> Bool {
+            try await Shell.run(["-n", path], executable: "/usr/bin/findmnt").status == 0
+        }
+
+        /// Detaches every loop device backed by the image and waits until none is left.
+        func detachLoopDevices() async throws {
+            var left = ""
+            let detached = try await eventually(30, every: .milliseconds(200)) {
+                let listed = try await Shell.run(["-j", image, "-O", "NAME", "-n"], executable: "/usr/sbin/losetup").stdout
+                let devices = listed.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }
+                    .filter { !$0.isEmpty }
+                left = devices.joined(separator: " ")
+                for device in devices { _ = try await Shell.run(["-d", device], executable: "/usr/sbin/losetup") }
+                return devices.isEmpty
+            }
+            guard detached else { throw ScenarioFailure("loop devices of \(image) stay attached: \(left)") }
         }
 
         func release() async {
