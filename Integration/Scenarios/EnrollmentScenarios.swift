@@ -57,6 +57,32 @@ import Testing
         await finish(cluster, allowing: expectedRefusals)
     }
 
+    /// A peer first trusted by hand without a name is listed, once it joins the group, by
+    /// the name the group knows it by: in the admin API's `/peers` (which the dashboard shows)
+    /// and in `ferry peers`, never as `-`.
+    @Test func aPeerTrustedWithoutANameIsListedByItsMemberNameOnceItJoins() async throws {
+        let cluster = Cluster("enroll-names")
+        defer { cluster.cleanUp() }
+        let (a, b) = (cluster.add("a"), cluster.add("vm-node-b"))
+        let noAvahi = ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=/nonexistent/ferry-no-dbus"]
+        for n in [a, b] { try await n.start(["--discovery"], environment: noAvahi) }
+        let idB = try await b.id
+        let trusted = try await Ferry.run(["--data", a.dataDirectory, "trust", "add", idB])
+        #expect(trusted.status == 0, "\(trusted.stderr)")
+        let joined = try await join(b, try await invite(a).code)
+        #expect(joined.status == 0, "\(joined.stderr)")
+        func listed() async throws -> JSON? {
+            try await a.admin.get("/peers")["peers"]?.items.first { $0["id"]?.stringValue == idB }
+        }
+        try await waitUntil("A lists B, connected", timeout: 30) { try await listed()?["connected"]?.boolValue == true }
+        try await waitUntil("A lists B by its member name", timeout: 30) { try await listed()?["name"]?.stringValue == "vm-node-b" }
+        let peers = try await Ferry.run(["--data", a.dataDirectory, "peers"])
+        #expect(peers.status == 0, "\(peers.stderr)")
+        let line = peers.stdout.split(separator: "\n").first { $0.contains(idB) }.map(String.init) ?? ""
+        #expect(line.contains("  \(idB)  vm-node-b  "), "\(peers.stdout)")
+        await finish(cluster, allowing: expectedRefusals)
+    }
+
     /// A member restarted on another port, with no DNS-SD to say so, tells the group where
     /// it listens now (a record it signs itself, pushed to the members that dial it), and
     /// they dial it there.
