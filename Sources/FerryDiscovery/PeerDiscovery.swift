@@ -35,6 +35,18 @@ public struct DiscoveredPeer: Sendable, Equatable, Hashable {
         self.port = port
         self.source = source
     }
+
+    /// The instance name a node advertises: its name and the first 8 hex digits of its ID,
+    /// so that two nodes of one name stay apart on the link.
+    public static func instanceName(nodeName: String, nodeID: String) -> String { "\(nodeName)-\(nodeID.prefix(8))" }
+
+    /// The node's own name, when the instance is named as `instanceName` names it (a
+    /// renamed instance, after a clash on the link, or a static URL stays as it is).
+    public var nodeName: String {
+        let suffix = "-\(nodeID.prefix(8))"
+        guard nodeID.count >= 8, instance.hasSuffix(suffix), instance.count > suffix.count else { return instance }
+        return String(instance.dropLast(suffix.count))
+    }
 }
 
 /// What a discovery mechanism reports over time.

@@ -349,7 +349,7 @@ struct DeferredAdvertisement: Service {
         let port = try await listener.waitUntilBound()
         let id = node.identity.nodeID
         discovery.advertise(Advertisement(
-            instanceName: "\(node.configuration.name)-\(id.prefix(8))", nodeID: id, group: node.configuration.group,
+            instanceName: DiscoveredPeer.instanceName(nodeName: node.configuration.name, nodeID: id), nodeID: id, group: node.configuration.group,
             protocolVersion: SyncProtocol.versions.max() ?? 1, port: port))
         try await discovery.run()
     }

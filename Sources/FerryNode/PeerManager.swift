@@ -234,7 +234,7 @@ public final class PeerManager: Service, Sendable {
                 // Fresh evidence only when it says something new: a re-appearance, or another address or port.
                 if isNew || p.addresses.first != peer.addresses.first || p.port != peer.port { p.discoveredLearned = s.learn() }
                 p.instance = peer.instance
-                p.name = p.name ?? peer.instance
+                p.name = p.name ?? peer.nodeName
                 p.addresses = peer.addresses
                 p.port = peer.port
                 p.discovered = true
@@ -254,7 +254,7 @@ public final class PeerManager: Service, Sendable {
             }
             if configuration.trustMode == .tofu, !trust.isTrusted(peer.nodeID), !trust.hasTOFUEntry {
                 do {
-                    try trust.add(.init(nodeID: peer.nodeID, name: peer.instance, policy: .trusted, source: .tofu))
+                    try trust.add(.init(nodeID: peer.nodeID, name: peer.nodeName, policy: .trusted, source: .tofu))
                     logger.notice(
                         "trust on first use: pinned the first peer seen in this group", metadata: ["peer": "\(LogText.escape(peer.nodeID))"])
                 } catch {

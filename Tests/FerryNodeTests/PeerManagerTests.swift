@@ -104,6 +104,26 @@ func peer(_ id: String, port: Int, instance: String? = nil) -> DiscoveredPeer {
         await n.stop()
     }
 
+    @Test func aDiscoveredPeerIsNamedByItsNodeNameNotItsInstanceName() async throws {
+        let first = String(repeating: "e", count: 64)
+        let other = String(repeating: "d", count: 64)
+        let n = try await InProcessNode.start({ $0.trustMode = .tofu }, peers: [
+            peer(first, port: 1, instance: DiscoveredPeer.instanceName(nodeName: "av-q", nodeID: first)),
+            peer(other, port: 2, instance: "renamed after a clash"),
+        ])
+        func listed() async throws -> [JSON] {
+            guard case .array(let list)? = try await n.get("/peers")["peers"] else { return [] }
+            return list
+        }
+        try await waitUntil("both peers are listed") { try await listed().count == 2 }
+        let listed = try await listed()
+        #expect(listed.first { $0["id"]?.stringValue == first }?["name"] == "av-q")
+        #expect(listed.first { $0["id"]?.stringValue == other }?["name"] == "renamed after a clash")
+        // Trusted on first use, it is saved under that name too.
+        #expect(n.node.trust.entry(first)?.name == "av-q")
+        await n.stop()
+    }
+
     @Test func peersSayWhetherDiscoveryWorksAndWhyNot() async throws {
         let n = try await InProcessNode.start({ _ in })
         try await waitUntil("discovery is on") { try await n.get("/peers")["discovery"]?["state"] == "on" }
