@@ -27,7 +27,7 @@ struct CouchDownloadState {
 }
 
 /// Collects a small download's bytes, refusing more than `limit`.
-private final class Collector: @unchecked Sendable {
+private final class Collector: Sendable {
     let lock = Locked<[UInt8]>([])
     let limit: Int64
     init(limit: Int64) { self.limit = limit }

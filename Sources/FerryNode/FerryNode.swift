@@ -231,6 +231,7 @@ public final class FerryNode: Sendable {
             state.stopped = true
             return state.group
         }
+        // Unowned: `stop` is synchronous; the trigger returns at once and the group's `run` carries the shutdown out.
         if let group { Task { await group.triggerGracefulShutdown() } }
     }
 

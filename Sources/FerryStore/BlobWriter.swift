@@ -13,6 +13,8 @@ import Foundation
 /// there is trusted: the digest is computed over every byte at the end. Leftover files are
 /// removed with the store's other abandoned temporaries.
 public final class BlobWriter: @unchecked Sendable {
+    // @unchecked: owned by one writer task at a time, which calls it serially (a download,
+    // an attachment body, an app's blob); it is handed on, never shared.
     /// Bytes written so far (including those found on resume).
     public private(set) var length: Int64 = 0
     /// Bytes that were already there when the writer opened (resumed).

@@ -11,6 +11,8 @@ import Foundation
 /// receiver of the same digest resumes at the recorded length (bytes past it may be torn
 /// by a crash and are cut off), rehashing what is already there.
 public final class IncomingBlob: @unchecked Sendable {
+    // @unchecked: one receiver at a time (the store hands each digest to one), which calls it
+    // serially; the responder serializes a session's chunks through `BlobAssembly.serialized`.
     public let digest: BlobDigest
     /// The blob's full length, as its reference declares it.
     public let total: Int64
@@ -166,6 +168,8 @@ public final class IncomingBlob: @unchecked Sendable {
 
 /// Reads a stored blob in ranges without loading it whole.
 public final class BlobReader: @unchecked Sendable {
+    // @unchecked: immutable after init; reads use `pread`, which takes its offset per call,
+    // so concurrent reads of one descriptor do not disturb each other.
     public let digest: BlobDigest
     public let length: Int64
     private let fd: Int32

@@ -84,6 +84,7 @@ final class ForeignCommitPoller: Sendable {
         }
         guard start else { return }
         let clock = poll.clock
+        // Unowned: the poll ends by itself once no feed waits and nobody asked again (`running`).
         Task {
             while true {
                 try? await clock.sleep(for: self.state.withLock { $0.interval })

@@ -17,6 +17,7 @@ final class NIOByteStream: ByteStream {
     init(_ asyncChannel: NIOAsyncChannel<ByteBuffer, ByteBuffer>) {
         (chunks, continuation) = AsyncThrowingStream.makeStream(of: [UInt8].self, throwing: (any Error).self)
         channel = asyncChannel.channel
+        // Unowned: the pump ends when the channel closes (`executeThenClose`).
         Task { await self.pump(asyncChannel) }
     }
 

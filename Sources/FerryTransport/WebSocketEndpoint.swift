@@ -41,8 +41,10 @@ final class WebSocketEndpoint: MessageEndpoint {
         let counter = ReadActivityHandler(activity: receiveActivity!)
         let pipeline = channel.pipeline
         channel.eventLoop.execute { try? pipeline.syncOperations.addHandler(counter, position: .first) }
+        // Unowned: the pump ends when the channel closes (`executeThenClose`).
         Task { await self.pump(asyncChannel) }
         if let pingInterval {
+            // Unowned: holds the endpoint weakly and ends once it is closed or gone.
             Task { [weak self] in
                 while let self, !self.closed.withLock({ $0 }) {
                     try? await Task.sleep(for: pingInterval)

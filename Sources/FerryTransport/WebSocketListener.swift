@@ -151,6 +151,7 @@ public final class WebSocketListener: Service, Sendable {
         guard !doomed.isEmpty else { return 0 }
         logger.warning("closing the connections of peers no longer trusted", metadata: ["peers": "\(peers.sorted())", "connections": "\(doomed.count)"])
         let error = SyncError(.forbidden, message: "this node no longer trusts you", isTransient: false)
+        // Unowned: closes a fixed list of endpoints; each close is bounded, and the caller must not wait for them.
         Task { for endpoint in doomed { await endpoint.close(error: error) } }
         return doomed.count
     }
@@ -164,6 +165,7 @@ public final class WebSocketListener: Service, Sendable {
         guard !open.isEmpty else { return 0 }
         logger.info("closing peer connections so that they connect again", metadata: ["reason": "\(why)", "connections": "\(open.count)"])
         let error = SyncError(.disconnected, message: why, isTransient: true)
+        // Unowned: closes a fixed list of endpoints; each close is bounded, and the caller must not wait for them.
         Task { for endpoint in open { await endpoint.close(error: error) } }
         return open.count
     }
@@ -282,6 +284,7 @@ public final class WebSocketListener: Service, Sendable {
             return (s.serverChannel, Array(s.endpoints.values))
         }
         channel?.close(promise: nil)
+        // Unowned: closes the endpoints left at shutdown; each close is bounded.
         Task {
             for e in endpoints { await e.close(error: nil) }
         }

@@ -178,6 +178,7 @@ struct SyncBench: ParsableCommand {
         let replicator = inMemoryReplicator(from: source, into: target, config)
         let start = ContinuousClock.now
         let done = DispatchSemaphore(value: 0)
+        // Unowned: the benchmark waits for it (`done`).
         Task {
             await replicator.run()
             done.signal()
@@ -203,6 +204,7 @@ func inMemoryReplicator(
         store: target,
         connector: {
             let (client, server) = InMemoryEndpoint.pair()
+            // Unowned: the responder's session ends when the in-memory pair closes, with the replication.
             Task { await responder.serve(server) }
             return wrap(client)
         }, configuration: config, logger: logger)

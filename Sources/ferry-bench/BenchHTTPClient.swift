@@ -79,6 +79,7 @@ final class BenchHTTPClient: Sendable {
 
 /// Gathers one HTTP response at a time into the promise of the request that awaits it.
 private final class ResponseCollector: ChannelInboundHandler, @unchecked Sendable {
+    // @unchecked: a channel handler; NIO calls it only on its channel's event loop.
     typealias InboundIn = HTTPClientResponsePart
     private var promise: EventLoopPromise<BenchHTTPClient.Reply>?
     private var status = 0

@@ -147,6 +147,7 @@ final class CountingEndpoint: MessageEndpoint {
         self.bytes = bytes
         let (stream, continuation) = AsyncThrowingStream.makeStream(of: [UInt8].self, throwing: (any Error).self)
         incoming = stream
+        // Unowned: forwards the inner endpoint's messages and ends with its stream.
         Task {
             do {
                 for try await m in inner.incoming {

@@ -19,6 +19,7 @@ enum FerryProcess {
         ProcessSignals.blockInThisThread()
         ProcessSignals.start()
         let done = DispatchSemaphore(value: 0)
+        // Unowned: the process's main task; `main` waits for it, then exits.
         Task.detached {
             await Ferry.main()
             done.signal()

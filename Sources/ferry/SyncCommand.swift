@@ -139,6 +139,7 @@ struct Sync: AsyncParsableCommand {
         let responder = replicators.responder(authenticated: false)
         return {
             let (client, server) = InMemoryEndpoint.pair()
+            // Unowned: the responder's session ends when the in-memory pair closes, with the replication.
             Task { await responder.serve(server) }
             return client
         }

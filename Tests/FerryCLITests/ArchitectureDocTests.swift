@@ -111,4 +111,32 @@ import Testing
         }
         #expect(found.count == 1 && found.first?.contains("func dials(") == true, "\(found.joined(separator: "\n"))")
     }
+
+    /// An unstructured `Task` is owned (kept by whoever started it, which cancels or awaits
+    /// it) or marked `// Unowned: WHY` on its line or the two before, saying why nothing needs
+    /// to cancel it (docs/architecture.md, "Tasks"). Owned means the task is assigned,
+    /// returned or passed on where it starts.
+    @Test func everyUnownedTaskSaysWhyNothingCancelsIt() throws {
+        let start = try Regex(#"(?:^|[^A-Za-z0-9_.])(Task(?:\.detached)?\s*(?:\([^)]*\))?\s*\{)"#)
+        var unmarked: [String] = []
+        var marked = 0
+        let modules = Self.directories(in: Self.root + "/Sources").filter { $0.lowercased().hasPrefix("ferry") }
+        for module in modules {
+            for (path, source) in Self.sources(of: module) {
+                let lines = source.components(separatedBy: "\n")
+                for (n, line) in lines.enumerated() {
+                    guard let match = line.firstMatch(of: start) else { continue }
+                    guard let task = match.output[1].range else { continue }
+                    let before = line[..<task.lowerBound].trimmingCharacters(in: .whitespaces)
+                    let previous = n > 0 ? lines[n - 1].trimmingCharacters(in: .whitespaces) : ""
+                    let passedOn = !(before.isEmpty || before.hasSuffix("{")) || (before.isEmpty && (previous.hasSuffix("(") || previous.hasSuffix(",")))
+                    if passedOn { continue }
+                    if lines[max(0, n - 2)...n].contains(where: { $0.contains("// Unowned: ") }) { marked += 1; continue }
+                    unmarked.append("\(path):\(n + 1): \(line.trimmingCharacters(in: .whitespaces))")
+                }
+            }
+        }
+        #expect(unmarked.isEmpty, "unowned tasks that do not say why:\n\(unmarked.joined(separator: "\n"))")
+        #expect(marked > 0)
+    }
 }

@@ -224,6 +224,8 @@ struct MobileBlob: Sendable {
 /// temporary file while SHA-1 (the app's digest), SHA-256 and MD5 are computed, and refused
 /// past `limit` bytes. Only the connection's reader feeds it, then the requester finishes it.
 final class MobileBlobIntake: MobileReplySink, @unchecked Sendable {
+    // @unchecked: fed only by the connection's reader, and finished by the requester after
+    // the reply's last frame (the reader is done with it by then).
     private let writer: BlobWriter
     private var hash = Insecure.SHA1()
     private var length: Int64 = 0

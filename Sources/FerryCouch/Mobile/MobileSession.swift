@@ -467,6 +467,7 @@ protocol MobileReplySink: AnyObject, Sendable {
 /// A reply being received as a stream: where its body goes, and its head once it came. Only
 /// the connection's reader touches it.
 final class ReplyStream: @unchecked Sendable {
+    // @unchecked: `head` is written and read only by the connection's reader task.
     let sink: any MobileReplySink
     var head: BLIPMessage?
     init(sink: any MobileReplySink) { self.sink = sink }
@@ -526,6 +527,7 @@ final class MobileInserter: Sendable {
                 return true
             }
             guard lead else { return }
+            // Unowned: one flush at a time (`flushing`); it ends once the queue it drains is empty.
             Task { await self.flush() }
         }
     }

@@ -48,6 +48,7 @@ public final class FramedEndpoint: MessageEndpoint {
     private func startWriter() {
         let stream = self.stream
         let queue = writes.stream
+        // Unowned: the writer ends when `writes` finishes, which `close` does.
         Task {
             for await pending in queue {
                 do {

@@ -100,10 +100,12 @@ public final class Connection: Sendable {
             if request.flags & Message.flagNoReply == 0 {
                 let reply = Message.errorReply(
                     to: request.number, .protocolViolation("this side does not accept requests"))
+                // Unowned: one error reply; a send on a closed endpoint fails at once.
                 Task { try? await self.sendRaw(reply) }
             }
             return
         }
+        // Unowned: requests are answered concurrently; a handler ends with its reply, and a reply on a closed endpoint fails at once.
         Task {
             let reply = await handler(request)
             if let reply, request.flags & Message.flagNoReply == 0 {
@@ -166,6 +168,7 @@ public final class Connection: Sendable {
                         state.withLock { $0.pending.removeValue(forKey: number) }?.resume(throwing: CancellationError())
                         return
                     }
+                    // Unowned: one send; on failure it resumes the request's waiter, which `failAll` resumes anyway on close.
                     Task {
                         do { try await self.sendRaw(message) } catch {
                             let w = self.state.withLock { $0.pending.removeValue(forKey: number) }

@@ -156,6 +156,7 @@ extension Connection {
         guard armed else { return }
         plan.mesh?.view.connectionOpened(plan.peerID)
         // Applied in number order with any later one (`linksApplied`).
+        // Unowned: applies one heartbeat that came before liveness started; short.
         if let early { Task { await self.receivedHeartbeat(early) } }
     }
 
@@ -345,6 +346,7 @@ extension Connection {
                 properties: [("Profile", SyncProtocol.Profile.heartbeat)], body: body.bytes)
         }
         guard let message else { return }
+        // Unowned: sends one or two messages; a send on a closed connection fails at once.
         Task {
             if let withdrawal { try? await self.sendRaw(withdrawal) }
             try? await self.sendRaw(message)

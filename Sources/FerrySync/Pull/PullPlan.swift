@@ -58,6 +58,7 @@ struct PullPlan: Sendable {
     /// finished plan already has in flight.
     static func discard(_ planning: Task<PullPlan?, any Error>) {
         planning.cancel()
+        // Unowned: waits only for a planning task cancelled just above, then cancels the requests it started.
         Task { if case let plan?? = try? await planning.value { plan.cancel() } }
     }
 

@@ -5,6 +5,7 @@ import FerryStore
 /// arrived ahead of their turn (requests are answered concurrently, so pipelined chunks may
 /// be handled out of order).
 final class BlobAssembly: @unchecked Sendable {
+    // @unchecked: `ahead`, `closed`, `stored` and the file are touched only inside `serialized`.
     let incoming: IncomingBlob
     var ahead: [Int64: [UInt8]] = [:]
     /// Set once the blob is stored, or given up (suspended): later chunks find it closed.
