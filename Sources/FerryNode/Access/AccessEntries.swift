@@ -48,7 +48,7 @@ public struct AccessMatch: Sendable, Equatable {
 /// `_ferry/access/rules/<name>`. A removed rule stays as an entry with `state` removed.
 ///
 /// Signed like member entries: P-256 ECDSA over the canonical JSON without `signature`.
-public struct AccessRuleEntry: Sendable, Equatable {
+public struct AccessRuleEntry: SignedEntry, Equatable {
     public enum State: String, Sendable { case active, removed }
 
     public static let documentPrefix = "_ferry/access/rules/"
@@ -72,7 +72,12 @@ public struct AccessRuleEntry: Sendable, Equatable {
     public static func documentID(_ name: String) -> DocumentID { try! DocumentID(documentPrefix + name, allowReserved: true) }
     public static func name(inDocument id: DocumentID) -> String? { NodeSignature.node(inDocument: id, prefix: documentPrefix) }
 
-    var unsignedBody: [String: JSON] {
+    public static let certificateName = "the rule's certificate"
+    public static func malformed(_ why: String) -> AccessError { .malformed(why) }
+    public static func badSignature(_ why: String) -> AccessError { .badSignature(why) }
+    public var signedBy: (node: String, certificate: [UInt8]) { (signer, signerCertificate) }
+
+    public var unsignedBody: [String: JSON] {
         var o: [String: JSON] = [
             "type": .string(Self.type), "group": .string(group), "name": .string(name), "roles": .array(roles.map(JSON.string)),
             "delete": .bool(delete), "state": .string(state.rawValue), "version": .int(version),
@@ -81,12 +86,6 @@ public struct AccessRuleEntry: Sendable, Equatable {
         if let read { o["read"] = read.json }
         if let write { o["write"] = write.json }
         return o
-    }
-
-    public var body: JSON {
-        var o = unsignedBody
-        o["signature"] = .string(Data(signature).base64EncodedString())
-        return .object(o)
     }
 
     public static func signed(
@@ -100,7 +99,7 @@ public struct AccessRuleEntry: Sendable, Equatable {
         var e = AccessRuleEntry(
             group: group, name: name, roles: roles, read: read, write: write, delete: delete, state: state, version: version,
             signer: identity.nodeID, signerCertificate: identity.certificateDER, signature: [])
-        do { e.signature = try NodeSignature.sign(e.unsignedBody, by: identity) } catch { throw .malformed(error.description) }
+        try e.sign(by: identity)
         return e
     }
 
@@ -114,7 +113,7 @@ public struct AccessRuleEntry: Sendable, Equatable {
 
     /// Reads a rule body; every missing, mistyped or unknown member is a clear error.
     public init(parsing json: JSON) throws(AccessError) {
-        let r = try SignedAccessFields(json, type: Self.type, known: ["name", "roles", "read", "write", "delete", "state"])
+        let r = try SignedAccessFields<Self>(json, known: ["name", "roles", "read", "write", "delete", "state"])
         let o = r.object
         guard let name = o["name"]?.stringValue else { throw .malformed("\"name\" is missing or not a string") }
         try AccessNames.checkRule(name)
@@ -129,12 +128,6 @@ public struct AccessRuleEntry: Sendable, Equatable {
         (group, version, signer, signerCertificate, signature) = (r.group, r.version, r.signer, r.signerCertificate, r.signature)
     }
 
-    public func verifySignature() throws(AccessError) {
-        do {
-            try NodeSignature.verify(unsignedBody, signature: signature, certificate: signerCertificate, signer: signer, whose: "the rule's certificate")
-        } catch { throw .badSignature(error.description) }
-    }
-
     /// Whether `self` supersedes `other` for the same name: the higher version, and at equal
     /// versions `removed` over `active`, then the higher signature bytes (so every node picks
     /// the same), as member entries are selected.
@@ -147,7 +140,7 @@ public struct AccessRuleEntry: Sendable, Equatable {
 
 /// The roles of one principal (a member node, by its ID, or a CouchDB user, as `user:NAME`),
 /// signed by a group admin: the document `_ferry/access/roles/<principal>`.
-public struct RoleAssignment: Sendable, Equatable {
+public struct RoleAssignment: SignedEntry, Equatable {
     public static let documentPrefix = "_ferry/access/roles/"
     public static let type = "ferry.access.roles"
 
@@ -162,18 +155,17 @@ public struct RoleAssignment: Sendable, Equatable {
     public static func documentID(_ principal: String) -> DocumentID { try! DocumentID(documentPrefix + principal, allowReserved: true) }
     public static func principal(inDocument id: DocumentID) -> String? { NodeSignature.node(inDocument: id, prefix: documentPrefix) }
 
-    var unsignedBody: [String: JSON] {
+    public static let certificateName = "the assignment's certificate"
+    public static func malformed(_ why: String) -> AccessError { .malformed(why) }
+    public static func badSignature(_ why: String) -> AccessError { .badSignature(why) }
+    public var signedBy: (node: String, certificate: [UInt8]) { (signer, signerCertificate) }
+
+    public var unsignedBody: [String: JSON] {
         [
             "type": .string(Self.type), "group": .string(group), "principal": .string(principal), "roles": .array(roles.map(JSON.string)),
             "version": .int(version), "signer": .string(signer),
             "signerCertificate": .string(Data(signerCertificate).base64EncodedString()),
         ]
-    }
-
-    public var body: JSON {
-        var o = unsignedBody
-        o["signature"] = .string(Data(signature).base64EncodedString())
-        return .object(o)
     }
 
     public static func signed(group: String, principal: String, roles: [String], version: Int64, by identity: NodeIdentity) throws(AccessError)
@@ -184,7 +176,7 @@ public struct RoleAssignment: Sendable, Equatable {
         var a = RoleAssignment(
             group: group, principal: principal, roles: roles, version: version, signer: identity.nodeID,
             signerCertificate: identity.certificateDER, signature: [])
-        do { a.signature = try NodeSignature.sign(a.unsignedBody, by: identity) } catch { throw .malformed(error.description) }
+        try a.sign(by: identity)
         return a
     }
 
@@ -194,18 +186,12 @@ public struct RoleAssignment: Sendable, Equatable {
     }
 
     public init(parsing json: JSON) throws(AccessError) {
-        let r = try SignedAccessFields(json, type: Self.type, known: ["principal", "roles"])
+        let r = try SignedAccessFields<Self>(json, known: ["principal", "roles"])
         guard let principal = r.object["principal"]?.stringValue else { throw .malformed("\"principal\" is missing or not a string") }
         try AccessNames.checkPrincipal(principal)
         self.principal = principal
         roles = try AccessNames.roles(r.object["roles"])
         (group, version, signer, signerCertificate, signature) = (r.group, r.version, r.signer, r.signerCertificate, r.signature)
-    }
-
-    public func verifySignature() throws(AccessError) {
-        do {
-            try NodeSignature.verify(unsignedBody, signature: signature, certificate: signerCertificate, signer: signer, whose: "the assignment's certificate")
-        } catch { throw .badSignature(error.description) }
     }
 
     /// Whether `self` supersedes `other` for the same principal: the higher version, and at
@@ -219,7 +205,7 @@ public struct RoleAssignment: Sendable, Equatable {
 }
 
 /// The members both signed access documents share, read and checked once.
-struct SignedAccessFields {
+struct SignedAccessFields<Entry: SignedEntry> where Entry.Failure == AccessError {
     let object: [String: JSON]
     let group: String
     let version: Int64
@@ -227,28 +213,14 @@ struct SignedAccessFields {
     let signerCertificate: [UInt8]
     let signature: [UInt8]
 
-    init(_ json: JSON, type: String, known: Set<String>) throws(AccessError) {
-        guard let o = json.objectValue else { throw .malformed("the body is not a JSON object") }
-        guard o["type"]?.stringValue == type else { throw .malformed("\"type\" is not \"\(type)\"") }
-        let all = known.union(["type", "group", "version", "signer", "signerCertificate", "signature"])
-        if let extra = o.keys.sorted().first(where: { !all.contains($0) }) { throw .malformed("unknown member \"\(extra)\"") }
-        func nodeID(_ key: String) throws(AccessError) -> String {
-            guard let s = o[key]?.stringValue, s.utf8.count == 64, NodeIDFormat.normalized(s) == s else {
-                throw .malformed("\"\(key)\" is not a node ID (64 lowercase hex digits)")
-            }
-            return s
-        }
-        func base64(_ key: String) throws(AccessError) -> [UInt8] {
-            guard let s = o[key]?.stringValue, let d = Data(base64Encoded: s) else { throw .malformed("\"\(key)\" is missing or not base64") }
-            return Array(d)
-        }
-        object = o
-        group = try nodeID("group")
-        guard let v = o["version"]?.intValue, v >= 1 else { throw .malformed("\"version\" is not a positive integer") }
-        version = v
-        signer = try nodeID("signer")
-        signerCertificate = try base64("signerCertificate")
-        signature = try base64("signature")
+    init(_ json: JSON, known: Set<String>) throws(AccessError) {
+        let r = try SignedBodyReader<Entry>(json, known: known.union(["group", "version", "signer", "signerCertificate"]))
+        object = r.object
+        group = try r.nodeID("group")
+        version = try r.version()
+        signer = try r.nodeID("signer")
+        signerCertificate = try r.base64("signerCertificate")
+        signature = try r.base64("signature")
     }
 }
 

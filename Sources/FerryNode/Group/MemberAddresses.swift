@@ -9,7 +9,7 @@ import Foundation
 ///
 /// Signed like a member entry (P-256 ECDSA over the canonical JSON without `signature`),
 /// but the signer must be the node it names: the SHA-256 of `certificate` is `node`.
-public struct MemberAddresses: Sendable, Equatable {
+public struct MemberAddresses: SignedEntry, Equatable {
     public static let documentPrefix = "_ferry/addresses/"
     public static let type = "ferry.addresses"
 
@@ -29,18 +29,18 @@ public struct MemberAddresses: Sendable, Equatable {
     /// The node a record's document names, or nil when the ID is not a record's.
     public static func node(inDocument id: DocumentID) -> String? { NodeSignature.node(inDocument: id, prefix: documentPrefix) }
 
-    var unsignedBody: [String: JSON] {
+    public static let certificateName = "the record's certificate"
+    public static func malformed(_ why: String) -> MembershipError { .malformedEntry(why) }
+    public static func badSignature(_ why: String) -> MembershipError { .badSignature(why) }
+    /// Only a node may say where it listens: the certificate must be the named node's own.
+    public var signedBy: (node: String, certificate: [UInt8]) { (node, certificate) }
+
+    public var unsignedBody: [String: JSON] {
         [
             "type": .string(Self.type), "group": .string(group), "node": .string(node),
             "addresses": .array(addresses.map(JSON.string)), "version": .int(version),
             "certificate": .string(Data(certificate).base64EncodedString()),
         ]
-    }
-
-    public var body: JSON {
-        var o = unsignedBody
-        o["signature"] = .string(Data(signature).base64EncodedString())
-        return .object(o)
     }
 
     /// A record of `identity`'s own addresses.
@@ -49,7 +49,7 @@ public struct MemberAddresses: Sendable, Equatable {
     {
         var record = MemberAddresses(
             group: group, node: identity.nodeID, addresses: addresses, version: version, certificate: identity.certificateDER, signature: [])
-        record.signature = try NodeSignature.sign(record.unsignedBody, by: identity)
+        try record.sign(by: identity)
         return record
     }
 
@@ -64,23 +64,10 @@ public struct MemberAddresses: Sendable, Equatable {
 
     /// Reads a record body; every missing, unknown or mistyped member is a clear error.
     public init(parsing json: JSON) throws(MembershipError) {
-        guard let o = json.objectValue else { throw .malformedEntry("the body is not a JSON object") }
-        let known: Set<String> = ["type", "group", "node", "addresses", "version", "certificate", "signature"]
-        if let extra = o.keys.first(where: { !known.contains($0) }) { throw .malformedEntry("unknown member \"\(LogText.escape(extra))\"") }
-        guard o["type"]?.stringValue == Self.type else { throw .malformedEntry("\"type\" is not \"\(Self.type)\"") }
-        func nodeID(_ key: String) throws(MembershipError) -> String {
-            guard let s = o[key]?.stringValue, s.utf8.count == 64, NodeIDFormat.normalized(s) == s else {
-                throw .malformedEntry("\"\(key)\" is not a node ID (64 lowercase hex digits)")
-            }
-            return s
-        }
-        func base64(_ key: String) throws(MembershipError) -> [UInt8] {
-            guard let s = o[key]?.stringValue, let d = Data(base64Encoded: s) else { throw .malformedEntry("\"\(key)\" is not base64") }
-            return Array(d)
-        }
-        group = try nodeID("group")
-        node = try nodeID("node")
-        guard case .array(let list)? = o["addresses"], list.count <= 16 else {
+        let r = try SignedBodyReader<Self>(json, known: ["group", "node", "addresses", "version", "certificate"])
+        group = try r.nodeID("group")
+        node = try r.nodeID("node")
+        guard case .array(let list)? = r["addresses"], list.count <= 16 else {
             throw .malformedEntry("\"addresses\" is missing, not an array, or longer than 16")
         }
         addresses = []
@@ -90,10 +77,9 @@ public struct MemberAddresses: Sendable, Equatable {
             }
             addresses.append(s)
         }
-        guard let v = o["version"]?.intValue, v > 0 else { throw .malformedEntry("\"version\" is not a positive integer") }
-        version = v
-        certificate = try base64("certificate")
-        signature = try base64("signature")
+        version = try r.version()
+        certificate = try r.base64("certificate")
+        signature = try r.base64("signature")
     }
 
     /// Whether `self` supersedes `other` for the same node: the higher version, then the
@@ -101,11 +87,5 @@ public struct MemberAddresses: Sendable, Equatable {
     public func supersedes(_ other: MemberAddresses) -> Bool {
         if version != other.version { return version > other.version }
         return NodeSignature.greater(signature, other.signature)
-    }
-
-    /// Checks that the record is signed by the node it names.
-    /// Only a node may say where it listens: the certificate must be the named node's own.
-    public func verifySignature() throws(MembershipError) {
-        try NodeSignature.verify(unsignedBody, signature: signature, certificate: certificate, signer: node, whose: "the record's certificate")
     }
 }

@@ -9,7 +9,7 @@ import Foundation
 /// The signature is P-256 ECDSA (SHA-256, DER-encoded) over the canonical JSON of the body
 /// without its `signature` member. Anyone can check it: the SHA-256 of `signerCertificate`
 /// must be `signer`, and that certificate's public key must verify the signature.
-public struct MemberEntry: Sendable, Equatable {
+public struct MemberEntry: SignedEntry, Equatable {
     /// Whether the node belongs to the group.
     public enum State: String, Sendable {
         case member, removed
@@ -37,8 +37,13 @@ public struct MemberEntry: Sendable, Equatable {
     /// The node an entry document names, or nil when the ID is not an entry's.
     public static func node(inDocument id: DocumentID) -> String? { NodeSignature.node(inDocument: id, prefix: documentPrefix) }
 
+    public static let certificateName = "signerCertificate"
+    public static func malformed(_ why: String) -> MembershipError { .malformedEntry(why) }
+    public static func badSignature(_ why: String) -> MembershipError { .badSignature(why) }
+    public var signedBy: (node: String, certificate: [UInt8]) { (signer, signerCertificate) }
+
     /// The body without the signature: what is signed.
-    var unsignedBody: [String: JSON] {
+    public var unsignedBody: [String: JSON] {
         var o: [String: JSON] = [
             "type": .string(Self.type), "group": .string(group), "node": .string(node), "state": .string(state.rawValue),
             "admin": .bool(admin), "version": .int(version), "addresses": .array(addresses.map(JSON.string)),
@@ -46,13 +51,6 @@ public struct MemberEntry: Sendable, Equatable {
         ]
         if let name { o["name"] = .string(name) }
         return o
-    }
-
-    /// The document body, signature included.
-    public var body: JSON {
-        var o = unsignedBody
-        o["signature"] = .string(Data(signature).base64EncodedString())
-        return .object(o)
     }
 
     /// A new entry signed by `identity`.
@@ -63,54 +61,33 @@ public struct MemberEntry: Sendable, Equatable {
         var entry = MemberEntry(
             group: group, node: node, name: name, state: state, admin: admin, version: version, addresses: addresses,
             signer: identity.nodeID, signerCertificate: identity.certificateDER, signature: [])
-        entry.signature = try NodeSignature.sign(entry.unsignedBody, by: identity)
+        try entry.sign(by: identity)
         return entry
     }
 
-    /// Reads an entry body; every missing or mistyped member is a clear error.
+    /// Reads an entry body; every missing, mistyped or unknown member is a clear error.
     public init(parsing json: JSON) throws(MembershipError) {
-        guard let o = json.objectValue else { throw .malformedEntry("the body is not a JSON object") }
-        func string(_ key: String) throws(MembershipError) -> String {
-            guard let s = o[key]?.stringValue else { throw .malformedEntry("\"\(key)\" is missing or not a string") }
-            return s
-        }
-        func nodeID(_ key: String) throws(MembershipError) -> String {
-            let s = try string(key)
-            guard s.utf8.count == 64, NodeIDFormat.normalized(s) == s else {
-                throw .malformedEntry("\"\(key)\" is not a node ID (64 lowercase hex digits)")
-            }
-            return s
-        }
-        func base64(_ key: String) throws(MembershipError) -> [UInt8] {
-            guard let d = Data(base64Encoded: try string(key)) else { throw .malformedEntry("\"\(key)\" is not base64") }
-            return Array(d)
-        }
-        guard o["type"]?.stringValue == Self.type else { throw .malformedEntry("\"type\" is not \"\(Self.type)\"") }
-        let known: Set<String> = [
-            "type", "group", "node", "name", "state", "admin", "version", "addresses", "signer", "signerCertificate", "signature",
-        ]
-        if let extra = o.keys.first(where: { !known.contains($0) }) { throw .malformedEntry("unknown member \"\(extra)\"") }
-        group = try nodeID("group")
-        node = try nodeID("node")
-        if let n = o["name"] {
+        let r = try SignedBodyReader<Self>(
+            json, known: ["group", "node", "name", "state", "admin", "version", "addresses", "signer", "signerCertificate"])
+        group = try r.nodeID("group")
+        node = try r.nodeID("node")
+        if let n = r["name"] {
             guard let s = n.stringValue else { throw .malformedEntry("\"name\" is not a string") }
             name = s
         }
-        guard let state = State(rawValue: try string("state")) else { throw .malformedEntry("\"state\" is not member or removed") }
+        guard let state = State(rawValue: try r.string("state")) else { throw .malformedEntry("\"state\" is not member or removed") }
         self.state = state
-        guard let admin = o["admin"]?.boolValue else { throw .malformedEntry("\"admin\" is missing or not a boolean") }
-        self.admin = admin
-        guard let version = o["version"]?.intValue, version >= 1 else { throw .malformedEntry("\"version\" is not a positive integer") }
-        self.version = version
-        guard case .array(let list)? = o["addresses"] else { throw .malformedEntry("\"addresses\" is missing or not an array") }
+        admin = try r.bool("admin")
+        version = try r.version()
+        guard case .array(let list)? = r["addresses"] else { throw .malformedEntry("\"addresses\" is missing or not an array") }
         addresses = []
         for a in list {
             guard let s = a.stringValue, s.utf8.count <= 300 else { throw .malformedEntry("\"addresses\" holds a non-string") }
             addresses.append(s)
         }
-        signer = try nodeID("signer")
-        signerCertificate = try base64("signerCertificate")
-        signature = try base64("signature")
+        signer = try r.nodeID("signer")
+        signerCertificate = try r.base64("signerCertificate")
+        signature = try r.base64("signature")
     }
 
     init(
@@ -127,12 +104,6 @@ public struct MemberEntry: Sendable, Equatable {
         self.signer = signer
         self.signerCertificate = signerCertificate
         self.signature = signature
-    }
-
-    /// Checks the signature alone (not the signer's authority): the certificate is the
-    /// signer's and its key signed this body.
-    public func verifySignature() throws(MembershipError) {
-        try NodeSignature.verify(unsignedBody, signature: signature, certificate: signerCertificate, signer: signer, whose: "signerCertificate")
     }
 
     /// Whether `self` supersedes `other` for the same node: the higher version, and at equal
