@@ -5,9 +5,6 @@ import FerryQuery
 import FerryStore
 import Foundation
 
-#if canImport(FoundationNetworking)
-    import FoundationNetworking
-#endif
 
 /// `ferry find`: a CouchDB Mango query, through the running node or on the database directly.
 struct Find: AsyncParsableCommand {
@@ -299,21 +296,9 @@ enum MangoCLI {
         /// (exit 3 for not found, 1 otherwise).
         func call(_ method: String, _ path: String, body: JSON? = nil) async throws -> JSON {
             let base = path.hasPrefix("/") ? serverURL : databaseURL
-            guard let url = URL(string: base + path) else { throw CLIError(message: "bad CouchDB API URL \(base)\(path)") }
-            var request = URLRequest(url: url)
-            request.httpMethod = method
-            request.timeoutInterval = 300
-            request.setValue("Bearer \(try node.adminKey())", forHTTPHeaderField: "Authorization")
-            if let body {
-                request.httpBody = Data(body.canonicalBytes)
-                request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-            }
-            let (data, response): (Data, URLResponse)
-            do { (data, response) = try await URLSession.shared.data(for: request) } catch {
-                throw CLIError(message: "the node's CouchDB API at \(base) did not answer: \(error.localizedDescription)")
-            }
-            let status = (response as? HTTPURLResponse)?.statusCode ?? 0
-            let json = (try? JSON.parse(Array(data))) ?? .string(String(decoding: data, as: UTF8.self))
+            let reply = try await CLIHTTP.send(
+                method, base + path, bearer: try node.adminKey(), body: body, timeout: .seconds(300), what: "the node's CouchDB API at \(base)")
+            let (status, json) = (reply.status, reply.body)
             guard (200..<300).contains(status) else {
                 let error = json["error"]?.stringValue ?? "error"
                 let reason = json["reason"]?.stringValue ?? "\(json)"

@@ -1,10 +1,6 @@
 import FerryCore
 import Foundation
 
-#if canImport(FoundationNetworking)
-    import FoundationNetworking
-#endif
-
 /// Talks to the admin API of the `ferry serve` running on a data directory, found through
 /// its DATA/node.json and authenticated with its DATA/admin.key, so CLI writes go through
 /// the node and replicate at once.
@@ -92,22 +88,9 @@ struct NodeClient {
 
     /// One request; the body is JSON when given. Transport failures become CLI errors.
     func request(_ method: String, _ path: String, body: JSON? = nil) async throws -> Reply {
-        guard let url = URL(string: adminURL + path) else { throw CLIError(message: "bad admin URL \(adminURL)\(path)") }
-        var request = URLRequest(url: url)
-        request.httpMethod = method
-        request.timeoutInterval = 60
-        request.setValue("Bearer \(try adminKey())", forHTTPHeaderField: "Authorization")
-        if let body {
-            request.httpBody = Data(body.canonicalBytes)
-            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        }
-        let (data, response): (Data, URLResponse)
-        do { (data, response) = try await URLSession.shared.data(for: request) } catch {
-            throw CLIError(message: "the node's admin API at \(adminURL) did not answer: \(error.localizedDescription)")
-        }
-        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
-        let json = (try? JSON.parse(Array(data))) ?? .string(String(decoding: data, as: UTF8.self))
-        return Reply(status: status, body: json)
+        let reply = try await CLIHTTP.send(
+            method, adminURL + path, bearer: try adminKey(), body: body, timeout: .seconds(60), what: "the node's admin API at \(adminURL)")
+        return Reply(status: reply.status, body: reply.body)
     }
 
     /// Like `request`, but a non-2xx reply becomes a CLI error with the API's reason and the
