@@ -15,9 +15,6 @@ public struct Liveness: Sendable, Equatable {
     /// predates heartbeats (no watchdog on either side).
     public var enabled = true
     public init() {}
-
-    /// An unchanged digest is repeated every this many heartbeats (about 8 bytes a second per idle link).
-    static let digestRepeat = 10
 }
 
 extension SyncError {
@@ -70,7 +67,7 @@ struct LivenessPlan: Sendable {
 
 /// What a heartbeat says of one of this side's digests (the whole store's or the view's): the
 /// digest when it changed since the connection last carried it, and again every
-/// `digestRepeat` heartbeats (one that arrived before the peer armed its watchdog was
+/// `ReplicatorTuning.digestRepeat` heartbeats (one that arrived before the peer armed its watchdog was
 /// dropped); once, that the last one sent no longer holds (the store changed since and no new
 /// one is computed: the peer must not compare against a stale digest); or nothing.
 enum DigestCarriage: Equatable {
@@ -80,7 +77,7 @@ enum DigestCarriage: Equatable {
 
     static func next(_ digest: String?, sent: inout String?, since: inout Int, mayForget: Bool) -> DigestCarriage {
         since += 1
-        if let digest, digest != sent || since >= Liveness.digestRepeat {
+        if let digest, digest != sent || since >= ReplicatorTuning.digestRepeat {
             sent = digest
             since = 0
             return .send(digest)

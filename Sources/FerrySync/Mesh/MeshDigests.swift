@@ -50,9 +50,6 @@ public final class MeshDigests: Sendable {
     private let elapsed: @Sendable () -> Duration
     private let state = Locked(State())
 
-    /// A view no link asked for in this long is no longer computed.
-    static let viewKeptFor: Duration = .seconds(60)
-
     public init(store: DocumentStore, clock: any Clock<Duration> = ContinuousClock(), minInterval: Duration = .seconds(1)) {
         self.store = store
         self.minInterval = minInterval
@@ -100,7 +97,7 @@ public final class MeshDigests: Sendable {
         let before = store.contentVersion
         let wanted = state.withLock { s -> [(String, AccessRule)] in
             let t = elapsed()
-            s.views = s.views.filter { t - $0.value.lastAsked < Self.viewKeptFor }
+            s.views = s.views.filter { t - $0.value.lastAsked < ReplicatorTuning.digestViewKeptFor }
             return s.views.map { ($0.key, $0.value.rule) }
         }
         let views = wanted.map { _, rule in

@@ -6,13 +6,11 @@ import FerryCore
 /// In a mesh every node that receives a revision would otherwise announce it straight
 /// back to where it came from: a changes entry or a push per link, per write, for nothing.
 final class PeerHeldRevisions: Sendable {
-    /// Bounded: when full it starts over, which only lets some echoes through.
-    static let capacity = 10_000
     private let held = Locked<[DocumentID: RevisionID]>([:])
 
     func record(_ id: DocumentID, _ revision: RevisionID) {
         held.withLock {
-            if $0.count >= Self.capacity { $0.removeAll(keepingCapacity: true) }
+            if $0.count >= ReplicatorTuning.peerHeldRevisions { $0.removeAll(keepingCapacity: true) }
             $0[id] = revision
         }
     }

@@ -263,9 +263,6 @@ final class ResponderSession: Sendable {
         return reply(request, answer.json)
     }
 
-    /// The smallest pushed batch whose echo is recorded.
-    static let minimumEchoBatch = 16
-
     /// Whose echoes a push records and a pull leaves out: the peer (as checkpoints are
     /// namespaced, so one peer cannot make another miss changes) and its database as it
     /// said in hello; nil before hello or when it named none.
@@ -456,7 +453,7 @@ final class ResponderSession: Sendable {
         // Only catch-up-sized batches: a live push of a revision or two is left out on this
         // connection already (`peerHeld`), and re-reading a few entries later costs less than
         // rewriting the record on every write of a mesh.
-        let echoFor = accepted.count >= Self.minimumEchoBatch ? echoKey : nil
+        let echoFor = accepted.count >= ReplicatorTuning.minimumEchoBatch ? echoKey : nil
         let outcomes = try store.insertRevisions(accepted.map(\.1), durability: .normal, echoKey: echoFor)
         var touched = Set<DocumentID>()
         var branched = Set<DocumentID>()

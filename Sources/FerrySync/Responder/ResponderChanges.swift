@@ -27,7 +27,7 @@ extension ResponderSession {
         var removed: [RemovalNotice] = []
         // Documents skipped earlier whose skip no longer holds (docs/protocol.md §6.6).
         var reoffered = try reofferedEntries(at: since, docIDs: docIDs)
-        var readOn = Self.maxPagesReadOn
+        var readOn = ReplicatorTuning.maxPagesReadOn
         // The echo of what this peer pushed in earlier sessions (a connection's own pushes
         // are left out through `peerHeld`).
         let echoes = try echoKey.map { try store.echoRanges($0) } ?? EchoRanges()
@@ -74,10 +74,6 @@ extension ResponderSession {
         return reply(request, answer.json)
     }
 
-    /// Full pages with nothing for the peer read on within one request; past them the
-    /// answer is empty but not caught up, and the peer asks again from its `lastSeq`.
-    static let maxPagesReadOn = 50
-
     /// A page of the feed with each document's tree, winner bodies up to the cache's limit
     /// restored: the entries, their inline revisions and the getRevs that follow are all
     /// answered from this one read (`ResponderTreeCache`).
@@ -104,7 +100,7 @@ extension ResponderSession {
         return counted
     }
 
-    static let pendingRecount = 16
+    static let pendingRecount = ReplicatorTuning.pendingRecount
 
     /// The changes entries the peer may see, with small revisions inlined. With `skipRelays`
     /// (live requests only: a peer catching up must get everything, as its coverage will take

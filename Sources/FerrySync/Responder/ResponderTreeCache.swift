@@ -11,13 +11,9 @@ import FerryStore
 /// committed since empties the cache (a purged revision is never sent from it), and the
 /// cache is bounded in pages and in bytes.
 struct ResponderTreeCache: Sendable {
-    /// Pages kept: the one whose revisions are being fetched, and the next ones the peer
-    /// asked for ahead of them.
-    static let pagesKept = 3
-    /// Bytes of bodies kept per page; a page's documents past it are read again when asked.
-    static let maxBytesPerPage = 8 << 20
-    /// The largest winner body a changes read restores (larger ones are read when asked).
-    static let maxBodyBytes = 16 << 10
+    static let pagesKept = ReplicatorTuning.treeCachePages
+    static let maxBytesPerPage = ReplicatorTuning.treeCacheBytesPerPage
+    static let maxBodyBytes = ReplicatorTuning.treeCacheBodyBytes
 
     /// A kept tree, and the read rule (its fingerprint) that found the document readable as
     /// this tree holds it, if one did: the same tree under the same rule needs no second verdict.
