@@ -80,65 +80,12 @@ struct ConfigReader {
             }
         }
         if let v = top["data"] { c.dataDirectory = try string(v, "data") }
-        if let v = top["listen"] {
-            let o = try object(v, "listen", allowed: ["interface", "port"])
-            if let i = o["interface"] { c.interface = try string(i, "listen.interface") }
-            if let p = o["port"] { c.port = try int(p, "listen.port", 0...65535) }
-        }
-        if let v = top["admin"] {
-            let o = try object(v, "admin", allowed: ["interface", "port", "allowedOrigins", "publicMetrics"])
-            if let i = o["interface"] {
-                c.adminInterface = try string(i, "admin.interface")
-                guard NodeConfiguration.isLoopback(c.adminInterface) else {
-                    throw fail("admin.interface", "the admin API serves on loopback only (127.0.0.1 or ::1), not \(c.adminInterface)")
-                }
-            }
-            if let p = o["port"] { c.adminPort = try int(p, "admin.port", 0...65535) }
-            if let x = o["allowedOrigins"] {
-                c.adminAllowedOrigins = try strings(x, "admin.allowedOrigins")
-                for (i, origin) in c.adminAllowedOrigins.enumerated() {
-                    guard let u = URL(string: origin), u.scheme != nil, u.host != nil, u.path.isEmpty else {
-                        throw fail("admin.allowedOrigins[\(i)]", "must be an origin such as http://localhost:8080 (scheme, host, optional port)")
-                    }
-                }
-            }
-            if let x = o["publicMetrics"] { c.adminPublicMetrics = try bool(x, "admin.publicMetrics") }
-        }
-        if let v = top["discovery"] {
-            let o = try object(v, "discovery", allowed: ["enabled", "trust", "retrySeconds"])
-            if let e = o["enabled"] { c.discovery = try bool(e, "discovery.enabled") }
-            if let r = o["retrySeconds"] { c.discoveryRetrySeconds = try int(r, "discovery.retrySeconds", 1...3600) }
-            if let t = o["trust"] {
-                guard let mode = NodeConfiguration.TrustMode(rawValue: try string(t, "discovery.trust")) else {
-                    throw fail("discovery.trust", "must be \"pinned\" or \"tofu\"")
-                }
-                c.trustMode = mode
-            }
-        }
-        if let v = top["peers"] {
-            guard case .array(let items) = v else { throw fail("peers", "must be an array") }
-            for (i, item) in items.enumerated() {
-                let key = "peers[\(i)]"
-                let o = try object(item, key, allowed: ["url", "id", "name"])
-                guard let u = o["url"] else { throw fail("\(key).url", "is required") }
-                guard let id = o["id"] else { throw fail("\(key).id", "is required: the peer's pinned node ID") }
-                c.peers.append(.init(url: try url(u, "\(key).url"), nodeID: try nodeID(id, "\(key).id"), name: try o["name"].map { v throws(ConfigError) in try name(v, "\(key).name") }))
-            }
-        }
-        if let v = top["trust"] {
-            guard case .array(let items) = v else { throw fail("trust", "must be an array") }
-            for (i, item) in items.enumerated() {
-                c.trust.append(try trustEntry(item, "trust[\(i)]"))
-            }
-        }
-        if let v = top["conflicts"] {
-            let o = try object(v, "conflicts", allowed: ["default", "types"])
-            if let d = o["default"] { c.conflictDefault = try resolverName(d, "conflicts.default") }
-            if let t = o["types"] {
-                guard let types = t.objectValue else { throw fail("conflicts.types", "must be an object of type → policy") }
-                for (type, name) in types { c.conflictsByType[type] = try resolverName(name, "conflicts.types.\(type)") }
-            }
-        }
+        if let v = top["listen"] { try readListen(v, into: &c) }
+        if let v = top["admin"] { try readAdmin(v, into: &c) }
+        if let v = top["discovery"] { try readDiscovery(v, into: &c) }
+        if let v = top["peers"] { try readPeers(v, into: &c) }
+        if let v = top["trust"] { try readTrust(v, into: &c) }
+        if let v = top["conflicts"] { try readConflicts(v, into: &c) }
         if let v = top["pullFilter"] { c.pullFilter = try rule(v, "pullFilter") }
         if let v = top["validation"] { c.validation = try rule(v, "validation") }
         if let v = top["logLevel"] {
@@ -147,53 +94,136 @@ struct ConfigReader {
             }
             c.logLevel = level
         }
-        if let v = top["limits"] {
-            let o = try object(v, "limits", allowed: [
-                "maxConnections", "maxMessageBytes", "maxDocumentBytes", "idleTimeoutSeconds", "maxOpenConnections",
-                "maxConnectionsPerAddress", "handshakeTimeoutSeconds",
-            ])
-            if let x = o["maxConnections"] { c.limits.maxConnections = try int(x, "limits.maxConnections", 1...100_000) }
-            if let x = o["maxMessageBytes"] { c.limits.maxMessageBytes = try int(x, "limits.maxMessageBytes", 1024...(1 << 30)) }
-            if let x = o["maxDocumentBytes"] { c.limits.maxDocumentBytes = try int(x, "limits.maxDocumentBytes", 64...(1 << 30)) }
-            if let x = o["idleTimeoutSeconds"] { c.limits.idleTimeoutSeconds = try int(x, "limits.idleTimeoutSeconds", 5...86_400) }
-            if let x = o["maxOpenConnections"] { c.limits.maxOpenConnections = try int(x, "limits.maxOpenConnections", 1...1_000_000) }
-            if let x = o["maxConnectionsPerAddress"] {
-                c.limits.maxConnectionsPerAddress = try int(x, "limits.maxConnectionsPerAddress", 1...1_000_000)
-            }
-            if let x = o["handshakeTimeoutSeconds"] { c.limits.handshakeTimeoutSeconds = try int(x, "limits.handshakeTimeoutSeconds", 1...300) }
-            if c.limits.maxOpenConnections < c.limits.maxConnectionsPerAddress {
-                throw fail("limits.maxOpenConnections", "must be at least limits.maxConnectionsPerAddress (\(c.limits.maxConnectionsPerAddress))")
-            }
-        }
-        if let v = top["blobCollection"] {
-            let o = try object(v, "blobCollection", allowed: ["intervalSeconds", "graceSeconds", "partialMaxAgeSeconds"])
-            if let x = o["intervalSeconds"] { c.blobCollection.intervalSeconds = try int(x, "blobCollection.intervalSeconds", 0...31_536_000) }
-            if let x = o["graceSeconds"] { c.blobCollection.graceSeconds = try int(x, "blobCollection.graceSeconds", 0...31_536_000) }
-            if let x = o["partialMaxAgeSeconds"] {
-                c.blobCollection.partialMaxAgeSeconds = try int(x, "blobCollection.partialMaxAgeSeconds", 0...31_536_000)
-            }
-        }
+        if let v = top["limits"] { try readLimits(v, into: &c) }
+        if let v = top["blobCollection"] { try readBlobCollection(v, into: &c) }
         if let v = top["readOnly"] { c.readOnly = try bool(v, "readOnly") }
-        if let v = top["blobs"] {
-            let o = try object(v, "blobs", allowed: ["fetch", "peers"])
-            if let x = o["fetch"] { c.blobPolicy = try blobPolicy(x, "blobs.fetch") }
-            if let p = o["peers"] {
-                guard case .object(let byPeer) = p else { throw fail("blobs.peers", "must map node IDs to policies") }
-                for (peer, policy) in byPeer {
-                    c.blobPolicyByPeer[try nodeID(.string(peer), "blobs.peers")] = try blobPolicy(policy, "blobs.peers.\(peer)")
+        if let v = top["blobs"] { try readBlobs(v, into: &c) }
+        if let v = top["replications"] { try readReplications(v, into: &c) }
+        if let v = top["couch"] { c.couch = try couch(v, "couch") }
+        return c
+    }
+
+    /// `listen`: the replication listener's interface and port.
+    func readListen(_ v: JSON, into c: inout NodeConfiguration) throws(ConfigError) {
+        let o = try object(v, "listen", allowed: ["interface", "port"])
+        if let i = o["interface"] { c.interface = try string(i, "listen.interface") }
+        if let p = o["port"] { c.port = try int(p, "listen.port", 0...65535) }
+    }
+
+    /// `admin`: the admin API: loopback interface, port, allowed origins, public metrics.
+    func readAdmin(_ v: JSON, into c: inout NodeConfiguration) throws(ConfigError) {
+        let o = try object(v, "admin", allowed: ["interface", "port", "allowedOrigins", "publicMetrics"])
+        if let i = o["interface"] {
+            c.adminInterface = try string(i, "admin.interface")
+            guard NodeConfiguration.isLoopback(c.adminInterface) else {
+                throw fail("admin.interface", "the admin API serves on loopback only (127.0.0.1 or ::1), not \(c.adminInterface)")
+            }
+        }
+        if let p = o["port"] { c.adminPort = try int(p, "admin.port", 0...65535) }
+        if let x = o["allowedOrigins"] {
+            c.adminAllowedOrigins = try strings(x, "admin.allowedOrigins")
+            for (i, origin) in c.adminAllowedOrigins.enumerated() {
+                guard let u = URL(string: origin), u.scheme != nil, u.host != nil, u.path.isEmpty else {
+                    throw fail("admin.allowedOrigins[\(i)]", "must be an origin such as http://localhost:8080 (scheme, host, optional port)")
                 }
             }
         }
-        if let v = top["replications"] {
-            guard case .array(let items) = v else { throw fail("replications", "must be an array") }
-            for (i, item) in items.enumerated() {
-                let spec = try replication(item, "replications[\(i)]", defaultID: "config-\(i)")
-                if c.replications.contains(where: { $0.id == spec.id }) { throw fail("replications[\(i)].id", "duplicate id \(spec.id)") }
-                c.replications.append(spec)
+        if let x = o["publicMetrics"] { c.adminPublicMetrics = try bool(x, "admin.publicMetrics") }
+    }
+
+    /// `discovery`: DNS-SD: on or off, its retry, and whether the first peer seen is trusted.
+    func readDiscovery(_ v: JSON, into c: inout NodeConfiguration) throws(ConfigError) {
+        let o = try object(v, "discovery", allowed: ["enabled", "trust", "retrySeconds"])
+        if let e = o["enabled"] { c.discovery = try bool(e, "discovery.enabled") }
+        if let r = o["retrySeconds"] { c.discoveryRetrySeconds = try int(r, "discovery.retrySeconds", 1...3600) }
+        if let t = o["trust"] {
+            guard let mode = NodeConfiguration.TrustMode(rawValue: try string(t, "discovery.trust")) else {
+                throw fail("discovery.trust", "must be \"pinned\" or \"tofu\"")
+            }
+            c.trustMode = mode
+        }
+    }
+
+    /// `peers`: static peers, each a pinned URL.
+    func readPeers(_ v: JSON, into c: inout NodeConfiguration) throws(ConfigError) {
+        guard case .array(let items) = v else { throw fail("peers", "must be an array") }
+        for (i, item) in items.enumerated() {
+            let key = "peers[\(i)]"
+            let o = try object(item, key, allowed: ["url", "id", "name"])
+            guard let u = o["url"] else { throw fail("\(key).url", "is required") }
+            guard let id = o["id"] else { throw fail("\(key).id", "is required: the peer's pinned node ID") }
+            c.peers.append(.init(url: try url(u, "\(key).url"), nodeID: try nodeID(id, "\(key).id"), name: try o["name"].map { v throws(ConfigError) in try name(v, "\(key).name") }))
+        }
+    }
+
+    /// `trust`: trusted peers and their policies.
+    func readTrust(_ v: JSON, into c: inout NodeConfiguration) throws(ConfigError) {
+        guard case .array(let items) = v else { throw fail("trust", "must be an array") }
+        for (i, item) in items.enumerated() {
+            c.trust.append(try trustEntry(item, "trust[\(i)]"))
+        }
+    }
+
+    /// `conflicts`: the conflict policy, by default and per document type.
+    func readConflicts(_ v: JSON, into c: inout NodeConfiguration) throws(ConfigError) {
+        let o = try object(v, "conflicts", allowed: ["default", "types"])
+        if let d = o["default"] { c.conflictDefault = try resolverName(d, "conflicts.default") }
+        if let t = o["types"] {
+            guard let types = t.objectValue else { throw fail("conflicts.types", "must be an object of type → policy") }
+            for (type, name) in types { c.conflictsByType[type] = try resolverName(name, "conflicts.types.\(type)") }
+        }
+    }
+
+    /// `limits`: connection and size limits of the replication listener.
+    func readLimits(_ v: JSON, into c: inout NodeConfiguration) throws(ConfigError) {
+        let o = try object(v, "limits", allowed: [
+            "maxConnections", "maxMessageBytes", "maxDocumentBytes", "idleTimeoutSeconds", "maxOpenConnections",
+            "maxConnectionsPerAddress", "handshakeTimeoutSeconds",
+        ])
+        if let x = o["maxConnections"] { c.limits.maxConnections = try int(x, "limits.maxConnections", 1...100_000) }
+        if let x = o["maxMessageBytes"] { c.limits.maxMessageBytes = try int(x, "limits.maxMessageBytes", 1024...(1 << 30)) }
+        if let x = o["maxDocumentBytes"] { c.limits.maxDocumentBytes = try int(x, "limits.maxDocumentBytes", 64...(1 << 30)) }
+        if let x = o["idleTimeoutSeconds"] { c.limits.idleTimeoutSeconds = try int(x, "limits.idleTimeoutSeconds", 5...86_400) }
+        if let x = o["maxOpenConnections"] { c.limits.maxOpenConnections = try int(x, "limits.maxOpenConnections", 1...1_000_000) }
+        if let x = o["maxConnectionsPerAddress"] {
+            c.limits.maxConnectionsPerAddress = try int(x, "limits.maxConnectionsPerAddress", 1...1_000_000)
+        }
+        if let x = o["handshakeTimeoutSeconds"] { c.limits.handshakeTimeoutSeconds = try int(x, "limits.handshakeTimeoutSeconds", 1...300) }
+        if c.limits.maxOpenConnections < c.limits.maxConnectionsPerAddress {
+            throw fail("limits.maxOpenConnections", "must be at least limits.maxConnectionsPerAddress (\(c.limits.maxConnectionsPerAddress))")
+        }
+    }
+
+    /// `blobCollection`: when unreferenced and partial blobs are collected.
+    func readBlobCollection(_ v: JSON, into c: inout NodeConfiguration) throws(ConfigError) {
+        let o = try object(v, "blobCollection", allowed: ["intervalSeconds", "graceSeconds", "partialMaxAgeSeconds"])
+        if let x = o["intervalSeconds"] { c.blobCollection.intervalSeconds = try int(x, "blobCollection.intervalSeconds", 0...31_536_000) }
+        if let x = o["graceSeconds"] { c.blobCollection.graceSeconds = try int(x, "blobCollection.graceSeconds", 0...31_536_000) }
+        if let x = o["partialMaxAgeSeconds"] {
+            c.blobCollection.partialMaxAgeSeconds = try int(x, "blobCollection.partialMaxAgeSeconds", 0...31_536_000)
+        }
+    }
+
+    /// `blobs`: when blobs are fetched, by default and per peer.
+    func readBlobs(_ v: JSON, into c: inout NodeConfiguration) throws(ConfigError) {
+        let o = try object(v, "blobs", allowed: ["fetch", "peers"])
+        if let x = o["fetch"] { c.blobPolicy = try blobPolicy(x, "blobs.fetch") }
+        if let p = o["peers"] {
+            guard case .object(let byPeer) = p else { throw fail("blobs.peers", "must map node IDs to policies") }
+            for (peer, policy) in byPeer {
+                c.blobPolicyByPeer[try nodeID(.string(peer), "blobs.peers")] = try blobPolicy(policy, "blobs.peers.\(peer)")
             }
         }
-        if let v = top["couch"] { c.couch = try couch(v, "couch") }
-        return c
+    }
+
+    /// `replications`: persistent replications (peers and CouchDB servers).
+    func readReplications(_ v: JSON, into c: inout NodeConfiguration) throws(ConfigError) {
+        guard case .array(let items) = v else { throw fail("replications", "must be an array") }
+        for (i, item) in items.enumerated() {
+            let spec = try replication(item, "replications[\(i)]", defaultID: "config-\(i)")
+            if c.replications.contains(where: { $0.id == spec.id }) { throw fail("replications[\(i)].id", "duplicate id \(spec.id)") }
+            c.replications.append(spec)
+        }
     }
 
     func resolverName(_ v: JSON, _ key: String) throws(ConfigError) -> String {

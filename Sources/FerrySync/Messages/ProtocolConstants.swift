@@ -51,4 +51,10 @@ public enum SyncProtocol {
     }
     /// The most bytes of inline revision content a changes request may ask for, per revision.
     public static let maxInlineBytes: Int64 = 65536
+    /// The largest message an endpoint, a dialer or a listener accepts unless its owner says
+    /// otherwise: the one default every transport shares. A node's own listener takes
+    /// `limits.maxMessageBytes` from its configuration instead (16 MiB unless set), which
+    /// bounds what peers may push at it; what it dials keeps this, so a reply from a peer
+    /// configured for larger documents still arrives.
+    public static let defaultMaxMessageBytes = 64 << 20
 }
