@@ -24,8 +24,8 @@ public struct WebSocketConnector: Sendable {
     public var credentials: (user: String, password: String)?
     public var headers: [(String, String)] = []
     public var connectTimeout: TimeAmount = .seconds(10)
-    /// Largest message accepted from the listener (`SyncProtocol.defaultMaxMessageBytes`).
-    public var maxMessageSize = SyncProtocol.defaultMaxMessageBytes
+    /// Largest message accepted from the listener (`SyncProtocol.maxReplyMessageBytes`).
+    public var maxMessageSize = SyncProtocol.maxReplyMessageBytes
     /// WebSocket ping interval while connected; keeps idle links inside listeners' idle timeouts.
     public var pingInterval: Duration? = .seconds(30)
     public var logger = Logger(label: "ferry.connector")

@@ -40,8 +40,8 @@ public final class WebSocketListener: Service, Sendable {
         /// closed. Default 10 s: a LAN handshake takes milliseconds, a loaded small board
         /// well under a second, and a client that never handshakes holds a slot only this long.
         public var handshakeTimeout: TimeAmount = .seconds(10)
-        /// Largest replication message accepted (`SyncProtocol.defaultMaxMessageBytes`; a node
-        /// sets its `limits.maxMessageBytes`).
+        /// Largest replication message accepted (`SyncProtocol.defaultMaxMessageBytes`, 16 MiB;
+        /// a node sets its `limits.maxMessageBytes`).
         public var maxMessageSize = SyncProtocol.defaultMaxMessageBytes
         /// A connection that sends nothing for this long is closed. Default 120 s.
         public var idleTimeout: TimeAmount = .seconds(120)

@@ -46,7 +46,7 @@ public struct NodeConfiguration: Sendable {
     /// Resource limits.
     public struct Limits: Sendable, Equatable {
         public var maxConnections = 64
-        public var maxMessageBytes = 16 << 20
+        public var maxMessageBytes = SyncProtocol.defaultMaxMessageBytes
         public var maxDocumentBytes = 8 << 20
         /// Seconds without traffic before an idle listener connection is closed.
         public var idleTimeoutSeconds = 120

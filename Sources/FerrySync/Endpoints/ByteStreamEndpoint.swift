@@ -18,7 +18,7 @@ public final class FramedEndpoint: MessageEndpoint {
     private let reader: Locked<Task<Void, Never>?> = Locked(nil)
     public let receiveActivity: ReceiveActivity? = ReceiveActivity()
 
-    public init(_ stream: any ByteStream, maximumMessageSize: Int = SyncProtocol.defaultMaxMessageBytes) {
+    public init(_ stream: any ByteStream, maximumMessageSize: Int = SyncProtocol.maxReplyMessageBytes) {
         self.stream = stream
         let (incoming, continuation) = AsyncThrowingStream.makeStream(of: [UInt8].self, throwing: (any Error).self)
         self.incoming = incoming

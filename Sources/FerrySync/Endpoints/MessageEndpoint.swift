@@ -57,7 +57,7 @@ public struct LengthFramer: Sendable {
     private var buffer: [UInt8] = []
     private var start = 0
 
-    public init(maximumMessageSize: Int = SyncProtocol.defaultMaxMessageBytes) { self.maximumMessageSize = maximumMessageSize }
+    public init(maximumMessageSize: Int = SyncProtocol.maxReplyMessageBytes) { self.maximumMessageSize = maximumMessageSize }
 
     public static func frame(_ message: [UInt8]) -> [UInt8] {
         var out: [UInt8] = []

@@ -51,10 +51,13 @@ public enum SyncProtocol {
     }
     /// The most bytes of inline revision content a changes request may ask for, per revision.
     public static let maxInlineBytes: Int64 = 65536
-    /// The largest message an endpoint, a dialer or a listener accepts unless its owner says
-    /// otherwise: the one default every transport shares. A node's own listener takes
-    /// `limits.maxMessageBytes` from its configuration instead (16 MiB unless set), which
-    /// bounds what peers may push at it; what it dials keeps this, so a reply from a peer
+    /// The largest message a listener accepts from the peers that dial it, unless its owner
+    /// says otherwise: the default of a node's `limits.maxMessageBytes` and of
+    /// `WebSocketListener.Configuration.maxMessageSize`. Twice the largest document a node
+    /// stores by default (8 MiB), so one revision always fits with its envelope.
+    public static let defaultMaxMessageBytes = 16 << 20
+    /// The largest message a dialer, or an endpoint over a pipe or socket, accepts: replies
+    /// are not bounded by this node's settings but by the peer's, so a reply from a peer
     /// configured for larger documents still arrives.
-    public static let defaultMaxMessageBytes = 64 << 20
+    public static let maxReplyMessageBytes = 64 << 20
 }
