@@ -23,6 +23,8 @@ public final class DocumentStore: Sendable {
     let poller = ForeignCommitPoller()
     /// Parsed Mango index definitions, shared by transactions and scans.
     let mangoDefinitions = MangoDefinitionCache()
+    /// The index list `_find` plans with, kept between queries (MangoIndexListCache).
+    let mangoIndexList = MangoIndexListCache()
     /// Revisions purged for access, refused if they come back.
     let accessRemovedRevisions = AccessRemovedRevisions()
 
@@ -178,8 +180,12 @@ public final class DocumentStore: Sendable {
         if relaxed { try db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute() }
         defer { if relaxed { try? db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute() } }
         var out: (T, UInt64, Bool, Bool)?
+        var indexListChanged = false
+        // After the commit (or the rollback): a list read from a snapshot before it is then stale.
+        defer { if indexListChanged { mangoIndexList.invalidate() } }
         try db.inTransaction {
             let txn = try StoreTransaction(db: db, store: self)
+            defer { indexListChanged = txn.mango.indexListChanged }
             let value = try body(txn)
             try txn.finish()
             out = (value, txn.lastSequence, txn.madeLocalRevision, txn.purged)

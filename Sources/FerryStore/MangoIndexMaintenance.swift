@@ -72,6 +72,9 @@ struct MangoTransactionState {
     var active: [ActiveMangoIndex]?
     /// Whether a design document written in this transaction registered or dropped an index.
     var definitionsChanged = false
+    /// Whether this transaction wrote `mango_indexes` (an index added, dropped, or its build
+    /// moved on): the store's cached index list is stale once it commits.
+    var indexListChanged = false
     /// The first failure to maintain an index: the transaction may not commit after it,
     /// even when its caller goes on (a replicated batch reports a bad revision and continues).
     var failure: StoreError?
@@ -219,11 +222,13 @@ extension StoreTransaction {
         if changed {
             mango.active = nil
             mango.definitionsChanged = true
+            mango.indexListChanged = true
         }
     }
 
     /// Adds an index in the `building` state; its total is the document rows there are now.
     func registerMangoIndex(ddoc: String, name: String, definition: [UInt8]) throws {
+        mango.indexListChanged = true
         // count(*) walks the smallest index of `documents`, not the rows with their bodies.
         let total = try Int64.fetchOne(db.cachedStatement(sql: "SELECT count(*) FROM documents")) ?? 0
         try db.cachedStatement(
@@ -246,6 +251,8 @@ extension StoreTransaction {
     /// to one building index, marking it ready when its walk passes the last row.
     func buildMangoIndexStep(maxDocuments: Int) throws(StoreError) -> MangoIndexBuildStep {
         try flushPending()
+        // A step moves progress, states and rows of `mango_indexes`.
+        mango.indexListChanged = true
         let budget = Swift.max(1, maxDocuments)
         var work = 0
         try wrapDatabase {

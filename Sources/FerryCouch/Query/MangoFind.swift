@@ -83,9 +83,22 @@ extension CouchDatabase {
     public func find(
         _ query: MangoQuery, principal: CouchPrincipal, budget: QueryBudget = QueryBudget(timeout: nil)
     ) throws -> MangoFindResult {
+        do { return try find(query, principal: principal, budget: budget, freshIndexes: false) } catch is StaleIndexPlan {
+            // The kept index list named an index that has gone since (dropped here or by
+            // another process): plan again with the list as stored now.
+            return try find(query, principal: principal, budget: budget, freshIndexes: true)
+        }
+    }
+
+    /// The plan's index is no longer readable; thrown only when the plan used the kept list.
+    struct StaleIndexPlan: Error {}
+
+    private func find(
+        _ query: MangoQuery, principal: CouchPrincipal, budget: QueryBudget, freshIndexes: Bool
+    ) throws -> MangoFindResult {
         let started = ContinuousClock.now
         try Self.check(budget)
-        let bound = try bindPlan(query, principal: principal)
+        let bound = try bindPlan(query, principal: principal, freshIndexes: freshIndexes)
         try Self.check(budget)
         var after: ScanPosition?
         if let text = query.bookmark, text != MangoBookmark.none {
@@ -116,7 +129,10 @@ extension CouchDatabase {
                     do {
                         page = try store.scan(
                             bound.target, range: range, descending: bound.plan.descending, after: position, limit: pageSize)
-                    } catch { throw couchError(error) }
+                    } catch {
+                        if case .indexUnavailable = error, !freshIndexes { throw StaleIndexPlan() }
+                        throw couchError(error)
+                    }
                     let full = page.count == pageSize
                     pageSize = Self.findPageSize
                     for found in page {
@@ -198,10 +214,11 @@ extension CouchDatabase {
     /// Plans `query` over the store's ready indexes (those still building are only named in
     /// warnings) and finds the chosen index's store number. Only the indexes of design
     /// documents `principal` may read take part, so neither the plan, its warnings, the
-    /// bookmark nor `_explain` name the others.
-    func bindPlan(_ query: MangoQuery, principal: CouchPrincipal, explaining: Bool = false) throws -> BoundPlan {
+    /// bookmark nor `_explain` name the others. Without `freshIndexes` (and when not
+    /// explaining) it plans with the store's kept index list.
+    func bindPlan(_ query: MangoQuery, principal: CouchPrincipal, explaining: Bool = false, freshIndexes: Bool = true) throws -> BoundPlan {
         var stored: [StoredMangoIndex]
-        do { stored = try store.mangoIndexes() } catch { throw couchError(error) }
+        do { stored = try store.mangoIndexesForPlanning(fresh: freshIndexes || explaining) } catch { throw couchError(error) }
         if !principal.policy.read.admitsEverything {
             stored = try stored.filter { try mayRead(designDocument: $0.index.designDocument, principal: principal) }
         }
