@@ -10,6 +10,8 @@ import Logging
 /// error leaves the database as it was.
 public final class DocumentStore: Sendable {
     let writer: any DatabaseWriter
+    /// Whether `writer` is a pool (a file opened for writing), whose readers are separate connections.
+    let pooled: Bool
     public let options: StoreOptions
     public let uuid: String
     /// Where the database lives, or nil in memory.
@@ -113,6 +115,7 @@ public final class DocumentStore: Sendable {
             }
             guard let state else { throw StoreError.corrupt("store_state row is missing") }
             self.writer = writer
+            self.pooled = writer is DatabasePool
             self.uuid = state["uuid"]
             self.clock = Locked(HybridLogicalClock(last: HLCTimestamp(rawValue: UInt64(bitPattern: state["last_hlc"]))))
         } catch {
@@ -241,7 +244,20 @@ public final class DocumentStore: Sendable {
 
     func read<T>(_ body: (Database) throws -> T) throws(StoreError) -> T {
         do {
-            return try writer.read(body)
+            // A pool's readers are read-only connections; their read transaction begins and
+            // commits through statements prepared once per connection. GRDB's `read` parses
+            // both anew each time, which was a tenth of an indexed 20-document `_find`.
+            guard pooled else { return try writer.read(body) }
+            return try writer.unsafeRead { db in
+                try db.cachedStatement(sql: "BEGIN DEFERRED TRANSACTION").execute()
+                let value: T
+                do { value = try body(db) } catch {
+                    try? db.cachedStatement(sql: "ROLLBACK").execute()
+                    throw error
+                }
+                try db.cachedStatement(sql: "COMMIT").execute()
+                return value
+            }
         } catch {
             throw StoreError.wrap(error)
         }
