@@ -90,7 +90,7 @@ extension Planning {
     /// only that field, with no range.
     func fieldRanges() -> [(FieldPath, CouchRange?)] {
         var out: [(FieldPath, CouchRange?)] = []
-        for path in QueryPlanner.indexableFields(root) {
+        for path in indexableFields {
             guard let r = couchRange(path) else { return [(path, nil)] }
             out.append((path, r))
         }

@@ -150,6 +150,10 @@ struct Planning {
     let sortPaths: [FieldPath]
     /// `use_index` as `[designDocument (full ID)]` or `[designDocument, name]`; empty when not given.
     let useIndex: [String]
+    /// The selector's required paths and indexable fields, worked out once per plan rather
+    /// than once per candidate index (a third of an indexed `_find`'s planning).
+    let requiredPaths: Set<FieldPath>
+    let indexableFields: [FieldPath]
 
     init(query: MangoQuery, ready: [MangoIndex], unavailable: [MangoIndex]) {
         self.query = query
@@ -158,6 +162,8 @@ struct Planning {
         self.root = query.selector.root
         self.sortPaths = query.sort.map(\.path)
         self.useIndex = Self.normalisedUseIndex(query.useIndex)
+        self.requiredPaths = QueryPlanner.requiredPaths(root)
+        self.indexableFields = QueryPlanner.indexableFields(root)
     }
 
     /// CouchDB splits a single `use_index` string at slashes: `"d"`, `"_design/d"`, `"d/n"`, `"_design/d/n"`.
@@ -194,16 +200,18 @@ struct Planning {
         switch c {
         case .allDocs:
             if sortPaths.isEmpty { return Usability(usable: true, reasons: []) }
-            let hasID = QueryPlanner.indexableFields(root).contains(FieldPath(components: ["_id"]))
+            let hasID = indexableFields.contains(FieldPath(components: ["_id"]))
             let sortOK = sortPaths == c.columns
             var reasons: [String] = []
             if !hasID { reasons.append("field_mismatch") }
             if !sortOK { reasons.append("sort_order_mismatch") }
             return Usability(usable: hasID && sortOK, reasons: reasons)
         case .json(let index):
-            let exempt = Set(sortPaths).union([FieldPath(components: ["_id"]), FieldPath(components: ["_rev"])])
-            let needed = Set(index.columns).subtracting(exempt)
-            let hasFields = needed.isSubset(of: QueryPlanner.requiredPaths(root))
+            // Each column the selector requires, sort fields, `_id` and `_rev` excepted.
+            let hasFields = index.columns.allSatisfy { column in
+                column.components == ["_id"] || column.components == ["_rev"] || sortPaths.contains(column)
+                    || requiredPaths.contains(column)
+            }
             let sortOK = canUseSort(index.columns[...], sortPaths[...])
             var reasons: [String] = []
             if !hasFields { reasons.append("field_mismatch") }

@@ -287,14 +287,23 @@ extension CouchDatabase {
         var out: [UInt8] = []
         out.reserveCapacity(found.body.count + found.id.rawValue.utf8.count + 96)
         out.append(contentsOf: #"{"_id":"#.utf8)
-        out.append(contentsOf: JSON.string(found.id.rawValue).canonicalBytes)
+        let id = found.id.rawValue.utf8
+        // An ID needing no escape (the usual case) is copied between quotes, not encoded as JSON.
+        if id.allSatisfy({ $0 >= 0x20 && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) {
+            out.append(UInt8(ascii: "\""))
+            out.append(contentsOf: id)
+            out.append(UInt8(ascii: "\""))
+        } else {
+            out.append(contentsOf: JSON.string(found.id.rawValue).canonicalBytes)
+        }
         out.append(contentsOf: #","_rev":""#.utf8)
         out.append(contentsOf: found.revisionText.utf8)
         out.append(UInt8(ascii: "\""))
         // The body is a JSON object: `{}` adds nothing, any other starts its members after `{`.
         if found.body.count > 2 {
             out.append(UInt8(ascii: ","))
-            out.append(contentsOf: found.body[1...])
+            // Copied as one block (appending the slice went element by element).
+            found.body.withUnsafeBufferPointer { out.append(contentsOf: UnsafeBufferPointer(rebasing: $0[1...])) }
         } else {
             out.append(UInt8(ascii: "}"))
         }

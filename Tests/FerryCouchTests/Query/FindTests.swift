@@ -264,4 +264,14 @@ import Testing
             #expect(list["indexes"]?.arrayElements.count == 1)
         }
     }
+
+    @Test func everyDocumentIDIsValidJSONInAnAnswerBuiltFromStoredText() throws {
+        let f = try DatabaseFixture()
+        let ids = ["plain", "quo\"te", "back\\slash", "ctl\u{1}x", "tab\tx", "ünï"]
+        for id in ids { try f.put(id, ["k": 1, "v": .string(id)]) }
+        let result = try f.database.find(try MangoQuery(parsing: ["selector": ["k": 1]]), principal: .admin)
+        let docs = try result.encodedDocs.map { try JSON.parse($0) }
+        #expect(Set(docs.compactMap { $0["_id"]?.stringValue }) == Set(ids))
+        for doc in docs { #expect(doc["_id"] == doc["v"]) }
+    }
 }
