@@ -229,6 +229,8 @@ let package = Package(
             dependencies: [
                 "FerrySync", "FerryStore", "FerryCore", "IntegrationHarness", .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                // A second SQLite connection, holding a node's database busy (ResponderOffPoolTests).
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
             ]
         ),
         .testTarget(

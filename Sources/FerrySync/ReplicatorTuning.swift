@@ -9,6 +9,12 @@ enum ReplicatorTuning {
     /// (Benchmarks/README.md, "How the pull runs").
     static let suspendingInsertThreshold = 32
 
+    /// A responder answers a request body of at least this many bytes (a bulk `putRevs`,
+    /// `getRevs`, `revsDiff` or access check: a few revisions of 1 KiB, or about 40 asked
+    /// for) on `BlockingIO` threads; a smaller one, as in live sync, in place
+    /// (docs/architecture.md, "Blocking calls and the cooperative pool").
+    static let offPoolRequestBytes = 4096
+
     /// How much later than a local edit a relayed revision goes out, on both sides of a
     /// link (`ReplicatorConfiguration.relayDelay`, `ReplicationResponder.Options.relayDelay`).
     static let relayDelay: Duration = .milliseconds(10)

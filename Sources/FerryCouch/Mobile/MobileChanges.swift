@@ -100,7 +100,11 @@ extension MobileSession {
                 judgedBy = principal
                 feedJudgedBy.withLock { $0 = judgedBy.policy.read }
             }
-            let page = try database.store.changeEntries(after: cursor, limit: subscription.batch)
+            // A catch-up page is read off the cooperative pool; once caught up, a commit's
+            // change or two in place.
+            let page = try await storeWork(bulk: !caughtUp) { [cursor] in
+                try self.database.store.changeEntries(after: cursor, limit: subscription.batch)
+            }
             var offers: [Offer] = []
             for entry in page {
                 cursor = entry.change.sequence
@@ -142,7 +146,7 @@ extension MobileSession {
     func judgeAgain(upTo cursor: UInt64, judgedBy old: CouchPrincipal, _ subscription: MobileSubscription, inFlight: inout [Task<Void, any Error>]) async throws {
         var after: UInt64 = 0
         while after < cursor {
-            let page = try database.store.changeEntries(after: after, limit: subscription.batch)
+            let page = try await storeWork(bulk: true) { [after] in try self.database.store.changeEntries(after: after, limit: subscription.batch) }
             var offers: [Offer] = []
             for entry in page where entry.change.sequence <= cursor {
                 after = entry.change.sequence
@@ -252,7 +256,8 @@ extension MobileSession {
     /// Sends each wanted revision as a `rev` and waits for the client to store them all.
     func sendRevisions(_ wanted: [(Offer, Set<String>)], maxHistory: Int) async throws {
         guard !wanted.isEmpty else { return }
-        let trees = try database.store.revisionTrees(wanted.map(\.0.id))
+        let ids = wanted.map(\.0.id)
+        let trees = try await storeWork(bulk: ids.count >= Self.bulkDocuments) { try self.database.store.revisionTrees(ids) }
         let access = DocumentAccess(principal.policy)
         try await withThrowingTaskGroup(of: Void.self) { group in
             for (offer, known) in wanted {

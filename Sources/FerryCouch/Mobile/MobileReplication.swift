@@ -20,7 +20,8 @@ extension MobileSession {
             case "setCheckpoint": try setCheckpoint(request)
             case "getCollections": try getCollections(request)
             case "subChanges": try await subChanges(request)
-            case "proposeChanges": try proposeChanges(request)
+            case "proposeChanges":
+                try await storeWork(bulk: request.body.count >= Self.bulkRequestBytes) { try self.proposeChanges(request) }
             case "changes":
                 // As a server in conflict-free mode: the client must propose its changes.
                 throw MobileRequestError(domain: "HTTP", code: 409, "this server takes proposeChanges")
@@ -239,7 +240,8 @@ extension MobileSession {
     /// filter), then one write of those that passed; each answer says what became of its own.
     func store(_ batch: [PushedRevision]) async -> [Result<Void, MobileRequestError>] {
         let trees: [DocumentID: RevisionTree]
-        do { trees = try database.store.revisionTrees(batch.map(\.id)) } catch {
+        let ids = batch.map(\.id)
+        do { trees = try await storeWork(bulk: ids.count >= Self.bulkDocuments) { try self.database.store.revisionTrees(ids) } } catch {
             return batch.map { _ in .failure(MobileRequestError(code: 503, "\(error)")) }
         }
         var results = [Result<Void, MobileRequestError>](repeating: .success(()), count: batch.count)
@@ -286,6 +288,16 @@ extension MobileSession {
         database.reportReplicated(stored: stored, refused: refused, principal: principal)
         return results
     }
+
+    /// Store work for a bulk request (`bulkRequestBytes` of body, `bulkDocuments` documents)
+    /// runs on threads made for blocking work, so that it never holds one of the cooperative
+    /// pool's threads; a live one in place, where two thread hand-offs cost more than the work
+    /// (docs/architecture.md, "Blocking calls and the cooperative pool").
+    func storeWork<T: Sendable>(bulk: Bool, _ work: @escaping @Sendable () throws -> T) async throws -> T {
+        bulk ? try await BlockingIO.run(work) : try work()
+    }
+    static let bulkRequestBytes = 4096
+    static let bulkDocuments = 32
 
     static func bool(_ value: String?) -> Bool {
         guard let value else { return false }

@@ -63,8 +63,12 @@ final class Pusher: Sendable {
                 let withTrees = try store.changesWithTrees(since: since, limit: configuration.batchSize)
                 page = withTrees.map { ($0.0, $0.1.leaves.map(\.id)) }
                 trees = Dictionary(withTrees.map { ($0.0.id, $0.1) }, uniquingKeysWith: { $1 })
-            } else {
+            } else if caughtUp {
                 page = try store.changesWithLeaves(since: since, limit: configuration.batchSize)
+            } else {
+                // A catch-up page is read on threads made for blocking work, off the cooperative pool.
+                let (store, limit) = (store, configuration.batchSize)
+                page = try await BlockingIO.run { [since] in try store.changesWithLeaves(since: since, limit: limit) }
             }
             guard let last = page.last else {
                 if !backlog.isEmpty {
@@ -153,7 +157,8 @@ final class Pusher: Sendable {
         var since: UInt64 = 0
         while !context.stopRequested {
             try Task.checkCancellation()
-            let page = try store.changesWithLeaves(since: since, limit: configuration.batchSize)
+            let (store, limit) = (store, configuration.batchSize)
+            let page = try await BlockingIO.run { [since] in try store.changesWithLeaves(since: since, limit: limit) }
             guard let last = page.last else { break }
             var docs: [DocumentID: [RevisionID]] = [:]
             for (change, leaves) in page where configuration.documentIDs?.contains(change.id) ?? true { docs[change.id] = leaves }

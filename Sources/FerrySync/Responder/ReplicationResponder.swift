@@ -215,14 +215,14 @@ final class ResponderSession: Sendable {
             case SyncProtocol.Profile.getCheckpoint: reply = try await getCheckpoint(request)
             case SyncProtocol.Profile.setCheckpoint: reply = try setCheckpoint(request)
             case SyncProtocol.Profile.changes: reply = try await changes(request)
-            case SyncProtocol.Profile.getRevs: reply = try getRevs(request)
-            case SyncProtocol.Profile.revsDiff: reply = try revsDiff(request)
-            case SyncProtocol.Profile.putRevs: reply = try putRevs(request)
+            case SyncProtocol.Profile.getRevs: reply = try await answer(request) { try self.getRevs(request) }
+            case SyncProtocol.Profile.revsDiff: reply = try await answer(request) { try self.revsDiff(request) }
+            case SyncProtocol.Profile.putRevs: reply = try await answer(request) { try self.putRevs(request) }
             case SyncProtocol.Profile.hasBlobs: reply = try hasBlobs(request)
             case SyncProtocol.Profile.getBlob: reply = try await getBlob(request)
             case SyncProtocol.Profile.putBlob: reply = try await putBlob(request)
-            case SyncProtocol.Profile.accessRemoved: reply = try accessRemoved(request)
-            case SyncProtocol.Profile.accessCheck: reply = try accessCheck(request)
+            case SyncProtocol.Profile.accessRemoved: reply = try await answer(request) { try self.accessRemoved(request) }
+            case SyncProtocol.Profile.accessCheck: reply = try await answer(request) { try self.accessCheck(request) }
             default: throw SyncError(.unknownRequest, message: "unknown request \"\(profile)\"", isTransient: false)
             }
             return reply
@@ -236,6 +236,15 @@ final class ResponderSession: Sendable {
                 ])
             return Message.errorReply(to: request.number, e)
         }
+    }
+
+    /// Runs a request's synchronous store work: a bulk one (a request body of at least
+    /// `ReplicatorTuning.offPoolRequestBytes`) on threads made for blocking work, so that its
+    /// reads and its write transaction never hold one of the cooperative pool's threads; a
+    /// live one (a revision or two) in place, where two thread hand-offs cost more than the work.
+    func answer(_ request: Message, _ work: @escaping @Sendable () throws -> Message) async throws -> Message {
+        guard request.body.count >= ReplicatorTuning.offPoolRequestBytes else { return try work() }
+        return try await BlockingIO.run(work)
     }
 
     func reply(_ request: Message, _ body: JSON) -> Message {

@@ -20,7 +20,9 @@ extension ResponderSession {
         let wait = min(timeout, options.maxLongPoll)
         let elapsed = Stopwatch.start(on: responder.clock).elapsed
         var scanned = since
-        var page = try readChanges(since: since, limit: limit)
+        // A catch-up page (up to `limit` rows with their trees and bodies) is read on threads
+        // made for blocking work; a live request's read, of a change or two, in place.
+        var page = live ? try readChanges(since: since, limit: limit) : try await readChangesOffPool(since: since, limit: limit)
         var rowsRead = page.count
         var entries: [ChangeEntry] = []
         var skipped: [SkippedRelay] = []
@@ -46,7 +48,7 @@ extension ResponderSession {
             // pages, rather than answer nothing and cost the peer a round trip per page.
             if entries.isEmpty, reoffered.isEmpty, removed.isEmpty, page.count == limit, readOn > 0 {
                 readOn -= 1
-                page = try readChanges(since: scanned, limit: limit)
+                page = live ? try readChanges(since: scanned, limit: limit) : try await readChangesOffPool(since: scanned, limit: limit)
                 rowsRead += page.count
                 continue
             }
@@ -66,7 +68,7 @@ extension ResponderSession {
         // The rest of the feed, for the peer's progress total: counted only where it tells
         // nothing the peer may not know (it reads everything, unfiltered).
         if !live, !answer.caughtUp, docIDs == nil, policy.read.admitsEverything {
-            answer.pending = pendingChanges(after: scanned, since: since, rowsRead: rowsRead)
+            answer.pending = try await BlockingIO.run { [scanned, rowsRead] in self.pendingChanges(after: scanned, since: since, rowsRead: rowsRead) }
         }
         answer.skipped = Array(skipped.prefix(SkippedRelay.maxReported))
         answer.skipsLost = skipped.count > SkippedRelay.maxReported
@@ -82,6 +84,11 @@ extension ResponderSession {
         let purges = store.contentVersion.purges
         recentTrees.withLock { $0.keep(page, purges: purges) }
         return page
+    }
+
+    /// `readChanges` on `BlockingIO` threads.
+    func readChangesOffPool(since: UInt64, limit: Int) async throws -> [(Change, RevisionTree)] {
+        try await BlockingIO.run { try self.readChanges(since: since, limit: limit) }
     }
 
     /// The feed's length past `scanned`, for the peer's progress total. Counting it is a scan
