@@ -80,7 +80,11 @@ extension CouchDatabase {
         // A principal that may not read everything is told counts of what it may read only:
         // counts over every document would let it rebuild hidden IDs by bisecting with `offset`.
         let restricted = !principal.policy.read.admitsEverything
-        let total = restricted ? try readableCount(before: nil, descending: false, principal: principal) : info.documentCount
+        // Pages of the store (and a restricted reader's counts, which scan) are read on threads
+        // made for blocking work, off the cooperative pool (docs/architecture.md).
+        let total =
+            restricted
+            ? try await BlockingIO.run { try self.readableCount(before: nil, descending: false, principal: principal) } : info.documentCount
         var head: [String: JSON] = ["total_rows": .int(Int64(total))]
         if options.updateSeq { head["update_seq"] = CouchSequence(value: info.lastSequence).json }
         if let keys = options.keys {
@@ -96,7 +100,7 @@ extension CouchDatabase {
         }
         var offset = options.skip
         if restricted, let start = options.range.start {
-            offset += try readableCount(before: start, descending: options.range.descending, principal: principal)
+            offset += try await BlockingIO.run { try self.readableCount(before: start, descending: options.range.descending, principal: principal) }
             if !options.range.startInclusive,
                 let entry = try store.documentEntries(ids: [DocumentID(unchecked: start)]).values.first, !entry.change.deleted,
                 try readable(entry, principal: principal, needBody: false).admitted
@@ -112,7 +116,7 @@ extension CouchDatabase {
         head["offset"] = .int(Int64(offset))
         if request.method == .head { return headless(CouchResponse.json(.object(head)), request) }
         // Read the first page before answering, so that a store error is still a clean 500.
-        let first = try store.documentEntries(in: options.range, limit: Self.allDocsPageSize)
+        let first = try await BlockingIO.run { [store] in try store.documentEntries(in: options.range, limit: Self.allDocsPageSize) }
         var headBytes = JSON.object(head).canonicalBytes
         headBytes.removeLast()  // the closing brace: rows follow
         headBytes.append(contentsOf: Array(",\"rows\":[\n".utf8))
@@ -149,7 +153,7 @@ extension CouchDatabase {
                 guard page.count == Self.allDocsPageSize, sent < options.limit, let last = page.last else { break }
                 range.start = last.change.id.rawValue
                 range.startInclusive = false
-                page = try database.store.documentEntries(in: range, limit: Self.allDocsPageSize)
+                page = try await BlockingIO.run { [range] in try database.store.documentEntries(in: range, limit: Self.allDocsPageSize) }
             }
             buffer.writeString("\n]}\n")
             try await writer.write(buffer)

@@ -57,7 +57,7 @@ struct ChangesFeed<FeedClock: Clock<Duration>>: Sendable {
             let snapshot = try database.store.lastSequence
             var exhausted = false
             while !limitReached && !exhausted {
-                let page = try database.store.changeEntries(after: cursor, limit: Self.pageSize)
+                let page = try await BlockingIO.run { [database, cursor] in try database.store.changeEntries(after: cursor, limit: Self.pageSize) }
                 exhausted = page.count < Self.pageSize
                 for entry in page {
                     cursor = entry.change.sequence
@@ -91,7 +91,7 @@ struct ChangesFeed<FeedClock: Clock<Duration>>: Sendable {
         // How many changes follow: counted over every document, so told only to a reader of
         // everything (a restricted one would learn how much it may not see).
         if principal.policy.read.admitsEverything {
-            let pending = try database.store.changeCount(after: cursor)
+            let pending = try await BlockingIO.run { [database, cursor] in try database.store.changeCount(after: cursor) }
             buffer.writeString("\"last_seq\":\(cursor),\"pending\":\(pending)}\n")
         } else {
             buffer.writeString("\"last_seq\":\(cursor)}\n")
@@ -106,7 +106,7 @@ struct ChangesFeed<FeedClock: Clock<Duration>>: Sendable {
         var cursor = start
         var sent = 0
         pages: while options.limit != 0 {
-            let page = try database.store.changeEntries(before: before, descending: true, limit: Self.pageSize)
+            let page = try await BlockingIO.run { [database, before] in try database.store.changeEntries(before: before, descending: true, limit: Self.pageSize) }
             for entry in page {
                 cursor = entry.change.sequence
                 before = cursor
@@ -120,7 +120,7 @@ struct ChangesFeed<FeedClock: Clock<Duration>>: Sendable {
             try await writer.write(buffer)
             buffer.clear()
         }
-        let pending = try database.store.changeCount(before: cursor)
+        let pending = try await BlockingIO.run { [database, cursor] in try database.store.changeCount(before: cursor) }
         buffer.writeString(sent > 0 ? "\n]," : "],")
         buffer.writeString("\"last_seq\":\(cursor),\"pending\":\(pending)}\n")
         try await writer.write(buffer)
@@ -149,7 +149,7 @@ struct ChangesFeed<FeedClock: Clock<Duration>>: Sendable {
             let snapshot = try database.store.lastSequence
             var exhausted = false
             while !exhausted {
-                let page = try database.store.changeEntries(after: cursor, limit: Self.pageSize)
+                let page = try await BlockingIO.run { [database, cursor] in try database.store.changeEntries(after: cursor, limit: Self.pageSize) }
                 exhausted = page.count < Self.pageSize
                 for entry in page {
                     cursor = entry.change.sequence
@@ -190,7 +190,7 @@ struct ChangesFeed<FeedClock: Clock<Duration>>: Sendable {
         if options.feed == .continuous {
             // `pending` as in the object feeds: told only to a reader of everything.
             if principal.policy.read.admitsEverything {
-                let pending = try database.store.changeCount(after: cursor)
+                let pending = try await BlockingIO.run { [database, cursor] in try database.store.changeCount(after: cursor) }
                 try await writer.write(ByteBuffer(string: "{\"last_seq\":\(cursor),\"pending\":\(pending)}\n"))
             } else {
                 try await writer.write(ByteBuffer(string: "{\"last_seq\":\(cursor)}\n"))
