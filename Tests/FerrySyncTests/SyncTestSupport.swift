@@ -14,10 +14,16 @@ struct Link: Sendable {
     var faults: @Sendable (Int) -> (client: InMemoryEndpoint.Faults, server: InMemoryEndpoint.Faults) = { _ in (.init(), .init()) }
     let attempts = Counter()
 
-    init(to store: DocumentStore, options: ReplicationResponder.Options = .init(), quiet: Bool = false) {
+    /// `clock` runs the responder's heartbeats and silence watchdog: a test whose replicator
+    /// runs on a `ManualClock` passes the same one, or the responder, on the wall clock, closes
+    /// a link whose replicator's heartbeats never come as soon as the test is slower than 4 s.
+    init(
+        to store: DocumentStore, options: ReplicationResponder.Options = .init(), clock: any Clock<Duration> = ContinuousClock(),
+        quiet: Bool = false
+    ) {
         var logger = Logger(label: "ferry.sync.responder")
         if quiet { logger.logLevel = .critical }
-        responder = ReplicationResponder(store: store, options: options, logger: logger)
+        responder = ReplicationResponder(store: store, options: options, clock: clock, logger: logger)
     }
 
     var connector: Replicator.Connector {

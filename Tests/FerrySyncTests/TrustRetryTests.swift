@@ -43,7 +43,9 @@ func quietReplicatorLogger() -> Logger {
         var config = ReplicatorConfiguration()
         config.continuous = true
         config.maxAttemptWait = .seconds(30)
-        let r = Replicator(store: a, connector: gate.connector(Link(to: b, quiet: true)), configuration: config, clock: clock, logger: quietReplicatorLogger())
+        let r = Replicator(
+            store: a, connector: gate.connector(Link(to: b, clock: clock, quiet: true)), configuration: config, clock: clock,
+            logger: quietReplicatorLogger())
         r.start()
         // Refused again and again: every wait stays within the short cap, however long it lasts.
         for n in 1...8 {
@@ -83,7 +85,9 @@ func quietReplicatorLogger() -> Logger {
         var config = ReplicatorConfiguration()
         config.continuous = true
         config.maxAttemptWait = .seconds(30)
-        let r = Replicator(store: a, connector: gate.connector(Link(to: b, quiet: true)), configuration: config, clock: clock, logger: quietReplicatorLogger())
+        let r = Replicator(
+            store: a, connector: gate.connector(Link(to: b, clock: clock, quiet: true)), configuration: config, clock: clock,
+            logger: quietReplicatorLogger())
         r.start()
         // Let the backoff grow to its cap.
         for n in 1...10 {
@@ -105,8 +109,11 @@ func quietReplicatorLogger() -> Logger {
         try a.put(docID("x"), body: ["v": 1])
         var config = ReplicatorConfiguration()
         config.continuous = true
-        let link = Link(to: b, quiet: true)
-        let r = Replicator(store: a, connector: link.connector, configuration: config, clock: ManualClock(), logger: quietReplicatorLogger())
+        // One clock for both sides: the responder's watchdog must not close the link while
+        // the replicator, whose heartbeats run on the same clock, idles.
+        let clock = ManualClock()
+        let link = Link(to: b, clock: clock, quiet: true)
+        let r = Replicator(store: a, connector: link.connector, configuration: config, clock: clock, logger: quietReplicatorLogger())
         r.start()
         try await yieldUntil("x is pushed and the link idles") { r.summary.pushed == 1 && r.status.activity == .idle }
         let first = r.summary
